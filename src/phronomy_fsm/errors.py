@@ -1,0 +1,242 @@
+"""The exception hierarchy of phronomy_fsm.
+
+Every error the library raises on purpose derives from :class:`PhronomyError`, except
+:class:`Cancelled`, which derives from :class:`BaseException` so that a bare
+``except Exception`` in application code cannot swallow a cancellation (the same choice
+as ``asyncio.CancelledError`` and trio's ``Cancelled``).
+
+Errors carry the ids involved as attributes and a message that says what to do next.
+All of them pickle (errors cross the worker boundary and may be logged by other
+processes): keyword arguments are kept and replayed by ``__reduce__``.
+
+Layers (see ``../shared/design/STYLE.md`` "Errors"): spec errors (loading, validation,
+generation), runtime errors (dispatcher, offload pool, tasks), store errors (the taxonomy
+of reference §5.1: not-found, conflict, agent-busy, serialization, plus storage and
+outcome-unknown) and agent errors. Only the CLI turns these into exit codes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class PhronomyError(Exception):
+    """Root of every error raised on purpose by phronomy_fsm.
+
+    Subclasses pass their identifying values as keyword arguments; they become
+    attributes and survive pickling.
+    """
+
+    def __init__(self, message: str = "", **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+        for key, value in details.items():
+            setattr(self, key, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (type(self), self.message, self.details))
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def _rebuild_error(cls: type[PhronomyError], message: str, details: dict[str, Any]) -> Any:
+    err = cls.__new__(cls)
+    PhronomyError.__init__(err, message, **details)
+    return err
+
+
+# --- spec layer -------------------------------------------------------------------
+
+
+class SpecError(PhronomyError):
+    """A spec could not be loaded, validated or compiled.
+
+    ``issues`` is a tuple of :class:`phronomy_fsm.spec.issues.SpecIssue`, every problem
+    found (never only the first). Render them with ``issue.render()`` as
+    ``file:line:col: CODE message``.
+    """
+
+    issues: tuple[Any, ...]
+
+    def __init__(self, message: str = "", *, issues: tuple[Any, ...] = ()) -> None:
+        super().__init__(message, issues=tuple(issues))
+
+
+class GenerationError(PhronomyError):
+    """The code generator failed for a reason other than an invalid spec (a template
+    error, an unwritable output folder)."""
+
+
+class StaleOutputError(PhronomyError):
+    """``generate --check`` or the diagram freshness check found checked-in output that
+    differs from what the specs produce now; ``paths`` lists the stale files."""
+
+
+# --- runtime layer ----------------------------------------------------------------
+
+
+class Cancelled(BaseException):
+    """The operation was cancelled (explicitly, by a deadline or by a timeout).
+
+    Derives from ``BaseException`` on purpose: ``except Exception`` does not catch it.
+    ``reason`` is a short text; ``timed_out`` is true when a deadline caused it.
+    """
+
+    def __init__(self, reason: str = "cancelled", *, timed_out: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.timed_out = timed_out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason,), {"timed_out": self.timed_out})
+
+
+class RuntimeFault(PhronomyError):
+    """Base of dispatcher, offload-pool and task errors."""
+
+
+class WrongThreadError(RuntimeFault):
+    """Live state was touched, or a blocking wait was attempted, on the wrong thread
+    (reference §7.2: all mutators assert the loop thread; §7.4: blocking on the loop
+    raises)."""
+
+
+class UndeclaredEventError(RuntimeFault):
+    """An event arrived in a state that declares no transition for it and the event is
+    not marked ``unhandled: ignore`` (reference §1.1 step 3). Ends the session."""
+
+
+class StepLimitError(RuntimeFault):
+    """A session exceeded its step limit (reference §1.1 step 4, ``recursion_limit``)."""
+
+
+class MissingHookError(RuntimeFault):
+    """The hooks object given for a machine lacks guards, actions or hooks the
+    generated Protocol requires; ``missing`` lists every absent name."""
+
+
+class UnknownSessionError(RuntimeFault):
+    """No live session has this id (it finished, halted, or never existed)."""
+
+
+class DispatcherStoppedError(RuntimeFault):
+    """The dispatcher is draining or stopped and refuses new admissions, or it failed
+    and every pending waiter was failed with this error."""
+
+
+class BackpressureError(RuntimeFault):
+    """The offload pool's queue is full and ``on_full="raise"`` was requested
+    (reference §7.3). The caller decides: retry later or fail the step."""
+
+
+class PoolShutdownError(RuntimeFault):
+    """The offload pool is shut down and accepts no more work."""
+
+
+class TaskTimeoutError(RuntimeFault):
+    """A waiter gave up after ``timeout_seconds``; the task itself keeps running
+    (reference §7.4: the timeout is waiter-local)."""
+
+
+class HookError(RuntimeFault):
+    """A guard, action or hook raised; ``hook`` names it and ``__cause__`` is the
+    original error. Ends that session only; the dispatcher and live state of other
+    sessions are untouched."""
+
+
+# --- store layer (reference §5.1 taxonomy) ----------------------------------------
+
+
+class StoreError(PhronomyError):
+    """Base of every store error."""
+
+
+class NotFoundError(StoreError):
+    """The agent, execution or record does not exist."""
+
+
+class ConflictError(StoreError):
+    """A compare-and-set failed: the stored revision (or journal head) is not the one
+    expected, or an id is duplicated. Reload, then decide; never retry blindly."""
+
+
+class AgentBusyError(StoreError):
+    """The agent already has an active execution (durably, or in this process'
+    admission map). Wait for it to finish, approve or resolve it, or cancel it."""
+
+
+class SerializationError(StoreError):
+    """A record could not be encoded or decoded (unknown or missing keys, wrong
+    types, non-JSON values)."""
+
+
+class StorageError(StoreError):
+    """The storage layer failed for a transport reason: I/O error, full disk, database
+    still locked after the busy timeout, not a database. Never relabelled as a
+    conflict; the write may or may not have happened if it escaped after the write
+    was issued (see :class:`OutcomeUnknownError`)."""
+
+
+class SchemaVersionError(StoreError):
+    """The database's schema version is newer than this code understands (or the file
+    is not a phronomy store). Nothing was written; upgrade phronomy_fsm."""
+
+
+class OutcomeUnknownError(StoreError):
+    """A write failed after it was issued: it may have committed. ``intended`` is the
+    commit that was attempted; call the store's ``reconcile`` to read back and decide
+    ``committed`` / ``not_committed`` / ``conflict`` (reference §4.4, §5.3)."""
+
+
+# --- agent layer ------------------------------------------------------------------
+
+
+class AgentError(PhronomyError):
+    """Base of agent-layer errors."""
+
+
+class ConfigurationError(AgentError):
+    """An agent, tool, provider or policy was configured inconsistently."""
+
+
+class AgentExistsError(AgentError):
+    """``Agent.create`` was called for an id that already exists; use ``Agent.load``."""
+
+
+class AgentClosedError(AgentError):
+    """The agent (or its runtime) was closed and accepts no new executions."""
+
+
+class ExecutionRehydrationRequiredError(AgentError):
+    """No live owner holds this execution in this process, or a recovered continuation
+    is stale; load the agent again to recover it from the store (reference §4.5, §6.5)."""
+
+
+class ApprovalError(AgentError):
+    """An approval decision was refused: wrong request id, execution not suspended,
+    or already decided. Only the approve call fails; the execution is untouched."""
+
+
+class RecoveryResolutionError(AgentError):
+    """An operator resolution was refused: wrong subject, outcome not allowed, missing
+    or forbidden result/error, or the execution is not in ``recovery_required``."""
+
+
+class LLMError(AgentError):
+    """The LLM provider failed (HTTP error, protocol error, timeout, malformed tool-call
+    JSON). Drives the session to ``failed``."""
+
+
+class ToolError(AgentError):
+    """A tool failed, was unknown, or received invalid arguments."""
+
+
+class StreamCallbackError(AgentError):
+    """The application's event listener raised (reference §8.4)."""
+
+
+class ExecutionFailedError(AgentError):
+    """An execution ended as ``failed``, ``blocked`` or ``cancelled`` without a more
+    specific error; ``status`` and ``execution_id`` say which."""

@@ -1,0 +1,172 @@
+"""Transition-table types: the data the code generator emits and the dispatcher runs.
+
+Generated modules (``phronomy_fsm.generated.<machine>``) import only the standard library
+and this module. Everything here is plain immutable data (``NamedTuple`` rows, which are
+cheap to build at import time and print as valid Python), so a generated module is data,
+not logic (``../shared/design/STYLE.md`` "Layout and boundaries").
+
+State kinds, barrier outcomes and offload semantics are those of the spec language
+(``docs/spec-format.md``; reference §1.1 for the state categories).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+#: State kinds as strings (see :class:`phronomy_fsm.spec.model.StateKind`).
+AUTO = "auto"
+EXTERNAL = "external"
+WAIT = "wait"
+FINAL = "final"
+STATE_KINDS = (AUTO, EXTERNAL, WAIT, FINAL)
+
+#: The event an auto state posts to itself after its entry work.
+STATE_COMPLETED = "state_completed"
+
+#: Barrier outcomes (ARCHITECTURE.md "Specs"; reference §4.4 for their meaning).
+COMMITTED = "committed"
+NOT_COMMITTED = "not_committed"
+CONFLICT = "conflict"
+OUTCOME_UNKNOWN = "outcome_unknown"
+BARRIER_OUTCOMES = (COMMITTED, NOT_COMMITTED, CONFLICT, OUTCOME_UNKNOWN)
+
+
+class OffloadRow(NamedTuple):
+    """Work run on the offload pool: the hook prepares it on the loop thread; its value
+    is posted as ``completed``, its exception as ``failed``."""
+
+    hook: str
+    completed: str
+    failed: str
+
+
+class BarrierRow(NamedTuple):
+    """A durable commit started on entry; each outcome is posted as its event."""
+
+    name: str
+    committed: str
+    not_committed: str
+    conflict: str
+    outcome_unknown: str
+
+    def event_for(self, outcome: str) -> str:
+        """Return the event posted for ``outcome`` (one of :data:`BARRIER_OUTCOMES`).
+
+        Raises ``ValueError`` for any other outcome."""
+        if outcome not in BARRIER_OUTCOMES:
+            raise ValueError(f"unknown barrier outcome {outcome!r}; expected one of {BARRIER_OUTCOMES}")
+        return getattr(self, outcome)  # type: ignore[no-any-return]
+
+
+class TimeoutRow(NamedTuple):
+    """A timer armed on entry: ``event`` is posted after ``seconds`` unless the state
+    was left first."""
+
+    seconds: float
+    event: str
+
+
+class StateRow(NamedTuple):
+    """One state: kind (one of :data:`STATE_KINDS`), entry actions, and optional work."""
+
+    name: str
+    kind: str
+    entry: tuple[str, ...] = ()
+    offload: OffloadRow | None = None
+    barrier: BarrierRow | None = None
+    timeout: TimeoutRow | None = None
+    description: str = ""
+
+
+class EventRow(NamedTuple):
+    """One event; ``unhandled`` is ``"error"`` or ``"ignore"``."""
+
+    name: str
+    payload: str | None = None
+    unhandled: str = "error"
+    description: str = ""
+
+
+class TransitionRow(NamedTuple):
+    """One row of the ordered table. ``target`` is ``None`` for an internal transition;
+    ``guard`` names a guard hook (``negated`` inverts it)."""
+
+    index: int
+    sources: tuple[str, ...]
+    event: str
+    target: str | None
+    guard: str | None = None
+    negated: bool = False
+    actions: tuple[str, ...] = ()
+    offload: OffloadRow | None = None
+    barrier: BarrierRow | None = None
+    description: str = ""
+
+
+class MigrationRow(NamedTuple):
+    """How durable state names of executions started under an older spec map to this
+    one (see ``docs/spec-format.md`` "Migrations")."""
+
+    from_version: int
+    from_sha256: str | None
+    rename_states: tuple[tuple[str, str], ...]
+
+
+class MachineTable(NamedTuple):
+    """A compiled machine: everything the dispatcher needs, in deterministic order.
+
+    ``guards``, ``actions``, ``offload_hooks`` and ``barriers`` list the hook names the
+    application must provide (the generated ``Hooks`` Protocol declares them as methods).
+    """
+
+    machine: str
+    version: int
+    spec_sha256: str
+    initial: str
+    states: tuple[StateRow, ...]
+    events: tuple[EventRow, ...]
+    transitions: tuple[TransitionRow, ...]
+    guards: tuple[str, ...] = ()
+    actions: tuple[str, ...] = ()
+    offload_hooks: tuple[str, ...] = ()
+    barriers: tuple[str, ...] = ()
+    migrations: tuple[MigrationRow, ...] = ()
+
+    def state(self, name: str) -> StateRow:
+        """Return the row of state ``name``; ``KeyError`` if there is none."""
+        for row in self.states:
+            if row.name == name:
+                return row
+        raise KeyError(name)
+
+    def hook_names(self) -> tuple[str, ...]:
+        """Every hook name the application must provide, sorted."""
+        return tuple(sorted({*self.guards, *self.actions, *self.offload_hooks, *self.barriers}))
+
+
+class BarrierOutcome(NamedTuple):
+    """What a barrier hook's work reports back.
+
+    ``outcome`` is one of :data:`BARRIER_OUTCOMES` (after reconciliation of a lost
+    response: ``outcome_unknown`` means the read-back could not prove either way);
+    ``revision`` is the durable revision after a commit (``None`` when nothing was
+    committed); ``value`` is whatever the barrier wants to hand to the next step (the
+    committed record); ``error`` explains a non-committed outcome.
+    """
+
+    outcome: str
+    revision: int | None = None
+    value: Any = None
+    error: BaseException | None = None
+
+
+#: What an offload hook returns: a callable run on a worker thread with an
+#: ``phronomy_fsm.runtime.OffloadContext``; its return value becomes the payload of the
+#: ``completed`` event, its exception the payload of ``failed``.
+OffloadWork = Callable[[Any], Any]
+
+#: What a barrier hook returns: either a zero-argument callable run on a worker thread
+#: that returns a :class:`BarrierOutcome`, or a ``phronomy_fsm.runtime.Task`` that
+#: settles with one (for example a commit queued on the store's group-commit writer).
+BarrierWork = Any
