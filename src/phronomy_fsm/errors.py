@@ -74,6 +74,28 @@ class StaleOutputError(PhronomyError):
     differs from what the specs produce now; ``paths`` lists the stale files."""
 
 
+class ProjectConfigError(PhronomyError):
+    """The ``[tool.phronomy_fsm]`` table of a ``pyproject.toml`` is missing, unreadable
+    or malformed (``path`` names the file, ``key`` the offending key when there is one),
+    or one of its spec globs matches no file. Fix the table (keys ``specs``, ``out``,
+    ``diagrams``; see docs/spec-format.md "Generated code") or pass the paths on the
+    command line (issue 2 item 9)."""
+
+
+class RenderError(PhronomyError):
+    """A diagram could not be rendered to an image: the Graphviz ``dot`` binary is
+    missing, or it failed on the DOT text. ``format`` is the requested image format
+    (``svg``, ``png``) and ``reason`` the cause (``missing`` or ``failed``). Install
+    Graphviz (Debian: ``apt-get install graphviz``) or ask for the ``dot`` or
+    ``mermaid`` text formats, which need no binary (issue 2 item 7)."""
+
+
+class MissingDependencyError(PhronomyError):
+    """An optional dependency is not installed: ``package`` names it and ``extra`` the
+    extra that installs it (for example ``transitions`` from
+    ``pip install 'phronomy-fsm[interop]'``)."""
+
+
 # --- runtime layer ----------------------------------------------------------------
 
 

@@ -1,0 +1,181 @@
+"""Committed diagrams (``docs/diagrams/``) and their freshness check.
+
+For each spec, three files are written next to each other:
+
+- ``<machine>.dot``: the DOT text of :func:`phronomy_fsm.diagram.render_dot`; it comes
+  from our code only, so it is compared byte for byte;
+- ``<machine>.mmd``: the Mermaid text, compared byte for byte;
+- ``<machine>.svg``: ``dot``'s rendering of that DOT text, stamped with the DOT's sha256
+  in an XML comment. SVG bytes vary with the Graphviz version, so the check does not
+  compare them: it verifies that the stamp matches the fresh DOT text, i.e. that the
+  SVG was rendered from exactly the DOT that is committed.
+
+Writing re-renders an SVG only when its stamp does not match (a Graphviz upgrade does
+not churn committed SVGs). Checking needs no ``dot`` binary. This is the diagram
+counterpart of ``generate --check`` (issue 2 item 7; ARCHITECTURE.md "Generated code").
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import attrs
+
+from phronomy_fsm.diagram import (
+    build_diagram,
+    dot_sha256,
+    render_dot,
+    render_mermaid,
+    render_svg,
+    svg_dot_sha256,
+)
+from phronomy_fsm.errors import GenerationError
+from phronomy_fsm.spec.issues import SpecIssue
+from phronomy_fsm.spec.model import MachineSpec
+from phronomy_fsm.spec.validate import check_spec_file
+
+#: Suffixes written per machine, in the order they are produced.
+SUFFIXES = (".dot", ".mmd", ".svg")
+
+
+@attrs.frozen
+class DiagramFile:
+    """One committed diagram file: ``path`` (as under ``out_dir``), the machine it
+    draws, whether it was (or, when checking, would be) rewritten, and why
+    (``"missing"``, ``"differs"``, ``"not stamped"``, ``"rendered from other DOT"``,
+    or ``""`` when fresh)."""
+
+    machine: str
+    path: Path
+    changed: bool
+    reason: str = ""
+
+
+@attrs.frozen
+class DiagramReport:
+    """What :func:`write_diagrams` did: the files, and every spec issue met."""
+
+    files: tuple[DiagramFile, ...]
+    issues: tuple[SpecIssue, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when no spec had an error."""
+        return not any(i.is_error for i in self.issues)
+
+    @property
+    def stale(self) -> tuple[DiagramFile, ...]:
+        """Files that differ from what the specs produce now."""
+        return tuple(f for f in self.files if f.changed)
+
+
+def diagram_texts(spec: MachineSpec) -> tuple[str, str]:
+    """Return ``(dot, mermaid)`` text for ``spec``, exactly as committed."""
+    diagram = build_diagram(spec)
+    return render_dot(diagram), render_mermaid(diagram)
+
+
+def write_diagrams(
+    spec_paths: Iterable[str | os.PathLike[str]],
+    out_dir: str | os.PathLike[str],
+    *,
+    check: bool = False,
+    render: Callable[[str], bytes] = render_svg,
+) -> DiagramReport:
+    """Write (or check) ``<machine>.dot``, ``.mmd`` and ``.svg`` for every spec.
+
+    Args:
+        spec_paths: spec files; all are validated before anything is written.
+        out_dir: the diagrams folder (created when writing).
+        check: compare instead of writing; needs no ``dot`` binary.
+        render: DOT text → stamped SVG bytes (default :func:`phronomy_fsm.diagram.render_svg`;
+            tests substitute a stub).
+
+    Returns:
+        A :class:`DiagramReport`. Nothing is written when any spec has an error or two
+        specs declare the same machine. Unchanged files are not rewritten.
+
+    Raises:
+        RenderError: writing needed a new SVG and ``dot`` is missing or failed.
+        GenerationError: a file could not be read or written.
+    """
+    out = Path(out_dir)
+    issues: list[SpecIssue] = []
+    specs: list[MachineSpec] = []
+    machines: dict[str, str] = {}
+    for spec_path in spec_paths:
+        result = check_spec_file(Path(spec_path))
+        issues.extend(result.issues)
+        if not result.ok or result.spec is None:
+            continue
+        if result.spec.machine in machines:
+            issues.append(
+                SpecIssue(
+                    "NAME_COLLISION",
+                    f"machine {result.spec.machine!r} is also declared by {machines[result.spec.machine]}; "
+                    "both would draw the same diagram files — rename one",
+                    "$.machine",
+                    result.spec.loc,
+                )
+            )
+            continue
+        machines[result.spec.machine] = os.fspath(spec_path)
+        specs.append(result.spec)
+    if any(i.is_error for i in issues):
+        return DiagramReport((), tuple(issues))
+    files: list[DiagramFile] = []
+    pending: list[tuple[Path, Callable[[], bytes]]] = []
+    for spec in specs:
+        dot, mermaid = diagram_texts(spec)
+        for suffix, text in ((".dot", dot), (".mmd", mermaid)):
+            path = out / f"{spec.machine}{suffix}"
+            data = text.encode("utf-8")
+            current = _read(path)
+            reason = "missing" if current is None else "" if current == data else "differs"
+            if reason:
+                pending.append((path, functools.partial(bytes, data)))
+            files.append(DiagramFile(spec.machine, path, bool(reason), reason))
+        path = out / f"{spec.machine}.svg"
+        current = _read(path)
+        if current is None:
+            reason = "missing"
+        else:
+            stamp = svg_dot_sha256(current)
+            reason = (
+                ""
+                if stamp == dot_sha256(dot)
+                else "not stamped"
+                if stamp is None
+                else "rendered from other DOT"
+            )
+        if reason:
+            pending.append((path, functools.partial(render, dot)))
+        files.append(DiagramFile(spec.machine, path, bool(reason), reason))
+    if not check:
+        # render every image first, so a missing or failing dot writes nothing at all
+        contents = [(path, produce()) for path, produce in pending]
+        for path, data in contents:
+            _write(path, data)
+    return DiagramReport(tuple(files), tuple(issues))
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise GenerationError(f"cannot read {path}: {exc}") from exc
+
+
+def _write(path: Path, data: bytes) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise GenerationError(f"cannot write {path}: {exc}") from exc
