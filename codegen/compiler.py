@@ -357,10 +357,17 @@ def compile_spec(spec: MachineSpec, *, source_name: str | None = None) -> str:
 def display_path(path: str | os.PathLike[str], base: Path | None = None) -> str:
     """Return ``path`` relative to ``base`` (default: the working directory) in posix
     form; an absolute path outside ``base`` is reduced to its file name, so generated
-    files never hold absolute paths."""
+    files never hold absolute paths.
+
+    Without ``base`` a relative path is returned as given. With ``base`` a relative path
+    is first taken relative to the working directory, so the result does not depend on
+    the folder the command runs from (``generate`` from a sub-folder of a project writes
+    the same headers as from its root)."""
     p = Path(path)
     if not p.is_absolute():
-        return PurePath(p).as_posix()
+        if base is None:
+            return PurePath(p).as_posix()
+        p = Path.cwd() / p
     base = (base or Path.cwd()).resolve()
     try:
         return p.resolve().relative_to(base).as_posix()

@@ -1,0 +1,376 @@
+"""Spec commands of the ``phronomy-fsm`` CLI: ``validate``, ``generate``, ``diagram``.
+
+A thin click layer over :mod:`phronomy_fsm.spec.validate`, ``phronomy_fsm.codegen``,
+:mod:`phronomy_fsm.diagram` and :mod:`phronomy_fsm.diagram_files` (ARCHITECTURE.md
+"CLI"; issue 2 item 9). Diagnostics go to stderr as ``file:line:col: CODE message``;
+results go to stdout. Exit codes: 0 success; 1 invalid spec, stale output or render
+failure; 2 usage error (click's own). Library errors (:class:`PhronomyError`
+subclasses) and ``OSError`` become one-line diagnostics and exit code 1, never a
+traceback.
+
+Without spec paths, ``generate`` and ``diagram --all`` read ``[tool.phronomy_fsm]``
+(``specs``, ``out``, ``diagrams``) from the nearest ``pyproject.toml`` above the working
+directory (:mod:`phronomy_fsm.project`), so they behave the same in this repository and
+in a user's project.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import unicodedata
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import click
+
+from phronomy_fsm.errors import PhronomyError, SpecError
+from phronomy_fsm.project import ProjectConfig, find_pyproject, load_project_config
+from phronomy_fsm.spec.issues import SpecIssue
+from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES
+from phronomy_fsm.spec.validate import CheckResult, check_spec_file
+
+_SUFFIX_FORMATS = {
+    ".dot": "dot",
+    ".gv": "dot",
+    ".svg": "svg",
+    ".png": "png",
+    ".mmd": "mermaid",
+    ".mermaid": "mermaid",
+}
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def one_line(text: str) -> str:
+    """Return ``text`` with control characters (newlines included) written as Python
+    escapes, so one diagnostic is always one line of the terminal."""
+    return "".join(
+        ch.encode("unicode_escape").decode("ascii")
+        if unicodedata.category(ch) in ("Cc", "Cs")
+        else ch
+        for ch in text
+    )
+
+
+def render_issue(issue: SpecIssue) -> str:
+    """``file:line:col: CODE message (at path)``; warnings say ``warning:`` before the
+    message. Control characters (from file names or spec text) are escaped."""
+    prefix = "" if issue.is_error else "warning: "
+    return one_line(f"{issue.loc.render()}: {issue.code} {prefix}{issue.message} (at {issue.path})")
+
+
+def _echo_issues(issues: Iterable[SpecIssue]) -> None:
+    for issue in issues:
+        click.echo(render_issue(issue), err=True)
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {one_line(message)}", err=True)
+    raise click.exceptions.Exit(1)
+
+
+@contextlib.contextmanager
+def _errors_to_exit_code() -> Iterator[None]:
+    """Turn library errors and OS errors into a one-line diagnostic and exit code 1."""
+    try:
+        yield
+    except SpecError as exc:
+        _echo_issues(exc.issues)
+        _fail(str(exc))
+    except PhronomyError as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(
+            f"{exc.filename + ': ' if isinstance(exc.filename, str) else ''}{exc.strerror or exc}"
+        )
+
+
+def _shown(path: Path) -> str:
+    """A path for messages: relative to the working directory when under it."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _project_root() -> Path | None:
+    pyproject = find_pyproject()
+    return pyproject.parent if pyproject is not None else None
+
+
+# ----------------------------------------------------------------------- validate
+
+
+@click.command("validate")
+@click.argument("specs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text: diagnostics on stderr; json: one JSON document on stdout.",
+)
+@click.option(
+    "--strict", is_flag=True, help="Fail on warnings too (unused events, missing descriptions)."
+)
+@click.option(
+    "--max-bytes",
+    type=click.IntRange(min=1),
+    default=DEFAULT_MAX_BYTES,
+    show_default=True,
+    help="Refuse spec files larger than this many bytes.",
+)
+def validate_command(specs: tuple[Path, ...], fmt: str, strict: bool, max_bytes: int) -> None:
+    """Validate SPEC files: load each, check every rule, report every issue.
+
+    Each issue is printed as FILE:LINE:COL: CODE message (at $.path); the codes are
+    listed in docs/spec-format.md. Exits 1 when any spec has an error (or, with
+    --strict, a warning).
+    """
+    with _errors_to_exit_code():
+        results = [(path, check_spec_file(path, max_bytes=max_bytes)) for path in specs]
+    failed = [path for path, result in results if not _passes(result, strict)]
+    if fmt == "json":
+        document = {
+            "ok": not failed,
+            "strict": strict,
+            "files": [_json_result(path, result, strict) for path, result in results],
+        }
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+    else:
+        for path, result in results:
+            _echo_issues(result.issues)
+            errors = len(result.errors())
+            warnings = len(result.issues) - errors
+            if _passes(result, strict):
+                spec = result.spec
+                assert spec is not None
+                click.echo(
+                    one_line(
+                        f"{path}: valid ({spec.machine}: {len(spec.states)} states, "
+                        f"{len(spec.transitions)} transitions, {warnings} warning(s))"
+                    )
+                )
+            else:
+                click.echo(
+                    one_line(f"{path}: invalid ({errors} error(s), {warnings} warning(s))"),
+                    err=True,
+                )
+    if failed:
+        raise click.exceptions.Exit(1)
+
+
+def _passes(result: CheckResult, strict: bool) -> bool:
+    return result.ok and not (strict and result.issues)
+
+
+def _json_result(path: Path, result: CheckResult, strict: bool) -> dict[str, object]:
+    errors = len(result.errors())
+    return {
+        "file": os.fspath(path),
+        "ok": _passes(result, strict),
+        "machine": result.spec.machine if result.spec is not None else None,
+        "states": len(result.spec.states) if result.spec is not None else None,
+        "transitions": len(result.spec.transitions) if result.spec is not None else None,
+        "errors": errors,
+        "warnings": len(result.issues) - errors,
+        "issues": [issue.to_json() for issue in result.issues],
+    }
+
+
+# ----------------------------------------------------------------------- generate
+
+
+@click.command("generate")
+@click.argument("specs", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Output folder (default: 'out' of [tool.phronomy_fsm] in the nearest pyproject.toml).",
+)
+@click.option(
+    "--check", is_flag=True, help="Write nothing; exit 1 listing modules that are stale or missing."
+)
+def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> None:
+    """Compile SPEC files into Python modules of transition tables (<out>/<machine>.py).
+
+    Without SPEC arguments the specs and the output folder come from the
+    [tool.phronomy_fsm] table (keys 'specs', a list of globs relative to the
+    pyproject.toml, and 'out') of the nearest pyproject.toml above the current
+    directory. Output is deterministic; unchanged modules are not rewritten. Headers
+    name the spec relative to the project root, so the result does not depend on the
+    folder you run from.
+    """
+    from phronomy_fsm.codegen import generate
+
+    with _errors_to_exit_code():
+        config: ProjectConfig | None = None
+        if not specs or out is None:
+            config = load_project_config()
+        spec_paths: list[Path] = list(specs) if specs else config.spec_paths()  # type: ignore[union-attr]
+        out_dir = out if out is not None else config.require("out")  # type: ignore[union-attr]
+        root = config.root if config is not None else _project_root()
+        report = generate(spec_paths, out_dir, check=check, base=root)
+    _echo_issues(report.issues)
+    if not report.ok:
+        _fail(f"{sum(1 for i in report.issues if i.is_error)} spec error(s); nothing was written")
+    for file in report.files:
+        shown = _shown(file.out_path)
+        if check:
+            if file.changed:
+                state = "missing" if not file.out_path.exists() else "stale"
+                click.echo(
+                    f"{shown}: {state} (from {file.spec_path}); run phronomy-fsm generate", err=True
+                )
+            else:
+                click.echo(f"{shown}: up to date")
+        else:
+            click.echo(f"{shown}: {'written' if file.changed else 'unchanged'}")
+    if check and report.stale:
+        _fail(f"{len(report.stale)} generated module(s) out of date")
+
+
+# ------------------------------------------------------------------------ diagram
+
+
+@click.command("diagram")
+@click.argument("spec", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["dot", "svg", "png", "mermaid"]),
+    help="Output format (default: from the -o suffix, else dot).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write here instead of stdout (required for png/svg when stdout is a terminal).",
+)
+@click.option("--no-legend", is_flag=True, help="Leave the legend out of DOT/SVG/PNG output.")
+@click.option(
+    "--all",
+    "all_",
+    is_flag=True,
+    help="(Re)write <machine>.dot/.svg/.mmd for every spec of [tool.phronomy_fsm] into its 'diagrams' folder.",
+)
+@click.option(
+    "--check", is_flag=True, help="With --all: write nothing; exit 1 listing stale diagrams."
+)
+def diagram_command(
+    spec: Path | None,
+    fmt: str | None,
+    output: Path | None,
+    no_legend: bool,
+    all_: bool,
+    check: bool,
+) -> None:
+    """Draw the state diagram of SPEC as DOT, SVG, PNG or Mermaid.
+
+    States are styled by kind (auto, external, wait, final); barrier states, wait
+    states and recovery_required are marked and explained in a legend; edges are
+    labelled 'event [guard] / barrier' with their actions. SVG and PNG need the
+    Graphviz 'dot' program.
+
+    With --all, the committed diagrams of every spec listed in [tool.phronomy_fsm]
+    are refreshed (DOT and Mermaid compared byte for byte; each SVG carries the sha256
+    of the DOT it was rendered from); --all --check verifies them without 'dot'.
+    """
+    if all_:
+        if spec is not None or fmt is not None or output is not None or no_legend:
+            raise click.UsageError("--all takes no SPEC, --format, -o or --no-legend")
+        _diagram_all(check)
+        return
+    if check:
+        raise click.UsageError("--check only applies with --all")
+    if spec is None:
+        raise click.UsageError("give a SPEC file, or --all")
+    if fmt is None:
+        if output is not None:
+            fmt = _SUFFIX_FORMATS.get(output.suffix.lower())
+            if fmt is None:
+                raise click.UsageError(
+                    f"cannot tell the format from {output.name!r}; pass --format"
+                )
+        else:
+            fmt = "dot"
+    binary = fmt in ("svg", "png")
+    if binary and output is None and sys.stdout.isatty():
+        raise click.UsageError(
+            f"{fmt} output is not written to a terminal; pass -o PATH (or redirect stdout)"
+        )
+
+    from phronomy_fsm.diagram import (
+        build_diagram,
+        render_dot,
+        render_image,
+        render_mermaid,
+        render_svg,
+    )
+
+    with _errors_to_exit_code():
+        result = check_spec_file(spec)
+        _echo_issues(result.issues)
+        if not result.ok or result.spec is None:
+            _fail(f"{spec}: invalid spec; nothing drawn")
+        assert result.spec is not None
+        diagram = build_diagram(result.spec)
+        if fmt == "mermaid":
+            data = render_mermaid(diagram).encode("utf-8")
+        else:
+            dot = render_dot(diagram, legend=not no_legend)
+            if fmt == "dot":
+                data = dot.encode("utf-8")
+            elif fmt == "svg":
+                data = render_svg(dot)
+            else:
+                data = render_image(dot, "png")
+        if output is not None:
+            output.write_bytes(data)
+            click.echo(f"{_shown(output)}: written ({fmt})", err=True)
+        elif binary:
+            sys.stdout.flush()
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+        else:
+            click.echo(data.decode("utf-8"), nl=False)
+
+
+def _diagram_all(check: bool) -> None:
+    from phronomy_fsm.diagram_files import write_diagrams
+
+    with _errors_to_exit_code():
+        config = load_project_config()
+        spec_paths = config.spec_paths()
+        out_dir = config.require("diagrams")
+        report = write_diagrams(spec_paths, out_dir, check=check)
+    _echo_issues(report.issues)
+    if not report.ok:
+        _fail(
+            f"{sum(1 for i in report.issues if i.is_error)} spec error(s); no diagram was written"
+        )
+    for file in report.files:
+        shown = _shown(file.path)
+        if check:
+            if file.changed:
+                click.echo(
+                    f"{shown}: stale ({file.reason}); run phronomy-fsm diagram --all", err=True
+                )
+            else:
+                click.echo(f"{shown}: up to date")
+        else:
+            click.echo(f"{shown}: {'written' if file.changed else 'unchanged'}")
+    if check and report.stale:
+        _fail(f"{len(report.stale)} diagram file(s) out of date")
+
+
+def register(main: click.Group) -> None:
+    """Add ``validate``, ``generate`` and ``diagram`` to the ``phronomy-fsm`` group."""
+    main.add_command(validate_command)
+    main.add_command(generate_command)
+    main.add_command(diagram_command)
