@@ -1,0 +1,33 @@
+"""The ``phronomy-fsm`` command line: a thin click layer over the library.
+
+Commands live in sibling modules by area (specs, store, agents) and are registered on
+:data:`main`. This package is the only place that turns library errors into exit codes:
+0 success, 1 invalid input or a failed check, 2 usage error (click's own). Diagnostics go
+to stderr.
+"""
+
+from __future__ import annotations
+
+import click
+
+from phronomy_fsm import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="phronomy-fsm")
+def main() -> None:
+    """Durable LLM-agent executions as explicit, generated finite-state machines."""
+
+
+def _register() -> None:
+    from phronomy_fsm.cli import spec_commands
+
+    spec_commands.register(main)
+    try:
+        from phronomy_fsm.cli import store_commands
+    except ImportError:  # pragma: no cover - during development only
+        return
+    store_commands.register(main)
+
+
+_register()

@@ -1,0 +1,42 @@
+"""The runtime core: dispatcher loop, offload pool, tasks, cancellation, clocks, timers.
+
+It runs any machine compiled by the code generator (issue 3): bind a generated ``TABLE``
+to a hooks object with :func:`bind_machine`, then start sessions on a
+:class:`Dispatcher`. The runtime never imports jinja2 or the YAML parser.
+"""
+
+from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT, MachineBinding, bind_machine
+from phronomy_fsm.runtime.cancellation import CancellationToken
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+from phronomy_fsm.runtime.dispatcher import (
+    Authority,
+    Dispatcher,
+    OffloadContext,
+    SessionResult,
+    StepRecord,
+)
+from phronomy_fsm.runtime.offload import OffloadPool, Operation
+from phronomy_fsm.runtime.tasks import Task, on_loop_thread
+from phronomy_fsm.runtime.timers import TimerQueue, TimerService
+
+__all__ = [
+    "DEFAULT_STEP_LIMIT",
+    "SYSTEM_CLOCK",
+    "Authority",
+    "CancellationToken",
+    "Clock",
+    "Dispatcher",
+    "MachineBinding",
+    "ManualClock",
+    "OffloadContext",
+    "OffloadPool",
+    "Operation",
+    "SessionResult",
+    "StepRecord",
+    "SystemClock",
+    "Task",
+    "TimerQueue",
+    "TimerService",
+    "bind_machine",
+    "on_loop_thread",
+]

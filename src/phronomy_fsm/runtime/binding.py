@@ -1,0 +1,236 @@
+"""Binding a generated table to an application's hooks: done once, not per event.
+
+:func:`bind_machine` turns a :class:`~phronomy_fsm.table.MachineTable` and a hooks object
+(an implementation of the generated ``Hooks`` Protocol) into a :class:`MachineBinding`:
+one compiled :class:`Node` per state whose ``rows`` map each event to its candidate
+transitions with guards, actions, offload hooks and barriers already resolved to bound
+methods (issue 3 item 3, "hook resolution once"; PERFORMANCE.md "resolve guards and
+actions once at registration rather than per event"). Every missing hook is reported at
+once by :class:`~phronomy_fsm.errors.MissingHookError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from phronomy_fsm.errors import MissingHookError
+from phronomy_fsm.table import AUTO, EXTERNAL, FINAL, STATE_KINDS, WAIT, BarrierRow, MachineTable
+
+Hook = Callable[[Any, Any], Any]
+
+#: Default step limit per session (reference §1.1 recursion_limit; agents pass their own).
+DEFAULT_STEP_LIMIT = 100_000
+
+
+class Row:
+    """One compiled transition: resolved guard and actions, target node (``None`` for an
+    internal transition), and optional transition-level work."""
+
+    __slots__ = (
+        "index",
+        "event",
+        "source",
+        "target",
+        "guard",
+        "guard_name",
+        "negated",
+        "actions",
+        "action_names",
+        "offload",
+        "barrier",
+        "internal",
+        "action",
+    )
+
+    def __init__(self) -> None:
+        self.index = 0
+        self.event = ""
+        self.source = ""
+        self.target: Node | None = None
+        self.guard: Hook | None = None
+        self.guard_name: str | None = None
+        self.negated = False
+        self.actions: tuple[Hook, ...] = ()
+        self.action_names: tuple[str, ...] = ()
+        self.offload: OffloadWorkSpec | None = None
+        self.barrier: BarrierWorkSpec | None = None
+        self.internal = False
+        self.action: Hook | None = None
+
+    def render_guard(self) -> str | None:
+        """The guard as written (``name`` / ``not name``), or None."""
+        if self.guard_name is None:
+            return None
+        return f"not {self.guard_name}" if self.negated else self.guard_name
+
+
+class OffloadWorkSpec:
+    """A resolved offload: the preparing hook and its two outcome events."""
+
+    __slots__ = ("name", "prepare", "completed", "failed")
+
+    def __init__(self, name: str, prepare: Hook, completed: str, failed: str) -> None:
+        self.name, self.prepare, self.completed, self.failed = name, prepare, completed, failed
+
+
+class BarrierWorkSpec:
+    """A resolved barrier: the hook preparing the commit and the outcome → event row."""
+
+    __slots__ = ("name", "prepare", "row")
+
+    def __init__(self, name: str, prepare: Hook, row: BarrierRow) -> None:
+        self.name, self.prepare, self.row = name, prepare, row
+
+
+class Node:
+    """One compiled state.
+
+    ``rows`` maps an event to a bare :class:`Row` when that event has exactly one row
+    that the dispatcher may take on its inlined fast path (no guard, a target, no
+    transition-level work, at most one action), otherwise to a tuple of candidate rows
+    tried in table order. ``mode`` says what entering the state takes: 0 nothing (an
+    external state with no entry work, timer or offload/barrier), 1 only posting
+    ``state_completed`` (such an auto state), 2 the general entry procedure.
+    """
+
+    __slots__ = ("name", "kind", "rows", "entry", "entry_names", "offload", "barrier", "timeout", "mode")
+
+    def __init__(self, name: str, kind: str) -> None:
+        self.name = name
+        self.kind = kind
+        self.rows: dict[str, Row | tuple[Row, ...]] = {}
+        self.entry: tuple[Hook, ...] = ()
+        self.entry_names: tuple[str, ...] = ()
+        self.offload: OffloadWorkSpec | None = None
+        self.barrier: BarrierWorkSpec | None = None
+        self.timeout: tuple[float, str] | None = None
+        self.mode = 2
+
+    def __repr__(self) -> str:
+        return f"<Node {self.name} {self.kind}>"
+
+
+class MachineBinding:
+    """A table bound to a hooks object; shared by every session of that machine.
+
+    Attributes:
+        table: the generated table.
+        hooks: the application's hooks object.
+        machine: the machine name.
+        nodes: state name → :class:`Node`.
+        initial: the initial node.
+        ignored: events declared ``unhandled: ignore``.
+        events: every declared event.
+        step_limit: default step limit for sessions of this binding.
+    """
+
+    __slots__ = ("table", "hooks", "machine", "nodes", "initial", "ignored", "events", "step_limit")
+
+    def __init__(self, table: MachineTable, hooks: Any, nodes: dict[str, Node], step_limit: int) -> None:
+        self.table = table
+        self.hooks = hooks
+        self.machine = table.machine
+        self.nodes = nodes
+        self.initial = nodes[table.initial]
+        self.ignored = frozenset(e.name for e in table.events if e.unhandled == "ignore")
+        self.events = frozenset(e.name for e in table.events)
+        self.step_limit = step_limit
+
+    def __repr__(self) -> str:
+        return f"<MachineBinding {self.machine} ({len(self.nodes)} states)>"
+
+
+def bind_machine(table: MachineTable, hooks: Any, *, step_limit: int = DEFAULT_STEP_LIMIT) -> MachineBinding:
+    """Resolve every hook of ``table`` on ``hooks`` and compile the state nodes.
+
+    Args:
+        table: a generated ``TABLE``.
+        hooks: any object with a callable attribute for each guard, action, offload hook
+            and barrier the table names (the generated ``Hooks`` Protocol). Each is
+            called as ``hook(ctx, payload)`` on the loop thread.
+        step_limit: transitions a session may take before it fails with
+            :class:`~phronomy_fsm.errors.StepLimitError` (reference §1.1).
+
+    Raises:
+        MissingHookError: hooks are missing or not callable; ``missing`` lists them all.
+        ValueError: the table is inconsistent (an unknown kind or state name) — tables
+            from the code generator never are.
+    """
+    missing = [name for name in table.hook_names() if not callable(getattr(hooks, name, None))]
+    if missing:
+        raise MissingHookError(
+            f"{type(hooks).__name__} lacks {len(missing)} hook(s) required by machine "
+            f"{table.machine!r}: {', '.join(missing)} (implement the generated Hooks Protocol)",
+            machine=table.machine,
+            missing=tuple(missing),
+        )
+    resolve = lambda name: getattr(hooks, name)  # noqa: E731 - tiny local helper
+
+    nodes: dict[str, Node] = {}
+    for state in table.states:
+        if state.kind not in STATE_KINDS:
+            raise ValueError(f"state {state.name!r} has unknown kind {state.kind!r}")
+        node = Node(state.name, state.kind)
+        node.entry = tuple(resolve(a) for a in state.entry)
+        node.entry_names = tuple(state.entry)
+        if state.offload is not None:
+            o = state.offload
+            node.offload = OffloadWorkSpec(o.hook, resolve(o.hook), o.completed, o.failed)
+        if state.barrier is not None:
+            node.barrier = BarrierWorkSpec(state.barrier.name, resolve(state.barrier.name), state.barrier)
+        if state.timeout is not None:
+            node.timeout = (float(state.timeout.seconds), state.timeout.event)
+        nodes[state.name] = node
+
+    candidates: dict[tuple[str, str], list[Row]] = {}
+    for t in table.transitions:
+        for source in t.sources:
+            row = Row()
+            row.index = t.index
+            row.event = t.event
+            row.source = source
+            row.internal = t.target is None
+            row.target = None if t.target is None else nodes[t.target]
+            if t.guard is not None:
+                row.guard = resolve(t.guard)
+                row.guard_name = t.guard
+                row.negated = t.negated
+            row.actions = tuple(resolve(a) for a in t.actions)
+            row.action_names = tuple(t.actions)
+            if t.offload is not None:
+                o = t.offload
+                row.offload = OffloadWorkSpec(o.hook, resolve(o.hook), o.completed, o.failed)
+            if t.barrier is not None:
+                row.barrier = BarrierWorkSpec(t.barrier.name, resolve(t.barrier.name), t.barrier)
+            candidates.setdefault((source, t.event), []).append(row)
+    for node in nodes.values():
+        simple = not node.entry and node.offload is None and node.barrier is None and node.timeout is None
+        node.mode = 0 if simple and node.kind == EXTERNAL else 1 if simple and node.kind == AUTO else 2
+    for (source, event), rows in candidates.items():
+        only = rows[0]
+        fast = (
+            len(rows) == 1
+            and only.guard is None
+            and not only.internal
+            and only.offload is None
+            and only.barrier is None
+            and len(only.actions) <= 1
+        )
+        if fast:
+            only.action = only.actions[0] if only.actions else None
+        nodes[source].rows[event] = only if fast else tuple(rows)
+    return MachineBinding(table, hooks, nodes, step_limit)
+
+
+__all__ = [
+    "AUTO",
+    "EXTERNAL",
+    "FINAL",
+    "WAIT",
+    "DEFAULT_STEP_LIMIT",
+    "MachineBinding",
+    "Node",
+    "Row",
+    "bind_machine",
+]

@@ -1,0 +1,975 @@
+"""The dispatcher: one loop thread that owns every live session.
+
+Reference §1.1 (FSMSession semantics) and §7.1 (EventLoop); ARCHITECTURE.md "Runtime".
+
+- A FIFO inbox carries session events, control messages (functions to run on the loop)
+  and results coming back from workers; timers fire at the top of each turn. One item is
+  handled to completion before the next.
+- A session runs a :class:`~phronomy_fsm.runtime.binding.MachineBinding`. For an event,
+  the candidate rows of the current state are tried in table order; the first whose
+  guard passes is taken: its actions run, the state changes, the target's entry actions
+  run, its offload or barrier starts, its timer is armed, and then by kind: an ``auto``
+  state posts ``state_completed`` to itself *through the queue*; a ``wait`` state halts
+  the session; a ``final`` state finishes it. A declared event whose guards all fail is
+  a no-op; an event with no row in the current state ends the session with
+  :class:`~phronomy_fsm.errors.UndeclaredEventError` unless the event is declared
+  ``unhandled: ignore``. Exceeding the step limit ends it with
+  :class:`~phronomy_fsm.errors.StepLimitError`.
+- Offloaded work and barrier commits run off the loop; their results come back as
+  messages carrying the :class:`Authority` they started under (session incarnation,
+  revision, state, state-entry serial, operation id) and are applied only if all still
+  match; otherwise they are dropped, logged and counted (reference §7.6).
+- A session may start at any state and fire one event directly (resume start,
+  reference §1.1): approval resume and recovery use it. Every resume is a new
+  incarnation with a new session id.
+
+Concurrency: :meth:`Dispatcher.post`, :meth:`Dispatcher.start_session`,
+:meth:`Dispatcher.call_soon` and :meth:`Dispatcher.stop` may be called from any thread.
+Everything else that reads or changes live state runs on the loop thread and asserts it
+(:class:`~phronomy_fsm.errors.WrongThreadError`). Hooks run on the loop thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures as cf
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from phronomy_fsm.errors import (
+    BackpressureError,
+    DispatcherStoppedError,
+    HookError,
+    StepLimitError,
+    UndeclaredEventError,
+    UnknownSessionError,
+    WrongThreadError,
+)
+from phronomy_fsm.runtime.binding import (
+    AUTO,
+    FINAL,
+    WAIT,
+    BarrierWorkSpec,
+    MachineBinding,
+    Node,
+    OffloadWorkSpec,
+    Row,
+)
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.offload import Operation, OffloadPool
+from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
+from phronomy_fsm.runtime.timers import TimerQueue
+from phronomy_fsm.table import BARRIER_OUTCOMES, OUTCOME_UNKNOWN, STATE_COMPLETED, BarrierOutcome
+
+log = logging.getLogger("phronomy_fsm.runtime")
+
+_SC = STATE_COMPLETED
+RUNNING = "running"
+DRAINING = "draining"
+STOPPED = "stopped"
+FAILED = "failed"
+MANUAL = "manual"
+
+FINISHED = "finished"
+HALTED = "halted"
+
+
+class Authority(NamedTuple):
+    """What a result must still match to be applied (reference §7.6)."""
+
+    session_id: int
+    revision: int | None
+    state: str
+    entry_serial: int
+    operation_id: int
+
+
+class StepRecord(NamedTuple):
+    """One transition taken, as given to observers (issue 3 item 8)."""
+
+    session_id: int
+    machine: str
+    source: str
+    event: str
+    guard: str | None
+    target: str
+    internal: bool
+    transition_index: int
+    step: int
+    monotonic: float
+
+
+class SessionResult(NamedTuple):
+    """How a session ended: ``status`` is ``finished`` (final state) or ``halted``
+    (wait state); ``state`` is where it stopped; ``context`` is its context object."""
+
+    session_id: int
+    machine: str
+    status: str
+    state: str
+    context: Any
+
+
+class DispatcherStats:
+    """Counters (read them from any thread; exact values need the loop thread)."""
+
+    __slots__ = (
+        "noops",
+        "ignored",
+        "dropped_unknown_session",
+        "dropped_stale",
+        "sessions_started",
+        "sessions_finished",
+        "sessions_halted",
+        "sessions_failed",
+        "backpressure",
+    )
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a dict."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Session:
+    """One live incarnation of a machine. Touched only on the loop thread."""
+
+    __slots__ = ("id", "binding", "ctx", "node", "serial", "steps", "revision", "group", "op", "on_done", "limit")
+
+    def __init__(
+        self,
+        session_id: int,
+        binding: MachineBinding,
+        ctx: Any,
+        group: Any,
+        on_done: Callable[[SessionResult | None, BaseException | None], None] | None,
+        revision: int | None,
+        limit: int,
+    ) -> None:
+        self.id = session_id
+        self.binding = binding
+        self.ctx = ctx
+        self.node: Node = binding.initial
+        self.serial = 0
+        self.steps = 0
+        self.revision = revision
+        self.group = group
+        self.op = 0
+        self.on_done = on_done
+        self.limit = limit
+
+    @property
+    def state(self) -> str:
+        """The current state's name."""
+        return self.node.name
+
+
+class OffloadContext:
+    """Handed to offload work on its worker thread.
+
+    Attributes:
+        authority: what the result must still match when it comes back.
+        cancellation: set when the session leaves the state early (cancel, timeout);
+            work may poll ``is_stale()`` or the token to stop early, but is never
+            interrupted.
+    """
+
+    __slots__ = ("authority", "_dispatcher")
+
+    def __init__(self, dispatcher: Dispatcher, authority: Authority) -> None:
+        self._dispatcher = dispatcher
+        self.authority = authority
+
+    def emit(self, event: str, payload: Any = None) -> None:
+        """Post ``event`` to the session, applied only while this work is still
+        authoritative (used for streamed tokens). Thread-safe."""
+        self._dispatcher.post_authorized(self.authority, event, payload)
+
+    def is_stale(self) -> bool:
+        """A best-effort hint: the session has left the state this work was started
+        in (read without the loop's ordering guarantees)."""
+        s = self._dispatcher._sessions.get(self.authority.session_id)
+        return s is None or s.serial != self.authority.entry_serial
+
+
+class Dispatcher:
+    """The single-threaded dispatcher loop (see the module docstring).
+
+    Args:
+        pool: the offload pool for offload hooks and callable barrier work; one with
+            default bounds is created (and owned) if omitted.
+        clock: the clock for timers and step records.
+        name: the loop thread's name.
+
+    Use :meth:`start` to run the loop on its own thread, or :meth:`run_until_idle` to
+    drive it from the calling thread (tests, benchmarks).
+    """
+
+    def __init__(self, *, pool: OffloadPool | None = None, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-dispatcher") -> None:
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else OffloadPool(clock=clock)
+        self.clock = clock
+        self.name = name
+        self._inbox: collections.deque[tuple[Any, Any, Any]] = collections.deque()
+        self._append = self._inbox.append
+        self._sessions: dict[int, Session] = {}
+        self._admitted: set[int] = set()
+        self._ids = itertools.count(1)
+        self._op_ids = itertools.count(1)
+        self._timers = TimerQueue()
+        self._observers: list[Callable[[StepRecord], None]] = []
+        self._in_flight: dict[Any, int] = {}
+        self._quiescence: dict[Any, list[Callable[[], None]]] = {}
+        self._cond = threading.Condition(threading.Lock())
+        self._sleeping = False
+        self._state = STOPPED
+        self._thread: threading.Thread | None = None
+        self._loop_ident: int | None = None
+        self._failure: BaseException | None = None
+        self.stats = DispatcherStats()
+        clock.on_advance(self._wake)
+
+    # ------------------------------------------------------------------ threads
+
+    @property
+    def lifecycle(self) -> str:
+        """``stopped``, ``running``, ``draining``, ``manual`` or ``failed``."""
+        return self._state
+
+    def is_loop_thread(self) -> bool:
+        """True on the thread currently running this loop."""
+        return threading.get_ident() == self._loop_ident
+
+    def _assert_loop(self) -> None:
+        if threading.get_ident() != self._loop_ident:
+            raise WrongThreadError(
+                f"{self.name}: live state may only be touched on the loop thread; post a control "
+                "message with call_soon() instead"
+            )
+
+    def start(self) -> None:
+        """Run the loop on a new daemon thread. Raises ``RuntimeError`` if running."""
+        with self._cond:
+            if self._state in (RUNNING, DRAINING, MANUAL):
+                raise RuntimeError(f"{self.name} is already running")
+            self._state = RUNNING
+            self._thread = threading.Thread(target=self._run_forever, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _enter_loop(self) -> None:
+        self._loop_ident = threading.get_ident()
+        LOOP_THREADS.add(self._loop_ident)
+
+    def _leave_loop(self) -> None:
+        LOOP_THREADS.discard(threading.get_ident())
+        self._loop_ident = None
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _post(self, item: tuple[Any, Any, Any]) -> None:
+        self._append(item)
+        if self._sleeping:
+            self._wake()
+
+    def _run_forever(self) -> None:
+        self._enter_loop()
+        try:
+            while True:
+                self._fire_timers()
+                if self._inbox:
+                    self._process(512)
+                    continue
+                with self._cond:
+                    if self._state == DRAINING and self._idle():
+                        self._state = STOPPED
+                        self._cond.notify_all()
+                        return
+                    if self._state == STOPPED:
+                        return
+                    self._sleeping = True
+                    if not self._inbox:
+                        deadline = self._timers.next_deadline()
+                        self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock.monotonic()))
+                    self._sleeping = False
+        except BaseException as exc:  # noqa: BLE001 - a broken loop fails every waiter
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._leave_loop()
+
+    def _idle(self) -> bool:
+        return not self._inbox and not self._sessions and not any(self._in_flight.values())
+
+    def run_until_idle(self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0) -> int:
+        """Drive the loop on the calling thread until nothing is left to do.
+
+        Args:
+            wait_for_work: also wait for offloaded work and barrier commits to come
+                back (they run on worker threads) before returning.
+            timeout_seconds: give up waiting after this long (real time).
+
+        Returns:
+            The number of inbox items handled. Due timers fire as the clock allows.
+
+        Raises:
+            RuntimeError: the loop is running on its own thread.
+        """
+        with self._cond:
+            if self._state in (RUNNING, DRAINING):
+                raise RuntimeError(f"{self.name} runs on its own thread; do not drive it manually")
+            if self._state == FAILED:
+                raise DispatcherStoppedError(f"{self.name} failed", cause=repr(self._failure))
+            self._state = MANUAL
+        self._enter_loop()
+        handled = 0
+        give_up = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        try:
+            while True:
+                self._fire_timers()
+                if self._inbox:
+                    handled += self._process(1 << 30)
+                    continue
+                if wait_for_work and any(self._in_flight.values()):
+                    with self._cond:
+                        self._sleeping = True
+                        if not self._inbox:
+                            remaining = None if give_up is None else give_up - time.monotonic()
+                            if remaining is not None and remaining <= 0:
+                                raise TimeoutError(f"{self.name}: work still in flight after {timeout_seconds} s")
+                            self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
+                        self._sleeping = False
+                    continue
+                return handled
+        except BaseException as exc:
+            if not isinstance(exc, (TimeoutError, Exception)):
+                self._fail(exc)
+            raise
+        finally:
+            self._leave_loop()
+            with self._cond:
+                if self._state == MANUAL:
+                    self._state = STOPPED
+
+    def stop(self, *, timeout_seconds: float | None = 10.0) -> bool:
+        """Drain: refuse new sessions, let results and events flow, stop when idle.
+
+        Returns True if the loop stopped idle within ``timeout_seconds``; otherwise it
+        is stopped anyway and every remaining session fails with
+        :class:`DispatcherStoppedError` (returns False). The owned pool is shut down.
+        """
+        with self._cond:
+            if self._state == RUNNING:
+                self._state = DRAINING
+                self._cond.notify_all()
+            thread = self._thread
+        clean = True
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_seconds)
+            if thread.is_alive():
+                clean = False
+                self.call_soon(self._abort, DispatcherStoppedError(f"{self.name} stopped before going idle"))
+                with self._cond:
+                    self._state = STOPPED
+                    self._cond.notify_all()
+                thread.join(5)
+        if self._own_pool:
+            self.pool.shutdown(wait=False)
+        return clean
+
+    def _abort(self, error: BaseException) -> None:
+        for s in list(self._sessions.values()):
+            self._end(s, None, error)
+        self._inbox.clear()
+
+    def _fail(self, exc: BaseException) -> None:
+        log.exception("%s: dispatcher loop failed", self.name, exc_info=exc)
+        self._failure = exc
+        self._state = FAILED
+        error = DispatcherStoppedError(f"{self.name} failed: {exc!r}", cause=repr(exc))
+        for s in list(self._sessions.values()):
+            self._end(s, None, error)
+        self._inbox.clear()
+
+    # ------------------------------------------------------------ public API
+
+    def add_observer(self, observer: Callable[[StepRecord], None]) -> None:
+        """Call ``observer(record)`` on the loop thread after every transition."""
+        self._observers.append(observer)
+
+    def start_session(
+        self,
+        binding: MachineBinding,
+        context: Any,
+        *,
+        at_state: str | None = None,
+        event: str | None = None,
+        payload: Any = None,
+        group: Any = None,
+        revision: int | None = None,
+        on_done: Callable[[SessionResult | None, BaseException | None], None] | None = None,
+        step_limit: int | None = None,
+    ) -> int:
+        """Create a session and queue its start; return its id (incarnation). Thread-safe.
+
+        Args:
+            binding: the machine.
+            context: the application object guards and actions receive as ``ctx``.
+            at_state: resume start: begin in this state without running its entry work,
+                then fire ``event`` with ``payload`` (reference §1.1 "Resume start"). An
+                auto state without ``event`` posts ``state_completed``.
+            group: quiescence group (e.g. the execution id): offloads of every session in
+                the group are counted together (:meth:`when_quiescent`).
+            revision: the durable revision the session starts at (authority checks).
+            on_done: called on the loop thread as ``on_done(result, None)`` when the
+                session finishes or halts, or ``on_done(None, error)`` when it fails.
+            step_limit: overrides the binding's step limit.
+
+        Raises:
+            DispatcherStoppedError: the dispatcher is draining, stopped or failed.
+            ValueError: ``at_state`` or ``event`` is not part of the machine.
+        """
+        if self._state in (DRAINING, FAILED):
+            raise DispatcherStoppedError(f"{self.name} is {self._state} and admits no new sessions")
+        if at_state is not None:
+            node = binding.nodes.get(at_state)
+            if node is None:
+                raise ValueError(f"machine {binding.machine!r} has no state {at_state!r}")
+            if event is None and node.kind != AUTO:
+                raise ValueError(f"a resume start at {node.kind} state {at_state!r} needs an event")
+        if event is not None and event not in binding.events:
+            raise ValueError(f"machine {binding.machine!r} declares no event {event!r}")
+        sid = next(self._ids)
+        session = Session(sid, binding, context, group, on_done, revision, step_limit or binding.step_limit)
+        self._admitted.add(sid)
+        self._post((None, self._begin, (session, at_state, event, payload)))
+        return sid
+
+    def start_session_task(self, binding: MachineBinding, context: Any, **kwargs: Any) -> tuple[int, Task[SessionResult]]:
+        """Like :meth:`start_session`, returning also a :class:`Task` that settles with
+        the :class:`SessionResult` (or the session's error)."""
+        task: Task[SessionResult] = Task(f"{binding.machine} session")
+        user_done = kwargs.pop("on_done", None)
+
+        def done(result: SessionResult | None, error: BaseException | None) -> None:
+            if user_done is not None:
+                user_done(result, error)
+            if error is None:
+                task.complete(result)  # type: ignore[arg-type]
+            else:
+                task.fail(error)
+
+        sid = self.start_session(binding, context, on_done=done, **kwargs)
+        task.name = f"{binding.machine} session {sid}"
+        return sid, task
+
+    def post(self, session_id: int, event: str, payload: Any = None) -> bool:
+        """Queue ``event`` for a session; return False (and queue nothing) if the session
+        is no longer admitted (finished, halted, failed or unknown). Thread-safe.
+
+        ``state_completed`` is the engine's own event: posted from outside it is
+        dropped as stale (counted in ``stats.dropped_stale``)."""
+        if session_id in self._admitted:
+            self._append((session_id, event, payload))
+            if self._sleeping:
+                self._wake()
+            return True
+        self.stats.dropped_unknown_session += 1
+        return False
+
+    def post_authorized(self, authority: Authority, event: str, payload: Any = None) -> None:
+        """Queue ``event`` to be applied only if ``authority`` still holds (same
+        incarnation, revision, state entry and operation). Thread-safe."""
+        self._post((None, self._apply_authorized, (authority, event, payload)))
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread, FIFO with events. Thread-safe.
+        An exception from ``fn`` is logged; it does not stop the loop."""
+        self._post((None, self._call_isolated, (fn, args)))
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Task[Any]:
+        """Run ``fn(*args)`` on the loop thread; return a :class:`Task` for its result."""
+        task: Task[Any] = Task(getattr(fn, "__name__", "call"))
+
+        def run() -> None:
+            try:
+                task.complete(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                task.fail(exc)
+
+        self._post((None, run, ()))
+        return task
+
+    # ---- loop-thread queries -------------------------------------------------
+
+    def session_state(self, session_id: int) -> str | None:
+        """The current state of a live session, or None. Loop thread only."""
+        self._assert_loop()
+        s = self._sessions.get(session_id)
+        return None if s is None else s.node.name
+
+    def session(self, session_id: int) -> Session:
+        """The live session object (loop thread only). Raises UnknownSessionError."""
+        self._assert_loop()
+        s = self._sessions.get(session_id)
+        if s is None:
+            raise UnknownSessionError(f"no live session {session_id}", session_id=session_id)
+        return s
+
+    def authority(self, session_id: int) -> Authority:
+        """The authority a result started now must match (loop thread only)."""
+        s = self.session(session_id)
+        return Authority(s.id, s.revision, s.node.name, s.serial, s.op)
+
+    def set_revision(self, session_id: int, revision: int) -> None:
+        """Record the durable revision a session is at (loop thread only)."""
+        self.session(session_id).revision = revision
+
+    def live_sessions(self) -> int:
+        """How many sessions are live (any thread; approximate off-loop)."""
+        return len(self._sessions)
+
+    def in_flight(self, group: Any) -> int:
+        """Offloads and barrier commits of ``group`` that have not physically finished."""
+        return self._in_flight.get(group, 0)
+
+    def when_quiescent(self, group: Any, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` on the loop once ``group`` has no physically running work
+        (immediately if it has none). Loop thread only (reference §7.5 quiescence)."""
+        self._assert_loop()
+        if not self._in_flight.get(group):
+            callback()
+        else:
+            self._quiescence.setdefault(group, []).append(callback)
+
+    # ----------------------------------------------------------------- loop
+
+    def _call_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - a control message must not break the loop
+            log.exception("%s: control message %r raised", self.name, fn)
+
+    def _fire_timers(self) -> None:
+        if len(self._timers):
+            for handle in self._timers.pop_due(self.clock.monotonic()):
+                handle.callback()
+
+    def _process(self, limit: int) -> int:
+        """Handle up to ``limit`` inbox items; return how many were handled.
+
+        The common case — one unguarded row with at most one action, no transition
+        work, into a plain external or simple auto state — is inlined here (bindings
+        store exactly those rows as bare :class:`Row` objects); every other case goes
+        through :meth:`_deliver` with identical semantics. With observers registered
+        every event takes the general path, so each step is reported."""
+        if self._observers:
+            return self._process_general(limit)
+        inbox = self._inbox
+        pop = inbox.popleft
+        append = inbox.append
+        get = self._sessions.get
+        handled = 0
+        for handled in range(1, limit + 1):  # noqa: B007 - the count is returned
+            try:
+                sid, event, payload = pop()
+            except IndexError:
+                return handled - 1
+            if sid is None:
+                event(*payload)
+                continue
+            s = get(sid)
+            if s is None:
+                self.stats.dropped_unknown_session += 1
+                continue
+            if event is _SC:
+                if payload != s.serial:
+                    self.stats.dropped_stale += 1
+                    continue
+                payload = None
+            row = s.node.rows.get(event)
+            if row.__class__ is not Row:
+                self._deliver(s, event, payload)
+                continue
+            steps = s.steps = s.steps + 1
+            if steps > s.limit:
+                self._step_limit(s)
+                continue
+            action = row.action  # type: ignore[union-attr]
+            if action is not None:
+                try:
+                    action(s.ctx, payload)
+                except Exception as exc:  # noqa: BLE001
+                    self._hook_failed(s, exc, f"the action of transition {row.index} ({row.action_names[0]})")  # type: ignore[union-attr]
+                    continue
+            target = row.target  # type: ignore[union-attr]
+            s.node = target
+            serial = s.serial = s.serial + 1
+            mode = target.mode
+            if mode:
+                if mode == 1:
+                    append((sid, _SC, serial))
+                else:
+                    self._enter(s, target, row, payload)  # type: ignore[arg-type]
+        return handled
+
+    def _process_general(self, limit: int) -> int:
+        pop = self._inbox.popleft
+        get = self._sessions.get
+        handled = 0
+        for handled in range(1, limit + 1):  # noqa: B007 - the count is returned
+            try:
+                sid, event, payload = pop()
+            except IndexError:
+                return handled - 1
+            if sid is None:
+                event(*payload)
+                continue
+            s = get(sid)
+            if s is None:
+                self.stats.dropped_unknown_session += 1
+                continue
+            if event is _SC:
+                if payload != s.serial:
+                    self.stats.dropped_stale += 1
+                    continue
+                payload = None
+            self._deliver(s, event, payload)
+        return handled
+
+    def _deliver(self, s: Session, event: str, payload: Any) -> None:
+        cand = s.node.rows.get(event)
+        if cand is None:
+            if event in s.binding.ignored:
+                self.stats.ignored += 1
+                return
+            self._end(
+                s,
+                None,
+                UndeclaredEventError(
+                    f"machine {s.binding.machine!r}: event {event!r} arrived in state {s.node.name!r}, "
+                    "which declares no transition for it (declare one, or mark the event "
+                    "'unhandled: ignore')",
+                    machine=s.binding.machine,
+                    state=s.node.name,
+                    event=event,
+                    session_id=s.id,
+                ),
+            )
+            return
+        try:
+            if cand.__class__ is Row:
+                row = cand
+            else:
+                ctx = s.ctx
+                for row in cand:
+                    guard = row.guard
+                    if guard is None or bool(guard(ctx, payload)) is not row.negated:
+                        break
+                else:
+                    self.stats.noops += 1
+                    return
+        except Exception as exc:  # noqa: BLE001
+            self._hook_failed(s, exc, f"a guard of state {s.node.name!r} on {event!r}")
+            return
+        self._take(s, row, payload)
+
+    def _take(self, s: Session, row: Row, payload: Any) -> None:
+        steps = s.steps = s.steps + 1
+        if steps > s.limit:
+            self._step_limit(s)
+            return
+        if row.actions:
+            ctx = s.ctx
+            try:
+                for action in row.actions:
+                    action(ctx, payload)
+            except Exception as exc:  # noqa: BLE001
+                self._hook_failed(s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})")
+                return
+        source = s.node
+        if row.internal:
+            if self._observers:
+                self._observe(s, row, source.name, source.name)
+            return
+        target = row.target
+        s.node = target  # type: ignore[assignment]
+        s.serial += 1
+        if self._observers:
+            self._observe(s, row, source.name, target.name)  # type: ignore[union-attr]
+        if target.mode == 0 and row.offload is None and row.barrier is None:  # type: ignore[union-attr]
+            return
+        self._enter(s, target, row, payload)  # type: ignore[arg-type]
+
+    def _step_limit(self, s: Session) -> None:
+        self._end(
+            s,
+            None,
+            StepLimitError(
+                f"session {s.id} of {s.binding.machine!r} exceeded its step limit of {s.limit} "
+                f"(in state {s.node.name!r}); a loop without progress?",
+                session_id=s.id,
+                limit=s.limit,
+            ),
+        )
+
+    def _enter(self, s: Session, node: Node, row: Row | None, payload: Any) -> None:
+        if node.entry:
+            ctx = s.ctx
+            try:
+                for action in node.entry:
+                    action(ctx, payload)
+            except Exception as exc:  # noqa: BLE001
+                self._hook_failed(s, exc, f"an entry action of state {node.name!r} ({', '.join(node.entry_names)})")
+                return
+        offload = (row.offload if row is not None else None) or node.offload
+        barrier = (row.barrier if row is not None else None) or node.barrier
+        if offload is not None:
+            self._start_offload(s, offload, payload)
+        elif barrier is not None:
+            self._start_barrier(s, barrier, payload)
+        if node.timeout is not None:
+            seconds, event = node.timeout
+            serial = s.serial
+            sid = s.id
+            self._timers.schedule_at(
+                self.clock.monotonic() + seconds, lambda: self._timer_fired(sid, serial, event)
+            )
+        kind = node.kind
+        if kind is AUTO:
+            self._inbox.append((s.id, _SC, s.serial))
+        elif kind is FINAL:
+            self._end(s, FINISHED, None)
+        elif kind is WAIT:
+            self._end(s, HALTED, None)
+
+    def _timer_fired(self, sid: int, serial: int, event: str) -> None:
+        s = self._sessions.get(sid)
+        if s is None or s.serial != serial:
+            return
+        self._inbox.append((None, self._apply_timer, (sid, serial, event)))
+
+    def _apply_timer(self, sid: int, serial: int, event: str) -> None:
+        s = self._sessions.get(sid)
+        if s is None or s.serial != serial:
+            self.stats.dropped_stale += 1
+            return
+        self._deliver(s, event, None)
+
+    def _observe(self, s: Session, row: Row, source: str, target: str) -> None:
+        record = StepRecord(
+            s.id,
+            s.binding.machine,
+            source,
+            row.event,
+            row.render_guard(),
+            target,
+            row.internal,
+            row.index,
+            s.steps,
+            self.clock.monotonic(),
+        )
+        for observer in self._observers:
+            try:
+                observer(record)
+            except Exception:  # noqa: BLE001 - observers are isolated
+                log.exception("%s: step observer raised", self.name)
+
+    def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
+        if s.id not in self._admitted:  # aborted before it began
+            return
+        self._sessions[s.id] = s
+        self.stats.sessions_started += 1
+        if at_state is None:
+            s.serial = 1
+            self._enter(s, s.node, None, None)
+            return
+        s.node = s.binding.nodes[at_state]
+        s.serial = 1
+        if event is None:
+            self._inbox.append((s.id, _SC, s.serial))
+        else:
+            self._deliver(s, event, payload)
+
+    def _end(self, s: Session, status: str | None, error: BaseException | None) -> None:
+        self._sessions.pop(s.id, None)
+        self._admitted.discard(s.id)
+        s.serial += 1  # revoke the authority of anything still in flight
+        if error is not None:
+            self.stats.sessions_failed += 1
+        elif status == FINISHED:
+            self.stats.sessions_finished += 1
+        else:
+            self.stats.sessions_halted += 1
+        if s.on_done is None:
+            if error is not None:
+                log.warning("%s: session %s of %s failed: %s", self.name, s.id, s.binding.machine, error)
+            return
+        try:
+            if error is None:
+                s.on_done(SessionResult(s.id, s.binding.machine, status or FINISHED, s.node.name, s.ctx), None)
+            else:
+                s.on_done(None, error)
+        except Exception:  # noqa: BLE001 - completion callbacks are isolated
+            log.exception("%s: on_done of session %s raised", self.name, s.id)
+
+    def _hook_failed(self, s: Session, exc: BaseException, where: str) -> None:
+        error = HookError(
+            f"{where} raised {type(exc).__name__}: {exc} (session {s.id} of {s.binding.machine!r}, "
+            f"state {s.node.name!r})",
+            machine=s.binding.machine,
+            state=s.node.name,
+            session_id=s.id,
+        )
+        error.__cause__ = exc
+        self._end(s, None, error)
+
+    # --------------------------------------------------------- offload and barriers
+
+    def _count_in(self, group: Any) -> None:
+        self._in_flight[group] = self._in_flight.get(group, 0) + 1
+
+    def _physical_done(self, group: Any) -> None:
+        left = self._in_flight.get(group, 0) - 1
+        if left > 0:
+            self._in_flight[group] = left
+            return
+        self._in_flight.pop(group, None)
+        for callback in self._quiescence.pop(group, ()):
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                log.exception("%s: quiescence callback raised", self.name)
+
+    def _start_offload(self, s: Session, spec: OffloadWorkSpec, payload: Any) -> None:
+        op_id = next(self._op_ids)
+        s.op = op_id
+        authority = Authority(s.id, s.revision, s.node.name, s.serial, op_id)
+        try:
+            work = spec.prepare(s.ctx, payload)
+            if not callable(work):
+                raise TypeError(f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable")
+        except Exception as exc:  # noqa: BLE001 - a failed preparation is the offload's failure
+            self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
+            return
+        group = s.group
+        post = self._post
+        apply = self._apply_authorized
+
+        def settled(op: Operation) -> None:
+            if op.error is None:
+                post((None, apply, (authority, spec.completed, op.value)))
+            else:
+                post((None, apply, (authority, spec.failed, op.error)))
+
+        try:
+            op = self.pool.submit(work, OffloadContext(self, authority), name=spec.name, on_full="raise")
+        except BackpressureError as exc:
+            self.stats.backpressure += 1
+            self._inbox.append((None, apply, (authority, spec.failed, exc)))
+            return
+        self._count_in(group)
+        op.add_physical_callback(lambda _op: post((None, self._physical_done, (group,))))
+        op.add_settled_callback(settled)
+
+    def _start_barrier(self, s: Session, spec: BarrierWorkSpec, payload: Any) -> None:
+        op_id = next(self._op_ids)
+        s.op = op_id
+        authority = Authority(s.id, s.revision, s.node.name, s.serial, op_id)
+        row = spec.row
+        post = self._post
+        apply = self._apply_barrier
+        try:
+            work = spec.prepare(s.ctx, payload)
+        except Exception as exc:  # noqa: BLE001 - nothing was written: not committed
+            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=exc))))
+            return
+        group = s.group
+        if isinstance(work, BarrierOutcome):  # decided synchronously (e.g. nothing to commit)
+            self._inbox.append((None, apply, (authority, row, work)))
+            return
+        future = work.future if isinstance(work, Task) else work
+        if isinstance(future, cf.Future):
+            self._count_in(group)
+
+            def future_done(f: cf.Future[Any]) -> None:
+                post((None, self._physical_done, (group,)))
+                post((None, apply, (authority, row, _outcome_of(f.result() if f.exception() is None else None, f.exception()))))
+
+            future.add_done_callback(future_done)
+            return
+        if not callable(work):
+            error = TypeError(f"barrier {spec.name!r} returned {type(work).__name__}: expected a callable, a Task or a Future")
+            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=error))))
+            return
+
+        def settled(op: Operation) -> None:
+            post((None, apply, (authority, row, _outcome_of(op.value, op.error))))
+
+        try:
+            op = self.pool.submit(work, name=spec.name, on_full="raise")
+        except BackpressureError as exc:
+            self.stats.backpressure += 1
+            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=exc))))
+            return
+        self._count_in(group)
+        op.add_physical_callback(lambda _op: post((None, self._physical_done, (group,))))
+        op.add_settled_callback(settled)
+
+    def _authoritative(self, authority: Authority) -> Session | None:
+        s = self._sessions.get(authority.session_id)
+        if (
+            s is None
+            or s.serial != authority.entry_serial
+            or s.op != authority.operation_id
+            or s.revision != authority.revision
+            or s.node.name != authority.state
+        ):
+            self.stats.dropped_stale += 1
+            log.debug("%s: dropped stale result for %r", self.name, authority)
+            return None
+        return s
+
+    def _apply_authorized(self, authority: Authority, event: str, payload: Any) -> None:
+        s = self._authoritative(authority)
+        if s is None:
+            return
+        self._deliver(s, event, payload)
+
+    def _apply_barrier(self, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
+        s = self._authoritative(authority)
+        if s is None:
+            if outcome.outcome == "committed":
+                log.warning(
+                    "%s: a committed barrier result arrived for a session that moved on (%r); "
+                    "its live revision may be stale",
+                    self.name,
+                    authority,
+                )
+            return
+        if outcome.outcome == "committed" and outcome.revision is not None:
+            s.revision = outcome.revision
+        self._deliver(s, row.event_for(outcome.outcome), outcome)
+
+
+def _outcome_of(value: Any, error: BaseException | None) -> BarrierOutcome:
+    """Normalise what barrier work produced into a :class:`BarrierOutcome`.
+
+    Work that raised instead of reporting an outcome may have written: the outcome is
+    unknown (fail closed, reference §0 rule 4)."""
+    if error is not None:
+        return BarrierOutcome(OUTCOME_UNKNOWN, error=error)
+    if isinstance(value, BarrierOutcome) and value.outcome in BARRIER_OUTCOMES:
+        return value
+    return BarrierOutcome(
+        OUTCOME_UNKNOWN, error=TypeError(f"barrier work returned {type(value).__name__}, not a BarrierOutcome")
+    )

@@ -1,0 +1,339 @@
+"""The bounded offload pool: where work that touches the outside world runs.
+
+Reference §7.3 (OffloadPool) and §7.5 (quiescence). A fixed number of worker threads
+takes operations from a bounded queue. :meth:`OffloadPool.submit` never blocks the
+caller when ``on_full="raise"`` (the dispatcher's only mode): a full pool raises
+:class:`~phronomy_fsm.errors.BackpressureError` at once and the caller decides.
+
+Every :class:`Operation` settles exactly once — with the work's value or error, by a
+timeout (counted from submission, queue wait included) or by cancellation. Settling
+early while the work runs marks the operation *abandoned*: the worker is never
+interrupted, its late result is discarded, and *physical completion* (the work really
+returned) is tracked separately, so callers can wait for quiescence before committing
+a terminal outcome. Physical completion callbacks run before logical ones on a normal
+return (reference acs16).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from phronomy_fsm.errors import BackpressureError, Cancelled, PoolShutdownError
+from phronomy_fsm.runtime.cancellation import CancellationToken
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.timers import TimerHandle, TimerService
+
+log = logging.getLogger("phronomy_fsm.runtime")
+
+QUEUED = "queued"
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TIMED_OUT = "timed_out"
+
+
+class Operation:
+    """One unit of work submitted to an :class:`OffloadPool`.
+
+    Attributes:
+        id: pool-unique integer.
+        status: ``queued``, ``running``, ``completed``, ``failed``, ``cancelled`` or
+            ``timed_out`` (the last four are settled).
+        value / error: the settled value or error (``Cancelled`` for cancel/timeout).
+        abandoned: settled early while the work was running.
+        physically_done: the work returned (or will never run).
+
+    Concurrency: thread-safe. Callbacks run on the settling thread (worker, timer, or
+    canceller), isolated from each other.
+    """
+
+    __slots__ = (
+        "id",
+        "name",
+        "status",
+        "value",
+        "error",
+        "abandoned",
+        "physically_done",
+        "submitted_at",
+        "_lock",
+        "_settled_callbacks",
+        "_physical_callbacks",
+        "_timer",
+    )
+
+    def __init__(self, op_id: int, name: str, submitted_at: float) -> None:
+        self.id = op_id
+        self.name = name
+        self.status = QUEUED
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+        self.physically_done = False
+        self.submitted_at = submitted_at
+        self._lock = threading.Lock()
+        self._settled_callbacks: list[Callable[[Operation], None]] = []
+        self._physical_callbacks: list[Callable[[Operation], None]] = []
+        self._timer: TimerHandle | None = None
+
+    def __repr__(self) -> str:
+        return f"<Operation {self.id} {self.name} {self.status}{' abandoned' if self.abandoned else ''}>"
+
+    @property
+    def settled(self) -> bool:
+        """True once the logical outcome is fixed."""
+        return self.status not in (QUEUED, RUNNING)
+
+    def add_settled_callback(self, callback: Callable[[Operation], None]) -> None:
+        """Run ``callback(op)`` once settled (now, if already settled)."""
+        with self._lock:
+            if not self.settled:
+                self._settled_callbacks.append(callback)
+                return
+        _run_callback(callback, self)
+
+    def add_physical_callback(self, callback: Callable[[Operation], None]) -> None:
+        """Run ``callback(op)`` once the work physically returned (or will never run)."""
+        with self._lock:
+            if not self.physically_done:
+                self._physical_callbacks.append(callback)
+                return
+        _run_callback(callback, self)
+
+    def cancel(self, reason: str = "cancelled", *, timed_out: bool = False) -> bool:
+        """Settle as cancelled (or timed out) unless already settled; returns whether
+        this call settled it. A running worker is not interrupted: the operation is
+        marked abandoned and its late result discarded."""
+        return self._settle(
+            TIMED_OUT if timed_out else CANCELLED, None, Cancelled(reason, timed_out=timed_out)
+        )
+
+    def _settle(self, status: str, value: Any, error: BaseException | None) -> bool:
+        with self._lock:
+            if self.settled:
+                return False
+            if self.status == RUNNING and status in (CANCELLED, TIMED_OUT):
+                self.abandoned = True
+            self.status, self.value, self.error = status, value, error
+            callbacks, self._settled_callbacks = self._settled_callbacks, []
+            timer, self._timer = self._timer, None
+        if timer is not None:
+            timer.cancel()
+        for callback in callbacks:
+            _run_callback(callback, self)
+        return True
+
+    def _mark_physical(self) -> None:
+        with self._lock:
+            self.physically_done = True
+            callbacks, self._physical_callbacks = self._physical_callbacks, []
+        for callback in callbacks:
+            _run_callback(callback, self)
+
+
+def _run_callback(callback: Callable[[Operation], None], op: Operation) -> None:
+    try:
+        callback(op)
+    except Exception:  # noqa: BLE001 - isolated (reference §7.3 on_complete)
+        log.exception("offload callback raised for %r", op)
+
+
+class OffloadPool:
+    """Bounded worker threads with a bounded queue (reference §7.3).
+
+    Args:
+        max_workers: worker threads (default 10, as phronomy).
+        queue_size: operations that may wait beyond the running ones (default 100).
+        clock: the clock timeouts and wait metrics read.
+        name: thread-name prefix.
+
+    Threads start lazily on the first submission. ``shutdown`` stops accepting work;
+    queued work still runs unless ``cancel_queued``.
+    """
+
+    def __init__(
+        self,
+        max_workers: int = 10,
+        queue_size: int = 100,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        name: str = "phronomy-offload",
+    ) -> None:
+        if max_workers < 1 or queue_size < 0:
+            raise ValueError("max_workers must be ≥ 1 and queue_size ≥ 0")
+        self.max_workers = max_workers
+        self.queue_size = queue_size
+        self._clock = clock
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Operation, Callable[..., Any], tuple[Any, ...]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._capacity = threading.BoundedSemaphore(max_workers + queue_size)
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._timers: TimerService | None = None
+        # metrics
+        self._queued = 0
+        self._active = 0
+        self._abandoned_finished = 0
+        self._running: set[Operation] = set()
+        self._wait_total = 0.0
+        self._started_total = 0
+
+    # --- submission -------------------------------------------------------------
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        name: str = "operation",
+        on_full: str = "raise",
+        full_timeout_seconds: float | None = None,
+        timeout_seconds: float | None = None,
+        cancellation_token: CancellationToken | None = None,
+    ) -> Operation:
+        """Queue ``fn(*args)`` to run on a worker; return its :class:`Operation`.
+
+        Args:
+            on_full: ``"raise"`` (raise BackpressureError at once when the pool and its
+                queue are full) or ``"wait"`` (block up to ``full_timeout_seconds``,
+                then raise BackpressureError). Loop threads must use ``"raise"``.
+            timeout_seconds: settle as ``timed_out`` this long after submission.
+            cancellation_token: cancelling it cancels the operation.
+
+        Raises:
+            BackpressureError: no capacity (see ``on_full``).
+            PoolShutdownError: the pool was shut down.
+            ValueError: unknown ``on_full``.
+        """
+        if on_full not in ("raise", "wait"):
+            raise ValueError(f"on_full must be 'raise' or 'wait', got {on_full!r}")
+        if self._closed:
+            raise PoolShutdownError(f"offload pool {self._name} is shut down", pool=self._name)
+        if on_full == "raise":
+            acquired = self._capacity.acquire(blocking=False)
+        else:
+            acquired = self._capacity.acquire(timeout=full_timeout_seconds if full_timeout_seconds is not None else -1)
+        if not acquired:
+            raise BackpressureError(
+                f"offload pool {self._name} is full ({self.max_workers} running, "
+                f"{self.queue_size} queued); retry later or raise its capacity",
+                pool=self._name,
+                max_workers=self.max_workers,
+                queue_size=self.queue_size,
+            )
+        op = Operation(next(self._ids), name, self._clock.monotonic())
+        with self._lock:
+            if self._closed:
+                self._capacity.release()
+                raise PoolShutdownError(f"offload pool {self._name} is shut down", pool=self._name)
+            self._queued += 1
+            if len(self._threads) < self.max_workers and self._active + self._queued > len(self._threads):
+                thread = threading.Thread(
+                    target=self._worker, name=f"{self._name}-{len(self._threads) + 1}", daemon=True
+                )
+                self._threads.append(thread)
+                thread.start()
+        if timeout_seconds is not None:
+            if self._timers is None:
+                with self._lock:
+                    if self._timers is None:
+                        self._timers = TimerService(self._clock, name=f"{self._name}-timers")
+            op._timer = self._timers.schedule(
+                timeout_seconds, lambda: op.cancel(f"{name} timed out after {timeout_seconds} s", timed_out=True)
+            )
+        if cancellation_token is not None:
+            cancellation_token.on_cancel(lambda error: op.cancel(error.reason, timed_out=error.timed_out))
+        self._queue.put((op, fn, args))
+        return op
+
+    # --- workers ------------------------------------------------------------------
+
+    def _worker(self) -> None:
+        get = self._queue.get
+        while True:
+            item = get()
+            if item is None:
+                return
+            op, fn, args = item
+            with op._lock:
+                never_ran = op.settled
+                if not never_ran:
+                    op.status = RUNNING
+            with self._lock:
+                self._queued -= 1
+                if not never_ran:
+                    self._active += 1
+                    self._running.add(op)
+                    self._started_total += 1
+                    self._wait_total += self._clock.monotonic() - op.submitted_at
+            if never_ran:
+                op._mark_physical()
+                self._capacity.release()
+                continue
+            try:
+                value, error = fn(*args), None
+            except BaseException as exc:  # noqa: BLE001 - the outcome of the work, whatever it is
+                value, error = None, exc
+            with self._lock:
+                self._active -= 1
+                self._running.discard(op)
+                if op.abandoned:
+                    self._abandoned_finished += 1
+            self._capacity.release()
+            op._mark_physical()
+            if error is None:
+                op._settle(COMPLETED, value, None)
+            else:
+                op._settle(FAILED, None, error)
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise error
+
+    # --- metrics and lifecycle -----------------------------------------------------
+
+    def metrics(self) -> dict[str, float]:
+        """``active``, ``queued``, ``abandoned`` (total), ``abandoned_active`` (still
+        running), ``average_wait_seconds`` (queue wait of started operations)."""
+        with self._lock:
+            started = self._started_total
+            abandoned_active = sum(1 for op in self._running if op.abandoned)
+            return {
+                "active": self._active,
+                "queued": self._queued,
+                "abandoned": self._abandoned_finished + abandoned_active,
+                "abandoned_active": abandoned_active,
+                "average_wait_seconds": self._wait_total / started if started else 0.0,
+                "workers": len(self._threads),
+            }
+
+    def shutdown(self, *, wait: bool = True, timeout_seconds: float | None = None) -> None:
+        """Refuse new work; let workers finish what is queued, then exit.
+
+        ``wait`` joins the worker threads (up to ``timeout_seconds`` each)."""
+        with self._lock:
+            if self._closed:
+                threads = []
+            else:
+                self._closed = True
+                threads = list(self._threads)
+                for _ in threads:
+                    self._queue.put(None)
+        if self._timers is not None:
+            self._timers.close()
+        if wait:
+            for thread in threads:
+                if thread is not threading.current_thread():
+                    thread.join(timeout_seconds)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`shutdown`."""
+        return self._closed

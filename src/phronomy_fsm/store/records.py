@@ -1,0 +1,485 @@
+"""Durable records: frozen attrs values and their canonical JSON form.
+
+These are the facts the barrier store keeps (reference §2 "The durable Execution
+record", §2.7 journal, §5 persistence): the agent root, executions with their revision,
+status and phase, the append-only journal, and the barrier log. Records are serialised
+to canonical JSON through a strict cattrs converter: unknown or missing keys fail,
+datetimes must be timezone-aware and round-trip exactly (ISO 8601 with offset and
+microseconds), and nothing is ever pickled.
+
+Values typed ``Any`` hold JSON data (``None``, bools, numbers, strings, lists, dicts with
+string keys); they are checked when encoded. Records are frozen; treat the dicts and
+lists inside them as read-only too (copy before changing, then ``evolve``).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import attrs
+import cattrs
+from cattrs.gen import make_dict_structure_fn
+
+from phronomy_fsm.errors import InvalidStatusTransitionError, SerializationError
+
+T = TypeVar("T")
+
+JSON = Any
+
+
+def utc_now() -> datetime:
+    """The current time, timezone-aware (UTC)."""
+    return datetime.now(timezone.utc)
+
+
+# ----------------------------------------------------------------------- statuses
+
+
+class ExecutionStatus(str, enum.Enum):
+    """Durable status of an execution (reference §2.2)."""
+
+    PREPARING = "preparing"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    REJECTED = "rejected"
+    BLOCKED = "blocked"
+    HANDED_OFF = "handed_off"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = frozenset({ExecutionStatus.PREPARING, ExecutionStatus.ACTIVE, ExecutionStatus.SUSPENDED})
+TERMINAL_STATUSES = frozenset(
+    {
+        ExecutionStatus.COMPLETED,
+        ExecutionStatus.REJECTED,
+        ExecutionStatus.BLOCKED,
+        ExecutionStatus.HANDED_OFF,
+        ExecutionStatus.FAILED,
+        ExecutionStatus.CANCELLED,
+    }
+)
+
+#: Allowed status changes (reference §2.2); a terminal status only moves to itself.
+ALLOWED_STATUS_CHANGES: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    ExecutionStatus.PREPARING: frozenset(
+        {
+            ExecutionStatus.PREPARING,
+            ExecutionStatus.ACTIVE,
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+            ExecutionStatus.BLOCKED,
+        }
+    ),
+    ExecutionStatus.ACTIVE: frozenset(ExecutionStatus) - {ExecutionStatus.PREPARING},
+    ExecutionStatus.SUSPENDED: frozenset(
+        {ExecutionStatus.SUSPENDED, ExecutionStatus.ACTIVE, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+    ),
+    **{status: frozenset({status}) for status in TERMINAL_STATUSES},
+}
+
+
+class AgentLifecycle(str, enum.Enum):
+    """Lifecycle of the agent root (reference §2.7): barriers set it to active,
+    suspended or idle; ``closed`` agents admit nothing."""
+
+    IDLE = "idle"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    CLOSED = "closed"
+
+
+# -------------------------------------------------------------------- value types
+
+
+@attrs.frozen
+class ErrorInfo:
+    """A durable description of an error: its class name, message, and JSON details."""
+
+    type: str
+    message: str
+    details: dict[str, JSON] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> ErrorInfo:
+        """Describe ``exc`` (class name and ``str(exc)``)."""
+        return cls(type(exc).__name__, str(exc))
+
+    def render(self) -> str:
+        """``Type: message``."""
+        return f"{self.type}: {self.message}"
+
+
+@attrs.frozen
+class ToolBatchEntry:
+    """One tool call of the durable tool batch (reference §2.5 ``recovery_tool_batch``).
+
+    ``status`` is the tool invocation's state name (``authorized``,
+    ``awaiting_approval``, ``completed``, ``failed``, ``rejected``, ``cancelled``, ...);
+    ``tool_invocation_id`` is also the idempotency key handed to the tool.
+    """
+
+    tool_invocation_id: str
+    tool_call_id: str
+    tool_name: str
+    llm_call_id: str
+    arguments: JSON
+    status: str
+    result: JSON = None
+    error: str | None = None
+
+
+@attrs.frozen
+class ApprovalItem:
+    """One tool call awaiting a person's decision."""
+
+    tool_invocation_id: str
+    tool_call_id: str
+    tool_name: str
+    arguments: JSON
+    reason: str = ""
+
+
+@attrs.frozen
+class ApprovalRequest:
+    """A durable approval request (reference §2.6). ``approved`` is ``None`` until a
+    decision is committed."""
+
+    request_id: str
+    execution_id: str
+    items: tuple[ApprovalItem, ...]
+    created_at: datetime
+    approved: bool | None = None
+
+
+@attrs.frozen
+class RecoverySubject:
+    """An external operation whose outcome is unknown (reference §6.6 subjects):
+    ``type`` is ``llm_call`` or ``tool_invocation``."""
+
+    type: str
+    llm_call_id: str | None = None
+    tool_invocation_id: str | None = None
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments: JSON = None
+    state: str = "unresolved"
+    outcome: str | None = None
+    result: JSON = None
+
+
+@attrs.frozen
+class RecoveryDescriptor:
+    """Why an execution needs an operator, and what may be answered (reference §2.5
+    ``recovery``)."""
+
+    reason: str
+    subjects: tuple[RecoverySubject, ...]
+    allowed_outcomes: tuple[str, ...] = ("succeeded", "failed", "not_performed")
+    resolution_outcome: str | None = None
+    failure: ErrorInfo | None = None
+
+
+@attrs.frozen
+class AgentRecord:
+    """The agent root (reference §2.7 AgentRoot).
+
+    ``revision`` rises by one with every commit that saves the root; ``journal_head`` is
+    the sequence number of the agent's last journal record (0 when empty).
+    """
+
+    agent_id: str
+    revision: int
+    lifecycle: AgentLifecycle
+    journal_head: int
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, JSON] = attrs.field(factory=dict)
+
+    def advance(self, *, now: datetime | None = None, **changes: Any) -> AgentRecord:
+        """Return a copy with ``changes``, ``revision + 1`` and a fresh ``updated_at``."""
+        if "revision" in changes:
+            raise ValueError("advance() sets the revision itself (current + 1)")
+        return attrs.evolve(self, revision=self.revision + 1, updated_at=now or utc_now(), **changes)
+
+
+@attrs.frozen
+class ExecutionRecord:
+    """One agent execution (reference §2.1), as committed by the last barrier.
+
+    ``phase`` is the durable "where was I" marker used by recovery (§2.3);
+    ``spec_sha256``/``spec_version`` pin the agent_session spec it started under;
+    ``pending_llm_call_id`` names the LLM call that may be in flight; ``tool_batch`` is
+    the durable batch snapshot; ``recovery`` is set while an operator must resolve.
+    """
+
+    execution_id: str
+    agent_id: str
+    revision: int
+    status: ExecutionStatus
+    phase: str
+    spec_version: int
+    spec_sha256: str
+    created_at: datetime
+    updated_at: datetime
+    input: JSON = None
+    invocation_mode: str = "invoke"
+    pending_llm_call_id: str | None = None
+    llm_call_count: int = 0
+    tool_batch: tuple[ToolBatchEntry, ...] = ()
+    approval_request: ApprovalRequest | None = None
+    recovery: RecoveryDescriptor | None = None
+    output: JSON = None
+    error: ErrorInfo | None = None
+    terminal_reason: str | None = None
+    metadata: dict[str, JSON] = attrs.field(factory=dict)
+
+    @property
+    def is_active(self) -> bool:
+        """Status preparing, active or suspended (counts toward one-per-agent)."""
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def is_terminal(self) -> bool:
+        """Status completed, rejected, blocked, handed_off, failed or cancelled."""
+        return self.status in TERMINAL_STATUSES
+
+    def advance(self, *, now: datetime | None = None, **changes: Any) -> ExecutionRecord:
+        """Return the next revision: ``changes`` applied, ``revision + 1``, ``updated_at``
+        refreshed, and the status change checked against reference §2.2.
+
+        Raises:
+            InvalidStatusTransitionError: the new status is not allowed after the current one.
+            ValueError: ``revision`` was passed (the rule is exactly +1 per barrier).
+        """
+        if "revision" in changes:
+            raise ValueError("advance() sets the revision itself (current + 1)")
+        new_status = ExecutionStatus(changes.get("status", self.status))
+        if new_status not in ALLOWED_STATUS_CHANGES[self.status]:
+            raise InvalidStatusTransitionError(
+                f"execution {self.execution_id}: status {self.status.value} cannot become "
+                f"{new_status.value} (reference §2.2)",
+                execution_id=self.execution_id,
+                current=self.status.value,
+                requested=new_status.value,
+            )
+        changes["status"] = new_status
+        return attrs.evolve(self, revision=self.revision + 1, updated_at=now or utc_now(), **changes)
+
+
+@attrs.frozen
+class JournalRecord:
+    """One append-only journal fact (reference §2.7 JournalRecord).
+
+    ``kind`` names the fact (``input_received``, ``assistant_message``, ``tool_result``,
+    ``approval_decided``, ``final_output``, ``execution_completed``, ...); ``role`` is the
+    chat role for messages (``user``, ``assistant``, ``tool``) or ``None`` for audit
+    facts; ``content`` is JSON; ``sequence`` is assigned by the store on append (0 before).
+    """
+
+    record_id: str
+    agent_id: str
+    execution_id: str
+    kind: str
+    occurred_at: datetime
+    role: str | None = None
+    content: JSON = None
+    llm_call_id: str | None = None
+    tool_call_id: str | None = None
+    tool_invocation_id: str | None = None
+    context_candidate: bool = False
+    sequence: int = 0
+    metadata: dict[str, JSON] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class BarrierRecord:
+    """One line of the barrier log: which barrier moved ``execution_id`` to
+    ``revision``, when, and the sha256 of the committed execution JSON."""
+
+    execution_id: str
+    revision: int
+    barrier: str
+    committed_at: datetime
+    digest: str
+    status: str
+    phase: str
+
+
+@attrs.frozen
+class BarrierCommit:
+    """Everything one barrier commits, atomically (one transaction, or nothing).
+
+    Args:
+        barrier: the barrier's name (from the spec), written to the barrier log.
+        execution: the new execution record.
+        expected_revision: ``None`` to create the execution (its revision must be 0);
+            otherwise the stored revision must equal it and ``execution.revision`` must
+            be exactly ``expected_revision + 1`` (compare-and-set, reference §5.1).
+        agent: the new agent root, or ``None`` to leave it; when given, the stored
+            root's revision must be ``agent.revision - 1``.
+        journal: records appended after the agent's journal head; requires ``agent``,
+            whose ``journal_head`` must be the old head plus ``len(journal)``.
+    """
+
+    barrier: str
+    execution: ExecutionRecord
+    expected_revision: int | None
+    agent: AgentRecord | None = None
+    journal: tuple[JournalRecord, ...] = ()
+
+    def __attrs_post_init__(self) -> None:
+        if self.expected_revision is None:
+            if self.execution.revision != 0:
+                raise ValueError("a creating commit must carry revision 0")
+        elif self.execution.revision != self.expected_revision + 1:
+            raise ValueError(
+                f"revision must rise by exactly one: expected {self.expected_revision} + 1, "
+                f"got {self.execution.revision}"
+            )
+        if self.journal and self.agent is None:
+            raise ValueError("a journal append needs the new agent root (its journal head)")
+        for record in self.journal:
+            if record.agent_id != self.execution.agent_id:
+                raise ValueError(f"journal record {record.record_id} belongs to another agent")
+        if self.agent is not None and self.agent.agent_id != self.execution.agent_id:
+            raise ValueError("the agent root belongs to another agent")
+
+
+@attrs.frozen
+class CommitReceipt:
+    """What a committed barrier returns: the execution's new revision, the sequences
+    assigned to the appended journal records, and the commit time."""
+
+    execution_id: str
+    revision: int
+    journal_sequences: tuple[int, ...]
+    committed_at: datetime
+
+
+# ----------------------------------------------------------------------- converter
+
+
+def _structure_datetime(value: Any, _: Any) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError(f"expected an ISO 8601 timestamp string, got {type(value).__name__}")
+    parsed = datetime.fromisoformat(value)
+    if parsed.tzinfo is None:
+        raise ValueError(f"timestamp {value!r} has no UTC offset; store timezone-aware times only")
+    return parsed
+
+
+def _unstructure_datetime(value: datetime) -> str:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise SerializationError(f"naive datetime {value!r}: store timezone-aware times only")
+    return value.isoformat(timespec="microseconds")
+
+
+def _strict(kind: type, label: str) -> Any:
+    def hook(value: Any, _: Any) -> Any:
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {label}, got a boolean")
+        if not isinstance(value, kind):
+            raise TypeError(f"expected {label}, got {type(value).__name__}")
+        return value
+
+    return hook
+
+
+def _structure_enum(value: Any, cls: type[enum.Enum]) -> Any:
+    # Registered per enum class: the generic ``str`` hook would otherwise match these
+    # str-subclass enums (singledispatch follows the MRO) and accept any string.
+    if not isinstance(value, str):
+        raise TypeError(f"expected a {cls.__name__} string, got {type(value).__name__}")
+    return cls(value)
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(datetime, _structure_datetime)
+    conv.register_unstructure_hook(datetime, _unstructure_datetime)
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    for enum_cls in (ExecutionStatus, AgentLifecycle):
+        conv.register_structure_hook(enum_cls, _structure_enum)
+    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
+    for cls in (
+        ErrorInfo,
+        ToolBatchEntry,
+        ApprovalItem,
+        ApprovalRequest,
+        RecoverySubject,
+        RecoveryDescriptor,
+        AgentRecord,
+        ExecutionRecord,
+        JournalRecord,
+        BarrierRecord,
+    ):
+        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
+    return conv
+
+
+CONVERTER = _make_converter()
+
+
+def _check_json(value: Any, path: str = "$") -> None:
+    """Reject values JSON cannot carry exactly (non-string keys, NaN, sets, bytes...)."""
+    if value is None or isinstance(value, (bool, str, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SerializationError(f"{path}: {value!r} is not representable in JSON")
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json(item, f"{path}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SerializationError(f"{path}: key {key!r} is not a string")
+            _check_json(item, f"{path}.{key}")
+        return
+    raise SerializationError(f"{path}: {type(value).__name__} is not JSON data")
+
+
+def to_json(record: Any) -> str:
+    """Encode an attrs record as canonical JSON (sorted keys, compact, UTF-8 text).
+
+    Raises:
+        SerializationError: a value is not JSON data, or a datetime is naive.
+    """
+    try:
+        data = CONVERTER.unstructure(record)
+        _check_json(data)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except SerializationError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"cannot encode {type(record).__name__}: {exc}") from exc
+
+
+def from_json(cls: type[T], text: str | bytes) -> T:
+    """Decode canonical JSON into ``cls``; unknown or missing keys fail.
+
+    Raises:
+        SerializationError: the text is not JSON or does not match ``cls``.
+    """
+    try:
+        data = json.loads(text)
+        return CONVERTER.structure(data, cls)
+    except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
+        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        raise SerializationError(f"cannot decode {cls.__name__}: {detail}") from exc
+
+
+def digest(text: str) -> str:
+    """sha256 (hex) of canonical JSON text, as kept in the barrier log."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
