@@ -1,0 +1,195 @@
+"""``phronomy-fsm executions list|show`` and ``phronomy-fsm store compact`` (issue 4 items 9-10).
+
+A thin click layer over :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`. Read
+commands open the store read-only and never create a missing file. Exit codes: 0
+success; 1 bad input or failure (no such file, not a database, schema too new,
+execution not found, storage error); 2 usage (click). Diagnostics go to stderr as one
+``error: ...`` line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+
+from phronomy_fsm.errors import NotFoundError, PhronomyError
+from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
+from phronomy_fsm.store.sqlite import SqliteBarrierStore
+
+_DB_HELP = "Path of the SQLite store file."
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+@contextmanager
+def _open_store(db: str, *, read_only: bool) -> Iterator[SqliteBarrierStore]:
+    """Open ``db`` (which must exist); map every library error to exit code 1."""
+    if not os.path.exists(db):
+        _fail(f"no store at {db} (the file does not exist)")
+    try:
+        store = SqliteBarrierStore(db, read_only=read_only)
+    except (PhronomyError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    try:
+        yield store
+    except (PhronomyError, OSError, ValueError) as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+
+
+def _json_of(record: Any) -> Any:
+    return json.loads(to_json(record))
+
+
+def _summary(ex: ExecutionRecord) -> dict[str, Any]:
+    return {
+        "execution_id": ex.execution_id,
+        "agent_id": ex.agent_id,
+        "status": ex.status.value,
+        "phase": ex.phase,
+        "revision": ex.revision,
+        "active": ex.is_active,
+        "created_at": ex.created_at.isoformat(),
+        "updated_at": ex.updated_at.isoformat(),
+    }
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@click.group("executions")
+def executions() -> None:
+    """Inspect executions in a store: their status, phase, revisions, barrier log and journal."""
+
+
+@executions.command("list")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in ExecutionStatus]),
+    default=None,
+    help="Only executions with this status.",
+)
+@click.option("--agent", "agent_id", default=None, help="Only executions of this agent id.")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def list_command(db: str, status: str | None, agent_id: str | None, limit: int | None, as_json: bool) -> None:
+    """List executions (oldest first) with their status, phase and revision."""
+    with _open_store(db, read_only=True) as store:
+        rows = store.list_executions(agent_id=agent_id, status=status, limit=limit)
+    if as_json:
+        _emit_json([_summary(ex) for ex in rows])
+        return
+    if not rows:
+        click.echo("no executions")
+        return
+    header = ("EXECUTION", "AGENT", "STATUS", "PHASE", "REV", "UPDATED")
+    table = [header] + [
+        (ex.execution_id, ex.agent_id, ex.status.value, ex.phase, str(ex.revision), ex.updated_at.isoformat())
+        for ex in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@executions.command("show")
+@click.argument("execution_id")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def show_command(execution_id: str, db: str, as_json: bool) -> None:
+    """Show one execution: status, phase, revision, barrier history and journal records.
+
+    The JSON object has the keys execution_id, agent_id, status, phase, revision,
+    active, created_at, updated_at, barriers (list), journal (list) and execution
+    (the full stored record).
+    """
+    with _open_store(db, read_only=True) as store:
+        try:
+            ex = store.load_execution(execution_id)
+        except NotFoundError:
+            _fail(f"no execution {execution_id} in {db}")
+        barriers = store.barrier_history(execution_id)
+        journal = store.execution_journal(execution_id)
+    data = _summary(ex)
+    data["barriers"] = [
+        {
+            "revision": b.revision,
+            "barrier": b.barrier,
+            "committed_at": b.committed_at.isoformat(),
+            "status": b.status,
+            "phase": b.phase,
+            "digest": b.digest,
+        }
+        for b in barriers
+    ]
+    data["journal"] = [_json_of(r) for r in journal]
+    data["execution"] = _json_of(ex)
+    if as_json:
+        _emit_json(data)
+        return
+    for key in ("execution_id", "agent_id", "status", "phase", "revision", "created_at", "updated_at"):
+        click.echo(f"{key}: {data[key]}")
+    if ex.terminal_reason:
+        click.echo(f"terminal_reason: {ex.terminal_reason}")
+    click.echo(f"barriers ({len(barriers)}):")
+    for b in data["barriers"]:
+        click.echo(f"  r{b['revision']}  {b['barrier']}  {b['status']}/{b['phase']}  {b['committed_at']}")
+    click.echo(f"journal ({len(journal)}):")
+    for r in journal:
+        role = f" {r.role}" if r.role else ""
+        click.echo(f"  #{r.sequence}  {r.kind}{role}  {r.occurred_at.isoformat()}")
+
+
+@click.group("store")
+def store_group() -> None:
+    """Maintain a store file."""
+
+
+@store_group.command("compact")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@click.option(
+    "--older-than-days",
+    "older_than_days",
+    required=True,
+    type=click.FloatRange(min=0),
+    help="Remove terminal executions whose last commit is older than this many days.",
+)
+@click.option(
+    "--archive",
+    "archive",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Copy removed executions (with barriers and journal copies) to this SQLite file first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def compact_command(db: str, older_than_days: float, archive: str | None, as_json: bool) -> None:
+    """Remove (or archive) old terminal executions and their barrier rows; active
+    executions and the agents' journals are kept; the WAL is checkpointed (TRUNCATE)."""
+    with _open_store(db, read_only=False) as store:
+        report = store.compact(older_than_days=older_than_days, archive_path=archive)
+    if as_json:
+        _emit_json(report.to_dict())
+        return
+    click.echo(
+        f"removed {report.removed_executions} executions and {report.removed_barriers} barrier rows"
+        + (f"; archived {report.archived_executions} to {report.archive_path}" if report.archive_path else "")
+        + f"; kept {report.kept_journal_records} journal records; WAL checkpoint {list(report.wal_checkpoint)}"
+    )
+
+
+def register(main: click.Group) -> None:
+    """Add the ``executions`` and ``store`` groups to the CLI's ``main`` group."""
+    main.add_command(executions)
+    main.add_command(store_group)

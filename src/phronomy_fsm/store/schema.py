@@ -1,0 +1,211 @@
+"""The SQLite schema of the barrier store, its version and its migrations (issue 4 item 1).
+
+Owns: the table layout, the schema version kept in ``meta``, the named migrations
+(applied with sqlite-utils' :class:`~sqlite_utils.migrations.Migrations` and recorded by
+name in its ``_sqlite_migrations`` table), and the checks done before anything is
+written to a file: it must be a SQLite database, a phronomy store (or empty), and not
+newer than this code. It must not hold connection policy or the commit logic
+(``sqlite.py``).
+
+Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_json`):
+
+- ``agents(agent_id PK, revision, lifecycle, journal_head, body, created_epoch_ms,
+  updated_epoch_ms)``
+- ``executions(execution_id PK, agent_id, revision, status, phase, active, spec_sha256,
+  body, created_epoch_ms, updated_epoch_ms)`` with the partial unique index
+  ``executions_one_active ON executions(agent_id) WHERE active = 1`` (reference §5.2,
+  one active execution per agent) and ``executions_by_agent(agent_id, created_epoch_ms)``.
+- ``journal(agent_id, sequence, record_id, execution_id, kind, body)``; unique
+  ``(agent_id, sequence)`` and ``(agent_id, record_id)``; index on ``execution_id``.
+- ``barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,
+  phase)``, primary key ``(execution_id, revision)``, WITHOUT ROWID (one page write
+  per barrier on the hot path).
+- ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+
+import sqlite_utils
+from sqlite_utils.migrations import Migrations
+
+from phronomy_fsm.errors import SchemaVersionError
+
+#: The schema version this code writes and understands.
+SCHEMA_VERSION = 1
+
+#: Marker stored in ``meta.application``.
+APPLICATION = "phronomy_fsm"
+
+#: The first 16 bytes of every SQLite 3 database file.
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+MIGRATIONS = Migrations("phronomy_fsm.store")
+
+
+@MIGRATIONS(name="0001_initial")
+def _m0001_initial(db: sqlite_utils.Database) -> None:
+    db["meta"].create({"key": str, "value": str}, pk="key", not_null=["value"], strict=True)
+    db["agents"].create(
+        {
+            "agent_id": str,
+            "revision": int,
+            "lifecycle": str,
+            "journal_head": int,
+            "body": str,
+            "created_epoch_ms": int,
+            "updated_epoch_ms": int,
+        },
+        pk="agent_id",
+        not_null=["revision", "lifecycle", "journal_head", "body", "created_epoch_ms", "updated_epoch_ms"],
+        strict=True,
+    )
+    db["executions"].create(
+        {
+            "execution_id": str,
+            "agent_id": str,
+            "revision": int,
+            "status": str,
+            "phase": str,
+            "active": int,
+            "spec_sha256": str,
+            "body": str,
+            "created_epoch_ms": int,
+            "updated_epoch_ms": int,
+        },
+        pk="execution_id",
+        not_null=[
+            "agent_id",
+            "revision",
+            "status",
+            "phase",
+            "active",
+            "spec_sha256",
+            "body",
+            "created_epoch_ms",
+            "updated_epoch_ms",
+        ],
+        strict=True,
+    )
+    # sqlite-utils cannot express a partial index: plain SQL (reference §5.2).
+    db.execute("CREATE UNIQUE INDEX executions_one_active ON executions(agent_id) WHERE active = 1")
+    db["executions"].create_index(["agent_id", "created_epoch_ms"], index_name="executions_by_agent")
+    db["executions"].create_index(["created_epoch_ms"], index_name="executions_by_created")
+    db["journal"].create(
+        {
+            "agent_id": str,
+            "sequence": int,
+            "record_id": str,
+            "execution_id": str,
+            "kind": str,
+            "body": str,
+        },
+        pk=("agent_id", "sequence"),
+        not_null=["record_id", "execution_id", "kind", "body"],
+        strict=True,
+    )
+    db["journal"].create_index(["agent_id", "record_id"], index_name="journal_record_id", unique=True)
+    db["journal"].create_index(["execution_id"], index_name="journal_by_execution")
+    # WITHOUT ROWID is not expressible through sqlite-utils either.
+    db.execute(
+        "CREATE TABLE barriers ("
+        " execution_id TEXT NOT NULL, revision INTEGER NOT NULL, barrier TEXT NOT NULL,"
+        " committed_epoch_ms INTEGER NOT NULL, digest TEXT NOT NULL, status TEXT NOT NULL,"
+        " phase TEXT NOT NULL, PRIMARY KEY (execution_id, revision)) WITHOUT ROWID, STRICT"
+    )
+
+
+#: Migration names this code knows, in order.
+KNOWN_MIGRATIONS = tuple(m.name for m in MIGRATIONS._migrations)
+
+
+def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:
+    """Read the schema version without writing anything.
+
+    Returns:
+        ``None`` for an empty database (no tables), else the stored schema version.
+
+    Raises:
+        SchemaVersionError: the database holds tables but is not a phronomy store, its
+            version is newer than :data:`SCHEMA_VERSION`, or it records migrations this
+            code does not know (written by newer code).
+        sqlite3.Error: the file cannot be read (the caller maps it to StorageError).
+    """
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    user_tables = {t for t in tables if not t.startswith("sqlite_")}
+    if not user_tables:
+        return None
+    if "meta" not in tables:
+        raise SchemaVersionError(
+            f"{path} is a SQLite database but not a phronomy_fsm store (no meta table); "
+            "refusing to write to it. Use a separate file for the store.",
+            path=path,
+        )
+    rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('schema_version', 'application')"))
+    if rows.get("application") != APPLICATION or "schema_version" not in rows:
+        raise SchemaVersionError(f"{path} is not a phronomy_fsm store (meta table without our marker)", path=path)
+    try:
+        version = int(rows["schema_version"])
+    except ValueError:
+        raise SchemaVersionError(f"{path}: unreadable schema version {rows['schema_version']!r}", path=path) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, newer than this phronomy_fsm understands "
+            f"({SCHEMA_VERSION}); nothing was written. Upgrade phronomy_fsm to open it.",
+            path=path,
+            found=version,
+            supported=SCHEMA_VERSION,
+        )
+    if "_sqlite_migrations" in tables:
+        applied = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATIONS.name,)
+            )
+        }
+        unknown = sorted(applied - set(KNOWN_MIGRATIONS))
+        if unknown:
+            raise SchemaVersionError(
+                f"{path} records migrations this phronomy_fsm does not know ({', '.join(unknown)}); "
+                "it was written by newer code. Upgrade phronomy_fsm; nothing was written.",
+                path=path,
+                unknown_migrations=tuple(unknown),
+            )
+    return version
+
+
+def migrate(conn: sqlite3.Connection, path: str, *, on_checked: Callable[[], None] | None = None) -> int:
+    """Bring the schema to :data:`SCHEMA_VERSION` in one ``BEGIN IMMEDIATE`` transaction.
+
+    The version is checked again after the write lock is taken (another process may
+    have migrated meanwhile), so concurrent first opens of a new file are safe.
+    ``conn`` must be in autocommit mode (``isolation_level=None``).
+
+    Returns:
+        The schema version now stored.
+
+    Raises:
+        SchemaVersionError: as :func:`inspect_version`; the transaction is rolled back.
+        sqlite3.Error: for the caller to map (busy after the timeout, I/O...).
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = inspect_version(conn, path)
+        if version != SCHEMA_VERSION:
+            db = sqlite_utils.Database(conn, execute_plugins=False, recursive_triggers=False)
+            MIGRATIONS.apply(db)  # inside our transaction: sqlite-utils uses savepoints
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema_version', ?), ('application', ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (str(SCHEMA_VERSION), APPLICATION),
+            )
+        if on_checked is not None:
+            on_checked()
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return SCHEMA_VERSION

@@ -1,0 +1,724 @@
+"""The SQLite barrier store (issue 4 items 1-2, 4-6, 8; reference §5).
+
+Owns: connections and their policy (WAL, ``BEGIN IMMEDIATE`` for every write, busy
+timeout, ``synchronous``), the compare-and-set writes of one barrier, error mapping
+into the store taxonomy, outcome-unknown reporting and reconciliation, and the reads.
+Schema and migrations live in ``schema.py``; batching in ``group.py``; retention in
+``compact.py``. Must not import the runtime, agent or spec layers.
+
+Connections: one writer connection, used under a lock by whichever thread commits
+(the caller's thread for :meth:`SqliteBarrierStore.commit`, the group-commit thread
+for :meth:`SqliteBarrierStore.submit`) — measured faster than handing every commit
+to a dedicated thread, see ``docs/store.md``; one reader connection per thread
+(``query_only``). Several processes may open the same file: SQLite's file locks plus
+``BEGIN IMMEDIATE`` and the busy timeout serialise their writers.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import sqlite3
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    InvalidStatusTransitionError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PhronomyError,
+    SchemaVersionError,
+    StorageError,
+)
+from phronomy_fsm.store import schema
+from phronomy_fsm.store._encode import encode
+from phronomy_fsm.store._reads import SqliteReads, epoch_ms_to_datetime
+from phronomy_fsm.store._sqlerrors import storage_error
+from phronomy_fsm.store.base import CompactReport
+from phronomy_fsm.store.group import GroupCommitWriter
+from phronomy_fsm.store.records import (
+    ACTIVE_STATUSES,
+    ALLOWED_STATUS_CHANGES,
+    AgentLifecycle,
+    AgentRecord,
+    BarrierCommit,
+    CommitReceipt,
+    ExecutionRecord,
+    to_json,
+)
+
+#: A fault-injection seam: ``hook(point, commits)`` is called at ``"write"`` (inside
+#: the transaction, before a barrier's statements), ``"commit"`` (just before the
+#: COMMIT statement; anything it raises is treated exactly like a failing COMMIT) and
+#: ``"committed"`` (after COMMIT returned; anything it raises is a lost response).
+FaultHook = Callable[[str, tuple[BarrierCommit, ...]], None]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SYNCHRONOUS = ("FULL", "NORMAL")
+
+_INSERT_EXECUTION = (
+    "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active, spec_sha256,"
+    " body, created_epoch_ms, updated_epoch_ms) VALUES (?,?,?,?,?,?,?,?,?,?)"
+)
+_UPDATE_AGENT = (
+    "UPDATE agents SET revision=?, lifecycle=?, journal_head=?, body=?, updated_epoch_ms=?"
+    " WHERE agent_id=? AND revision=? AND journal_head=?"
+)
+_INSERT_JOURNAL = (
+    "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body) VALUES (?,?,?,?,?,?)"
+)
+_INSERT_BARRIER = (
+    "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, phase)"
+    " VALUES (?,?,?,?,?,?,?)"
+)
+
+
+def _update_sql(new_status: Any) -> str:
+    """The CAS update for a move to ``new_status``: the stored status must be one that
+    may precede it (reference §2.2), so a forbidden change writes nothing."""
+    sources = sorted(s.value for s, allowed in ALLOWED_STATUS_CHANGES.items() if new_status in allowed)
+    status_list = ",".join(f"'{s}'" for s in sources)
+    return (
+        "UPDATE executions SET revision=?, status=?, phase=?, active=?, body=?, updated_epoch_ms=?"
+        f" WHERE execution_id=? AND revision=? AND agent_id=? AND status IN ({status_list})"
+    )
+
+
+_UPDATE_EXECUTION = {status: _update_sql(status) for status in ALLOWED_STATUS_CHANGES}
+
+
+def datetime_to_epoch_ms(value: datetime) -> int:
+    """Epoch milliseconds of a timezone-aware datetime (truncated)."""
+    return (value - _EPOCH) // timedelta(milliseconds=1)
+
+
+class _Prepared:
+    """A barrier commit with everything encoded before the write lock is taken."""
+
+    __slots__ = ("agent_params", "commit", "digest", "execution_params", "future", "journal_rows", "sequences")
+
+    def __init__(self, commit: BarrierCommit) -> None:
+        self.commit = commit
+        ex = commit.execution
+        body = encode(ex)
+        self.digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        status = ex.status
+        active = 1 if status in ACTIVE_STATUSES else 0
+        if commit.expected_revision is None:
+            self.execution_params: tuple[Any, ...] = (
+                ex.execution_id,
+                ex.agent_id,
+                ex.revision,
+                status.value,
+                ex.phase,
+                active,
+                ex.spec_sha256,
+                body,
+                datetime_to_epoch_ms(ex.created_at),
+                0,  # updated_epoch_ms: the commit time, filled in at write time
+            )
+        else:
+            self.execution_params = (
+                ex.revision,
+                status.value,
+                ex.phase,
+                active,
+                body,
+                0,  # updated_epoch_ms
+                ex.execution_id,
+                commit.expected_revision,
+                ex.agent_id,
+            )
+        agent = commit.agent
+        self.sequences: tuple[int, ...] = ()
+        self.journal_rows: list[tuple[Any, ...]] = []
+        self.agent_params: tuple[Any, ...] | None = None
+        if agent is not None:
+            base = agent.journal_head - len(commit.journal)
+            self.agent_params = (
+                agent.revision,
+                agent.lifecycle.value,
+                agent.journal_head,
+                encode(agent),
+                0,  # updated_epoch_ms
+                agent.agent_id,
+                agent.revision - 1,
+                base,
+            )
+            if commit.journal:
+                self.sequences = tuple(range(base + 1, agent.journal_head + 1))
+                for seq, record in zip(self.sequences, commit.journal):
+                    if record.sequence != seq:
+                        record = attrs.evolve(record, sequence=seq)
+                    self.journal_rows.append(
+                        (record.agent_id, seq, record.record_id, record.execution_id, record.kind, encode(record))
+                    )
+        self.future: Future[CommitReceipt] | None = None
+
+
+class SqliteBarrierStore(SqliteReads):
+    """A :class:`~phronomy_fsm.store.base.BarrierStore` on one SQLite file.
+
+    Args:
+        path: the database file. Created (owner-only, 0600) if missing unless
+            ``read_only``; its folder must exist.
+        synchronous: ``"FULL"`` (default; a returned commit survives power loss) or
+            ``"NORMAL"`` (WAL without fsync per commit: survives a process crash but
+            the last commits may be lost on power loss or an OS crash).
+        busy_timeout_seconds: how long a write waits for another connection's write
+            lock before failing with StorageError.
+        group_window_seconds: extra wait for a group-commit batch to fill (0: flush as
+            soon as the writer is idle).
+        group_max_batch: most barriers per group-commit transaction.
+        clock: returns the current timezone-aware time (commit times, defaults); the
+            system clock when ``None``.
+        read_only: open an existing, current store for reading only (nothing is
+            created, migrated or written; writes raise StorageError).
+
+    Raises:
+        StorageError: the file is not a SQLite database, cannot be created or opened,
+            or stays locked past the busy timeout while the schema is checked.
+        SchemaVersionError: the schema is newer than this code, or the file is a
+            SQLite database of some other application; nothing was written.
+
+    Concurrency: every method is thread-safe. Writes are serialised on one writer
+    connection; reads use one connection per thread. Source: issue 4 items 1-2.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_seconds: float = 5.0,
+        group_window_seconds: float = 0.0,
+        group_max_batch: int = 64,
+        clock: Callable[[], datetime] | None = None,
+        read_only: bool = False,
+    ) -> None:
+        sync = synchronous.upper()
+        if sync not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
+        if busy_timeout_seconds < 0:
+            raise ValueError("busy_timeout_seconds must not be negative")
+        self.path = str(Path(path).absolute())
+        self.synchronous = sync
+        self.busy_timeout_seconds = float(busy_timeout_seconds)
+        self.read_only = read_only
+        self._clock = clock
+        self._uri = Path(self.path).as_uri() + ("?mode=ro" if read_only else "?mode=rw")
+        self._write_lock = threading.Lock()
+        self._writer: sqlite3.Connection | None = None
+        self._wcur: sqlite3.Cursor | None = None
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._closed = False
+        self._fault_hook: FaultHook | None = None
+        self._group = GroupCommitWriter(
+            self._flush_batch,
+            self._fail_item,
+            max_batch=group_max_batch,
+            window_seconds=group_window_seconds,
+        )
+        self._open()
+
+    # ------------------------------------------------------------------ opening
+
+    def _open(self) -> None:
+        self._check_or_create_file()
+        try:
+            conn = self._connect(self._uri)
+        except sqlite3.Error as exc:
+            raise storage_error(exc, operation="open", path=self.path) from exc
+        try:
+            version = schema.inspect_version(conn, self.path)  # read-only: nothing written yet
+            if self.read_only:
+                if version != schema.SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"{self.path} has schema version {version}, this code needs "
+                        f"{schema.SCHEMA_VERSION}; open it read-write once to migrate it",
+                        path=self.path,
+                    )
+                return
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise StorageError(f"{self.path}: cannot switch to WAL (journal_mode is {mode})", path=self.path)
+            schema.migrate(conn, self.path)
+        except sqlite3.Error as exc:
+            raise storage_error(exc, operation="open", path=self.path) from exc
+        finally:
+            conn.close()
+
+    def _check_or_create_file(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if self.read_only:
+                raise StorageError(f"no store at {self.path} (the file does not exist)", path=self.path) from None
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return False  # another process created it meanwhile
+            except OSError as exc:
+                raise StorageError(f"cannot create the store {self.path}: {exc}", path=self.path) from exc
+            try:
+                os.fchmod(fd, 0o600)
+            finally:
+                os.close(fd)
+            return True
+        except OSError as exc:
+            raise StorageError(f"cannot open the store {self.path}: {exc}", path=self.path) from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"{self.path} is not a regular file", path=self.path)
+        if st.st_size:
+            try:
+                with open(self.path, "rb") as fh:
+                    header = fh.read(len(schema.SQLITE_HEADER))
+            except OSError as exc:
+                raise StorageError(f"cannot read the store {self.path}: {exc}", path=self.path) from exc
+            if header != schema.SQLITE_HEADER:
+                raise StorageError(
+                    f"{self.path} is not a SQLite database (bad header); nothing was written",
+                    path=self.path,
+                    sqlite_error="SQLITE_NOTADB",
+                )
+        return False
+
+    def _connect(self, uri: str) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            timeout=self.busy_timeout_seconds,
+            isolation_level=None,
+            check_same_thread=False,
+            cached_statements=256,
+        )
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_seconds * 1000)}")
+        return conn
+
+    def _writer_cursor(self) -> sqlite3.Cursor:
+        """The writer's cursor; (re)opens the writer connection. Call under the lock."""
+        if self._closed:
+            raise StorageError(f"the store {self.path} is closed", path=self.path)
+        if self.read_only:
+            raise StorageError(f"the store {self.path} was opened read-only", path=self.path)
+        if self._wcur is None:
+            conn = self._connect(self._uri)
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            self._writer = conn
+            self._wcur = conn.cursor()
+        return self._wcur
+
+    def _reset_writer(self) -> None:
+        """Drop the writer connection after an error that leaves its state unknown."""
+        conn, self._writer, self._wcur = self._writer, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def _rollback_quietly(self) -> None:
+        conn = self._writer
+        if conn is None:
+            return
+        try:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            self._reset_writer()  # closing the connection rolls back
+
+    def install_fault_hook(self, hook: FaultHook | None) -> None:
+        """Install (or remove, with ``None``) the fault-injection seam (see
+        :data:`FaultHook`). For tests and the crash harness only; used by
+        :class:`~phronomy_fsm.store.faults.FaultInjectingStore`."""
+        self._fault_hook = hook
+
+    # ------------------------------------------------------------------ helpers
+
+    def _now_ms(self) -> int:
+        if self._clock is None:
+            return time.time_ns() // 1_000_000
+        return datetime_to_epoch_ms(self._clock())
+
+    def _now(self) -> datetime:
+        return self._clock() if self._clock is not None else datetime.now(UTC)
+
+    def _failure(self, exc: BaseException, operation: str) -> BaseException:
+        """The typed error for a failure known to have happened before COMMIT."""
+        if isinstance(exc, PhronomyError):
+            return exc
+        if isinstance(exc, (sqlite3.Error, OSError)):
+            mapped = storage_error(exc, operation=operation, path=self.path)
+            mapped.__cause__ = exc
+            return mapped
+        return exc
+
+    def _unknown(self, exc: BaseException, commit: Any, *, lost: bool) -> OutcomeUnknownError:
+        what = "the response was lost after COMMIT" if lost else "the COMMIT statement failed"
+        target = commit.execution.execution_id if isinstance(commit, BarrierCommit) else getattr(commit, "agent_id", "?")
+        err = OutcomeUnknownError(
+            f"outcome unknown for {target} on {self.path}: {what} ({type(exc).__name__}: {exc}); "
+            "call reconcile() to read back whether it committed",
+            intended=commit,
+            path=self.path,
+        )
+        err.__cause__ = exc
+        return err
+
+    # ------------------------------------------------------------------ writes
+
+    def create_agent(
+        self, agent_id: str, *, metadata: dict[str, Any] | None = None, now: datetime | None = None
+    ) -> AgentRecord:
+        """Create the agent root (revision 0, lifecycle idle, journal head 0).
+
+        Raises:
+            ConflictError: the agent exists.
+            SerializationError: ``metadata`` is not JSON data.
+            StorageError: nothing was written.
+            OutcomeUnknownError: the COMMIT failed; ``intended`` is the AgentRecord
+                (check with :meth:`load_agent`).
+
+        Durability: committed (per ``synchronous``) before it returns.
+        """
+        when = now or self._now()
+        record = AgentRecord(agent_id, 0, AgentLifecycle.IDLE, 0, when, when, dict(metadata or {}))
+        body = to_json(record)
+        when_ms = datetime_to_epoch_ms(when)
+        with self._write_lock:
+            try:
+                cur = self._writer_cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                try:
+                    cur.execute(
+                        "INSERT INTO agents(agent_id, revision, lifecycle, journal_head, body,"
+                        " created_epoch_ms, updated_epoch_ms) VALUES (?,?,?,?,?,?,?)",
+                        (agent_id, 0, record.lifecycle.value, 0, body, when_ms, when_ms),
+                    )
+                except sqlite3.IntegrityError:
+                    raise ConflictError(f"agent {agent_id} already exists; load it", agent_id=agent_id) from None
+            except BaseException as exc:
+                self._rollback_quietly()
+                raise self._failure(exc, "create_agent")
+            try:
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback_quietly()
+                self._reset_writer()
+                raise self._unknown(exc, record, lost=False)
+        return record
+
+    def _apply(self, cur: sqlite3.Cursor, p: _Prepared, now_ms: int) -> CommitReceipt:
+        """Run one barrier's statements inside the open transaction (reference §5.2)."""
+        commit = p.commit
+        ex = commit.execution
+        if commit.expected_revision is None:
+            if cur.execute("SELECT 1 FROM agents WHERE agent_id=?", (ex.agent_id,)).fetchone() is None:
+                raise NotFoundError(
+                    f"agent {ex.agent_id} does not exist; create it before its executions",
+                    agent_id=ex.agent_id,
+                    execution_id=ex.execution_id,
+                )
+            params = p.execution_params
+            try:
+                cur.execute(_INSERT_EXECUTION, params[:9] + (now_ms,))
+            except sqlite3.IntegrityError:
+                raise self._classify_insert(cur, ex) from None
+        else:
+            params = p.execution_params
+            cur.execute(_UPDATE_EXECUTION[ex.status], params[:5] + (now_ms,) + params[6:])
+            if cur.rowcount != 1:
+                raise self._classify_update(cur, commit)
+        agent_params = p.agent_params
+        if agent_params is not None:
+            cur.execute(_UPDATE_AGENT, agent_params[:4] + (now_ms,) + agent_params[5:])
+            if cur.rowcount != 1:
+                raise self._classify_agent(cur, commit)
+            if p.journal_rows:
+                try:
+                    cur.executemany(_INSERT_JOURNAL, p.journal_rows)
+                except sqlite3.IntegrityError as exc:
+                    raise ConflictError(
+                        f"journal append for agent {ex.agent_id} rejected: a record id is duplicated ({exc})",
+                        agent_id=ex.agent_id,
+                        execution_id=ex.execution_id,
+                    ) from None
+        try:
+            cur.execute(
+                _INSERT_BARRIER,
+                (ex.execution_id, ex.revision, commit.barrier, now_ms, p.digest, ex.status.value, ex.phase),
+            )
+        except sqlite3.IntegrityError:
+            raise ConflictError(
+                f"execution {ex.execution_id}: revision {ex.revision} is already in the barrier log",
+                execution_id=ex.execution_id,
+                revision=ex.revision,
+            ) from None
+        return CommitReceipt(ex.execution_id, ex.revision, p.sequences, epoch_ms_to_datetime(now_ms))
+
+    @staticmethod
+    def _classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
+        if cur.execute("SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)).fetchone():
+            return ConflictError(
+                f"execution {ex.execution_id} already exists", execution_id=ex.execution_id, agent_id=ex.agent_id
+            )
+        row = cur.execute("SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)).fetchone()
+        if row is not None:
+            return AgentBusyError(
+                f"agent {ex.agent_id} already has the active execution {row[0]}; "
+                "wait for it, approve or resolve it, or cancel it",
+                agent_id=ex.agent_id,
+                execution_id=ex.execution_id,
+                active_execution_id=row[0],
+            )
+        return ConflictError(f"execution {ex.execution_id}: insert rejected by a constraint", execution_id=ex.execution_id)
+
+    @staticmethod
+    def _classify_update(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
+        ex = commit.execution
+        row = cur.execute(
+            "SELECT revision, agent_id, status FROM executions WHERE execution_id=?", (ex.execution_id,)
+        ).fetchone()
+        if row is None:
+            return NotFoundError(f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id)
+        revision, agent_id, status = row
+        if agent_id != ex.agent_id:
+            return ConflictError(
+                f"execution {ex.execution_id} belongs to agent {agent_id}, not {ex.agent_id}",
+                execution_id=ex.execution_id,
+                stored_agent_id=agent_id,
+            )
+        if revision != commit.expected_revision:
+            return ConflictError(
+                f"execution {ex.execution_id} is at revision {revision}, not the expected "
+                f"{commit.expected_revision}; reload it and decide again",
+                execution_id=ex.execution_id,
+                expected_revision=commit.expected_revision,
+                stored_revision=revision,
+            )
+        return InvalidStatusTransitionError(
+            f"execution {ex.execution_id}: stored status {status} cannot become {ex.status.value} "
+            "(reference §2.2); nothing was written",
+            execution_id=ex.execution_id,
+            current=status,
+            requested=ex.status.value,
+        )
+
+    @staticmethod
+    def _classify_agent(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
+        agent = commit.agent
+        assert agent is not None
+        row = cur.execute("SELECT revision, journal_head FROM agents WHERE agent_id=?", (agent.agent_id,)).fetchone()
+        if row is None:
+            return NotFoundError(f"agent {agent.agent_id} does not exist", agent_id=agent.agent_id)
+        revision, head = row
+        expected_head = agent.journal_head - len(commit.journal)
+        return ConflictError(
+            f"agent {agent.agent_id} is at revision {revision} with journal head {head}, expected "
+            f"revision {agent.revision - 1} and head {expected_head}; reload it and decide again",
+            agent_id=agent.agent_id,
+            expected_revision=agent.revision - 1,
+            stored_revision=revision,
+            expected_journal_head=expected_head,
+            stored_journal_head=head,
+        )
+
+    def commit(self, commit: BarrierCommit) -> CommitReceipt:
+        """Commit one barrier in one ``BEGIN IMMEDIATE`` transaction on the caller's
+        thread (see :meth:`BarrierStore.commit` for the contract and errors).
+
+        Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
+        Concurrency: any thread; writers are serialised on the writer connection.
+        """
+        p = _Prepared(commit)
+        hook = self._fault_hook
+        with self._write_lock:
+            try:
+                cur = self._writer_cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                if hook is not None:
+                    hook("write", (commit,))
+                receipt = self._apply(cur, p, self._now_ms())
+            except BaseException as exc:
+                self._rollback_quietly()
+                raise self._failure(exc, "commit")
+            try:
+                if hook is not None:
+                    hook("commit", (commit,))
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback_quietly()
+                self._reset_writer()
+                raise self._unknown(exc, commit, lost=False)
+        if hook is not None:
+            try:
+                hook("committed", (commit,))
+            except BaseException as exc:
+                raise self._unknown(exc, commit, lost=True)
+        return receipt
+
+    def submit(self, commit: BarrierCommit) -> Future[CommitReceipt]:
+        """Queue ``commit`` for group commit; see :meth:`BarrierStore.submit`.
+
+        Encoding happens on the caller's thread (a SerializationError comes back in
+        the future). Durability: the future resolves only after the batch's COMMIT.
+        """
+        future: Future[CommitReceipt] = Future()
+        try:
+            p = _Prepared(commit)
+        except PhronomyError as exc:
+            future.set_exception(exc)
+            return future
+        p.future = future
+        try:
+            self._group.put(p)
+        except StorageError as exc:
+            future.set_exception(exc)
+        return future
+
+    @staticmethod
+    def _fail_item(p: _Prepared, exc: BaseException) -> None:
+        future = p.future
+        if future is not None and not future.done():
+            if not isinstance(exc, PhronomyError):
+                exc = StorageError(f"group commit writer failed: {type(exc).__name__}: {exc}")
+            future.set_exception(exc)
+
+    def _flush_batch(self, batch: list[_Prepared]) -> None:
+        """Commit one group-commit batch: one transaction, one savepoint per barrier;
+        settle every future only after COMMIT returned (issue 4 item 8)."""
+        live = [p for p in batch if p.future.set_running_or_notify_cancel()]  # type: ignore[union-attr]
+        if not live:
+            return
+        hook = self._fault_hook
+        results: list[Any] = [None] * len(live)
+        ok: list[int] = []
+        with self._write_lock:
+            try:
+                cur = self._writer_cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                now_ms = self._now_ms()
+                for i, p in enumerate(live):
+                    cur.execute("SAVEPOINT barrier")
+                    try:
+                        if hook is not None:
+                            hook("write", (p.commit,))
+                        results[i] = self._apply(cur, p, now_ms)
+                        ok.append(i)
+                    except PhronomyError as exc:
+                        cur.execute("ROLLBACK TO barrier")
+                        results[i] = exc
+                    cur.execute("RELEASE barrier")
+            except BaseException as exc:
+                self._rollback_quietly()
+                for i in range(len(live)):
+                    if i in ok or results[i] is None:
+                        failure = self._failure(exc, "commit")
+                        if isinstance(failure, PhronomyError):
+                            results[i] = copy.copy(failure)  # one instance per caller
+                        else:
+                            results[i] = StorageError(
+                                f"group commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
+                            )
+                ok = []
+            if ok:
+                try:
+                    if hook is not None:
+                        hook("commit", tuple(live[i].commit for i in ok))
+                    cur.execute("COMMIT")
+                except BaseException as exc:
+                    self._rollback_quietly()
+                    self._reset_writer()
+                    for i in ok:
+                        results[i] = self._unknown(exc, live[i].commit, lost=False)
+                    ok = []
+            elif self._writer is not None and self._writer.in_transaction:
+                self._rollback_quietly()
+        if ok and hook is not None:
+            try:
+                hook("committed", tuple(live[i].commit for i in ok))
+            except BaseException as exc:
+                for i in ok:
+                    results[i] = self._unknown(exc, live[i].commit, lost=True)
+        for p, result in zip(live, results):
+            if isinstance(result, BaseException):
+                p.future.set_exception(result)  # type: ignore[union-attr]
+            else:
+                p.future.set_result(result)  # type: ignore[union-attr]
+
+    # ------------------------------------------------------------------ maintenance
+
+    def compact(
+        self, *, older_than_days: float, archive_path: str | None = None, now: datetime | None = None
+    ) -> CompactReport:
+        """Remove (or archive, then remove) old terminal executions; see
+        :func:`phronomy_fsm.store.compact.compact_store` for the policy."""
+        from phronomy_fsm.store.compact import compact_store
+
+        return compact_store(self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now())
+
+    @contextmanager
+    def _write_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the writer for maintenance work; any
+        failure rolls back and raises StorageError (maintenance is idempotent, so a
+        COMMIT failure is reported as StorageError, not outcome unknown)."""
+        with self._write_lock:
+            try:
+                cur = self._writer_cursor()
+                cur.execute("BEGIN IMMEDIATE")
+                yield cur
+                cur.execute("COMMIT")
+            except BaseException as exc:
+                self._rollback_quietly()
+                raise self._failure(exc, operation)
+
+    def checkpoint(self, mode: str = "TRUNCATE") -> tuple[int, int, int]:
+        """Run ``PRAGMA wal_checkpoint(mode)`` on the writer; returns ``(busy,
+        wal_frames, checkpointed_frames)``. Raises StorageError."""
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+        with self._write_lock:
+            try:
+                row = self._writer_cursor().execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+            except BaseException as exc:
+                raise self._failure(exc, "checkpoint")
+        return (int(row[0]), int(row[1]), int(row[2]))
+
+    def close(self) -> None:
+        """Flush queued group commits, then close every connection. Idempotent."""
+        if self._closed:
+            return
+        self._group.close()
+        with self._write_lock:
+            self._closed = True
+            self._reset_writer()
+        with self._readers_lock:
+            readers, self._readers = self._readers, []
+        for conn in readers:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
+
+    def __enter__(self) -> SqliteBarrierStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteBarrierStore({self.path!r}, synchronous={self.synchronous!r})"

@@ -1,0 +1,263 @@
+"""store: durable barrier commits/s (single FULL / NORMAL, group commit) vs raw fsync.
+
+What is measured, all in one process and one run, on the filesystem that holds the
+database (a temporary folder; ``same_device_as_repo`` says whether it is the repo's
+disk), in interleaved rounds whose medians are reported:
+
+- ``fsync_per_second``: ``os.pwrite`` of 4 KiB into a preallocated file followed by
+  ``os.fsync`` — the physical cost of one durable write on that disk.
+- ``single_full`` / ``single_normal``: ``SqliteBarrierStore.commit`` of one realistic
+  barrier per transaction (a ~1 KB ExecutionRecord: JSON encoding, the
+  revision-checked UPDATE of the execution and one barrier-log row), one thread,
+  ``synchronous=FULL`` / ``NORMAL``. The records of the revision chain are built
+  before timing (that is the caller's work, not the store's); encoding them is timed.
+- ``group_full_64``: 64 threads, each driving its own execution, each doing
+  ``store.submit(commit).result()`` in a loop at ``synchronous=FULL``; every commit is
+  durable before its future resolves.
+- ``single_full_with_journal`` (extra): the same single commit plus the agent root
+  CAS and two journal records.
+
+Targets (``../shared/design/PERFORMANCE.md``): single_full/fsync ≥ 0.7,
+group_full_64/fsync ≥ 5. Nothing here asserts speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store.records import (
+    AgentLifecycle,
+    BarrierCommit,
+    ExecutionRecord,
+    ExecutionStatus,
+    JournalRecord,
+    ToolBatchEntry,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options: rounds, commits per round, writers, folder."""
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median reported)")
+    parser.add_argument("--commits", type=int, default=1500, help="single commits per round and mode")
+    parser.add_argument("--writers", type=int, default=64, help="group-commit writer threads")
+    parser.add_argument("--group-commits", type=int, default=60, help="commits per writer per round")
+    parser.add_argument("--dir", default=None, help="folder for the database (default: a temp dir on the repo's disk)")
+
+
+def _bench_dir(requested: str | None) -> tuple[Path, bool]:
+    if requested:
+        base = Path(requested)
+    else:
+        base = Path(tempfile.gettempdir())
+        if os.stat(base).st_dev != os.stat(REPO).st_dev:
+            base = REPO / ".bench"
+    base.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="phronomy-store-bench-", dir=base))
+    return folder, os.stat(folder).st_dev == os.stat(REPO).st_dev
+
+
+def _execution(execution_id: str, agent_id: str, now: datetime) -> ExecutionRecord:
+    return ExecutionRecord(
+        execution_id=execution_id,
+        agent_id=agent_id,
+        revision=0,
+        status=ExecutionStatus.PREPARING,
+        phase="preparing",
+        spec_version=1,
+        spec_sha256="5" * 64,
+        created_at=now,
+        updated_at=now,
+        input={"messages": [{"role": "user", "content": "Summarise the quarterly report. " * 8}]},
+        metadata={"recovery_contract_version": 1, "invocation_mode": "invoke", "preparation_replayable": True},
+    )
+
+
+def _chain(first: ExecutionRecord, count: int, start: datetime) -> list[BarrierCommit]:
+    """``count`` successive barrier commits of one execution, alternating the provider
+    and tool barriers, each with a fresh pending LLM call id or a one-entry tool batch."""
+    commits = []
+    current = first
+    for i in range(count):
+        now = start + timedelta(microseconds=i)
+        if i % 2 == 0:
+            nxt = current.advance(
+                now=now,
+                status=ExecutionStatus.ACTIVE,
+                phase="calling_llm",
+                pending_llm_call_id=str(uuid.uuid4()),
+                llm_call_count=current.llm_call_count + 1,
+                tool_batch=(),
+            )
+            barrier = "provider_barrier"
+        else:
+            nxt = current.advance(
+                now=now,
+                phase="dispatching_tools",
+                pending_llm_call_id=None,
+                tool_batch=(
+                    ToolBatchEntry(str(uuid.uuid4()), f"call_{i}", "search", f"llm-{i}", {"query": "q" * 40}, "authorized"),
+                ),
+            )
+            barrier = "tool_barrier"
+        commits.append(BarrierCommit(barrier, nxt, current.revision))
+        current = nxt
+    return commits
+
+
+def _new_execution(store: SqliteBarrierStore, agent_id: str) -> ExecutionRecord:
+    now = datetime.now(UTC)
+    agent = store.create_agent(agent_id, now=now)
+    first = _execution(str(uuid.uuid4()), agent_id, now)
+    store.commit(BarrierCommit("admission", first, None, agent=agent.advance(now=now, lifecycle=AgentLifecycle.ACTIVE)))
+    return first
+
+
+def _fsync_rate(folder: Path, count: int) -> float:
+    path = folder / "fsync.bin"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        block = b"\xa5" * 4096
+        os.pwrite(fd, b"\0" * 4096 * 64, 0)
+        os.fsync(fd)
+        start = time.perf_counter()
+        for i in range(count):
+            os.pwrite(fd, block, (i % 64) * 4096)
+            os.fsync(fd)
+        return count / (time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+class _Single:
+    """One store and one execution whose chain is committed one barrier at a time."""
+
+    def __init__(self, folder: Path, synchronous: str, journal: bool) -> None:
+        self.store = SqliteBarrierStore(folder / f"single-{synchronous}-{journal}.db", synchronous=synchronous)
+        self.journal = journal
+        self.current = _new_execution(self.store, "agent-single")
+        self.agent = self.store.load_agent("agent-single")
+
+    def run(self, count: int) -> float:
+        commits = _chain(self.current, count, datetime.now(UTC))
+        if self.journal:
+            commits = [self._with_journal(c) for c in commits]
+        commit = self.store.commit
+        start = time.perf_counter()
+        for c in commits:
+            commit(c)
+        elapsed = time.perf_counter() - start
+        self.current = commits[-1].execution
+        return count / elapsed
+
+    def _with_journal(self, c: BarrierCommit) -> BarrierCommit:
+        now = c.execution.updated_at
+        records = tuple(
+            JournalRecord(str(uuid.uuid4()), "agent-single", c.execution.execution_id, kind, now, role=role, content=text)
+            for kind, role, text in (
+                ("assistant_message", "assistant", "Calling the search tool."),
+                ("llm_call_recorded", None, {"tokens": 128}),
+            )
+        )
+        self.agent = self.agent.advance(now=now, journal_head=self.agent.journal_head + 2)
+        return BarrierCommit(c.barrier, c.execution, c.expected_revision, agent=self.agent, journal=records)
+
+
+class _Group:
+    """One store, ``writers`` executions, each driven by its own thread via submit()."""
+
+    def __init__(self, folder: Path, writers: int) -> None:
+        self.store = SqliteBarrierStore(folder / "group.db", synchronous="FULL")
+        self.currents = [_new_execution(self.store, f"agent-{i}") for i in range(writers)]
+
+    def run(self, per_writer: int) -> float:
+        start_at = datetime.now(UTC)
+        chains = [_chain(cur, per_writer, start_at) for cur in self.currents]
+        gate = threading.Barrier(len(chains) + 1)
+        errors: list[BaseException] = []
+        submit = self.store.submit
+
+        def drive(chain: list[BarrierCommit]) -> None:
+            gate.wait()
+            try:
+                for c in chain:
+                    submit(c).result()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=drive, args=(chain,)) for chain in chains]
+        for t in threads:
+            t.start()
+        gate.wait()
+        start = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        self.currents = [chain[-1].execution for chain in chains]
+        return len(chains) * per_writer / elapsed
+
+
+def run(args: Any) -> dict[str, Any]:
+    """Run the interleaved rounds; return the figures and ratios (medians)."""
+    folder, same_device = _bench_dir(args.dir)
+    try:
+        full = _Single(folder, "FULL", journal=False)
+        normal = _Single(folder, "NORMAL", journal=False)
+        full_journal = _Single(folder, "FULL", journal=True)
+        group = _Group(folder, args.writers)
+        # Warm up: grow the WAL once and let a checkpoint cycle happen.
+        full.run(300)
+        normal.run(300)
+        full_journal.run(100)
+        group.run(5)
+        samples: dict[str, list[float]] = {k: [] for k in ("fsync", "full", "normal", "full_journal", "group")}
+        batches_before = group.store._group.batches
+        items_before = group.store._group.items
+        for _ in range(args.rounds):
+            samples["fsync"].append(_fsync_rate(folder, args.commits))
+            samples["full"].append(full.run(args.commits))
+            samples["group"].append(group.run(args.group_commits))
+            samples["normal"].append(normal.run(args.commits))
+            samples["full_journal"].append(full_journal.run(args.commits // 2))
+        batches = group.store._group.batches - batches_before
+        items = group.store._group.items - items_before
+        for s in (full, normal, full_journal, group):
+            s.store.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    fsync = med["fsync"]
+    return {
+        "fsync_per_second": round(fsync, 1),
+        "barrier_commits_per_second": {
+            "single_full": round(med["full"], 1),
+            "single_normal": round(med["normal"], 1),
+            "group_full_64" if args.writers == 64 else f"group_full_{args.writers}": round(med["group"], 1),
+            "single_full_with_journal": round(med["full_journal"], 1),
+        },
+        "ratios": {
+            "single_full_vs_fsync": round(med["full"] / fsync, 3),
+            "group_full_64_vs_fsync": round(med["group"] / fsync, 3),
+            "single_normal_vs_fsync": round(med["normal"] / fsync, 3),
+        },
+        "group_mean_batch": round(items / batches, 1) if batches else None,
+        "rounds": args.rounds,
+        "samples": {k: [round(x, 1) for x in v] for k, v in samples.items()},
+        "same_device_as_repo": same_device,
+        "sqlite_version": __import__("sqlite3").sqlite_version,
+    }
