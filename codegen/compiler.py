@@ -345,7 +345,11 @@ def compile_spec(spec: MachineSpec, *, source_name: str | None = None) -> str:
     errors = [i for i in validate_spec(spec) if i.is_error]
     if errors:
         raise SpecError(f"{spec.source_name}: {len(errors)} validation error(s)", issues=tuple(errors))
-    name = display_path(source_name if source_name is not None else spec.source_name)
+    return _render_module(spec, display_path(source_name if source_name is not None else spec.source_name))
+
+
+def _render_module(spec: MachineSpec, name: str) -> str:
+    """Render an already validated ``spec``; ``name`` is the header's source path."""
     env = _environment()
     try:
         template = env.from_string(_template_text())
@@ -456,7 +460,7 @@ def generate(
         return GenerateReport((), tuple(issues))
     files = []
     for shown, spec in compiled:
-        text = compile_spec(spec, source_name=shown)
+        text = _render_module(spec, shown)  # validated above by check_spec_file
         target = out / f"{spec.machine}.py"
         try:
             current = target.read_text("utf-8") if target.exists() else None

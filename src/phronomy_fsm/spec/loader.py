@@ -14,10 +14,12 @@ Semantic checks (reachability, barriers, names, ...) live in
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,16 @@ class _SpecYamlLoader(yaml.SafeLoader):
     """SafeLoader with YAML 1.2 booleans: only true/false (any case) are booleans."""
 
 
+#: The same loader on libyaml's C parser when PyYAML was built with it (10-20 times
+#: faster on large specs; libyaml refuses nesting deeper than 1000 levels, so the
+#: Cython composer cannot overflow the C stack). Both share the resolver table below.
+_SpecYamlCLoader: type | None = None
+if getattr(yaml, "__with_libyaml__", False):  # pragma: no branch
+
+    class _SpecYamlCLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
+        """CSafeLoader with YAML 1.2 booleans (see :class:`_SpecYamlLoader`)."""
+
+
 _SpecYamlLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
@@ -79,6 +91,8 @@ for _first in "tTfF":
     _SpecYamlLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
         0, ("tag:yaml.org,2002:bool", _BOOL_RX)
     )
+if _SpecYamlCLoader is not None:
+    _SpecYamlCLoader.yaml_implicit_resolvers = _SpecYamlLoader.yaml_implicit_resolvers
 
 _SCALAR_TAGS = {
     "tag:yaml.org,2002:str",
@@ -100,7 +114,9 @@ class _NodeReader:
 
     def __init__(self, file: str) -> None:
         self.file = file
-        self.locs: dict[Path_, SourceLoc] = {}
+        #: path → (1-based line, 1-based column); plain tuples because a spec of
+        #: thousands of transitions has tens of thousands of nodes
+        self.locs: dict[Path_, tuple[int, int]] = {}
         self.issues: list[SpecIssue] = []
         self.visited = 0
         self._constructor = _SpecYamlLoader("")
@@ -126,7 +142,9 @@ class _NodeReader:
                 path,
                 self.loc(node),
             )
-        self.locs.setdefault(path, self.loc(node))
+        if path not in self.locs:
+            mark = node.start_mark
+            self.locs[path] = (mark.line + 1, mark.column + 1)
         if isinstance(node, yaml.MappingNode):
             if node.tag != "tag:yaml.org,2002:map":
                 raise _YamlProblem(
@@ -151,7 +169,7 @@ class _NodeReader:
                 hashable_key = self.scalar(key_node, path)
                 key = hashable_key
                 if hashable_key in result:
-                    first = self.locs.get(path + (hashable_key,), SourceLoc(self.file))
+                    first = SourceLoc(self.file, *self.locs.get(path + (hashable_key,), (0, 0)))
                     self.issues.append(
                         SpecIssue(
                             "DUPLICATE_KEY",
@@ -163,7 +181,8 @@ class _NodeReader:
                         )
                     )
                     continue
-                self.locs[path + (hashable_key,)] = self.loc(key_node)
+                mark = key_node.start_mark
+                self.locs[path + (hashable_key,)] = (mark.line + 1, mark.column + 1)
                 result[hashable_key] = self.read(value_node, path + (hashable_key,), depth + 1)
             return result
         if isinstance(node, yaml.SequenceNode):
@@ -186,6 +205,8 @@ class _NodeReader:
                 path,
                 self.loc(node),
             )
+        if node.tag == "tag:yaml.org,2002:str":
+            return node.value  # what SafeConstructor.construct_yaml_str returns, without its overhead
         try:
             return self._constructor.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
@@ -210,17 +231,18 @@ def _render_path(path: Path_) -> str:
 class _Located:
     """Locations of a document, used to place cattrs errors."""
 
-    def __init__(self, file: str, locs: Mapping[Path_, SourceLoc]) -> None:
+    def __init__(self, file: str, locs: Mapping[Path_, tuple[int, int]]) -> None:
         self.file = file
         self.locs = locs
 
     def at(self, path: Path_) -> SourceLoc:
+        """The location of ``path``, or of its nearest located ancestor."""
         probe = path
         while probe:
             if probe in self.locs:
-                return self.locs[probe]
+                return SourceLoc(self.file, *self.locs[probe])
             probe = probe[:-1]
-        return self.locs.get((), SourceLoc(self.file, 1, 1))
+        return SourceLoc(self.file, *self.locs.get((), (1, 1)))
 
 
 def _strict_str(value: Any, _: Any) -> str:
@@ -459,7 +481,6 @@ def load_spec_text(
         ``issues``; semantic checks are the validator's job.
     """
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    top = SourceLoc(source_name, 1, 1)
     if len(raw) > max_bytes:
         return LoadResult(None, (_too_large_issue(source_name, len(raw), max_bytes),))
     try:
@@ -479,10 +500,36 @@ def load_spec_text(
                 ),
             ),
         )
+    with _gc_paused():
+        return _load_decoded(raw, decoded, source_name)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a document is parsed and shaped.
+
+    Composing a large spec allocates tens of thousands of acyclic objects; each
+    allocation threshold crossed would otherwise run a collection over them all
+    (about a third of the load time of a 5,000-transition spec). The previous state is
+    restored; cycles created meanwhile (recursive YAML aliases, exception tracebacks)
+    are collected once the collector runs again.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
+    """Parse and shape a decoded document (see :func:`load_spec_text`)."""
+    top = SourceLoc(source_name, 1, 1)
     sha = hashlib.sha256(raw).hexdigest()
     reader = _NodeReader(source_name)
     try:
-        loader = _SpecYamlLoader(decoded)
+        loader = (_SpecYamlCLoader or _SpecYamlLoader)(decoded)
         try:
             node = loader.get_single_node()
         finally:
@@ -494,6 +541,19 @@ def load_spec_text(
         context = f" ({exc.context})" if exc.context else ""
         return LoadResult(
             None, (SpecIssue("YAML_SYNTAX", f"invalid YAML: {problem}{context}", "$", loc),)
+        )
+    except yaml.reader.ReaderError as exc:
+        # a character YAML does not allow (control characters): locate it by position
+        # (libyaml counts UTF-8 bytes, PyYAML's reader counts characters)
+        if _SpecYamlCLoader is not None:
+            before = raw[: exc.position].decode("utf-8", "replace")
+        else:
+            before = decoded[: exc.position]
+        line = before.count("\n") + 1
+        column = len(before) - (before.rfind("\n") + 1) + 1
+        return LoadResult(
+            None,
+            (SpecIssue("YAML_SYNTAX", f"invalid YAML: {exc.reason}", "$", SourceLoc(source_name, line, column)),),
         )
     except (yaml.YAMLError, RecursionError) as exc:
         return LoadResult(None, (SpecIssue("YAML_SYNTAX", f"invalid YAML: {exc}", "$", top),))
