@@ -50,11 +50,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options: rounds, commits per round, writers, folder."""
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median reported)")
-    parser.add_argument("--commits", type=int, default=1500, help="single commits per round and mode")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds (median reported)"
+    )
+    parser.add_argument(
+        "--commits", type=int, default=1500, help="single commits per round and mode"
+    )
     parser.add_argument("--writers", type=int, default=64, help="group-commit writer threads")
-    parser.add_argument("--group-commits", type=int, default=60, help="commits per writer per round")
-    parser.add_argument("--dir", default=None, help="folder for the database (default: a temp dir on the repo's disk)")
+    parser.add_argument(
+        "--group-commits", type=int, default=60, help="commits per writer per round"
+    )
+    parser.add_argument(
+        "--dir",
+        default=None,
+        help="folder for the database (default: a temp dir on the repo's disk)",
+    )
 
 
 def _bench_dir(requested: str | None) -> tuple[Path, bool]:
@@ -81,7 +91,11 @@ def _execution(execution_id: str, agent_id: str, now: datetime) -> ExecutionReco
         created_at=now,
         updated_at=now,
         input={"messages": [{"role": "user", "content": "Summarise the quarterly report. " * 8}]},
-        metadata={"recovery_contract_version": 1, "invocation_mode": "invoke", "preparation_replayable": True},
+        metadata={
+            "recovery_contract_version": 1,
+            "invocation_mode": "invoke",
+            "preparation_replayable": True,
+        },
     )
 
 
@@ -108,7 +122,14 @@ def _chain(first: ExecutionRecord, count: int, start: datetime) -> list[BarrierC
                 phase="dispatching_tools",
                 pending_llm_call_id=None,
                 tool_batch=(
-                    ToolBatchEntry(str(uuid.uuid4()), f"call_{i}", "search", f"llm-{i}", {"query": "q" * 40}, "authorized"),
+                    ToolBatchEntry(
+                        str(uuid.uuid4()),
+                        f"call_{i}",
+                        "search",
+                        f"llm-{i}",
+                        {"query": "q" * 40},
+                        "authorized",
+                    ),
                 ),
             )
             barrier = "tool_barrier"
@@ -121,7 +142,11 @@ def _new_execution(store: SqliteBarrierStore, agent_id: str) -> ExecutionRecord:
     now = datetime.now(UTC)
     agent = store.create_agent(agent_id, now=now)
     first = _execution(str(uuid.uuid4()), agent_id, now)
-    store.commit(BarrierCommit("admission", first, None, agent=agent.advance(now=now, lifecycle=AgentLifecycle.ACTIVE)))
+    store.commit(
+        BarrierCommit(
+            "admission", first, None, agent=agent.advance(now=now, lifecycle=AgentLifecycle.ACTIVE)
+        )
+    )
     return first
 
 
@@ -146,7 +171,9 @@ class _Single:
     """One store and one execution whose chain is committed one barrier at a time."""
 
     def __init__(self, folder: Path, synchronous: str, journal: bool) -> None:
-        self.store = SqliteBarrierStore(folder / f"single-{synchronous}-{journal}.db", synchronous=synchronous)
+        self.store = SqliteBarrierStore(
+            folder / f"single-{synchronous}-{journal}.db", synchronous=synchronous
+        )
         self.journal = journal
         self.current = _new_execution(self.store, "agent-single")
         self.agent = self.store.load_agent("agent-single")
@@ -166,14 +193,24 @@ class _Single:
     def _with_journal(self, c: BarrierCommit) -> BarrierCommit:
         now = c.execution.updated_at
         records = tuple(
-            JournalRecord(str(uuid.uuid4()), "agent-single", c.execution.execution_id, kind, now, role=role, content=text)
+            JournalRecord(
+                str(uuid.uuid4()),
+                "agent-single",
+                c.execution.execution_id,
+                kind,
+                now,
+                role=role,
+                content=text,
+            )
             for kind, role, text in (
                 ("assistant_message", "assistant", "Calling the search tool."),
                 ("llm_call_recorded", None, {"tokens": 128}),
             )
         )
         self.agent = self.agent.advance(now=now, journal_head=self.agent.journal_head + 2)
-        return BarrierCommit(c.barrier, c.execution, c.expected_revision, agent=self.agent, journal=records)
+        return BarrierCommit(
+            c.barrier, c.execution, c.expected_revision, agent=self.agent, journal=records
+        )
 
 
 class _Group:
@@ -225,7 +262,9 @@ def run(args: Any) -> dict[str, Any]:
         normal.run(300)
         full_journal.run(100)
         group.run(5)
-        samples: dict[str, list[float]] = {k: [] for k in ("fsync", "full", "normal", "full_journal", "group")}
+        samples: dict[str, list[float]] = {
+            k: [] for k in ("fsync", "full", "normal", "full_journal", "group")
+        }
         batches_before = group.store._group.batches
         items_before = group.store._group.items
         for _ in range(args.rounds):
@@ -247,7 +286,9 @@ def run(args: Any) -> dict[str, Any]:
         "barrier_commits_per_second": {
             "single_full": round(med["full"], 1),
             "single_normal": round(med["normal"], 1),
-            "group_full_64" if args.writers == 64 else f"group_full_{args.writers}": round(med["group"], 1),
+            "group_full_64" if args.writers == 64 else f"group_full_{args.writers}": round(
+                med["group"], 1
+            ),
             "single_full_with_journal": round(med["full_journal"], 1),
         },
         "ratios": {

@@ -84,7 +84,9 @@ def executions() -> None:
 @click.option("--agent", "agent_id", default=None, help="Only executions of this agent id.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
-def list_command(db: str, status: str | None, agent_id: str | None, limit: int | None, as_json: bool) -> None:
+def list_command(
+    db: str, status: str | None, agent_id: str | None, limit: int | None, as_json: bool
+) -> None:
     """List executions (oldest first) with their status, phase and revision."""
     with _open_store(db, read_only=True) as store:
         rows = store.list_executions(agent_id=agent_id, status=status, limit=limit)
@@ -96,7 +98,14 @@ def list_command(db: str, status: str | None, agent_id: str | None, limit: int |
         return
     header = ("EXECUTION", "AGENT", "STATUS", "PHASE", "REV", "UPDATED")
     table = [header] + [
-        (ex.execution_id, ex.agent_id, ex.status.value, ex.phase, str(ex.revision), ex.updated_at.isoformat())
+        (
+            ex.execution_id,
+            ex.agent_id,
+            ex.status.value,
+            ex.phase,
+            str(ex.revision),
+            ex.updated_at.isoformat(),
+        )
         for ex in rows
     ]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
@@ -139,13 +148,23 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
     if as_json:
         _emit_json(data)
         return
-    for key in ("execution_id", "agent_id", "status", "phase", "revision", "created_at", "updated_at"):
+    for key in (
+        "execution_id",
+        "agent_id",
+        "status",
+        "phase",
+        "revision",
+        "created_at",
+        "updated_at",
+    ):
         click.echo(f"{key}: {data[key]}")
     if ex.terminal_reason:
         click.echo(f"terminal_reason: {ex.terminal_reason}")
     click.echo(f"barriers ({len(barriers)}):")
     for b in data["barriers"]:
-        click.echo(f"  r{b['revision']}  {b['barrier']}  {b['status']}/{b['phase']}  {b['committed_at']}")
+        click.echo(
+            f"  r{b['revision']}  {b['barrier']}  {b['status']}/{b['phase']}  {b['committed_at']}"
+        )
     click.echo(f"journal ({len(journal)}):")
     for r in journal:
         role = f" {r.role}" if r.role else ""
@@ -184,7 +203,11 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
         return
     click.echo(
         f"removed {report.removed_executions} executions and {report.removed_barriers} barrier rows"
-        + (f"; archived {report.archived_executions} to {report.archive_path}" if report.archive_path else "")
+        + (
+            f"; archived {report.archived_executions} to {report.archive_path}"
+            if report.archive_path
+            else ""
+        )
         + f"; kept {report.kept_journal_records} journal records; WAL checkpoint {list(report.wal_checkpoint)}"
     )
 

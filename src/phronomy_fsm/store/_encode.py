@@ -47,7 +47,11 @@ def _field_kind(tp: Any) -> int:
     args = typing.get_args(tp)
     if origin is dict and args and args[0] is str and args[1] is Any:
         return _PASS
-    if args and all(a in _PLAIN_TYPES for a in args) and origin in (typing.Union, __import__("types").UnionType):
+    if (
+        args
+        and all(a in _PLAIN_TYPES for a in args)
+        and origin in (typing.Union, __import__("types").UnionType)
+    ):
         return _PASS
     return _CONVERT
 

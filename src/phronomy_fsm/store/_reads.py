@@ -98,9 +98,13 @@ class SqliteReads:
     def load_execution(self, execution_id: str) -> ExecutionRecord:
         """The stored execution. Raises NotFoundError, SerializationError, StorageError."""
         with self._reading("load_execution") as conn:
-            row = conn.execute("SELECT body FROM executions WHERE execution_id=?", (execution_id,)).fetchone()
+            row = conn.execute(
+                "SELECT body FROM executions WHERE execution_id=?", (execution_id,)
+            ).fetchone()
         if row is None:
-            raise NotFoundError(f"execution {execution_id} does not exist", execution_id=execution_id)
+            raise NotFoundError(
+                f"execution {execution_id} does not exist", execution_id=execution_id
+            )
         return from_json(ExecutionRecord, row[0])
 
     def list_executions(
@@ -143,7 +147,12 @@ class SqliteReads:
         return self.list_executions(agent_id=agent_id, active=True)
 
     def read_journal(
-        self, agent_id: str, *, after: int = 0, limit: int | None = None, execution_id: str | None = None
+        self,
+        agent_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        execution_id: str | None = None,
     ) -> list[JournalRecord]:
         """Journal records of ``agent_id`` with ``sequence > after``, in order; only
         those of ``execution_id`` when given. Raises SerializationError, StorageError."""
@@ -162,7 +171,8 @@ class SqliteReads:
         """Every journal record written by ``execution_id`` (any agent), by sequence."""
         with self._reading("execution_journal") as conn:
             rows = conn.execute(
-                "SELECT body FROM journal WHERE execution_id = ? ORDER BY agent_id, sequence", (execution_id,)
+                "SELECT body FROM journal WHERE execution_id = ? ORDER BY agent_id, sequence",
+                (execution_id,),
             ).fetchall()
         return [from_json(JournalRecord, body) for (body,) in rows]
 
@@ -194,7 +204,8 @@ class SqliteReads:
         intended = encode(commit.execution)
         with self._reading("reconcile") as conn:
             row = conn.execute(
-                "SELECT revision, body FROM executions WHERE execution_id=?", (commit.execution.execution_id,)
+                "SELECT revision, body FROM executions WHERE execution_id=?",
+                (commit.execution.execution_id,),
             ).fetchone()
         if row is None:
             return NOT_COMMITTED if commit.expected_revision is None else CONFLICT

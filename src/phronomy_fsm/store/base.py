@@ -179,7 +179,12 @@ class BarrierStore(Protocol):
         ...
 
     def read_journal(
-        self, agent_id: str, *, after: int = 0, limit: int | None = None, execution_id: str | None = None
+        self,
+        agent_id: str,
+        *,
+        after: int = 0,
+        limit: int | None = None,
+        execution_id: str | None = None,
     ) -> list[JournalRecord]:
         """Journal records with ``sequence > after`` in sequence order, optionally only
         those of one execution; each carries its assigned sequence."""
@@ -190,7 +195,11 @@ class BarrierStore(Protocol):
         ...
 
     def compact(
-        self, *, older_than_days: float, archive_path: str | None = None, now: datetime | None = None
+        self,
+        *,
+        older_than_days: float,
+        archive_path: str | None = None,
+        now: datetime | None = None,
     ) -> CompactReport:
         """Remove (or archive, then remove) terminal executions whose last commit is
         older than ``older_than_days`` days, with their barrier rows; keep active

@@ -44,9 +44,7 @@ if TYPE_CHECKING:
 #: Executions removed per write transaction.
 CHUNK = 500
 
-_EXECUTION_COLUMNS = (
-    "execution_id, agent_id, revision, status, phase, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
-)
+_EXECUTION_COLUMNS = "execution_id, agent_id, revision, status, phase, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
 _BARRIER_COLUMNS = "execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
 _JOURNAL_COLUMNS = "agent_id, sequence, record_id, execution_id, kind, body"
 
@@ -68,9 +66,15 @@ def _open_archive(path: str, store_path: str) -> sqlite_utils.Database:
     db.execute(f"PRAGMA busy_timeout={5000}")
     if not db["executions"].exists():
         with db.atomic():
-            db.execute(f"CREATE TABLE IF NOT EXISTS executions ({_EXECUTION_COLUMNS}, PRIMARY KEY (execution_id))")
-            db.execute(f"CREATE TABLE IF NOT EXISTS barriers ({_BARRIER_COLUMNS}, PRIMARY KEY (execution_id, revision))")
-            db.execute(f"CREATE TABLE IF NOT EXISTS journal ({_JOURNAL_COLUMNS}, PRIMARY KEY (agent_id, sequence))")
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS executions ({_EXECUTION_COLUMNS}, PRIMARY KEY (execution_id))"
+            )
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS barriers ({_BARRIER_COLUMNS}, PRIMARY KEY (execution_id, revision))"
+            )
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS journal ({_JOURNAL_COLUMNS}, PRIMARY KEY (agent_id, sequence))"
+            )
     return db
 
 
@@ -131,7 +135,9 @@ def compact_store(
                         removed += 1
                         cur.execute("DELETE FROM barriers WHERE execution_id = ?", (eid,))
                         removed_barriers += cur.rowcount
-                        row = cur.execute("SELECT count(*) FROM journal WHERE execution_id = ?", (eid,)).fetchone()
+                        row = cur.execute(
+                            "SELECT count(*) FROM journal WHERE execution_id = ?", (eid,)
+                        ).fetchone()
                         kept_journal += row[0]
     except (sqlite3.Error, OSError) as exc:
         raise storage_error(exc, operation="compact", path=store.path) from exc
@@ -150,13 +156,21 @@ def compact_store(
     )
 
 
-def _archive_chunk(store: SqliteBarrierStore, archive: sqlite_utils.Database, ids: list[str]) -> int:
+def _archive_chunk(
+    store: SqliteBarrierStore, archive: sqlite_utils.Database, ids: list[str]
+) -> int:
     with store._reading("compact archive", snapshot=True) as conn:
         executions = _rows(
-            conn, f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE execution_id IN ({{marks}})", ids
+            conn,
+            f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE execution_id IN ({{marks}})",
+            ids,
         )
-        barriers = _rows(conn, f"SELECT {_BARRIER_COLUMNS} FROM barriers WHERE execution_id IN ({{marks}})", ids)
-        journal = _rows(conn, f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE execution_id IN ({{marks}})", ids)
+        barriers = _rows(
+            conn, f"SELECT {_BARRIER_COLUMNS} FROM barriers WHERE execution_id IN ({{marks}})", ids
+        )
+        journal = _rows(
+            conn, f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE execution_id IN ({{marks}})", ids
+        )
     with archive.atomic():
         archive["executions"].upsert_all(executions, pk="execution_id")
         archive["barriers"].upsert_all(barriers, pk=("execution_id", "revision"))

@@ -59,7 +59,14 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
             "updated_epoch_ms": int,
         },
         pk="agent_id",
-        not_null=["revision", "lifecycle", "journal_head", "body", "created_epoch_ms", "updated_epoch_ms"],
+        not_null=[
+            "revision",
+            "lifecycle",
+            "journal_head",
+            "body",
+            "created_epoch_ms",
+            "updated_epoch_ms",
+        ],
         strict=True,
     )
     db["executions"].create(
@@ -91,7 +98,9 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
     )
     # sqlite-utils cannot express a partial index: plain SQL (reference §5.2).
     db.execute("CREATE UNIQUE INDEX executions_one_active ON executions(agent_id) WHERE active = 1")
-    db["executions"].create_index(["agent_id", "created_epoch_ms"], index_name="executions_by_agent")
+    db["executions"].create_index(
+        ["agent_id", "created_epoch_ms"], index_name="executions_by_agent"
+    )
     db["executions"].create_index(["created_epoch_ms"], index_name="executions_by_created")
     db["journal"].create(
         {
@@ -106,7 +115,9 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         not_null=["record_id", "execution_id", "kind", "body"],
         strict=True,
     )
-    db["journal"].create_index(["agent_id", "record_id"], index_name="journal_record_id", unique=True)
+    db["journal"].create_index(
+        ["agent_id", "record_id"], index_name="journal_record_id", unique=True
+    )
     db["journal"].create_index(["execution_id"], index_name="journal_by_execution")
     # WITHOUT ROWID is not expressible through sqlite-utils either.
     db.execute(
@@ -143,13 +154,19 @@ def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:
             "refusing to write to it. Use a separate file for the store.",
             path=path,
         )
-    rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('schema_version', 'application')"))
+    rows = dict(
+        conn.execute("SELECT key, value FROM meta WHERE key IN ('schema_version', 'application')")
+    )
     if rows.get("application") != APPLICATION or "schema_version" not in rows:
-        raise SchemaVersionError(f"{path} is not a phronomy_fsm store (meta table without our marker)", path=path)
+        raise SchemaVersionError(
+            f"{path} is not a phronomy_fsm store (meta table without our marker)", path=path
+        )
     try:
         version = int(rows["schema_version"])
     except ValueError:
-        raise SchemaVersionError(f"{path}: unreadable schema version {rows['schema_version']!r}", path=path) from None
+        raise SchemaVersionError(
+            f"{path}: unreadable schema version {rows['schema_version']!r}", path=path
+        ) from None
     if version > SCHEMA_VERSION:
         raise SchemaVersionError(
             f"{path} has schema version {version}, newer than this phronomy_fsm understands "
@@ -176,7 +193,9 @@ def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:
     return version
 
 
-def migrate(conn: sqlite3.Connection, path: str, *, on_checked: Callable[[], None] | None = None) -> int:
+def migrate(
+    conn: sqlite3.Connection, path: str, *, on_checked: Callable[[], None] | None = None
+) -> int:
     """Bring the schema to :data:`SCHEMA_VERSION` in one ``BEGIN IMMEDIATE`` transaction.
 
     The version is checked again after the write lock is taken (another process may

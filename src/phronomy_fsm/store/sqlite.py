@@ -76,9 +76,7 @@ _UPDATE_AGENT = (
     "UPDATE agents SET revision=?, lifecycle=?, journal_head=?, body=?, updated_epoch_ms=?"
     " WHERE agent_id=? AND revision=? AND journal_head=?"
 )
-_INSERT_JOURNAL = (
-    "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body) VALUES (?,?,?,?,?,?)"
-)
+_INSERT_JOURNAL = "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body) VALUES (?,?,?,?,?,?)"
 _INSERT_BARRIER = (
     "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, phase)"
     " VALUES (?,?,?,?,?,?,?)"
@@ -88,7 +86,9 @@ _INSERT_BARRIER = (
 def _update_sql(new_status: Any) -> str:
     """The CAS update for a move to ``new_status``: the stored status must be one that
     may precede it (reference §2.2), so a forbidden change writes nothing."""
-    sources = sorted(s.value for s, allowed in ALLOWED_STATUS_CHANGES.items() if new_status in allowed)
+    sources = sorted(
+        s.value for s, allowed in ALLOWED_STATUS_CHANGES.items() if new_status in allowed
+    )
     status_list = ",".join(f"'{s}'" for s in sources)
     return (
         "UPDATE executions SET revision=?, status=?, phase=?, active=?, body=?, updated_epoch_ms=?"
@@ -107,7 +107,15 @@ def datetime_to_epoch_ms(value: datetime) -> int:
 class _Prepared:
     """A barrier commit with everything encoded before the write lock is taken."""
 
-    __slots__ = ("agent_params", "commit", "digest", "execution_params", "future", "journal_rows", "sequences")
+    __slots__ = (
+        "agent_params",
+        "commit",
+        "digest",
+        "execution_params",
+        "future",
+        "journal_rows",
+        "sequences",
+    )
 
     def __init__(self, commit: BarrierCommit) -> None:
         self.commit = commit
@@ -163,7 +171,14 @@ class _Prepared:
                     if record.sequence != seq:
                         record = attrs.evolve(record, sequence=seq)
                     self.journal_rows.append(
-                        (record.agent_id, seq, record.record_id, record.execution_id, record.kind, encode(record))
+                        (
+                            record.agent_id,
+                            seq,
+                            record.record_id,
+                            record.execution_id,
+                            record.kind,
+                            encode(record),
+                        )
                     )
         self.future: Future[CommitReceipt] | None = None
 
@@ -246,6 +261,11 @@ class SqliteBarrierStore(SqliteReads):
         try:
             version = schema.inspect_version(conn, self.path)  # read-only: nothing written yet
             if self.read_only:
+                if version is None:
+                    raise SchemaVersionError(
+                        f"{self.path} is an empty database, not an initialised phronomy_fsm store",
+                        path=self.path,
+                    )
                 if version != schema.SCHEMA_VERSION:
                     raise SchemaVersionError(
                         f"{self.path} has schema version {version}, this code needs "
@@ -255,7 +275,9 @@ class SqliteBarrierStore(SqliteReads):
                 return
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
-                raise StorageError(f"{self.path}: cannot switch to WAL (journal_mode is {mode})", path=self.path)
+                raise StorageError(
+                    f"{self.path}: cannot switch to WAL (journal_mode is {mode})", path=self.path
+                )
             schema.migrate(conn, self.path)
         except sqlite3.Error as exc:
             raise storage_error(exc, operation="open", path=self.path) from exc
@@ -267,13 +289,17 @@ class SqliteBarrierStore(SqliteReads):
             st = os.stat(self.path)
         except FileNotFoundError:
             if self.read_only:
-                raise StorageError(f"no store at {self.path} (the file does not exist)", path=self.path) from None
+                raise StorageError(
+                    f"no store at {self.path} (the file does not exist)", path=self.path
+                ) from None
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             except FileExistsError:
                 return False  # another process created it meanwhile
             except OSError as exc:
-                raise StorageError(f"cannot create the store {self.path}: {exc}", path=self.path) from exc
+                raise StorageError(
+                    f"cannot create the store {self.path}: {exc}", path=self.path
+                ) from exc
             try:
                 os.fchmod(fd, 0o600)
             finally:
@@ -288,7 +314,9 @@ class SqliteBarrierStore(SqliteReads):
                 with open(self.path, "rb") as fh:
                     header = fh.read(len(schema.SQLITE_HEADER))
             except OSError as exc:
-                raise StorageError(f"cannot read the store {self.path}: {exc}", path=self.path) from exc
+                raise StorageError(
+                    f"cannot read the store {self.path}: {exc}", path=self.path
+                ) from exc
             if header != schema.SQLITE_HEADER:
                 raise StorageError(
                     f"{self.path} is not a SQLite database (bad header); nothing was written",
@@ -369,7 +397,11 @@ class SqliteBarrierStore(SqliteReads):
 
     def _unknown(self, exc: BaseException, commit: Any, *, lost: bool) -> OutcomeUnknownError:
         what = "the response was lost after COMMIT" if lost else "the COMMIT statement failed"
-        target = commit.execution.execution_id if isinstance(commit, BarrierCommit) else getattr(commit, "agent_id", "?")
+        target = (
+            commit.execution.execution_id
+            if isinstance(commit, BarrierCommit)
+            else getattr(commit, "agent_id", "?")
+        )
         err = OutcomeUnknownError(
             f"outcome unknown for {target} on {self.path}: {what} ({type(exc).__name__}: {exc}); "
             "call reconcile() to read back whether it committed",
@@ -410,7 +442,9 @@ class SqliteBarrierStore(SqliteReads):
                         (agent_id, 0, record.lifecycle.value, 0, body, when_ms, when_ms),
                     )
                 except sqlite3.IntegrityError:
-                    raise ConflictError(f"agent {agent_id} already exists; load it", agent_id=agent_id) from None
+                    raise ConflictError(
+                        f"agent {agent_id} already exists; load it", agent_id=agent_id
+                    ) from None
             except BaseException as exc:
                 self._rollback_quietly()
                 raise self._failure(exc, "create_agent")
@@ -427,7 +461,10 @@ class SqliteBarrierStore(SqliteReads):
         commit = p.commit
         ex = commit.execution
         if commit.expected_revision is None:
-            if cur.execute("SELECT 1 FROM agents WHERE agent_id=?", (ex.agent_id,)).fetchone() is None:
+            if (
+                cur.execute("SELECT 1 FROM agents WHERE agent_id=?", (ex.agent_id,)).fetchone()
+                is None
+            ):
                 raise NotFoundError(
                     f"agent {ex.agent_id} does not exist; create it before its executions",
                     agent_id=ex.agent_id,
@@ -460,7 +497,15 @@ class SqliteBarrierStore(SqliteReads):
         try:
             cur.execute(
                 _INSERT_BARRIER,
-                (ex.execution_id, ex.revision, commit.barrier, now_ms, p.digest, ex.status.value, ex.phase),
+                (
+                    ex.execution_id,
+                    ex.revision,
+                    commit.barrier,
+                    now_ms,
+                    p.digest,
+                    ex.status.value,
+                    ex.phase,
+                ),
             )
         except sqlite3.IntegrityError:
             raise ConflictError(
@@ -468,15 +513,23 @@ class SqliteBarrierStore(SqliteReads):
                 execution_id=ex.execution_id,
                 revision=ex.revision,
             ) from None
-        return CommitReceipt(ex.execution_id, ex.revision, p.sequences, epoch_ms_to_datetime(now_ms))
+        return CommitReceipt(
+            ex.execution_id, ex.revision, p.sequences, epoch_ms_to_datetime(now_ms)
+        )
 
     @staticmethod
     def _classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
-        if cur.execute("SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)).fetchone():
+        if cur.execute(
+            "SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)
+        ).fetchone():
             return ConflictError(
-                f"execution {ex.execution_id} already exists", execution_id=ex.execution_id, agent_id=ex.agent_id
+                f"execution {ex.execution_id} already exists",
+                execution_id=ex.execution_id,
+                agent_id=ex.agent_id,
             )
-        row = cur.execute("SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)).fetchone()
+        row = cur.execute(
+            "SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)
+        ).fetchone()
         if row is not None:
             return AgentBusyError(
                 f"agent {ex.agent_id} already has the active execution {row[0]}; "
@@ -485,16 +538,22 @@ class SqliteBarrierStore(SqliteReads):
                 execution_id=ex.execution_id,
                 active_execution_id=row[0],
             )
-        return ConflictError(f"execution {ex.execution_id}: insert rejected by a constraint", execution_id=ex.execution_id)
+        return ConflictError(
+            f"execution {ex.execution_id}: insert rejected by a constraint",
+            execution_id=ex.execution_id,
+        )
 
     @staticmethod
     def _classify_update(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
         ex = commit.execution
         row = cur.execute(
-            "SELECT revision, agent_id, status FROM executions WHERE execution_id=?", (ex.execution_id,)
+            "SELECT revision, agent_id, status FROM executions WHERE execution_id=?",
+            (ex.execution_id,),
         ).fetchone()
         if row is None:
-            return NotFoundError(f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id)
+            return NotFoundError(
+                f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+            )
         revision, agent_id, status = row
         if agent_id != ex.agent_id:
             return ConflictError(
@@ -522,7 +581,9 @@ class SqliteBarrierStore(SqliteReads):
     def _classify_agent(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
         agent = commit.agent
         assert agent is not None
-        row = cur.execute("SELECT revision, journal_head FROM agents WHERE agent_id=?", (agent.agent_id,)).fetchone()
+        row = cur.execute(
+            "SELECT revision, journal_head FROM agents WHERE agent_id=?", (agent.agent_id,)
+        ).fetchone()
         if row is None:
             return NotFoundError(f"agent {agent.agent_id} does not exist", agent_id=agent.agent_id)
         revision, head = row
@@ -632,7 +693,8 @@ class SqliteBarrierStore(SqliteReads):
                             results[i] = copy.copy(failure)  # one instance per caller
                         else:
                             results[i] = StorageError(
-                                f"group commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
+                                f"group commit failed before COMMIT: {type(exc).__name__}: {exc}",
+                                path=self.path,
                             )
                 ok = []
             if ok:
@@ -663,13 +725,19 @@ class SqliteBarrierStore(SqliteReads):
     # ------------------------------------------------------------------ maintenance
 
     def compact(
-        self, *, older_than_days: float, archive_path: str | None = None, now: datetime | None = None
+        self,
+        *,
+        older_than_days: float,
+        archive_path: str | None = None,
+        now: datetime | None = None,
     ) -> CompactReport:
         """Remove (or archive, then remove) old terminal executions; see
         :func:`phronomy_fsm.store.compact.compact_store` for the policy."""
         from phronomy_fsm.store.compact import compact_store
 
-        return compact_store(self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now())
+        return compact_store(
+            self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now()
+        )
 
     @contextmanager
     def _write_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:

@@ -1,0 +1,196 @@
+"""Opening files: schema version, foreign and broken files, permissions, migrations
+(issue 4 items 1-2 and "Tests": newer schema → clear error, nothing written)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+import sqlite_utils
+
+from phronomy_fsm.errors import SchemaVersionError, StorageError
+from phronomy_fsm.store import SCHEMA_VERSION, SqliteBarrierStore
+from phronomy_fsm.store.schema import KNOWN_MIGRATIONS
+
+from .helpers import admission
+
+
+def _fingerprint(path: Path) -> tuple[str, int, int]:
+    st = os.stat(path)
+    return hashlib.sha256(path.read_bytes()).hexdigest(), st.st_mtime_ns, st.st_size
+
+
+def _make_store(path: Path) -> None:
+    with SqliteBarrierStore(path) as store:
+        admission(store, "a1", "ex-1")
+
+
+def test_new_file_is_owner_only_with_wal_and_schema(tmp_path):
+    path = tmp_path / "s.db"
+    store = SqliteBarrierStore(path)
+    admission(store, "a1", "ex-1")
+    for name in ("s.db", "s.db-wal", "s.db-shm"):
+        mode = stat.S_IMODE(os.stat(tmp_path / name).st_mode)
+        assert mode & 0o077 == 0, (name, oct(mode))
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    store.close()
+    db = sqlite_utils.Database(str(path))
+    assert {"agents", "executions", "journal", "barriers", "meta", "_sqlite_migrations"} <= set(
+        db.table_names()
+    )
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert dict(db.execute("SELECT key, value FROM meta").fetchall())["schema_version"] == str(
+        SCHEMA_VERSION
+    )
+    assert [r["name"] for r in db["_sqlite_migrations"].rows] == list(KNOWN_MIGRATIONS)
+    partial = db.execute(
+        "SELECT sql FROM sqlite_master WHERE name = 'executions_one_active'"
+    ).fetchone()[0]
+    assert "WHERE active = 1" in partial and "UNIQUE" in partial
+    db.close()
+
+
+def test_synchronous_setting_is_applied(tmp_path):
+    full = SqliteBarrierStore(tmp_path / "f.db")
+    normal = SqliteBarrierStore(tmp_path / "n.db", synchronous="normal")
+    try:
+        admission(full, "a", "e")
+        admission(normal, "a", "e")
+        assert full._writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert normal._writer.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    finally:
+        full.close()
+        normal.close()
+    with pytest.raises(ValueError):
+        SqliteBarrierStore(tmp_path / "x.db", synchronous="OFF")
+
+
+def test_reopening_keeps_data_and_does_not_migrate_again(tmp_path):
+    path = tmp_path / "s.db"
+    _make_store(path)
+    with SqliteBarrierStore(path) as store:
+        assert store.load_execution("ex-1").revision == 0
+    db = sqlite_utils.Database(str(path))
+    assert db["_sqlite_migrations"].count == len(KNOWN_MIGRATIONS)
+    db.close()
+
+
+def test_newer_schema_version_is_refused_and_the_file_is_unchanged(tmp_path):
+    path = tmp_path / "s.db"
+    _make_store(path)
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 1),)
+    )
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = _fingerprint(path)
+    with pytest.raises(SchemaVersionError) as info:
+        SqliteBarrierStore(path)
+    assert "newer" in str(info.value) and info.value.found == SCHEMA_VERSION + 1
+    with pytest.raises(SchemaVersionError):
+        SqliteBarrierStore(path, read_only=True)
+    assert _fingerprint(path) == before
+
+
+def test_unknown_migration_is_refused_and_the_file_is_unchanged(tmp_path):
+    path = tmp_path / "s.db"
+    _make_store(path)
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('phronomy_fsm.store', '0099_future', 'x')"
+    )
+    conn.commit()
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    before = _fingerprint(path)
+    with pytest.raises(SchemaVersionError, match="0099_future"):
+        SqliteBarrierStore(path)
+    assert _fingerprint(path) == before
+
+
+def test_foreign_sqlite_database_is_refused_and_unchanged(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE notes(id INTEGER PRIMARY KEY, text TEXT)")
+    conn.commit()
+    conn.close()
+    before = _fingerprint(path)
+    with pytest.raises(SchemaVersionError, match="not a phronomy_fsm store"):
+        SqliteBarrierStore(path)
+    assert _fingerprint(path) == before
+
+
+@pytest.mark.parametrize(
+    "content", [b"this is plain text, not a database\n" * 10, os.urandom(8192)]
+)
+def test_not_a_database_is_a_storage_error_and_unchanged(tmp_path, content):
+    path = tmp_path / "junk.db"
+    path.write_bytes(content)
+    before = _fingerprint(path)
+    with pytest.raises(StorageError, match="not a SQLite database"):
+        SqliteBarrierStore(path)
+    assert _fingerprint(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.db"]
+
+
+def test_corrupt_database_body_is_a_storage_error(tmp_path):
+    path = tmp_path / "s.db"
+    _make_store(path)
+    data = bytearray(path.read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # destroy the schema page after the header
+    path.write_bytes(bytes(data))
+    with pytest.raises(StorageError) as info:
+        SqliteBarrierStore(path)
+    assert not isinstance(info.value.__cause__, StorageError)
+
+
+def test_missing_folder_and_read_only_missing_file(tmp_path):
+    with pytest.raises(StorageError):
+        SqliteBarrierStore(tmp_path / "no" / "such" / "dir.db")
+    with pytest.raises(StorageError, match="does not exist"):
+        SqliteBarrierStore(tmp_path / "absent.db", read_only=True)
+    assert not (tmp_path / "absent.db").exists()
+
+
+def test_read_only_store_reads_and_refuses_writes(tmp_path):
+    path = tmp_path / "s.db"
+    _make_store(path)
+    with SqliteBarrierStore(path, read_only=True) as ro:
+        assert ro.load_execution("ex-1").revision == 0
+        with pytest.raises(StorageError, match="read-only"):
+            ro.create_agent("a2")
+
+
+def test_concurrent_first_open_of_a_new_file(tmp_path):
+    path = tmp_path / "race.db"
+    errors: list[BaseException] = []
+    stores: list[SqliteBarrierStore] = []
+    gate = threading.Barrier(4)
+
+    def open_it() -> None:
+        gate.wait()
+        try:
+            stores.append(SqliteBarrierStore(path, busy_timeout_seconds=10))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    admission(stores[0], "a", "e")
+    assert all(s.load_execution("e").revision == 0 for s in stores)
+    for s in stores:
+        s.close()
+    db = sqlite_utils.Database(str(path))
+    assert db["_sqlite_migrations"].count == len(KNOWN_MIGRATIONS)
+    db.close()

@@ -1,0 +1,176 @@
+"""Group commit (issue 4 item 8): batching, per-barrier outcomes, and no "committed"
+before the COMMIT returned."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import CancelledError
+from typing import Any
+
+import pytest
+
+from phronomy_fsm.errors import ConflictError, OutcomeUnknownError, StorageError
+from phronomy_fsm.store import NOT_COMMITTED, BarrierCommit, FaultInjectingStore, FaultKind
+
+from .helpers import admission, new_execution, step
+
+
+def _agents(store: Any, count: int) -> list[Any]:
+    return [admission(store, f"agent-{i}", f"ex-{i}")[1] for i in range(count)]
+
+
+def test_64_threads_each_get_their_own_outcome(store_factory):
+    store = store_factory()
+    executions = _agents(store, 64)
+    per_thread = 15
+    gate = threading.Barrier(64)
+    outcomes: dict[str, list[Any]] = {}
+    errors: list[BaseException] = []
+
+    def drive(ex: Any) -> None:
+        gate.wait()
+        mine = outcomes.setdefault(ex.execution_id, [])
+        try:
+            for _ in range(per_thread):
+                commit = step(ex)
+                receipt = store.submit(commit).result(timeout=60)
+                mine.append((receipt.execution_id, receipt.revision))
+                ex = commit.execution
+            # a stale barrier of this thread fails for this thread only
+            stale = store.submit(
+                BarrierCommit("provider_barrier", commit.execution, commit.expected_revision)
+            )
+            with pytest.raises(ConflictError):
+                stale.result(timeout=60)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    batches_before = store._group.batches
+    threads = [threading.Thread(target=drive, args=(ex,)) for ex in executions]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for ex in executions:
+        assert outcomes[ex.execution_id] == [(ex.execution_id, r) for r in range(1, per_thread + 1)]
+        assert store.load_execution(ex.execution_id).revision == per_thread
+        assert [b.revision for b in store.barrier_history(ex.execution_id)] == list(
+            range(per_thread + 1)
+        )
+    flushed = store._group.batches - batches_before
+    assert flushed < 64 * (per_thread + 1)  # barriers really shared transactions
+
+
+def _full_batch_store(store_factory: Any, size: int, **options: Any) -> Any:
+    """A store whose writer flushes only full batches of ``size`` (or on close)."""
+    return store_factory(group_max_batch=size, group_window_seconds=30.0, **options)
+
+
+def test_one_conflict_in_a_batch_fails_only_itself(store_factory):
+    store = _full_batch_store(store_factory, 8)
+    executions = _agents(store, 8)
+    direct = step(executions[3], phase="moved_on")
+    store.commit(direct)  # outside the batch: execution 3 is now at revision 1
+    commits = [step(ex) for ex in executions]  # commits[3] still expects revision 0
+    batches_before = store._group.batches
+    futures = [store.submit(c) for c in commits]
+    results = []
+    for f in futures:
+        try:
+            results.append(f.result(timeout=60))
+        except ConflictError as exc:
+            results.append(exc)
+    assert store._group.batches == batches_before + 1  # all eight in one transaction
+    assert isinstance(results[3], ConflictError)
+    for i, c in enumerate(commits):
+        if i == 3:
+            assert store.load_execution(c.execution.execution_id) == direct.execution
+        else:
+            assert results[i].revision == 1
+            assert store.load_execution(c.execution.execution_id) == c.execution
+
+
+def test_failing_commit_gives_every_caller_of_the_batch_outcome_unknown(store_factory):
+    inner = _full_batch_store(store_factory, 6)
+    executions = _agents(inner, 6)
+    faulty = FaultInjectingStore(inner)
+    commits = [step(ex) for ex in executions]
+    faulty.add(FaultKind.COMMIT_FAILS, predicate=lambda c: c is commits[2])
+    futures = [faulty.submit(c) for c in commits]
+    for c, f in zip(commits, futures):
+        with pytest.raises(OutcomeUnknownError) as info:
+            f.result(timeout=60)
+        assert info.value.intended is c
+        assert faulty.reconcile(c) == NOT_COMMITTED
+        assert faulty.load_execution(c.execution.execution_id).revision == 0
+
+
+def test_no_future_resolves_before_the_commit_statement(store_factory):
+    store = _full_batch_store(store_factory, 5)
+    executions = _agents(store, 5)
+    commits = [step(ex) for ex in executions]
+    futures: list[Any] = []
+    seen: list[tuple[str, list[bool]]] = []
+
+    def hook(point: str, batch: tuple[Any, ...]) -> None:
+        if point in ("commit", "committed") and len(batch) == 5:
+            seen.append((point, [f.done() for f in futures]))
+
+    store.install_fault_hook(hook)
+    futures.extend(store.submit(c) for c in commits)
+    assert [f.result(timeout=60).revision for f in futures] == [1] * 5
+    assert seen == [("commit", [False] * 5), ("committed", [False] * 5)]
+
+
+def test_storage_failure_in_a_batch_fails_all_of_it_without_writing(store_factory):
+    inner = _full_batch_store(store_factory, 4)
+    executions = _agents(inner, 4)
+    faulty = FaultInjectingStore(inner)
+    commits = [step(ex) for ex in executions]
+    faulty.add(FaultKind.IO_ERROR, predicate=lambda c: c is commits[1])
+    futures = [faulty.submit(c) for c in commits]
+    for f in futures:
+        with pytest.raises(StorageError) as info:
+            f.result(timeout=60)
+        assert not isinstance(info.value, (OutcomeUnknownError, ConflictError))
+    assert all(faulty.load_execution(ex.execution_id).revision == 0 for ex in executions)
+
+
+def test_cancelled_before_pickup_is_never_written_and_close_flushes(store_factory):
+    store = store_factory(group_max_batch=64, group_window_seconds=30.0)
+    a, b = _agents(store, 2)
+    keep = store.submit(step(a))
+    drop = store.submit(step(b))
+    assert drop.cancel()  # the writer is still waiting for the batch to fill
+    store.close()  # wakes the writer: flushes what is queued, then stops
+    assert keep.result(timeout=60).revision == 1
+    with pytest.raises(CancelledError):
+        drop.result()
+    reopened = store_factory()
+    assert reopened.load_execution(a.execution_id).revision == 1
+    assert reopened.load_execution(b.execution_id).revision == 0
+
+
+def test_serialization_error_comes_back_in_the_future(store_factory):
+    store = store_factory()
+    (ex,) = _agents(store, 1)
+    bad = step(ex, metadata={"bad": {1, 2}})
+    with pytest.raises(Exception) as info:
+        store.submit(bad).result(timeout=10)
+    assert type(info.value).__name__ == "SerializationError"
+    assert store.load_execution(ex.execution_id).revision == 0
+
+
+def test_creates_in_one_batch_for_one_agent_give_exactly_one_winner(store_factory):
+    store = _full_batch_store(store_factory, 3)
+    store.create_agent("solo")
+    creates = [BarrierCommit("admission", new_execution("solo", f"ex-{i}"), None) for i in range(3)]
+    results = []
+    for f in [store.submit(c) for c in creates]:
+        try:
+            results.append(f.result(timeout=60).execution_id)
+        except Exception as exc:
+            results.append(type(exc).__name__)
+    assert results == ["ex-0", "AgentBusyError", "AgentBusyError"]
+    assert [e.execution_id for e in store.active_executions("solo")] == ["ex-0"]

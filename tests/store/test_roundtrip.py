@@ -1,0 +1,261 @@
+"""Round trips of every record type: JSON and through the store (issue 4 "Tests").
+
+Covers multi-MB payloads, unicode, timezone-aware datetimes at a daylight-saving edge
+(``zoneinfo`` with ``fold``), and the output identity of the store's fast encoder with
+``records.to_json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import attrs
+import pytest
+
+from phronomy_fsm.errors import SerializationError
+from phronomy_fsm.store import BarrierCommit, ExecutionStatus
+from phronomy_fsm.store._encode import encode
+from phronomy_fsm.store.records import (
+    AgentLifecycle,
+    AgentRecord,
+    ApprovalItem,
+    ApprovalRequest,
+    BarrierRecord,
+    CommitReceipt,
+    ErrorInfo,
+    ExecutionRecord,
+    RecoveryDescriptor,
+    RecoverySubject,
+    ToolBatchEntry,
+    from_json,
+    to_json,
+)
+
+from .helpers import T0, admission, journal, new_execution
+
+NEW_YORK = ZoneInfo("America/New_York")
+# 2026-11-01 01:30 happens twice in New York: EDT (-04:00, fold=0) then EST (-05:00, fold=1).
+AMBIGUOUS_FIRST = datetime(2026, 11, 1, 1, 30, 0, 250001, tzinfo=NEW_YORK, fold=0)
+AMBIGUOUS_SECOND = datetime(2026, 11, 1, 1, 30, 0, 250001, tzinfo=NEW_YORK, fold=1)
+#: The same instants with fixed-offset tzinfo: what a decoder can rebuild from ISO 8601.
+FIRST_FIXED = AMBIGUOUS_FIRST.astimezone(timezone(timedelta(hours=-4)))
+SECOND_FIXED = AMBIGUOUS_SECOND.astimezone(timezone(timedelta(hours=-5)))
+UNICODE = 'naïve café — 日本語 — 🚀 — \u0000 NUL — \u2028 line sep — "quoted" \\ backslash'
+
+
+def test_the_dst_edge_is_really_ambiguous():
+    assert AMBIGUOUS_FIRST.utcoffset() == timedelta(hours=-4)
+    assert AMBIGUOUS_SECOND.utcoffset() == timedelta(hours=-5)
+    assert AMBIGUOUS_SECOND - AMBIGUOUS_FIRST == timedelta(0)  # same wall clock, naive subtraction
+    assert AMBIGUOUS_SECOND.astimezone(UTC) - AMBIGUOUS_FIRST.astimezone(UTC) == timedelta(hours=1)
+
+
+def test_zoneinfo_datetimes_at_the_fold_keep_instant_and_offset():
+    """ISO 8601 carries the offset, not the zone name: the decoded value has a fixed
+    offset. Both folds stay distinct and exact. (PEP 495: an aware datetime inside a
+    fold never compares equal to one with another tzinfo, so compare normalised
+    values; records meant to be compared should carry UTC or fixed offsets.)"""
+    ex = new_execution("a", "e", created_at=AMBIGUOUS_FIRST, updated_at=AMBIGUOUS_SECOND)
+    back = from_json(ExecutionRecord, to_json(ex))
+    assert back.created_at.utcoffset() == timedelta(hours=-4)
+    assert back.updated_at.utcoffset() == timedelta(hours=-5)
+    assert back.created_at.astimezone(UTC) == AMBIGUOUS_FIRST.astimezone(UTC)
+    assert back.updated_at.astimezone(UTC) == AMBIGUOUS_SECOND.astimezone(UTC)
+    assert back == attrs.evolve(ex, created_at=FIRST_FIXED, updated_at=SECOND_FIXED)
+    assert to_json(back) == to_json(ex) == encode(ex)
+
+
+def _full_execution() -> ExecutionRecord:
+    return new_execution(
+        "agent-ü",
+        "ex-ü",
+        status=ExecutionStatus.SUSPENDED,
+        phase="approval",
+        created_at=FIRST_FIXED,
+        updated_at=SECOND_FIXED,
+        input={"text": UNICODE, "nested": [1, 2.5, None, True, {"k": ["v"]}]},
+        pending_llm_call_id="llm-1",
+        llm_call_count=3,
+        tool_batch=(
+            ToolBatchEntry(
+                "ti-1", "call-1", "search", "llm-1", {"q": UNICODE}, "awaiting_approval"
+            ),
+            ToolBatchEntry(
+                "ti-2",
+                "call-2",
+                "fetch",
+                "llm-1",
+                [1, 2],
+                "completed",
+                result={"ok": 1},
+                error=None,
+            ),
+        ),
+        approval_request=ApprovalRequest(
+            "req-1",
+            "ex-ü",
+            (ApprovalItem("ti-1", "call-1", "search", {"q": "x"}, reason="needs approval"),),
+            SECOND_FIXED,
+        ),
+        recovery=RecoveryDescriptor(
+            "outcome unknown",
+            (
+                RecoverySubject(
+                    "tool_invocation",
+                    llm_call_id="llm-1",
+                    tool_invocation_id="ti-2",
+                    arguments={"a": 1},
+                ),
+            ),
+            failure=ErrorInfo("IOError", "boom", {"errno": 5}),
+        ),
+        output={"text": UNICODE},
+        error=ErrorInfo("ValueError", UNICODE),
+        terminal_reason=None,
+        metadata={
+            "recovery_contract_version": 1,
+            "coordination": {"kind": "team", "slot": 2},
+            "ratio": 0.1,
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        _full_execution(),
+        AgentRecord(
+            "agent-ü", 7, AgentLifecycle.SUSPENDED, 12, FIRST_FIXED, SECOND_FIXED, {"x": UNICODE}
+        ),
+        journal(
+            "agent-ü",
+            "ex-ü",
+            role="assistant",
+            content={"text": UNICODE},
+            sequence=4,
+            occurred_at=SECOND_FIXED,
+        ),
+        BarrierRecord(
+            "ex-ü", 3, "tool_barrier", SECOND_FIXED, "f" * 64, "active", "dispatching_tools"
+        ),
+        CommitReceipt("ex-ü", 3, (4, 5), FIRST_FIXED),
+        ErrorInfo("E", UNICODE, {"a": [1, {"b": None}]}),
+    ],
+    ids=lambda r: type(r).__name__,
+)
+def test_json_round_trip_is_exact(record):
+    text = to_json(record)
+    back = from_json(type(record), text)
+    assert back == record
+    # offsets survive, not only the instant
+    for field in attrs.fields(type(record)):
+        value = getattr(record, field.name)
+        if isinstance(value, datetime):
+            assert getattr(back, field.name).utcoffset() == value.utcoffset()
+    assert to_json(back) == text  # canonical: stable on re-encoding
+    assert encode(record) == text
+
+
+def test_decoding_is_strict():
+    data = json.loads(to_json(_full_execution()))
+    with pytest.raises(SerializationError):
+        from_json(ExecutionRecord, json.dumps({**data, "surprise": 1}))
+    missing = dict(data)
+    del missing["phase"]
+    with pytest.raises(SerializationError):
+        from_json(ExecutionRecord, json.dumps(missing))
+    with pytest.raises(SerializationError):
+        from_json(ExecutionRecord, json.dumps({**data, "status": "bogus"}))
+    with pytest.raises(SerializationError):
+        from_json(
+            ExecutionRecord, json.dumps({**data, "created_at": "2026-01-01T00:00:00"})
+        )  # naive
+    assert from_json(ExecutionRecord, json.dumps(data)).status is ExecutionStatus.SUSPENDED
+
+
+def test_store_round_trip_of_every_stored_record(store):
+    agent, ex = admission(store, "agent-ü", "ex-ü")
+    full = attrs.evolve(_full_execution(), revision=1, status=ExecutionStatus.ACTIVE)
+    record = journal(
+        "agent-ü", "ex-ü", role="user", content={"text": UNICODE}, occurred_at=SECOND_FIXED
+    )
+    root = attrs.evolve(agent.advance(now=SECOND_FIXED, journal_head=1), metadata={"note": UNICODE})
+    receipt = store.commit(
+        BarrierCommit("provider_barrier", full, 0, agent=root, journal=(record,))
+    )
+    assert store.load_execution("ex-ü") == full
+    assert store.load_execution("ex-ü").updated_at.utcoffset() == timedelta(hours=-5)
+    assert store.load_agent("agent-ü") == root
+    assert store.read_journal("agent-ü") == [attrs.evolve(record, sequence=1)]
+    history = store.barrier_history("ex-ü")
+    assert history[-1] == BarrierRecord(
+        "ex-ü",
+        1,
+        "provider_barrier",
+        receipt.committed_at,
+        history[-1].digest,
+        "active",
+        "approval",
+    )
+
+
+def test_multi_megabyte_payload_round_trips(store):
+    agent, ex = admission(store, "a1", "ex-big")
+    blob = ("0123456789abcdef" * 4096) * 48  # 3 MiB of text
+    big = ex.advance(
+        now=T0,
+        status=ExecutionStatus.ACTIVE,
+        phase="calling_llm",
+        input={"blob": blob, "u": UNICODE},
+    )
+    store.commit(BarrierCommit("provider_barrier", big, 0))
+    loaded = store.load_execution("ex-big")
+    assert loaded == big and len(loaded.input["blob"]) == 3 * 1024 * 1024
+    rec = journal("a1", "ex-big", content=blob)
+    store.commit(
+        BarrierCommit(
+            "tool_barrier",
+            big.advance(now=T0, phase="dispatching_tools"),
+            1,
+            agent=agent.advance(journal_head=1),
+            journal=(rec,),
+        )
+    )
+    assert store.read_journal("a1")[0].content == blob
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"when": T0},  # a datetime inside a JSON field: the converter turns it into text
+        {"k": ExecutionStatus.ACTIVE},  # a str-enum inside a JSON field
+        {"f": 1.5, "big": 2**70, "neg": -0.0},
+        {"tuple": (1, 2), "list": [{"a": (3,)}]},
+    ],
+)
+def test_fast_encoder_matches_to_json_on_unusual_values(metadata):
+    ex = new_execution("a", "e", metadata=metadata)
+    assert encode(ex) == to_json(ex)
+
+
+@pytest.mark.parametrize("bad", [{1: "int key"}, {"nan": math.nan}, {"set": {1}}, {"bytes": b"x"}])
+def test_fast_encoder_rejects_like_to_json(bad):
+    ex = new_execution("a", "e", metadata=bad)
+    with pytest.raises(SerializationError) as slow:
+        to_json(ex)
+    with pytest.raises(SerializationError) as fast:
+        encode(ex)
+    assert str(fast.value) == str(slow.value)
+
+
+def test_naive_datetime_is_refused_and_nothing_is_written(store):
+    agent, ex = admission(store, "a1", "ex-1")
+    naive = attrs.evolve(
+        ex.advance(now=T0, status=ExecutionStatus.ACTIVE), updated_at=datetime(2026, 1, 1)
+    )
+    with pytest.raises(SerializationError):
+        store.commit(BarrierCommit("provider_barrier", naive, 0))
+    assert store.load_execution("ex-1") == ex
