@@ -486,9 +486,11 @@ def load_spec_text(
     try:
         decoded = raw.decode("utf-8")
         if "\x00" in decoded:
-            raise UnicodeDecodeError("utf-8", raw, decoded.index("\x00"), decoded.index("\x00") + 1, "NUL byte")
+            nul = raw.index(b"\x00")
+            raise UnicodeDecodeError("utf-8", raw, nul, nul + 1, "NUL byte")
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1  # in bytes
         return LoadResult(
             None,
             (
@@ -496,7 +498,7 @@ def load_spec_text(
                     "NOT_UTF8",
                     f"byte {exc.start} is not UTF-8 text ({exc.reason}); a spec is a YAML text file",
                     "$",
-                    SourceLoc(source_name, line, 1),
+                    SourceLoc(source_name, line, column),
                 ),
             ),
         )
