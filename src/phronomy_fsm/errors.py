@@ -194,6 +194,11 @@ class SerializationError(StoreError):
     types, non-JSON values)."""
 
 
+class InvalidStatusTransitionError(StoreError):
+    """An execution record was advanced to a status its current status does not allow
+    (reference §2.2); a programming error in the caller, nothing was written."""
+
+
 class StorageError(StoreError):
     """The storage layer failed for a transport reason: I/O error, full disk, database
     still locked after the busy timeout, not a database. Never relabelled as a
@@ -253,6 +258,21 @@ class LLMError(AgentError):
 
 class ToolError(AgentError):
     """A tool failed, was unknown, or received invalid arguments."""
+
+
+class InvalidInputError(AgentError):
+    """The input given to ``invoke``/``stream`` is not acceptable (not a string, empty
+    where text is required). Nothing was admitted or written."""
+
+
+class ExecutionTimeoutError(AgentError):
+    """The execution ran past its ``timeout_seconds``; it is terminalized as failed
+    once in-flight work has finished (reference §2.2: timeout → failed)."""
+
+
+class ContentBlockedError(AgentError):
+    """An input or output filter blocked the content (reference §2.2 FilterBlockError →
+    status ``blocked``); ``reason`` says why. Raise it from a filter to block."""
 
 
 class StreamCallbackError(AgentError):

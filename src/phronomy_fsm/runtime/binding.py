@@ -125,9 +125,28 @@ class MachineBinding:
         step_limit: default step limit for sessions of this binding.
     """
 
-    __slots__ = ("table", "hooks", "machine", "nodes", "initial", "ignored", "events", "step_limit")
+    __slots__ = (
+        "table",
+        "hooks",
+        "machine",
+        "nodes",
+        "initial",
+        "ignored",
+        "events",
+        "step_limit",
+        "observer",
+        "on_barrier_outcome",
+    )
 
-    def __init__(self, table: MachineTable, hooks: Any, nodes: dict[str, Node], step_limit: int) -> None:
+    def __init__(
+        self,
+        table: MachineTable,
+        hooks: Any,
+        nodes: dict[str, Node],
+        step_limit: int,
+        observer: Callable[[Any, Any], None] | None = None,
+        on_barrier_outcome: Callable[[Any, str, Any], None] | None = None,
+    ) -> None:
         self.table = table
         self.hooks = hooks
         self.machine = table.machine
@@ -136,12 +155,21 @@ class MachineBinding:
         self.ignored = frozenset(e.name for e in table.events if e.unhandled == "ignore")
         self.events = frozenset(e.name for e in table.events)
         self.step_limit = step_limit
+        self.observer = observer
+        self.on_barrier_outcome = on_barrier_outcome
 
     def __repr__(self) -> str:
         return f"<MachineBinding {self.machine} ({len(self.nodes)} states)>"
 
 
-def bind_machine(table: MachineTable, hooks: Any, *, step_limit: int = DEFAULT_STEP_LIMIT) -> MachineBinding:
+def bind_machine(
+    table: MachineTable,
+    hooks: Any,
+    *,
+    step_limit: int = DEFAULT_STEP_LIMIT,
+    observer: Callable[[Any, Any], None] | None = None,
+    on_barrier_outcome: Callable[[Any, str, Any], None] | None = None,
+) -> MachineBinding:
     """Resolve every hook of ``table`` on ``hooks`` and compile the state nodes.
 
     Args:
@@ -151,6 +179,13 @@ def bind_machine(table: MachineTable, hooks: Any, *, step_limit: int = DEFAULT_S
             called as ``hook(ctx, payload)`` on the loop thread.
         step_limit: transitions a session may take before it fails with
             :class:`~phronomy_fsm.errors.StepLimitError` (reference §1.1).
+        observer: called as ``observer(step_record, ctx)`` on the loop thread after every
+            transition of this binding's sessions (its sessions then skip the
+            dispatcher's inlined fast path). A raising observer is logged and ignored.
+        on_barrier_outcome: called as ``on_barrier_outcome(ctx, state, outcome)`` on the
+            loop thread when an authoritative barrier outcome arrives, *before* its event
+            is delivered — the place to apply a committed record to live state so that
+            guards and actions of every row see it. A raising hook ends the session.
 
     Raises:
         MissingHookError: hooks are missing or not callable; ``missing`` lists them all.
@@ -210,7 +245,8 @@ def bind_machine(table: MachineTable, hooks: Any, *, step_limit: int = DEFAULT_S
     for (source, event), rows in candidates.items():
         only = rows[0]
         fast = (
-            len(rows) == 1
+            observer is None
+            and len(rows) == 1
             and only.guard is None
             and not only.internal
             and only.offload is None
@@ -220,7 +256,7 @@ def bind_machine(table: MachineTable, hooks: Any, *, step_limit: int = DEFAULT_S
         if fast:
             only.action = only.actions[0] if only.actions else None
         nodes[source].rows[event] = only if fast else tuple(rows)
-    return MachineBinding(table, hooks, nodes, step_limit)
+    return MachineBinding(table, hooks, nodes, step_limit, observer, on_barrier_outcome)
 
 
 __all__ = [

@@ -426,7 +426,8 @@ class Dispatcher:
             context: the application object guards and actions receive as ``ctx``.
             at_state: resume start: begin in this state without running its entry work,
                 then fire ``event`` with ``payload`` (reference §1.1 "Resume start"). An
-                auto state without ``event`` posts ``state_completed``.
+                auto state without ``event`` posts ``state_completed``; an external state
+                without ``event`` just waits there.
             group: quiescence group (e.g. the execution id): offloads of every session in
                 the group are counted together (:meth:`when_quiescent`).
             revision: the durable revision the session starts at (authority checks).
@@ -444,7 +445,7 @@ class Dispatcher:
             node = binding.nodes.get(at_state)
             if node is None:
                 raise ValueError(f"machine {binding.machine!r} has no state {at_state!r}")
-            if event is None and node.kind != AUTO:
+            if event is None and node.kind in (WAIT, FINAL):
                 raise ValueError(f"a resume start at {node.kind} state {at_state!r} needs an event")
         if event is not None and event not in binding.events:
             raise ValueError(f"machine {binding.machine!r} declares no event {event!r}")
@@ -508,6 +509,14 @@ class Dispatcher:
 
         self._post((None, run, ()))
         return task
+
+    def call_later(self, delay_seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the loop after ``delay_seconds`` on the dispatcher's clock.
+        Loop thread only; returns a handle whose ``cancel()`` prevents the call."""
+        self._assert_loop()
+        return self._timers.schedule_at(
+            self.clock.monotonic() + delay_seconds, lambda: self._call_isolated(fn, args)
+        )
 
     # ---- loop-thread queries -------------------------------------------------
 
@@ -698,13 +707,13 @@ class Dispatcher:
                 return
         source = s.node
         if row.internal:
-            if self._observers:
+            if self._observers or s.binding.observer is not None:
                 self._observe(s, row, source.name, source.name)
             return
         target = row.target
         s.node = target  # type: ignore[assignment]
         s.serial += 1
-        if self._observers:
+        if self._observers or s.binding.observer is not None:
             self._observe(s, row, source.name, target.name)  # type: ignore[union-attr]
         if target.mode == 0 and row.offload is None and row.barrier is None:  # type: ignore[union-attr]
             return
@@ -783,6 +792,11 @@ class Dispatcher:
                 observer(record)
             except Exception:  # noqa: BLE001 - observers are isolated
                 log.exception("%s: step observer raised", self.name)
+        if s.binding.observer is not None:
+            try:
+                s.binding.observer(record, s.ctx)
+            except Exception:  # noqa: BLE001 - observers are isolated
+                log.exception("%s: binding observer of %s raised", self.name, s.binding.machine)
 
     def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
         if s.id not in self._admitted:  # aborted before it began
@@ -796,7 +810,8 @@ class Dispatcher:
         s.node = s.binding.nodes[at_state]
         s.serial = 1
         if event is None:
-            self._inbox.append((s.id, _SC, s.serial))
+            if s.node.kind == AUTO:
+                self._inbox.append((s.id, _SC, s.serial))
         else:
             self._deliver(s, event, payload)
 
@@ -958,6 +973,13 @@ class Dispatcher:
             return
         if outcome.outcome == "committed" and outcome.revision is not None:
             s.revision = outcome.revision
+        settle = s.binding.on_barrier_outcome
+        if settle is not None:
+            try:
+                settle(s.ctx, authority.state, outcome)
+            except Exception as exc:  # noqa: BLE001
+                self._hook_failed(s, exc, "the barrier-outcome hook")
+                return
         self._deliver(s, row.event_for(outcome.outcome), outcome)
 
 

@@ -1,0 +1,467 @@
+"""The public Agent API (reference §8; issue 5 item 1).
+
+An :class:`Agent` has an id, a store, an LLM provider, tools, an approval policy and one
+event listener bound at creation or load. At most one execution per agent is active.
+Every operation is a control message to the runtime's dispatcher loop; ``*_async`` forms
+return a :class:`~phronomy_fsm.runtime.tasks.Task` (wait from any thread, or ``await`` it
+in asyncio); the blocking forms wait on it and refuse to run on the loop thread.
+
+Durability: nothing an execution does outside (an LLM call, a tool side effect) happens
+before the barrier that announces it is committed; terminal outcomes are committed
+before any caller is notified (reference §0 rule 2).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from phronomy_fsm.agent import durable
+from phronomy_fsm.agent.invocation import Invocation
+from phronomy_fsm.agent.providers import Provider
+from phronomy_fsm.agent.runtime import AgentRuntime
+from phronomy_fsm.agent.tools import ApprovalPolicy, Tool
+from phronomy_fsm.agent.types import AbortReason, AgentEvent, AgentResult, ApprovalDecision, Message, Resolution, ToolSpec
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    AgentClosedError,
+    AgentExistsError,
+    ApprovalError,
+    Cancelled,
+    ConfigurationError,
+    ConflictError,
+    ExecutionRehydrationRequiredError,
+    ExecutionTimeoutError,
+    InvalidInputError,
+)
+from phronomy_fsm.runtime.tasks import Task
+from phronomy_fsm.store.base import BarrierStore
+from phronomy_fsm.store.records import AgentRecord, ExecutionStatus
+
+log = logging.getLogger("phronomy_fsm.agent")
+
+Listener = Callable[[AgentEvent], None]
+TextFilter = Callable[[str], str]
+
+LISTENER_ERROR_POLICIES = ("report", "fail_task")
+
+
+def _open_store(store: BarrierStore | str) -> BarrierStore:
+    if isinstance(store, str):
+        from phronomy_fsm.store import SqliteBarrierStore
+
+        return SqliteBarrierStore(store)
+    return store
+
+
+def _store_identity(store: BarrierStore) -> Any:
+    path = getattr(store, "path", None)
+    return ("path", str(path)) if path is not None else ("object", id(store))
+
+
+class Agent:
+    """One logical agent; create it with :meth:`create` or :meth:`load`, not directly.
+
+    Attributes (read-only for applications): ``agent_id``, ``store``, ``provider``,
+    ``tools`` (name → :class:`Tool`), ``approval_policy``, ``on_event``,
+    ``max_iterations``, ``timeout_seconds``, ``runtime``.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        *,
+        store: BarrierStore,
+        provider: Provider,
+        root: AgentRecord,
+        history: list[Message],
+        runtime: AgentRuntime,
+        tools: Sequence[Tool] = (),
+        approval_policy: ApprovalPolicy | None = None,
+        on_event: Listener | None = None,
+        max_iterations: int = 10,
+        timeout_seconds: float | None = None,
+        input_filters: Sequence[TextFilter] = (),
+        output_filters: Sequence[TextFilter] = (),
+        handoffs: Mapping[str, str] | None = None,
+        system_prompt: str | None = None,
+        listener_error_policy: str = "report",
+        preparation_replayable: bool = True,
+    ) -> None:
+        if listener_error_policy not in LISTENER_ERROR_POLICIES:
+            raise ConfigurationError(
+                f"listener_error_policy must be one of {LISTENER_ERROR_POLICIES}, got {listener_error_policy!r}"
+            )
+        if max_iterations < 1:
+            raise ConfigurationError("max_iterations must be at least 1")
+        if timeout_seconds is not None and not timeout_seconds > 0:
+            raise ConfigurationError("timeout_seconds must be positive (or None)")
+        names = [t.name for t in tools]
+        duplicates = {n for n in names if names.count(n) > 1}
+        if duplicates:
+            raise ConfigurationError(f"tool names must be unique; repeated: {sorted(duplicates)}")
+        handoffs = dict(handoffs or {})
+        clash = set(handoffs) & set(names)
+        if clash:
+            raise ConfigurationError(f"handoff tool names clash with tools: {sorted(clash)}")
+        self.agent_id = agent_id
+        self.store = store
+        self.provider = provider
+        self.tools: dict[str, Tool] = {t.name: t for t in tools}
+        self.handoffs: dict[str, str] = handoffs
+        self.tool_specs: tuple[ToolSpec, ...] = tuple(t.spec() for t in tools) + tuple(
+            ToolSpec(
+                name,
+                f"Hand the conversation off to agent {target!r}.",
+                {"type": "object", "properties": {"message": {"type": "string"}}, "additionalProperties": True},
+            )
+            for name, target in sorted(handoffs.items())
+        )
+        self.approval_policy = approval_policy
+        self.on_event = on_event
+        self.max_iterations = max_iterations
+        self.timeout_seconds = timeout_seconds
+        self.input_filters = tuple(input_filters)
+        self.output_filters = tuple(output_filters)
+        self.system_prompt = system_prompt
+        self.listener_error_policy = listener_error_policy
+        self.preparation_replayable = preparation_replayable
+        self.runtime = runtime
+        # live state: touched only on the runtime's loop thread
+        self.root = root
+        self.history = history
+        self._admission_sid: int | None = None
+        self._current: Invocation | None = None
+        self._live: dict[str, Invocation] = {}
+        self._closed = False
+        self.recovered: Task[AgentResult] | None = None
+
+    def __repr__(self) -> str:
+        return f"<Agent {self.agent_id}>"
+
+    # ------------------------------------------------------------- construction
+
+    @classmethod
+    def create(cls, agent_id: str, *, store: BarrierStore | str, provider: Provider, runtime: AgentRuntime | None = None, **options: Any) -> Agent:
+        """Create a new agent in the store and make it live (not an upsert).
+
+        Args:
+            agent_id: a non-empty string.
+            store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite path.
+            provider: the LLM provider.
+            runtime: the runtime to run on (default: the process-wide one).
+            **options: ``tools``, ``approval_policy``, ``on_event``, ``max_iterations``
+                (10), ``timeout_seconds``, ``input_filters``, ``output_filters``,
+                ``handoffs`` (tool name → target agent id), ``system_prompt``,
+                ``listener_error_policy`` (``report`` | ``fail_task``).
+
+        Raises:
+            AgentExistsError: the agent already exists (use :meth:`load`).
+            ConfigurationError: inconsistent options.
+            StoreError: the store failed.
+        """
+        if not isinstance(agent_id, str) or not agent_id:
+            raise ConfigurationError("agent_id must be a non-empty string")
+        store = _open_store(store)
+        runtime = runtime or AgentRuntime.default()
+        key = (_store_identity(store), agent_id)
+        with runtime.registry_lock:
+            if key in runtime.agents:
+                raise AgentExistsError(f"agent {agent_id!r} is already live in this process; use Agent.load", agent_id=agent_id)
+            try:
+                root = store.create_agent(agent_id, now=runtime.now())
+            except ConflictError as exc:
+                raise AgentExistsError(f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id) from exc
+            agent = cls(agent_id, store=store, provider=provider, root=root, history=[], runtime=runtime, **options)
+            runtime.agents[key] = agent
+        return agent
+
+    @classmethod
+    def load(cls, agent_id: str, *, store: BarrierStore | str, provider: Provider, runtime: AgentRuntime | None = None, **options: Any) -> Agent:
+        """Return the live agent, or load it from the store and recover its active
+        execution (reference §6.1; issue 6): a suspended execution waits for approval
+        again, a resumable one continues, an unprovable one is announced with a
+        ``recovery_resolution_required`` event.
+
+        Raises:
+            NotFoundError: no such agent.
+            ConfigurationError: the agent is live with another listener, or a recovery
+                needs a listener and none was given.
+            StoreError: the store failed.
+        """
+        from phronomy_fsm.agent.recovery import install_recovered, load_history
+
+        store = _open_store(store)
+        runtime = runtime or AgentRuntime.default()
+        key = (_store_identity(store), agent_id)
+        with runtime.registry_lock:
+            live = runtime.agents.get(key)
+            if live is not None:
+                listener = options.get("on_event")
+                if listener is not None and listener is not live.on_event:
+                    raise ConfigurationError(
+                        f"agent {agent_id!r} is already live with another listener; listeners are bound per agent"
+                    )
+                return live
+            root = store.load_agent(agent_id)
+            history, active = load_history(store, agent_id)
+            agent = cls(agent_id, store=store, provider=provider, root=root, history=history, runtime=runtime, **options)
+            runtime.agents[key] = agent
+        if active is not None:
+            try:
+                install_recovered(agent, active)
+            except BaseException:
+                with runtime.registry_lock:
+                    runtime.agents.pop(key, None)
+                raise
+        return agent
+
+    def close(self) -> None:
+        """Refuse new executions and forget the live object (a running execution
+        continues to its end; a suspended one stays durable)."""
+        self._closed = True
+        with self.runtime.registry_lock:
+            self.runtime.agents.pop((_store_identity(self.store), self.agent_id), None)
+
+    # --------------------------------------------------------------- operations
+
+    def invoke_async(self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None) -> Task[AgentResult]:
+        """Start an execution; the task settles with its :class:`AgentResult`, or fails
+        with the execution's error (``Cancelled`` when cancelled). It stays pending
+        through suspension for approval (reference §8.2).
+
+        Raises:
+            InvalidInputError: ``input`` is not a non-empty string (nothing admitted).
+        """
+        return self._start(input, "invoke", timeout_seconds, execution_id, None)
+
+    def invoke(self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None, wait_seconds: float | None = None) -> AgentResult:
+        """:meth:`invoke_async`, then wait (``wait_seconds``: waiter-local timeout)."""
+        return self.invoke_async(input, timeout_seconds=timeout_seconds, execution_id=execution_id).result(wait_seconds)
+
+    def stream(self, input: str, *, timeout_seconds: float | None = None) -> EventStream:
+        """Start an execution in stream mode and return an :class:`EventStream` that
+        yields its events (``token`` ... ``done``) as they happen."""
+        sink: queue.SimpleQueue[AgentEvent | None] = queue.SimpleQueue()
+        task = self._start(input, "stream", timeout_seconds, None, sink.put)
+        return EventStream(task, sink)
+
+    def stream_async(self, input: str, *, timeout_seconds: float | None = None) -> Task[AgentResult]:
+        """Stream mode with events (tokens included) going to the agent's listener.
+
+        Raises ConfigurationError when the agent has no listener (reference §8.2)."""
+        if self.on_event is None:
+            raise ConfigurationError("stream_async needs the agent's on_event listener; use stream() otherwise")
+        return self._start(input, "stream", timeout_seconds, None, None)
+
+    def _start(self, input: Any, mode: str, timeout_seconds: float | None, execution_id: str | None, sink: Any) -> Task[AgentResult]:
+        if not isinstance(input, str):
+            raise InvalidInputError(f"input must be a string, got {type(input).__name__}", agent_id=self.agent_id)
+        if not input.strip():
+            raise InvalidInputError("input must not be empty", agent_id=self.agent_id)
+        task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
+        self.runtime.dispatcher.call_soon(self._begin, input, mode, task, timeout_seconds or self.timeout_seconds, execution_id, sink)
+        return task
+
+    def _begin(self, input: str, mode: str, task: Task[AgentResult], timeout_seconds: float | None, execution_id: str | None, sink: Any) -> None:
+        if self._closed or self.runtime.closed:
+            task.fail(AgentClosedError(f"agent {self.agent_id!r} is closed", agent_id=self.agent_id))
+            if sink is not None:
+                sink(None)
+            return
+        if self._admission_sid is not None:
+            if sink is not None:
+                sink(None)
+            busy = self._current.execution_id if self._current is not None else "unknown"
+            task.fail(
+                AgentBusyError(
+                    f"agent {self.agent_id!r} already has an active execution ({busy}); wait for it, approve, "
+                    "resolve or cancel it",
+                    agent_id=self.agent_id,
+                    execution_id=busy,
+                )
+            )
+            return
+        ctx = Invocation(self, execution_id or durable.new_id(), input, mode)
+        ctx.messages = self.base_messages()
+        ctx.base_len = len(ctx.messages)
+        ctx.waiters.append(task)
+        ctx.stream_sink = sink
+        self._current = ctx
+        self._live[ctx.execution_id] = ctx
+        self.runtime.start_admission(self)
+        self.runtime.start_execution(ctx)
+        if timeout_seconds is not None:
+            error = ExecutionTimeoutError(
+                f"execution {ctx.execution_id} ran past {timeout_seconds} s", execution_id=ctx.execution_id
+            )
+            ctx.timer = self.runtime.dispatcher.call_later(timeout_seconds, self.runtime.abort, ctx, AbortReason("timeout", error))
+
+    def approve_async(
+        self, execution_id: str, *, approval_request_id: str, approved: bool = True, decisions: Mapping[str, bool] | None = None
+    ) -> Task[AgentResult]:
+        """Decide a suspended execution's approval request; the task observes the
+        execution's terminal outcome (like the original invoke task, reference §4.5).
+        A wrong request id, an execution that is not suspended, or a decision already
+        in flight fails only this task with :class:`ApprovalError`."""
+        task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
+        decision = ApprovalDecision(execution_id, approval_request_id, bool(approved), dict(decisions) if decisions else None)
+        self.runtime.dispatcher.call_soon(self._approve, decision, task)
+        return task
+
+    def approve(self, execution_id: str, *, approval_request_id: str, approved: bool = True, decisions: Mapping[str, bool] | None = None, wait_seconds: float | None = None) -> AgentResult:
+        """:meth:`approve_async`, then wait for the terminal outcome."""
+        return self.approve_async(
+            execution_id, approval_request_id=approval_request_id, approved=approved, decisions=decisions
+        ).result(wait_seconds)
+
+    def _approve(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
+        ctx = self._live.get(decision.execution_id)
+        if ctx is None:
+            task.fail(
+                ExecutionRehydrationRequiredError(
+                    f"execution {decision.execution_id} has no live owner in this process; load agent "
+                    f"{self.agent_id!r} to recover it, or use `phronomy-fsm approve` on the store",
+                    execution_id=decision.execution_id,
+                )
+            )
+            return
+        execution = ctx.execution
+        request = execution.approval_request if execution is not None else None
+        if ctx.state != "suspended" or ctx.session_id is not None or execution is None or execution.status is not ExecutionStatus.SUSPENDED or request is None:
+            task.fail(ApprovalError(f"execution {decision.execution_id} is not suspended for approval (state {ctx.state})", execution_id=decision.execution_id))
+            return
+        if ctx.approval_decision is not None:
+            task.fail(ApprovalError(f"a decision for execution {decision.execution_id} is already being committed", execution_id=decision.execution_id))
+            return
+        if request.request_id != decision.request_id:
+            task.fail(
+                ApprovalError(
+                    f"approval request {decision.request_id!r} does not match the pending request {request.request_id!r}",
+                    execution_id=decision.execution_id,
+                )
+            )
+            return
+        unknown = set(decision.decisions or {}) - {i.tool_invocation_id for i in request.items}
+        if unknown:
+            task.fail(ApprovalError(f"decisions name unknown tool invocations: {sorted(unknown)}", execution_id=decision.execution_id))
+            return
+        ctx.approvers.append(task)
+        ctx.approval_decision = decision
+        self.runtime.start_execution(ctx, at_state="suspended", event="approval_decided", payload=decision)
+
+    def cancel(self, execution_id: str | None = None, *, wait_seconds: float | None = 10.0) -> bool:
+        """Request cancellation of the active execution (or ``execution_id``). Result
+        authority is revoked at once; the terminal ``cancelled`` commit follows when
+        in-flight work has physically finished. Returns False when there was nothing to
+        cancel (already ending, or waiting for an operator)."""
+
+        def run() -> bool:
+            ctx = self._live.get(execution_id) if execution_id is not None else self._current
+            if ctx is None:
+                return False
+            return self.runtime.abort(ctx, AbortReason("cancelled", Cancelled("cancelled by the caller")))
+
+        return bool(self.runtime.dispatcher.call(run).result(wait_seconds))
+
+    def resolve_async(
+        self,
+        execution_id: str,
+        *,
+        expected_revision: int,
+        subject: Mapping[str, Any],
+        outcome: str,
+        result: Any = None,
+        error: str | None = None,
+    ) -> Task[AgentResult]:
+        """Resolve a ``recovery_required`` execution (reference §6.6; issue 6): say
+        what happened to the subject — ``succeeded`` (with ``result``), ``failed``
+        (with ``error``) or ``not_performed``. One transaction with read-back; the task
+        observes the execution's terminal outcome. ``not_performed`` ends it as failed:
+        nothing is ever re-sent without an operator decision."""
+        from phronomy_fsm.agent.recovery import begin_resolution
+
+        task: Task[AgentResult] = Task(f"{self.agent_id} resolve {execution_id}")
+        resolution = Resolution(execution_id, expected_revision, dict(subject), outcome, result, error)
+        self.runtime.dispatcher.call_soon(begin_resolution, self, resolution, task)
+        return task
+
+    def resolve(self, execution_id: str, *, expected_revision: int, subject: Mapping[str, Any], outcome: str, result: Any = None, error: str | None = None, wait_seconds: float | None = None) -> AgentResult:
+        """:meth:`resolve_async`, then wait."""
+        return self.resolve_async(
+            execution_id, expected_revision=expected_revision, subject=subject, outcome=outcome, result=result, error=error
+        ).result(wait_seconds)
+
+    def active_execution(self) -> dict[str, Any] | None:
+        """A read-only view of the live execution: id, state, revision, status."""
+
+        def view() -> dict[str, Any] | None:
+            ctx = self._current
+            if ctx is None:
+                return None
+            return {
+                "execution_id": ctx.execution_id,
+                "state": ctx.state,
+                "revision": ctx.revision,
+                "status": ctx.execution.status.value if ctx.execution is not None else None,
+                "approval_request_id": ctx.execution.approval_request.request_id
+                if ctx.execution is not None and ctx.execution.approval_request is not None
+                else None,
+                "recovery": ctx.recovery_announcement,
+            }
+
+        return self.runtime.dispatcher.call(view).result(10)
+
+    # ------------------------------------------------------ loop-thread helpers
+
+    def base_messages(self) -> list[Message]:
+        """System prompt and the conversation of completed executions."""
+        head = [Message("system", self.system_prompt)] if self.system_prompt else []
+        return head + list(self.history)
+
+    def _detach(self, ctx: Invocation) -> None:
+        self._live.pop(ctx.execution_id, None)
+        if self._current is ctx:
+            self._current = None
+
+    def _remember(self, ctx: Invocation) -> None:
+        self.history.extend(m for m in ctx.messages[ctx.base_len :] if m.role in ("user", "assistant", "tool"))
+
+    def _start_handoff_target(self, ctx: Invocation) -> None:
+        """Start the handoff target's execution under its deterministic id when the
+        target agent is live in this runtime (otherwise the application starts it with
+        ``invoke(..., execution_id=result.handoff['target_execution_id'])``)."""
+        handoff = ctx.handoff or {}
+        target = self.runtime.agents.get((_store_identity(self.store), handoff.get("target_agent_id")))
+        if target is None or target._admission_sid is not None:
+            return
+        message = handoff.get("arguments", {}).get("message") if isinstance(handoff.get("arguments"), dict) else None
+        text = message or (ctx.filtered_input or str(ctx.raw_input))
+        target._begin(text, "invoke", Task("handoff target"), target.timeout_seconds, handoff["target_execution_id"], None)
+
+
+class EventStream:
+    """The events of one streamed execution, in order, ending with its terminal event
+    (``done``, ``handoff``, ``error``, ``timeout`` or ``cancelled``).
+
+    Iterate it, then call :meth:`result` for the :class:`AgentResult` (which raises the
+    execution's error if it failed)."""
+
+    def __init__(self, task: Task[AgentResult], sink: queue.SimpleQueue[AgentEvent | None]) -> None:
+        self.task = task
+        self._sink = sink
+        self._ended = False
+
+    def __iter__(self) -> Iterator[AgentEvent]:
+        while not self._ended:
+            event = self._sink.get()
+            if event is None:
+                self._ended = True
+                return
+            yield event
+
+    def result(self, timeout_seconds: float | None = None) -> AgentResult:
+        """The execution's result (waits; raises its error)."""
+        return self.task.result(timeout_seconds)

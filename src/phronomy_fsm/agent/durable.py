@@ -1,0 +1,341 @@
+"""What each barrier commits: journal records and the next execution record.
+
+Pure functions from live facts to store records (reference §2.4 revision per barrier,
+§2.5 metadata, §2.7 journal kinds, §4.1-§4.6 barrier contents). The agent's session
+hooks call them on the loop thread to build a
+:class:`~phronomy_fsm.store.records.BarrierCommit`; the CLI's ``approve`` uses
+:func:`approval_decision_commit` on a store without a live agent.
+
+Durable phases (reference §2.3), set by the barrier that enters them:
+
+=====================  ====================  ===============================================
+barrier                status / phase        meaning for recovery
+=====================  ====================  ===============================================
+admission              preparing/preparing   admitted; input not yet prepared (replayable)
+initial_preparation    active/calling_llm    ``pending_llm_call_id`` may have been called
+provider_dispatch      active/calling_llm    follow-up call; same meaning
+tool_dispatch          active/dispatching_tools  authorised tools may have started
+suspension             suspended/approval    waiting for a person
+approval_decision      active/resuming       decision recorded, no tool started since
+recovery_resolution    active/recovery_*     an operator answered a subject
+terminal_commit        terminal/<status>     done
+=====================  ====================  ===============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.agent.types import LLMResponse, Message
+from phronomy_fsm.store.records import (
+    AgentLifecycle,
+    AgentRecord,
+    ApprovalItem,
+    ApprovalRequest,
+    BarrierCommit,
+    ErrorInfo,
+    ExecutionRecord,
+    ExecutionStatus,
+    JournalRecord,
+    ToolBatchEntry,
+)
+
+RECOVERY_CONTRACT_VERSION = 1
+
+# journal kinds (reference §2.7)
+INPUT_RECEIVED = "input_received"
+USER_MESSAGE = "user_message"
+LLM_CALL_RECORDED = "llm_call_recorded"
+ASSISTANT_MESSAGE = "assistant_message"
+TOOL_RESULT = "tool_result"
+TOOL_MESSAGE = "tool_message"
+APPROVAL_REQUIRED = "approval_required"
+APPROVAL_DECIDED = "approval_decided"
+RECOVERY_RESOLVED = "recovery_resolved"
+FINAL_OUTPUT = "final_output"
+
+#: Journal kinds whose content is a chat message of the conversation.
+MESSAGE_KINDS = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_MESSAGE})
+
+
+def new_id() -> str:
+    """A fresh random id (uuid4 hex)."""
+    return uuid.uuid4().hex
+
+
+def tool_invocation_id(execution_id: str, llm_call_id: str, tool_call_id: str, tool_name: str) -> str:
+    """The semantic id of one tool call (reference §1.2 starting_tools): stable across
+    restarts, and the idempotency key handed to the tool."""
+    raw = "\0".join((execution_id, llm_call_id, tool_call_id, tool_name)).encode()
+    return "tool-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def handoff_target_execution_id(source_execution_id: str, target_agent_id: str) -> str:
+    """The deterministic execution id a handoff's target runs under (reference §4.6,
+    ADR-051): the same source and target always give the same id."""
+    raw = f"{source_execution_id}\0{target_agent_id}".encode()
+    return "handoff-target-" + hashlib.sha256(raw).hexdigest()[:40]
+
+
+@attrs.frozen
+class LLMFact:
+    """An LLM response not yet journaled (the runtime snapshot of reference §1.5)."""
+
+    response: LLMResponse
+    started_at: datetime
+    completed_at: datetime
+
+
+@attrs.frozen
+class ToolFact:
+    """A finished tool call not yet journaled."""
+
+    tool_invocation_id: str
+    tool_call_id: str
+    tool_name: str
+    llm_call_id: str
+    status: str
+    content: str
+    result: Any = None
+
+
+def _record(
+    agent_id: str,
+    execution_id: str,
+    kind: str,
+    now: datetime,
+    *,
+    role: str | None = None,
+    content: Any = None,
+    llm_call_id: str | None = None,
+    tool_call_id: str | None = None,
+    tool_invocation_id: str | None = None,
+    context_candidate: bool = False,
+    metadata: dict[str, Any] | None = None,
+) -> JournalRecord:
+    return JournalRecord(
+        record_id=new_id(),
+        agent_id=agent_id,
+        execution_id=execution_id,
+        kind=kind,
+        occurred_at=now,
+        role=role,
+        content=content,
+        llm_call_id=llm_call_id,
+        tool_call_id=tool_call_id,
+        tool_invocation_id=tool_invocation_id,
+        context_candidate=context_candidate,
+        metadata=metadata or {},
+    )
+
+
+def input_records(agent_id: str, execution_id: str, raw_input: Any, now: datetime) -> list[JournalRecord]:
+    """The admission record: the input exactly as received (not a context candidate)."""
+    return [_record(agent_id, execution_id, INPUT_RECEIVED, now, role="user", content=raw_input)]
+
+
+def user_message_records(agent_id: str, execution_id: str, text: str, now: datetime) -> list[JournalRecord]:
+    """The filtered user message (a context candidate)."""
+    message = Message("user", text)
+    return [_record(agent_id, execution_id, USER_MESSAGE, now, role="user", content=message.to_json(), context_candidate=True)]
+
+
+def llm_records(
+    agent_id: str, execution_id: str, facts: Iterable[LLMFact], now: datetime, *, context: bool = True
+) -> list[JournalRecord]:
+    """Each LLM result: an audit record of the call and the assistant message."""
+    out: list[JournalRecord] = []
+    for fact in facts:
+        r = fact.response
+        out.append(
+            _record(
+                agent_id,
+                execution_id,
+                LLM_CALL_RECORDED,
+                now,
+                content={
+                    "llm_call_id": r.llm_call_id,
+                    "model": r.model,
+                    "usage": {"prompt_tokens": r.usage.prompt_tokens, "completion_tokens": r.usage.completion_tokens},
+                    "tool_call_count": len(r.tool_calls),
+                    "started_at": fact.started_at.isoformat(),
+                    "completed_at": fact.completed_at.isoformat(),
+                },
+                llm_call_id=r.llm_call_id,
+            )
+        )
+        out.append(
+            _record(
+                agent_id,
+                execution_id,
+                ASSISTANT_MESSAGE,
+                now,
+                role="assistant",
+                content=r.message().to_json(),
+                llm_call_id=r.llm_call_id,
+                context_candidate=context,
+            )
+        )
+    return out
+
+
+def tool_records(
+    agent_id: str, execution_id: str, facts: Iterable[ToolFact], now: datetime, *, context: bool = True
+) -> list[JournalRecord]:
+    """Each finished tool call: an audit ``tool_result`` and the ``tool_message``."""
+    out: list[JournalRecord] = []
+    for fact in facts:
+        out.append(
+            _record(
+                agent_id,
+                execution_id,
+                TOOL_RESULT,
+                now,
+                content={"status": fact.status, "result": fact.result, "tool_name": fact.tool_name},
+                llm_call_id=fact.llm_call_id,
+                tool_call_id=fact.tool_call_id,
+                tool_invocation_id=fact.tool_invocation_id,
+            )
+        )
+        message = Message("tool", fact.content, tool_call_id=fact.tool_call_id, name=fact.tool_name)
+        out.append(
+            _record(
+                agent_id,
+                execution_id,
+                TOOL_MESSAGE,
+                now,
+                role="tool",
+                content=message.to_json(),
+                llm_call_id=fact.llm_call_id,
+                tool_call_id=fact.tool_call_id,
+                tool_invocation_id=fact.tool_invocation_id,
+                context_candidate=context,
+            )
+        )
+    return out
+
+
+def audit_record(agent_id: str, execution_id: str, kind: str, now: datetime, content: Any = None) -> JournalRecord:
+    """An audit fact (approval, terminal outcome ...), never a context candidate."""
+    return _record(agent_id, execution_id, kind, now, content=content)
+
+
+def advance_root(root: AgentRecord, records: Sequence[JournalRecord], now: datetime, lifecycle: AgentLifecycle | None = None) -> AgentRecord:
+    """The agent root after a barrier appending ``records`` (revision + 1, journal head
+    moved, lifecycle set when given)."""
+    changes: dict[str, Any] = {"journal_head": root.journal_head + len(records)}
+    if lifecycle is not None:
+        changes["lifecycle"] = lifecycle
+    return root.advance(now=now, **changes)
+
+
+def make_commit(
+    barrier: str,
+    execution: ExecutionRecord,
+    expected_revision: int | None,
+    root: AgentRecord,
+    records: Sequence[JournalRecord],
+    now: datetime,
+    lifecycle: AgentLifecycle | None = None,
+) -> BarrierCommit:
+    """One barrier's commit: the execution, the advanced root and the records."""
+    return BarrierCommit(
+        barrier=barrier,
+        execution=execution,
+        expected_revision=expected_revision,
+        agent=advance_root(root, records, now, lifecycle),
+        journal=tuple(records),
+    )
+
+
+def approval_request_for(execution_id: str, items: Sequence[ApprovalItem], now: datetime) -> ApprovalRequest:
+    """A fresh approval request over ``items`` (reference §2.6)."""
+    return ApprovalRequest(request_id=new_id(), execution_id=execution_id, items=tuple(items), created_at=now)
+
+
+def approval_decision_commit(
+    execution: ExecutionRecord,
+    root: AgentRecord,
+    *,
+    request_id: str,
+    approved: bool,
+    decisions: dict[str, bool] | None,
+    now: datetime,
+) -> BarrierCommit:
+    """The approval-decision barrier (reference §4.5): status active, phase resuming,
+    the decision merged into the request, an ``approval_decided`` record.
+
+    Raises:
+        ApprovalError: the execution is not suspended for approval, the request id does
+            not match, it was already decided, or ``decisions`` names unknown items.
+    """
+    from phronomy_fsm.errors import ApprovalError
+
+    request = execution.approval_request
+    if execution.status is not ExecutionStatus.SUSPENDED or request is None:
+        raise ApprovalError(
+            f"execution {execution.execution_id} is {execution.status.value} (phase {execution.phase}), "
+            "not suspended for approval",
+            execution_id=execution.execution_id,
+        )
+    if request.request_id != request_id:
+        raise ApprovalError(
+            f"approval request {request_id!r} does not match the pending request {request.request_id!r} "
+            f"of execution {execution.execution_id}",
+            execution_id=execution.execution_id,
+        )
+    if request.approved is not None:
+        raise ApprovalError(f"approval request {request_id} was already decided", execution_id=execution.execution_id)
+    items = {i.tool_invocation_id for i in request.items}
+    per_item = dict(decisions or {})
+    unknown = set(per_item) - items
+    if unknown:
+        raise ApprovalError(
+            f"decisions name tool invocations that are not part of request {request_id}: {sorted(unknown)}",
+            execution_id=execution.execution_id,
+        )
+    decided = {item: per_item.get(item, approved) for item in sorted(items)}
+    overall = approved if not per_item else any(decided.values())
+    content = {"approval_request_id": request_id, "approved": overall, "decisions": decided, "global": not per_item}
+    records = [audit_record(execution.agent_id, execution.execution_id, APPROVAL_DECIDED, now, content)]
+    metadata = dict(execution.metadata)
+    metadata["approval_decisions"] = decided
+    metadata["approval_global"] = not per_item
+    updated = execution.advance(
+        now=now,
+        status=ExecutionStatus.ACTIVE,
+        phase="resuming",
+        approval_request=attrs.evolve(request, approved=overall),
+        metadata=metadata,
+    )
+    return make_commit("approval_decision", updated, execution.revision, root, records, now, AgentLifecycle.ACTIVE)
+
+
+def batch_entries(children: Iterable[Any]) -> tuple[ToolBatchEntry, ...]:
+    """The durable tool batch from live tool invocations (reference §2.5)."""
+    return tuple(
+        ToolBatchEntry(
+            tool_invocation_id=c.tool_invocation_id,
+            tool_call_id=c.call.id,
+            tool_name=c.call.name,
+            llm_call_id=c.llm_call_id,
+            arguments=c.arguments if c.arguments is not None else c.call.arguments_json,
+            status=c.status,
+            result=c.result,
+            error=c.error,
+        )
+        for c in children
+    )
+
+
+def error_info(error: BaseException | None, fallback: str = "execution failed") -> ErrorInfo:
+    """Durable description of ``error`` (or a generic one)."""
+    if error is None:
+        return ErrorInfo("ExecutionFailedError", fallback)
+    return ErrorInfo.from_exception(error)

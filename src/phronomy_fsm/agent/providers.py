@@ -1,0 +1,175 @@
+"""LLM providers: the interface, and a deterministic scripted provider.
+
+A provider is called on an offload-pool worker (never on the dispatcher loop) with an
+:class:`~phronomy_fsm.agent.types.LLMRequest` and returns an
+:class:`~phronomy_fsm.agent.types.LLMResponse`. Streaming providers call ``on_token`` for
+each token (the agent turns them into ``token`` events). Any exception is the call's
+failure (the session's ``llm_failed`` event, reference §1.4). The OpenAI-compatible
+HTTP provider lives in :mod:`phronomy_fsm.agent.openai`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from phronomy_fsm.agent.types import LLMRequest, LLMResponse, ToolCall, Usage
+from phronomy_fsm.errors import LLMError
+from phronomy_fsm.runtime.cancellation import CancellationToken
+
+TokenSink = Callable[[str], None]
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """What the agent needs from an LLM provider."""
+
+    def complete(
+        self,
+        request: LLMRequest,
+        *,
+        on_token: TokenSink | None = None,
+        cancellation: CancellationToken | None = None,
+    ) -> LLMResponse:
+        """Run one chat completion.
+
+        Args:
+            request: messages, tools and the durable ``llm_call_id``.
+            on_token: called with each streamed token when ``request.stream``.
+            cancellation: set when the execution is cancelled; a provider may stop
+                early by raising :class:`~phronomy_fsm.errors.Cancelled`.
+
+        Returns:
+            The response, whose ``llm_call_id`` must equal ``request.llm_call_id``.
+
+        Raises:
+            LLMError: transport, HTTP or protocol failures (any exception fails the call).
+
+        Concurrency: called on a worker thread; may block.
+        """
+        ...
+
+
+@attrs.frozen
+class Reply:
+    """One scripted LLM answer.
+
+    Args:
+        content: the assistant text (streamed token by token when streaming).
+        tool_calls: ``(tool_name, arguments)`` pairs; arguments is a dict (encoded as
+            JSON) or a raw string (sent as is, e.g. to script malformed JSON).
+        usage: token counts to report.
+        delay_seconds: real seconds to wait before answering (cancellation-aware).
+        error: raise this instead of answering.
+    """
+
+    content: str | None = None
+    tool_calls: tuple[tuple[str, Any], ...] = ()
+    usage: Usage = Usage(10, 5)
+    delay_seconds: float = 0.0
+    error: BaseException | None = None
+
+
+ScriptStep = Reply | BaseException | Callable[[LLMRequest, int], "Reply | LLMResponse"]
+
+
+def _call_index(request: LLMRequest) -> int:
+    """How many assistant answers this execution already has: the number of assistant
+    messages after the last user message. Deterministic across restarts."""
+    count = 0
+    for message in reversed(request.messages):
+        if message.role == "user":
+            break
+        if message.role == "assistant":
+            count += 1
+    return count
+
+
+class ScriptedProvider:
+    """A deterministic provider for tests and the demo.
+
+    The answer to a request is ``script[i]`` where ``i`` counts the assistant messages
+    after the last user message — so a recovered execution that repeats a call gets the
+    same answer, whichever process asks. A step may be a :class:`Reply`, an exception
+    (raised), or a callable ``(request, i) -> Reply | LLMResponse``. When the script is
+    exhausted the last step repeats. Tool-call ids derive from the ``llm_call_id``.
+
+    Attributes:
+        requests: every request received, in order (thread-safe append).
+    """
+
+    def __init__(self, script: Sequence[ScriptStep], *, model: str = "scripted") -> None:
+        if not script:
+            raise ValueError("a ScriptedProvider needs at least one step")
+        self.script = list(script)
+        self.model = model
+        self.requests: list[LLMRequest] = []
+        self._lock = threading.Lock()
+
+    def complete(
+        self,
+        request: LLMRequest,
+        *,
+        on_token: TokenSink | None = None,
+        cancellation: CancellationToken | None = None,
+    ) -> LLMResponse:
+        """Answer from the script (see the class docstring)."""
+        with self._lock:
+            self.requests.append(request)
+        index = _call_index(request)
+        step = self.script[min(index, len(self.script) - 1)]
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step) and not isinstance(step, Reply):
+            step = step(request, index)
+        if isinstance(step, LLMResponse):
+            return attrs.evolve(step, llm_call_id=request.llm_call_id)
+        reply: Reply = step
+        if reply.delay_seconds:
+            waiter = threading.Event()
+            if cancellation is not None:
+                cancellation.on_cancel(lambda _e: waiter.set())
+            waiter.wait(reply.delay_seconds)
+        if cancellation is not None:
+            cancellation.raise_if_cancelled()
+        if reply.error is not None:
+            raise reply.error
+        if request.stream and on_token is not None and reply.content:
+            for token in _tokens(reply.content):
+                if cancellation is not None:
+                    cancellation.raise_if_cancelled()
+                on_token(token)
+        digest = hashlib.sha256(request.llm_call_id.encode()).hexdigest()[:10]
+        calls = tuple(
+            ToolCall(
+                f"call_{digest}_{i}",
+                name,
+                args if isinstance(args, str) else json.dumps(args, sort_keys=True),
+            )
+            for i, (name, args) in enumerate(reply.tool_calls)
+        )
+        return LLMResponse(request.llm_call_id, reply.content, calls, reply.usage, self.model)
+
+
+def _tokens(text: str) -> list[str]:
+    """Split text into word-ish tokens that concatenate back to it."""
+    tokens: list[str] = []
+    current = ""
+    for ch in text:
+        current += ch
+        if ch == " ":
+            tokens.append(current)
+            current = ""
+    if current:
+        tokens.append(current)
+    return tokens
+
+
+def failing(message: str) -> LLMError:
+    """An :class:`LLMError` to put in a script (convenience)."""
+    return LLMError(message)

@@ -1,0 +1,470 @@
+"""The agent runtime: one dispatcher and offload pool shared by agents, and the glue
+between the generated machines and the agents' live state.
+
+An :class:`AgentRuntime` binds the three generated machines once — ``agent_session``
+(with :class:`~phronomy_fsm.agent.session_hooks.AgentSessionHooks`), ``tool_invocation``
+(with :class:`~phronomy_fsm.agent.tool_hooks.ToolInvocationHooks`) and
+``execution_admission`` (no hooks) — and keeps the registry of live agents (reference
+§3.1: one live Agent object per agent id). It owns: listener delivery and the error
+policy (§8.4), cancellation and timeouts (§7.5), the admission slot sessions (§3), the
+submission of barrier commits with reconciliation of lost responses (§4.4), and terminal
+delivery in the reference's order: live state applied, slot released, event delivered,
+tasks settled (§4.6).
+
+Everything but :meth:`AgentRuntime.close`, :meth:`AgentRuntime.default` and the
+constructor runs on the dispatcher's loop thread.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
+from phronomy_fsm.agent.session_hooks import AgentSessionHooks, PreparedCommit
+from phronomy_fsm.agent.tool_hooks import ToolInvocationHooks
+from phronomy_fsm.agent.types import AbortReason, AgentEvent, AgentResult
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    Cancelled,
+    ConflictError,
+    ExecutionFailedError,
+    OutcomeUnknownError,
+    StoreError,
+    StreamCallbackError,
+)
+from phronomy_fsm.generated import agent_session, execution_admission, tool_invocation
+from phronomy_fsm.runtime import Dispatcher, OffloadPool, SessionResult, bind_machine
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
+from phronomy_fsm.table import CONFLICT, NOT_COMMITTED as OUTCOME_NOT_COMMITTED, OUTCOME_UNKNOWN, BarrierOutcome
+
+if TYPE_CHECKING:
+    from phronomy_fsm.agent.agent import Agent
+    from phronomy_fsm.runtime.dispatcher import StepRecord
+    from phronomy_fsm.store.base import BarrierStore
+
+log = logging.getLogger("phronomy_fsm.agent")
+
+FINAL_STATES = frozenset({"completed", "rejected", "blocked", "handed_off", "failed", "cancelled"})
+
+#: agent_session (source, target) → execution_admission events (reference §3.3 rules).
+_ADMISSION_BY_STEP: dict[tuple[str, str], tuple[str, ...]] = {
+    ("admitting", "filtering_input"): ("bound",),
+    ("admitting", "cancelling"): ("bound", "cancel_started"),
+    ("admitting", "failed"): ("not_established",),
+    ("suspending", "suspended"): ("suspended",),
+    ("suspended", "resuming"): ("resume_started",),
+    ("resuming", "suspended"): ("resume_refused",),
+    ("resuming", "evaluating_tools"): ("resume_committed",),
+    ("resuming", "cancelling"): ("resume_committed", "cancel_started"),
+    ("recovery_required", "resolving"): ("resolution_started",),
+    ("resolving", "recovery_required"): ("resolution_pending",),
+}
+
+
+class _NoHooks:
+    """execution_admission declares no hooks."""
+
+
+class AgentRuntime:
+    """Shared infrastructure of agents (see the module docstring).
+
+    Args:
+        max_workers: offload-pool worker threads (LLM calls, tools, filters).
+        queue_size: operations that may wait for a worker (beyond that: backpressure).
+        clock: the clock for timers and record timestamps.
+        name: thread-name prefix.
+    """
+
+    _default: AgentRuntime | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(self, *, max_workers: int = 16, queue_size: int = 1024, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-agents") -> None:
+        self.clock = clock
+        self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
+        self.dispatcher = Dispatcher(pool=self.pool, clock=clock, name=f"{name}-loop")
+        self.session_hooks = AgentSessionHooks(self)
+        self.session_binding = bind_machine(
+            agent_session.TABLE,
+            self.session_hooks,
+            observer=self._on_agent_step,
+            on_barrier_outcome=self.session_hooks.apply_barrier_outcome,
+        )
+        self.tool_binding = bind_machine(tool_invocation.TABLE, ToolInvocationHooks(self))
+        self.admission_binding = bind_machine(execution_admission.TABLE, _NoHooks())
+        self.agents: dict[tuple[Any, str], Agent] = {}
+        self.registry_lock = threading.Lock()
+        self.closed = False
+        self.dispatcher.start()
+
+    @classmethod
+    def default(cls) -> AgentRuntime:
+        """The process-wide runtime, created on first use."""
+        with cls._default_lock:
+            if cls._default is None or cls._default.closed:
+                cls._default = cls()
+            return cls._default
+
+    def close(self, *, timeout_seconds: float = 10.0) -> None:
+        """Stop the loop (draining first) and the pool. Executions still running are
+        left as they are durably; load their agents again to recover them."""
+        self.closed = True
+        self.dispatcher.stop(timeout_seconds=timeout_seconds)
+        self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
+
+    def now(self) -> datetime:
+        """Wall time for records (aware UTC)."""
+        return self.clock.now()
+
+    # ---------------------------------------------------------------- sessions
+
+    def start_execution(self, ctx: Invocation, *, at_state: str | None = None, event: str | None = None, payload: Any = None) -> None:
+        """Start (or resume) the ``agent_session`` of ``ctx`` (loop thread)."""
+        agent = ctx.agent
+        ctx.session_id = self.dispatcher.start_session(
+            self.session_binding,
+            ctx,
+            at_state=at_state,
+            event=event,
+            payload=payload,
+            group=ctx.execution_id,
+            revision=None,
+            on_done=lambda result, error: self._session_done(ctx, result, error),
+            step_limit=64 + 32 * agent.max_iterations,
+        )
+        if at_state is not None:
+            ctx.state = at_state
+
+    def start_admission(self, agent: Agent, at_state: str | None = None) -> None:
+        """Take the agent's admission slot (reference §3.2 admit)."""
+        agent._admission_sid = self.dispatcher.start_session(
+            self.admission_binding,
+            agent,
+            at_state=at_state,
+            on_done=lambda result, error: self._admission_done(agent, result, error),
+        )
+
+    def post_admission(self, agent: Agent, event: str) -> None:
+        """Tell the agent's admission slot what happened."""
+        if agent._admission_sid is not None:
+            self.dispatcher.post(agent._admission_sid, event)
+
+    def _on_agent_step(self, record: StepRecord, ctx: Invocation) -> None:
+        ctx.state = record.target
+        events = _ADMISSION_BY_STEP.get((record.source, record.target))
+        if events is None:
+            if record.target == "cancelling":
+                events = ("cancel_started",)
+            elif record.target == "terminalizing" and record.source != "terminalizing":
+                events = ("terminal_started",)
+            elif record.target in FINAL_STATES and record.source == "terminalizing":
+                events = ("terminal_committed",)
+            elif record.target == "recovery_required":
+                events = ("recovery_needed",)
+            else:
+                return
+        for event in events:
+            self.post_admission(ctx.agent, event)
+
+    def _session_done(self, ctx: Invocation, result: SessionResult | None, error: BaseException | None) -> None:
+        ctx.session_id = None
+        if error is not None:
+            log.error("execution %s: session failed: %s; failing closed", ctx.execution_id, error)
+            ctx.state = "recovery_required"
+            self.post_admission(ctx.agent, "recovery_needed")
+            self.announce_recovery(ctx, error)
+            return
+        assert result is not None
+        ctx.state = result.state
+        if result.status == "halted":
+            return  # suspended or recovery_required: waiters stay pending
+        ctx.outcome = ctx.outcome or result.state
+        if ctx.agent._admission_sid is None:
+            self.deliver(ctx)
+
+    def _admission_done(self, agent: Agent, result: SessionResult | None, error: BaseException | None) -> None:
+        agent._admission_sid = None
+        if error is not None:
+            log.error("agent %s: admission slot failed: %s", agent.agent_id, error)
+        ctx = agent._current
+        if ctx is not None and ctx.state in FINAL_STATES and ctx.session_id is None:
+            self.deliver(ctx)
+
+    # ------------------------------------------------------------------ children
+
+    def start_child(self, child: ToolInvocation) -> None:
+        """Start a tool invocation session (validation and authorization)."""
+        child.session_id = self.dispatcher.start_session(
+            self.tool_binding,
+            child,
+            group=child.parent.execution_id,
+            on_done=lambda result, error: self._child_done(child, result, error),
+        )
+
+    def resume_child(self, child: ToolInvocation, at_state: str, event: str) -> None:
+        """Resume a halted tool invocation with ``event`` (dispatch, approve, reject, cancel)."""
+        child.status = "running" if event == "dispatch" else "pending"
+        self.start_child_at(child, at_state, event)
+
+    def start_child_at(self, child: ToolInvocation, at_state: str, event: str) -> None:
+        """A new incarnation of a tool invocation session at ``at_state``."""
+        child.session_id = self.dispatcher.start_session(
+            self.tool_binding,
+            child,
+            at_state=at_state,
+            event=event,
+            group=child.parent.execution_id,
+            on_done=lambda result, error: self._child_done(child, result, error),
+        )
+
+    def _child_done(self, child: ToolInvocation, result: SessionResult | None, error: BaseException | None) -> None:
+        child.session_id = None
+        if error is not None:
+            child.status = "failed"
+            child.error = f"{type(error).__name__}: {error}"
+            self.notify_parent(child)
+        else:
+            assert result is not None
+            child.status = result.state
+            if child.status == "rejected" and child.rejected_by is None:
+                child.rejected_by = "policy"
+
+    def notify_parent(self, child: ToolInvocation) -> None:
+        """Post ``tool_updated`` to the parent's live session, if any."""
+        parent = child.parent
+        if parent.session_id is not None:
+            self.dispatcher.post(parent.session_id, "tool_updated", child.tool_invocation_id)
+
+    def cancel_children(self, ctx: Invocation) -> None:
+        """Cancel every unfinished tool invocation (live ones through the FSM)."""
+        for child in ctx.children:
+            if child.session_id is not None:
+                self.dispatcher.post(child.session_id, "cancel")
+            elif child.status in ("awaiting_approval", "authorized", "pending"):
+                child.status = "cancelled"
+
+    def post_when_quiescent(self, ctx: Invocation) -> None:
+        """Post ``quiesced`` once the execution's work has physically finished."""
+        sid = ctx.session_id
+        self.dispatcher.when_quiescent(ctx.execution_id, lambda: sid is not None and self.dispatcher.post(sid, "quiesced"))
+
+    # ----------------------------------------------------------------- events
+
+    def emit(self, ctx: Invocation, type_: str, payload: dict[str, Any], *, terminal: bool = False) -> BaseException | None:
+        """Deliver an event to the stream sink and the agent's listener (reference §8.4).
+
+        An in-FSM listener failure detaches the listener for this execution and aborts
+        it (failed with StreamCallbackError); a failure on a terminal or notification
+        event is reported and returned."""
+        event = AgentEvent(type_, ctx.execution_id, payload)
+        if ctx.stream_sink is not None:
+            ctx.stream_sink(event)
+        listener = ctx.agent.on_event
+        if listener is None or ctx.listener_detached:
+            return None
+        try:
+            listener(event)
+        except Exception as exc:  # noqa: BLE001 - the application's listener failed
+            log.warning("agent %s: listener raised on %s: %r", ctx.agent.agent_id, type_, exc)
+            if terminal or type_ in ("approval_required", "recovery_resolution_required"):
+                return exc
+            ctx.listener_detached = True
+            ctx.callback_failure = exc
+            error = StreamCallbackError(f"the event listener raised on {type_!r}: {exc!r}", execution_id=ctx.execution_id)
+            error.__cause__ = exc
+            self.abort(ctx, AbortReason("callback_failed", error))
+            return exc
+        return None
+
+    def announce_approval(self, ctx: Invocation) -> None:
+        """``approval_required`` with the durable request."""
+        request = ctx.approval_request
+        if request is None:
+            return
+        self.emit(
+            ctx,
+            "approval_required",
+            {
+                "request": {
+                    "id": request.request_id,
+                    "execution_id": request.execution_id,
+                    "items": [attrs.asdict(item) for item in request.items],
+                }
+            },
+        )
+
+    def announce_recovery(self, ctx: Invocation, error: BaseException | None) -> None:
+        """Classify the durable record off-loop, then publish
+        ``recovery_resolution_required`` (reference §6.4)."""
+        store = ctx.agent.store
+        execution_id = ctx.execution_id
+
+        def read() -> Any:
+            return store.load_execution(execution_id)
+
+        def done(op: Any) -> None:
+            self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
+
+        try:
+            op = self.pool.submit(read, name="recovery-readback", on_full="raise")
+        except Exception as exc:  # noqa: BLE001 - fall back to the live view
+            self._publish_recovery(ctx, ctx.execution, exc, error)
+            return
+        op.add_settled_callback(done)
+
+    def _publish_recovery(self, ctx: Invocation, execution: Any, read_error: BaseException | None, cause: BaseException | None) -> None:
+        from phronomy_fsm.agent.recovery import announce_payload, classify
+
+        if execution is None or read_error is not None:
+            execution = ctx.execution
+        if execution is None:  # never admitted durably: nothing to resolve
+            payload = {
+                "execution_id": ctx.execution_id,
+                "execution_revision": None,
+                "reason": f"admission outcome unknown: {cause!r}",
+                "subject": None,
+                "allowed_outcomes": [],
+                "facts": {},
+            }
+        else:
+            if execution.is_active:
+                ctx.execution = execution
+            payload = announce_payload(execution, classify(execution), cause)
+        ctx.recovery_announcement = payload
+        self.emit(ctx, "recovery_resolution_required", payload)
+
+    # ------------------------------------------------------------ cancellation
+
+    def abort(self, ctx: Invocation, reason: AbortReason) -> bool:
+        """Cancel, time out or fail an execution (reference §7.5): result authority is
+        revoked at once; the terminal commit waits for quiescence. Returns False when
+        the execution is already ending or waits for an operator."""
+        if ctx.abort is not None or ctx.delivered or ctx.state in FINAL_STATES or ctx.state == "recovery_required":
+            return False
+        ctx.abort = reason
+        ctx.cancellation.cancel(reason.kind, timed_out=reason.kind == "timeout")
+        if ctx.session_id is not None:
+            self.dispatcher.post(ctx.session_id, "cancel_requested", reason)
+        elif ctx.state == "suspended":
+            self.start_execution(ctx, at_state="suspended", event="cancel_requested", payload=reason)
+        return True
+
+    def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
+        """Fail the approve calls whose decision did not commit."""
+        for task in ctx.approvers:
+            task.fail(error)
+        ctx.approvers.clear()
+
+    # ----------------------------------------------------------------- barriers
+
+    def submit_barrier(self, store: BarrierStore, prepared: PreparedCommit) -> cf.Future[BarrierOutcome]:
+        """Submit one barrier's commit; the future settles with its
+        :class:`~phronomy_fsm.table.BarrierOutcome` after the store's fsync, a lost
+        response having been reconciled by reading back (reference §4.4): ``committed``
+        (value: ``prepared``), ``not_committed``, ``conflict``, or ``outcome_unknown``
+        when even the read-back failed."""
+        out: cf.Future[BarrierOutcome] = cf.Future()
+        revision = prepared.commit.execution.revision
+
+        def settle(error: BaseException | None) -> None:
+            if error is None:
+                out.set_result(BarrierOutcome(COMMITTED, revision, prepared))
+            elif isinstance(error, OutcomeUnknownError):
+                threading.Thread(target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True).start()
+            elif isinstance(error, (ConflictError, AgentBusyError)):
+                out.set_result(BarrierOutcome(CONFLICT, error=error))
+            elif isinstance(error, StoreError):
+                out.set_result(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
+            else:  # not of the taxonomy: it may have written (fail closed, reference §5.1)
+                out.set_result(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
+
+        def reconcile(error: OutcomeUnknownError) -> None:
+            try:
+                disposition = store.reconcile(prepared.commit)
+            except Exception as exc:  # noqa: BLE001 - cannot prove anything
+                log.warning("barrier %s: read-back failed: %r", prepared.commit.barrier, exc)
+                out.set_result(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
+                return
+            if disposition == COMMITTED:
+                out.set_result(BarrierOutcome(COMMITTED, revision, prepared))
+            elif disposition == NOT_COMMITTED:
+                out.set_result(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
+            else:
+                out.set_result(BarrierOutcome(CONFLICT, error=error))
+
+        try:
+            future = store.submit(prepared.commit)
+        except BaseException as exc:  # noqa: BLE001 - classified like a commit error
+            settle(exc)
+            return out
+        future.add_done_callback(lambda f: settle(f.exception()))
+        return out
+
+    # ------------------------------------------------------------------ delivery
+
+    def deliver(self, ctx: Invocation) -> None:
+        """Terminal delivery: live state, slot (already released), event, tasks."""
+        if ctx.delivered:
+            return
+        ctx.delivered = True
+        agent = ctx.agent
+        if ctx.timer is not None:
+            ctx.timer.cancel()
+        agent._detach(ctx)
+        outcome = ctx.outcome or "failed"
+        execution = ctx.execution
+        error: BaseException | None = None
+        if outcome in ("completed", "rejected", "handed_off"):
+            result = AgentResult(
+                agent_id=agent.agent_id,
+                execution_id=ctx.execution_id,
+                status=outcome,
+                output=ctx.output if outcome == "completed" else None,
+                revision=execution.revision if execution is not None else 0,
+                usage=ctx.usage,
+                handoff=ctx.handoff if outcome == "handed_off" else None,
+            )
+            if outcome == "completed":
+                agent._remember(ctx)
+            event_type = "handoff" if outcome == "handed_off" else "done"
+            payload = {
+                "status": outcome,
+                "output": result.output,
+                "execution_id": ctx.execution_id,
+                "revision": result.revision,
+                "handoff": result.handoff,
+            }
+        else:
+            result = None
+            error = ctx.error or ExecutionFailedError(
+                f"execution {ctx.execution_id} ended {outcome}", execution_id=ctx.execution_id, status=outcome
+            )
+            if outcome == "cancelled" and not isinstance(error, Cancelled):
+                error = Cancelled(str(error) or "cancelled")
+            event_type = {"cancelled": "cancelled"}.get(outcome, "error")
+            if ctx.abort is not None and ctx.abort.kind == "timeout":
+                event_type = "timeout"
+            payload = {"status": outcome, "error": f"{type(error).__name__}: {error}", "execution_id": ctx.execution_id}
+        listener_error = self.emit(ctx, event_type, payload, terminal=True)
+        if listener_error is not None and result is not None and agent.listener_error_policy == "fail_task":
+            error = StreamCallbackError(f"the event listener raised on {event_type!r}: {listener_error!r}", execution_id=ctx.execution_id)
+            result = None
+        waiters = ctx.waiters + ctx.approvers
+        ctx.waiters, ctx.approvers = [], []
+        if ctx.stream_sink is not None:
+            ctx.stream_sink(None)
+        for task in waiters:
+            if result is not None:
+                task.complete(result)
+            elif isinstance(error, Cancelled):
+                task.fail(error)
+            else:
+                task.fail(error)  # type: ignore[arg-type]
+        if outcome == "handed_off" and ctx.handoff is not None:
+            agent._start_handoff_target(ctx)

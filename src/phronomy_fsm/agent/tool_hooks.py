@@ -1,0 +1,109 @@
+"""The hooks of the ``tool_invocation`` machine (reference §1.7).
+
+Validation looks the tool up and checks the arguments against its JSON schema;
+authorization runs the approval policy off-loop; execution runs the tool on the offload
+pool with the tool invocation id as its idempotency key — only in a session resumed with
+``dispatch`` after the parent's tool barrier committed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from phronomy_fsm.agent.invocation import ToolInvocation
+from phronomy_fsm.agent.tools import Authorization, ToolCallView, ToolContext, normalize_authorization, tool_result_text
+
+if TYPE_CHECKING:
+    from phronomy_fsm.agent.runtime import AgentRuntime
+    from phronomy_fsm.runtime.dispatcher import OffloadContext
+
+
+class ToolInvocationHooks:
+    """Implements ``tool_invocation.Hooks`` for every agent of one runtime."""
+
+    def __init__(self, runtime: AgentRuntime) -> None:
+        self.runtime = runtime
+
+    # guards
+
+    def arguments_valid(self, ctx: ToolInvocation, payload: Any) -> bool:
+        """Known tool and valid arguments."""
+        return ctx.error is None
+
+    def authorization_denied(self, ctx: ToolInvocation, payload: Authorization) -> bool:
+        """The policy denied the call."""
+        return payload is Authorization.DENY
+
+    def approval_needed(self, ctx: ToolInvocation, payload: Authorization) -> bool:
+        """The call needs a person's approval."""
+        return payload is Authorization.REQUIRE_APPROVAL
+
+    # actions
+
+    def validate_arguments(self, ctx: ToolInvocation, payload: Any) -> None:
+        """Unknown tool or invalid arguments become the call's error (the LLM sees it)."""
+        tool = ctx.tool
+        if tool is None:
+            known = ", ".join(sorted(ctx.parent.agent.tools)) or "none"
+            ctx.error = f"unknown tool {ctx.call.name!r}; available tools: {known}"
+            return
+        arguments, error = tool.validate(ctx.call.arguments_json)
+        ctx.arguments, ctx.error = arguments, error
+
+    def notify_parent(self, ctx: ToolInvocation, payload: Any) -> None:
+        """Nudge the parent session to re-evaluate its batch (``tool_updated``)."""
+        self.runtime.notify_parent(ctx)
+
+    def record_tool_result(self, ctx: ToolInvocation, payload: Any) -> None:
+        """The tool returned: its value and the text the LLM sees."""
+        ctx.result = payload
+        ctx.content = tool_result_text(payload)
+
+    def record_tool_error(self, ctx: ToolInvocation, payload: BaseException) -> None:
+        """The tool raised: the error becomes the tool result."""
+        ctx.error = f"{type(payload).__name__}: {payload}"
+
+    # offload hooks
+
+    def authorize(self, ctx: ToolInvocation, payload: Any) -> Any:
+        """The approval policy (or the tool's ``requires_approval``), off-loop."""
+        agent = ctx.parent.agent
+        policy = agent.approval_policy
+        tool = ctx.tool
+        assert tool is not None
+        view = ToolCallView(
+            tool_name=tool.name,
+            arguments=ctx.arguments,
+            tool_call_id=ctx.call.id,
+            tool_invocation_id=ctx.tool_invocation_id,
+            execution_id=ctx.parent.execution_id,
+            requires_approval=tool.requires_approval,
+        )
+
+        def work(octx: OffloadContext) -> Authorization:
+            if policy is None:
+                return Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW
+            return normalize_authorization(policy(view))
+
+        return work
+
+    def execute_tool(self, ctx: ToolInvocation, payload: Any) -> Any:
+        """Run the tool with its idempotency key (the tool invocation id)."""
+        tool = ctx.tool
+        assert tool is not None
+        parent = ctx.parent
+        context = ToolContext(
+            tool_invocation_id=ctx.tool_invocation_id,
+            tool_call_id=ctx.call.id,
+            execution_id=parent.execution_id,
+            agent_id=parent.agent.agent_id,
+            cancellation=parent.cancellation,
+        )
+        arguments = ctx.arguments
+        fn = tool.fn
+
+        def work(octx: OffloadContext) -> Any:
+            parent.cancellation.raise_if_cancelled()
+            return fn(arguments, context)
+
+        return work

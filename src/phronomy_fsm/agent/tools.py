@@ -1,0 +1,177 @@
+"""Tools: name, description, JSON-schema arguments, approval, and the idempotency key.
+
+A :class:`Tool` wraps a function ``fn(arguments, context)`` run on an offload-pool
+worker, after the execution's tool barrier committed the authorised batch (reference
+§4.3). ``context.idempotency_key`` is the tool invocation id: stable for one tool call of
+one LLM response of one execution, across restarts, so a tool with side effects can
+deduplicate (ARCHITECTURE.md "Recovery on load": tools receive a stable idempotency key).
+
+Arguments are validated against the tool's JSON schema (jsonschema, Draft 2020-12)
+before authorization; invalid arguments make that tool call fail with a message the LLM
+sees as the tool result (issue 5 item 4).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import jsonschema
+
+from phronomy_fsm.agent.types import ToolSpec
+from phronomy_fsm.errors import ConfigurationError
+from phronomy_fsm.runtime.cancellation import CancellationToken
+
+DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": True}
+
+
+@attrs.frozen
+class ToolContext:
+    """What a tool function receives besides its arguments.
+
+    ``idempotency_key`` equals ``tool_invocation_id``; ``cancellation`` is set when the
+    execution is cancelled (the tool is never interrupted; it may poll)."""
+
+    tool_invocation_id: str
+    tool_call_id: str
+    execution_id: str
+    agent_id: str
+    cancellation: CancellationToken
+
+    @property
+    def idempotency_key(self) -> str:
+        """The stable key of this tool call (the tool invocation id)."""
+        return self.tool_invocation_id
+
+
+class Authorization(str, enum.Enum):
+    """An approval policy's decision for one tool call (reference §1.7 authorizing)."""
+
+    ALLOW = "allow"
+    REQUIRE_APPROVAL = "require_approval"
+    DENY = "deny"
+
+
+@attrs.frozen
+class ToolCallView:
+    """What an approval policy sees: the tool, the parsed arguments and the ids."""
+
+    tool_name: str
+    arguments: Any
+    tool_call_id: str
+    tool_invocation_id: str
+    execution_id: str
+    requires_approval: bool
+
+
+ApprovalPolicy = Callable[[ToolCallView], "Authorization | str | bool"]
+
+
+@attrs.frozen
+class Tool:
+    """A tool the LLM may call.
+
+    Args:
+        name: the function name the LLM uses (``[A-Za-z0-9_-]{1,64}``).
+        fn: ``fn(arguments: dict, context: ToolContext) -> JSON`` — runs on a worker.
+        description: told to the LLM.
+        parameters: JSON schema of the arguments object.
+        requires_approval: a person must approve each call (unless an agent-level
+            approval policy decides otherwise).
+
+    Raises:
+        ConfigurationError: bad name or an invalid JSON schema.
+    """
+
+    name: str
+    fn: Callable[[Any, ToolContext], Any] = attrs.field(eq=False)
+    description: str = ""
+    parameters: dict[str, Any] = attrs.field(factory=lambda: dict(DEFAULT_PARAMETERS))
+    requires_approval: bool = False
+    _validator: Any = attrs.field(init=False, eq=False, repr=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        import re
+
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", self.name):
+            raise ConfigurationError(
+                f"tool name {self.name!r} must be 1-64 characters of letters, digits, '_' or '-'"
+            )
+        try:
+            jsonschema.Draft202012Validator.check_schema(self.parameters)
+        except jsonschema.SchemaError as exc:
+            raise ConfigurationError(f"tool {self.name!r}: invalid JSON schema: {exc.message}") from exc
+        object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
+
+    def spec(self) -> ToolSpec:
+        """What the LLM is told about this tool."""
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    def validate(self, arguments_json: str) -> tuple[Any, str | None]:
+        """Parse and validate arguments; return ``(arguments, None)`` or
+        ``(None, message)`` where the message tells the LLM what was wrong."""
+        try:
+            arguments = json.loads(arguments_json) if arguments_json.strip() else {}
+        except ValueError as exc:
+            return None, f"invalid arguments for tool {self.name!r}: not JSON ({exc})"
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            details = "; ".join(
+                f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5]
+            )
+            return None, f"invalid arguments for tool {self.name!r}: {details}"
+        return arguments, None
+
+
+def tool(
+    name: str | None = None,
+    *,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    requires_approval: bool = False,
+) -> Callable[[Callable[[Any, ToolContext], Any]], Tool]:
+    """Decorator: make a :class:`Tool` from ``fn(arguments, context)``; the name
+    defaults to the function name and the description to its docstring."""
+
+    def make(fn: Callable[[Any, ToolContext], Any]) -> Tool:
+        return Tool(
+            name or fn.__name__,
+            fn,
+            description if description is not None else (fn.__doc__ or "").strip(),
+            parameters if parameters is not None else dict(DEFAULT_PARAMETERS),
+            requires_approval,
+        )
+
+    return make
+
+
+def normalize_authorization(value: Any) -> Authorization:
+    """Turn a policy's answer into an :class:`Authorization`: ``True`` → allow,
+    ``False`` → deny, a string or enum member as named.
+
+    Raises ConfigurationError for anything else."""
+    if isinstance(value, Authorization):
+        return value
+    if value is True:
+        return Authorization.ALLOW
+    if value is False:
+        return Authorization.DENY
+    try:
+        return Authorization(value)
+    except ValueError:
+        raise ConfigurationError(
+            f"approval policy returned {value!r}; return 'allow', 'require_approval', 'deny' or a bool"
+        ) from None
+
+
+def tool_result_text(result: Any) -> str:
+    """The text the LLM sees for a tool result (strings as they are, else JSON)."""
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(result)
