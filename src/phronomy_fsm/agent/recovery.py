@@ -286,7 +286,9 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
             ctx.recovery_announcement = announce_payload(execution, classification)
             runtime.emit(ctx, "recovery_resolution_required", ctx.recovery_announcement)
         else:
-            runtime.start_admission(agent, at_state="executing")
+            # the slot starts where the resumed session's next step expects it
+            slot = {"admitting": "admitting", "resuming": "resuming"}.get(classification.state or "", "executing")
+            runtime.start_admission(agent, at_state=slot)
             outcome = BarrierOutcome("committed", execution.revision)
             runtime.start_execution(ctx, at_state=classification.state, event=classification.event, payload=outcome)
 

@@ -112,10 +112,12 @@ class AgentRuntime:
             return cls._default
 
     def close(self, *, timeout_seconds: float = 10.0) -> None:
-        """Stop the loop (draining first) and the pool. Executions still running are
-        left as they are durably; load their agents again to recover them."""
+        """Refuse new executions, let running ones reach a resting point (done,
+        suspended for approval, or waiting for an operator — reference §7.1: those do
+        not hold a clean shutdown), then stop the loop and the pool. Whatever is left
+        is durable as of its last barrier; load the agent again to recover it."""
         self.closed = True
-        self.dispatcher.stop(timeout_seconds=timeout_seconds)
+        self.dispatcher.stop(timeout_seconds=timeout_seconds, wait_for_sessions=False)
         self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
 
     def now(self) -> datetime:
@@ -174,6 +176,8 @@ class AgentRuntime:
 
     def _session_done(self, ctx: Invocation, result: SessionResult | None, error: BaseException | None) -> None:
         ctx.session_id = None
+        if error is not None and self.closed:
+            return  # the runtime closed while this session was parked; durable as is
         if error is not None:
             log.error("execution %s: session failed: %s; failing closed", ctx.execution_id, error)
             ctx.state = "recovery_required"
@@ -191,6 +195,8 @@ class AgentRuntime:
     def _admission_done(self, agent: Agent, result: SessionResult | None, error: BaseException | None) -> None:
         agent._admission_sid = None
         if error is not None:
+            if self.closed:
+                return  # the runtime closed while the slot was parked
             log.error("agent %s: admission slot failed: %s", agent.agent_id, error)
         ctx = agent._current
         if ctx is not None and ctx.state in FINAL_STATES and ctx.session_id is None:

@@ -20,14 +20,11 @@ def main() -> None:
 
 
 def _register() -> None:
-    from phronomy_fsm.cli import spec_commands
+    from phronomy_fsm.cli import agent_commands, spec_commands, store_commands
 
     spec_commands.register(main)
-    try:
-        from phronomy_fsm.cli import store_commands
-    except ImportError:  # pragma: no cover - during development only
-        return
     store_commands.register(main)
+    agent_commands.register(main)
 
 
 _register()

@@ -233,6 +233,7 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
         self._failure: BaseException | None = None
+        self._wait_for_sessions = True
         self.stats = DispatcherStats()
         clock.on_advance(self._wake)
 
@@ -292,6 +293,7 @@ class Dispatcher:
                     if self._state == DRAINING and self._idle():
                         self._state = STOPPED
                         self._cond.notify_all()
+                        self._abort(DispatcherStoppedError(f"{self.name} stopped while this session was parked"))
                         return
                     if self._state == STOPPED:
                         return
@@ -308,7 +310,9 @@ class Dispatcher:
             self._leave_loop()
 
     def _idle(self) -> bool:
-        return not self._inbox and not self._sessions and not any(self._in_flight.values())
+        if self._inbox or any(self._in_flight.values()):
+            return False
+        return not self._sessions or not self._wait_for_sessions
 
     def run_until_idle(self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0) -> int:
         """Drive the loop on the calling thread until nothing is left to do.
@@ -360,14 +364,20 @@ class Dispatcher:
                 if self._state == MANUAL:
                     self._state = STOPPED
 
-    def stop(self, *, timeout_seconds: float | None = 10.0) -> bool:
+    def stop(self, *, timeout_seconds: float | None = 10.0, wait_for_sessions: bool = True) -> bool:
         """Drain: refuse new sessions, let results and events flow, stop when idle.
+
+        Idle means an empty inbox, no offloaded work or barrier in flight and — when
+        ``wait_for_sessions`` — no live session. With ``wait_for_sessions=False``,
+        sessions parked waiting for outside events do not hold the loop: they end with
+        :class:`DispatcherStoppedError` once everything in flight has come back.
 
         Returns True if the loop stopped idle within ``timeout_seconds``; otherwise it
         is stopped anyway and every remaining session fails with
         :class:`DispatcherStoppedError` (returns False). The owned pool is shut down.
         """
         with self._cond:
+            self._wait_for_sessions = wait_for_sessions
             if self._state == RUNNING:
                 self._state = DRAINING
                 self._cond.notify_all()

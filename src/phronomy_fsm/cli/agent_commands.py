@@ -1,0 +1,163 @@
+"""``phronomy-fsm demo`` and ``phronomy-fsm approve`` (issue 5 item 9).
+
+``demo`` runs the scripted customer-support agent of :mod:`phronomy_fsm.demo` on a
+SQLite store until it suspends for approval, printing ``execution_id: <id>`` and
+``approval_request_id: <id>`` on lines of their own. ``approve`` records a decision
+durably — the approval-decision barrier, one transaction — without a live agent.
+``demo --resume`` loads the agent in a new process; recovery continues the execution
+from its last barrier to its end and the command prints the answer, the status and the
+barrier history.
+
+Exit codes: 0 success; 1 a refused decision, a store error, or an execution that could
+not finish; 2 usage. Diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, NoReturn
+
+import click
+
+from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
+
+_DB_HELP = "Path of the SQLite store file."
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _print_history(store: Any, execution_id: str) -> None:
+    click.echo("barriers:")
+    for barrier in store.barrier_history(execution_id):
+        click.echo(f"  rev {barrier.revision}: {barrier.barrier:<20} {barrier.status}/{barrier.phase}")
+
+
+@click.command("demo")
+@click.option("--db", "db", default=None, type=click.Path(dir_okay=False), help="Store file (default ./.phronomy/demo.db).")
+@click.option("--resume", is_flag=True, help="Recover the demo execution in this new process and run it to its end.")
+@click.option("--wait-seconds", default=60.0, show_default=True, type=float, help="How long to wait for the execution.")
+def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
+    """Run the scripted support agent until it suspends for a refund approval, or with
+    --resume continue it to its end after `phronomy-fsm approve`."""
+    from phronomy_fsm.agent import Agent, AgentRuntime
+    from phronomy_fsm.demo import DEFAULT_DB, DEMO_AGENT_ID, DEMO_INPUT, create_app, printing_listener
+    from phronomy_fsm.errors import NotFoundError
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    db = db or DEFAULT_DB
+    if resume and not os.path.exists(db):
+        _fail(f"no store at {db}; run `phronomy-fsm demo --db {db}` first")
+    os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
+    runtime = AgentRuntime()
+    listener = printing_listener(click.echo)
+    settled = threading.Event()
+
+    def on_event(event: Any) -> None:
+        listener(event)
+        if event.type in ("approval_required", "recovery_resolution_required", "done", "error", "cancelled", "timeout"):
+            settled.set()
+
+    try:
+        store = SqliteBarrierStore(db)
+        app = create_app(DEMO_AGENT_ID, db)
+        try:
+            agent = Agent.load(DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app)
+        except NotFoundError:
+            if resume:
+                _fail(f"no demo agent in {db}; run `phronomy-fsm demo --db {db}` first")
+            agent = Agent.create(DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app)
+        active = agent.active_execution()
+        if resume:
+            if active is None:
+                _fail("no demo execution is active; run `phronomy-fsm demo` to start one")
+            if active["state"] == "suspended":
+                _fail(
+                    f"execution {active['execution_id']} still waits for approval; run "
+                    f"`phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}`"
+                )
+            if active["state"] == "recovery_required":
+                _fail(
+                    f"execution {active['execution_id']} needs an operator resolution: {active['recovery']}; "
+                    f"see `phronomy-fsm resolve --help`"
+                )
+            task = agent.recovered
+            assert task is not None
+            try:
+                result = task.result(wait_seconds)
+                click.echo(f"answer: {result.output}" if result.output else "answer: (none)")
+                click.echo(f"status: {result.status}")
+            except PhronomyError as exc:
+                click.echo(f"status: failed ({exc})")
+            _print_history(store, active["execution_id"])
+            return
+        if active is None:
+            click.echo(f"user: {DEMO_INPUT}")
+            agent.invoke_async(DEMO_INPUT)
+            settled.wait(wait_seconds)
+            active = agent.active_execution()
+        if active is None or active["state"] != "suspended":
+            _fail(f"the demo execution did not suspend for approval (state: {active and active['state']})")
+        click.echo(f"execution_id: {active['execution_id']}")
+        click.echo(f"approval_request_id: {active['approval_request_id']}")
+        click.echo(
+            f"next: phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}"
+            " [--reject], then phronomy-fsm demo --resume --db " + db
+        )
+    except PhronomyError as exc:
+        _fail(str(exc))
+    finally:
+        runtime.close(timeout_seconds=5)
+
+
+@click.command("approve")
+@click.argument("execution_id")
+@click.option("--request", "request_id", required=True, help="The approval request id (from the approval_required event).")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@click.option("--reject", is_flag=True, help="Reject instead of approve.")
+def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
+    """Record an approval decision durably (one transaction, reference §4.5); the next
+    process that loads the agent continues the execution."""
+    from phronomy_fsm.agent.durable import approval_decision_commit
+    from phronomy_fsm.runtime.clock import SYSTEM_CLOCK
+    from phronomy_fsm.store import COMMITTED, SqliteBarrierStore
+
+    if not os.path.exists(db):
+        _fail(f"no store at {db} (the file does not exist)")
+    try:
+        store = SqliteBarrierStore(db)
+    except PhronomyError as exc:
+        _fail(str(exc))
+    try:
+        execution = store.load_execution(execution_id)
+        root = store.load_agent(execution.agent_id)
+        commit = approval_decision_commit(
+            execution, root, request_id=request_id, approved=not reject, decisions=None, now=SYSTEM_CLOCK.now()
+        )
+        try:
+            store.commit(commit)
+        except OutcomeUnknownError:
+            if store.reconcile(commit) != COMMITTED:
+                raise
+        except ConflictError as exc:
+            raise ApprovalError(
+                f"execution {execution_id} changed while deciding (decided concurrently?): {exc}",
+                execution_id=execution_id,
+            ) from exc
+    except PhronomyError as exc:
+        _fail(str(exc))
+    finally:
+        store.close()
+    verb = "rejected" if reject else "approved"
+    click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {commit.execution.revision}")
+    click.echo("the execution continues when its agent is loaded again (e.g. phronomy-fsm demo --resume)")
+
+
+def register(main: click.Group) -> None:
+    """Add ``demo`` and ``approve`` to the CLI group."""
+    main.add_command(demo)
+    main.add_command(approve)

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Set everything up on a fresh machine, then run the main job or the tests.
+#
+#   bash tools/run.sh main   # validate, generate and draw the specs, then run the agent demo
+#   bash tools/run.sh test   # the whole test suite plus the freshness checks
+#
+# Setup is idempotent: a virtual environment in .venv with the package and its extras,
+# and the Graphviz `dot` binary (Debian package `graphviz`) when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else
+    echo "need root to run: $*" >&2; return 1; fi
+}
+
+apt_install() {
+  as_root apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 || {
+    as_root apt-get update >/dev/null && as_root apt-get install -y --no-install-recommends "$@" >/dev/null
+  }
+}
+
+setup() {
+  if ! command -v dot >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "installing Graphviz (dot)..." >&2
+      apt_install graphviz
+    else
+      echo "Graphviz 'dot' is missing: install it (macOS: brew install graphviz; Fedora: dnf install graphviz)" >&2
+      exit 1
+    fi
+  fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
+      rm -rf "$VENV"
+      command -v apt-get >/dev/null 2>&1 && apt_install python3-venv
+      "$PYTHON" -m venv "$VENV"
+    fi
+  fi
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -e ".[test,bench]"
+}
+
+checks() {
+  "$VENV/bin/phronomy-fsm" validate fsm_specs/*.yaml
+  "$VENV/bin/phronomy-fsm" generate --check
+  "$VENV/bin/phronomy-fsm" diagram --all --check
+}
+
+main_job() {
+  checks
+  echo "== specs valid, generated code and diagrams fresh"
+  local db=.phronomy/demo.db out
+  rm -f "$db" "$db-wal" "$db-shm" .phronomy/demo-refunds.jsonl
+  echo "== demo: the agent runs until it needs an approval"
+  out=$("$VENV/bin/phronomy-fsm" demo --db "$db")
+  echo "$out"
+  local execution request
+  execution=$(echo "$out" | sed -n 's/^execution_id: //p')
+  request=$(echo "$out" | sed -n 's/^approval_request_id: //p')
+  echo "== approve (a separate process records the decision durably)"
+  "$VENV/bin/phronomy-fsm" approve "$execution" --request "$request" --db "$db"
+  echo "== demo --resume (a new process recovers the execution and finishes it)"
+  "$VENV/bin/phronomy-fsm" demo --resume --db "$db"
+  echo "== the execution as stored"
+  "$VENV/bin/phronomy-fsm" executions show "$execution" --db "$db" | head -n 40
+}
+
+case "${1:-}" in
+  main) setup; main_job ;;
+  test) setup; checks; "$VENV/bin/python" -m pytest -q ;;
+  *) echo "usage: bash tools/run.sh main|test" >&2; exit 2 ;;
+esac
