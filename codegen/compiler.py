@@ -15,8 +15,8 @@ checked-in modules (ARCHITECTURE.md "Generated code"; issue 2 item 6).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import re
 import textwrap
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -58,10 +58,12 @@ def template_sha256() -> str:
 def py_literal(value: Any) -> str:
     """Render ``value`` as a Python literal using only ASCII characters.
 
-    Strings use double quotes with JSON escapes (a subset of Python's), so no newline,
-    quote or unicode line separator in a spec can end the literal. Supports ``None``,
-    ``bool``, ``int``, ``float``, ``str`` and tuples of these. Raises ``TypeError`` for
-    anything else.
+    Strings use double quotes; everything outside printable ASCII is escaped (the same
+    escapes JSON uses for the Basic Multilingual Plane, ``\\UXXXXXXXX`` beyond it, so
+    an emoji round-trips as itself and not as two lone surrogates), so no newline,
+    quote or unicode line separator in a spec can end the literal and ``eval`` of the
+    result gives back exactly ``value``. Supports ``None``, ``bool``, ``int``,
+    ``float``, ``str`` and tuples of these. Raises ``TypeError`` for anything else.
     """
     if value is None or isinstance(value, bool):
         return repr(value)
@@ -73,13 +75,38 @@ def py_literal(value: Any) -> str:
             raise TypeError(f"cannot render non-finite float {value!r}")
         return text
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=True)
+        if _PLAIN_ASCII.match(value):
+            return f'"{value}"'
+        return '"' + "".join(_escape_char(ch) for ch in value) + '"'
     if isinstance(value, tuple):
         if not value:
             return "()"
         inner = ", ".join(py_literal(v) for v in value)
         return f"({inner},)" if len(value) == 1 else f"({inner})"
     raise TypeError(f"cannot render {type(value).__name__} as a literal")
+
+
+#: printable ASCII except the double quote and the backslash: written as is
+_PLAIN_ASCII = re.compile(r'[ !#-\[\]-~]*\Z')
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+    "\b": "\\b",
+    "\f": "\\f",
+}
+
+
+def _escape_char(ch: str) -> str:
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    if 0x20 <= code < 0x7F:
+        return ch
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def py_docstring(text: str, indent: str = "") -> str:
