@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import keyword
+import math
 from typing import Any
 
 import yaml
@@ -30,7 +31,9 @@ IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True).filter(
 #: unicode line separators, braces, angle brackets, '#', '%', ';', ':', emoji.
 NASTY_TEXT = st.text(
     alphabet=st.one_of(
-        st.sampled_from(list("\"'\\\n\r\t{}<>[]#%;:|`$&*!@^~=+-/?,.\u2028\u2029\u0085\u00e9\U0001f600\u202e")),
+        st.sampled_from(
+            list("\"'\\\n\r\t{}<>[]#%;:|`$&*!@^~=+-/?,.\u2028\u2029\u0085\u00e9\U0001f600\u202e")
+        ),
         st.characters(codec="utf-8", exclude_categories=("Cs",)),
     ),
     max_size=40,
@@ -39,16 +42,35 @@ SCALARS = st.one_of(
     st.none(),
     st.booleans(),
     st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=True, allow_infinity=True).filter(lambda f: f != f or f in (float("inf"), float("-inf")) or f != int(f)),
+    # integral floats excluded: JSON Schema cannot tell 1.0 from 1 (docs/spec-format.md)
+    st.floats(allow_nan=True, allow_infinity=True).filter(
+        lambda f: not math.isfinite(f) or f != int(f)
+    ),
     NASTY_TEXT,
     IDENT,
-    st.sampled_from(["on", "off", "yes", "no", "auto", "external", "wait", "final", "ignore", "not x", "state_completed"]),
+    st.sampled_from(
+        [
+            "on",
+            "off",
+            "yes",
+            "no",
+            "auto",
+            "external",
+            "wait",
+            "final",
+            "ignore",
+            "not x",
+            "state_completed",
+        ]
+    ),
 )
 VALUES = st.recursive(
     SCALARS,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.one_of(IDENT, NASTY_TEXT, st.integers(0, 9), st.booleans()), inner, max_size=4),
+        st.dictionaries(
+            st.one_of(IDENT, NASTY_TEXT, st.integers(0, 9), st.booleans()), inner, max_size=4
+        ),
     ),
     max_leaves=12,
 )
@@ -64,7 +86,7 @@ SPEC_KEYS = st.sampled_from(
 
 def load_plain(text: str) -> Any:
     """Parse YAML the way the spec loader does (YAML 1.2 booleans)."""
-    return yaml.load(text, Loader=_SpecYamlLoader)  # noqa: S506 - a SafeLoader subclass
+    return yaml.load(text, Loader=_SpecYamlLoader)
 
 
 def dump(data: Any) -> str:
@@ -127,19 +149,39 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
                         "description": "auto guarded",
                     }
                 )
-            rows.append({"from": name, "event": "state_completed", "to": nxt, "description": "auto next"})
+            rows.append(
+                {"from": name, "event": "state_completed", "to": nxt, "description": "auto next"}
+            )
             continue
-        work = draw(st.sampled_from(["none", "none", "barrier", "offload"])) if with_work and kind == "external" else "none"
+        work = (
+            draw(st.sampled_from(["none", "none", "barrier", "offload"]))
+            if with_work and kind == "external"
+            else "none"
+        )
         if work == "barrier":
             prefix = f"b{i}_"
-            outcomes = {o: prefix + o for o in ("committed", "not_committed", "conflict", "outcome_unknown")}
+            outcomes = {
+                o: prefix + o for o in ("committed", "not_committed", "conflict", "outcome_unknown")
+            }
             for event in outcomes.values():
                 events[event] = {"description": "barrier outcome"}
             body["barrier"] = {"name": f"commit_{i}", **outcomes}
-            rows.append({"from": name, "event": outcomes["committed"], "to": nxt, "description": "committed"})
+            rows.append(
+                {
+                    "from": name,
+                    "event": outcomes["committed"],
+                    "to": nxt,
+                    "description": "committed",
+                }
+            )
             for outcome in ("not_committed", "conflict", "outcome_unknown"):
                 rows.append(
-                    {"from": name, "event": outcomes[outcome], "to": draw(st.sampled_from(names)), "description": outcome}
+                    {
+                        "from": name,
+                        "event": outcomes[outcome],
+                        "to": draw(st.sampled_from(names)),
+                        "description": outcome,
+                    }
                 )
         elif work == "offload":
             done, failed = f"o{i}_done", f"o{i}_failed"
@@ -147,7 +189,14 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
             events[failed] = {"description": "offload failed"}
             body["offload"] = {"hook": f"work_{i}", "completed": done, "failed": failed}
             rows.append({"from": name, "event": done, "to": nxt, "description": "done"})
-            rows.append({"from": name, "event": failed, "to": draw(st.sampled_from(names)), "description": "failed"})
+            rows.append(
+                {
+                    "from": name,
+                    "event": failed,
+                    "to": draw(st.sampled_from(names)),
+                    "description": "failed",
+                }
+            )
         else:
             chain_event = draw(st.sampled_from(event_names))
             rows.append({"from": name, "event": chain_event, "to": nxt, "description": "chain"})
@@ -158,15 +207,30 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
         for event in draw(st.lists(st.sampled_from(event_names), unique=True, max_size=3)):
             if any(r["from"] == name and r["event"] == event and "guard" not in r for r in rows):
                 continue  # already has an unguarded row for this event
-            used = {r.get("guard", "").split()[-1] for r in rows if r["from"] == name and r["event"] == event}
-            for guard in draw(st.lists(st.sampled_from([g for g in guards if g not in used]), unique=True, max_size=2)):
-                row: dict[str, Any] = {"from": name, "event": event, "guard": guard, "description": "extra guarded"}
+            used = {
+                r.get("guard", "").split()[-1]
+                for r in rows
+                if r["from"] == name and r["event"] == event
+            }
+            for guard in draw(
+                st.lists(
+                    st.sampled_from([g for g in guards if g not in used]), unique=True, max_size=2
+                )
+            ):
+                row: dict[str, Any] = {
+                    "from": name,
+                    "event": event,
+                    "guard": guard,
+                    "description": "extra guarded",
+                }
                 if draw(st.booleans()):
                     row["guard"] = f"not {guard}"
                 if draw(st.integers(0, 3)) > 0:
                     row["to"] = draw(st.sampled_from(names))
                 if draw(st.booleans()):
-                    row["actions"] = draw(st.lists(st.sampled_from(actions), min_size=1, max_size=2))
+                    row["actions"] = draw(
+                        st.lists(st.sampled_from(actions), min_size=1, max_size=2)
+                    )
                 rows.append(row)
             if draw(st.booleans()):
                 row = {"from": name, "event": event, "description": "extra unguarded"}
@@ -182,7 +246,14 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
         if waiting:
             event = f"x_end{j}"
             events[event] = {"description": "ends the session"}
-            rows.append({"from": draw(st.sampled_from(waiting)), "event": event, "to": name, "description": "end"})
+            rows.append(
+                {
+                    "from": draw(st.sampled_from(waiting)),
+                    "event": event,
+                    "to": name,
+                    "description": "end",
+                }
+            )
         else:
             del states[name]
     # multi-source rows: one event from several states at once (no row yet for it)
@@ -190,7 +261,9 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
     candidates = [nm for nm, k in zip(names, kinds, strict=True) if k in ("external", "wait")]
     if spare and len(candidates) >= 2 and draw(st.booleans()):
         sources = draw(st.lists(st.sampled_from(candidates), min_size=2, max_size=3, unique=True))
-        rows.append({"from": sources, "event": spare[0], "to": names[-1], "description": "multi-source"})
+        rows.append(
+            {"from": sources, "event": spare[0], "to": names[-1], "description": "multi-source"}
+        )
     # shuffle rows of different (state, event) groups without reordering within a group
     order = draw(st.permutations(range(len(rows))))
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -223,9 +296,19 @@ def spec_documents(draw: st.DrawFn) -> Any:
                     "spec_format": st.one_of(st.just(1), SCALARS),
                     "machine": st.one_of(IDENT, SCALARS),
                     "version": st.one_of(st.integers(0, 3), SCALARS),
-                    "events": st.dictionaries(st.one_of(IDENT, NASTY_TEXT), st.one_of(st.none(), st.dictionaries(SPEC_KEYS, VALUES, max_size=3)), max_size=4),
-                    "states": st.dictionaries(st.one_of(IDENT, NASTY_TEXT), st.dictionaries(SPEC_KEYS, VALUES, max_size=4), max_size=4),
-                    "transitions": st.lists(st.dictionaries(SPEC_KEYS, st.one_of(IDENT, VALUES), max_size=5), max_size=5),
+                    "events": st.dictionaries(
+                        st.one_of(IDENT, NASTY_TEXT),
+                        st.one_of(st.none(), st.dictionaries(SPEC_KEYS, VALUES, max_size=3)),
+                        max_size=4,
+                    ),
+                    "states": st.dictionaries(
+                        st.one_of(IDENT, NASTY_TEXT),
+                        st.dictionaries(SPEC_KEYS, VALUES, max_size=4),
+                        max_size=4,
+                    ),
+                    "transitions": st.lists(
+                        st.dictionaries(SPEC_KEYS, st.one_of(IDENT, VALUES), max_size=5), max_size=5
+                    ),
                 }
             ),
         )
@@ -264,7 +347,9 @@ def mutations_of(draw: st.DrawFn, base: Any) -> Any:
         parent = _get(data, path[:-1])
         key = path[-1]
         if action == "replace":
-            parent[key] = draw(st.one_of(VALUES, IDENT, st.sampled_from(["on", "no", "final", "auto", "not x"])))
+            parent[key] = draw(
+                st.one_of(VALUES, IDENT, st.sampled_from(["on", "no", "final", "auto", "not x"]))
+            )
         elif action == "delete":
             del parent[key]
         elif action == "add" and isinstance(parent, dict):

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from phronomy_fsm.codegen import compile_spec
+
 from phronomy_fsm.interop import table_from_spec
 from phronomy_fsm.spec.issues import CODES
 from phronomy_fsm.spec.loader import load_spec_text
@@ -127,7 +127,9 @@ def test_regression_alias_to_a_mapping_used_as_a_key() -> None:
 
 
 def test_regression_integral_float_version() -> None:
-    issues = check_text("spec_format: 1.0\nmachine: m\nversion: 1.0\nevents: {}\nstates: {}\ntransitions: []\n")
+    issues = check_text(
+        "spec_format: 1.0\nmachine: m\nversion: 1.0\nevents: {}\nstates: {}\ntransitions: []\n"
+    )
     assert {i.code for i in issues} == {"WRONG_TYPE"}
 
 
