@@ -320,13 +320,7 @@ class Agent:
     def _approve(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
         ctx = self._live.get(decision.execution_id)
         if ctx is None:
-            task.fail(
-                ExecutionRehydrationRequiredError(
-                    f"execution {decision.execution_id} has no live owner in this process; load agent "
-                    f"{self.agent_id!r} to recover it, or use `phronomy-fsm approve` on the store",
-                    execution_id=decision.execution_id,
-                )
-            )
+            self._refuse_unowned_approval(decision, task)
             return
         execution = ctx.execution
         request = execution.approval_request if execution is not None else None
@@ -351,6 +345,33 @@ class Agent:
         ctx.approvers.append(task)
         ctx.approval_decision = decision
         self.runtime.start_execution(ctx, at_state="suspended", event="approval_decided", payload=decision)
+
+    def _refuse_unowned_approval(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
+        """No live owner: say why, from the durable record (read off the loop)."""
+        store, agent_id = self.store, self.agent_id
+
+        def explain() -> BaseException:
+            try:
+                execution = store.load_execution(decision.execution_id)
+            except Exception as exc:  # noqa: BLE001 - not found or unreadable
+                return ApprovalError(f"execution {decision.execution_id}: {exc}", execution_id=decision.execution_id)
+            if execution.status is not ExecutionStatus.SUSPENDED:
+                return ApprovalError(
+                    f"execution {decision.execution_id} is {execution.status.value}, not suspended for approval",
+                    execution_id=decision.execution_id,
+                )
+            return ExecutionRehydrationRequiredError(
+                f"execution {decision.execution_id} has no live owner in this process; load agent "
+                f"{agent_id!r} to recover it, or use `phronomy-fsm approve` on the store",
+                execution_id=decision.execution_id,
+            )
+
+        try:
+            op = self.runtime.pool.submit(explain, name="approval-readback", on_full="raise")
+        except Exception as exc:  # noqa: BLE001 - the pool is full or closed
+            task.fail(exc)
+            return
+        op.add_settled_callback(lambda o: task.fail(o.value if o.error is None else o.error))
 
     def cancel(self, execution_id: str | None = None, *, wait_seconds: float | None = 10.0) -> bool:
         """Request cancellation of the active execution (or ``execution_id``). Result

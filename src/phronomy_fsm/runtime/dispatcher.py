@@ -49,6 +49,7 @@ from phronomy_fsm.errors import (
     UnknownSessionError,
     WrongThreadError,
 )
+from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.binding import (
     AUTO,
     FINAL,
@@ -883,6 +884,8 @@ class Dispatcher:
             work = spec.prepare(s.ctx, payload)
             if not callable(work):
                 raise TypeError(f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable")
+            if crashpoints.ARMED is not None:
+                work = _crash_after(work, f"offload:{spec.name}:after")
         except Exception as exc:  # noqa: BLE001 - a failed preparation is the offload's failure
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
             return
@@ -913,6 +916,7 @@ class Dispatcher:
         row = spec.row
         post = self._post
         apply = self._apply_barrier
+        crashpoints.hit(f"barrier:{spec.name}:before")
         try:
             work = spec.prepare(s.ctx, payload)
         except Exception as exc:  # noqa: BLE001 - nothing was written: not committed
@@ -971,6 +975,7 @@ class Dispatcher:
         self._deliver(s, event, payload)
 
     def _apply_barrier(self, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
+        crashpoints.hit(f"barrier:{row.name}:after")
         s = self._authoritative(authority)
         if s is None:
             if outcome.outcome == "committed":
@@ -991,6 +996,17 @@ class Dispatcher:
                 self._hook_failed(s, exc, "the barrier-outcome hook")
                 return
         self._deliver(s, row.event_for(outcome.outcome), outcome)
+
+
+def _crash_after(work: Callable[[Any], Any], point: str) -> Callable[[Any], Any]:
+    """Wrap offload work so the armed crash point fires right after it returns."""
+
+    def wrapped(octx: Any) -> Any:
+        value = work(octx)
+        crashpoints.hit(point)
+        return value
+
+    return wrapped
 
 
 def _outcome_of(value: Any, error: BaseException | None) -> BarrierOutcome:
