@@ -16,6 +16,14 @@ disk), in interleaved rounds whose medians are reported:
   durable before its future resolves.
 - ``single_full_with_journal`` (extra): the same single commit plus the agent root
   CAS and two journal records.
+- ``single_full_handoff_to_writer_thread`` (extra): the same single commits, but each
+  handed to the writer thread (``submit().result()``) instead of run under the writer
+  lock on the caller's thread — the design alternative ``commit()`` was measured
+  against.
+- ``group_full_64_pipelined`` (extra): the same 64 executions driven without a thread
+  each — every execution submits its next barrier from the done-callback of the
+  previous one — which measures the group-commit writer without the cost of waking 64
+  OS threads per batch.
 
 Targets (``../shared/design/PERFORMANCE.md``): single_full/fsync ≥ 0.7,
 group_full_64/fsync ≥ 5. Nothing here asserts speed.
@@ -51,10 +59,10 @@ REPO = Path(__file__).resolve().parents[2]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options: rounds, commits per round, writers, folder."""
     parser.add_argument(
-        "--rounds", type=int, default=5, help="interleaved rounds (median reported)"
+        "--rounds", type=int, default=7, help="interleaved rounds (median reported)"
     )
     parser.add_argument(
-        "--commits", type=int, default=1500, help="single commits per round and mode"
+        "--commits", type=int, default=1000, help="single commits per round and mode"
     )
     parser.add_argument("--writers", type=int, default=64, help="group-commit writer threads")
     parser.add_argument(
@@ -178,14 +186,19 @@ class _Single:
         self.current = _new_execution(self.store, "agent-single")
         self.agent = self.store.load_agent("agent-single")
 
-    def run(self, count: int) -> float:
+    def run(self, count: int, *, handoff: bool = False) -> float:
         commits = _chain(self.current, count, datetime.now(UTC))
         if self.journal:
             commits = [self._with_journal(c) for c in commits]
         commit = self.store.commit
+        submit = self.store.submit
         start = time.perf_counter()
-        for c in commits:
-            commit(c)
+        if handoff:  # the alternative design: hand every commit to the writer thread
+            for c in commits:
+                submit(c).result()
+        else:
+            for c in commits:
+                commit(c)
         elapsed = time.perf_counter() - start
         self.current = commits[-1].execution
         return count / elapsed
@@ -217,6 +230,7 @@ class _Group:
     """One store, ``writers`` executions, each driven by its own thread via submit()."""
 
     def __init__(self, folder: Path, writers: int) -> None:
+        folder.mkdir(exist_ok=True)
         self.store = SqliteBarrierStore(folder / "group.db", synchronous="FULL")
         self.currents = [_new_execution(self.store, f"agent-{i}") for i in range(writers)]
 
@@ -249,6 +263,49 @@ class _Group:
         return len(chains) * per_writer / elapsed
 
 
+class _Pipelined(_Group):
+    """The same ``writers`` executions, but driven without a thread each: every
+    execution submits its next barrier from the done-callback of the previous one
+    (how an event loop or offload pool drives the store). Measures the group-commit
+    writer itself, without 64 OS threads waking up per batch."""
+
+    def run(self, per_writer: int) -> float:
+        start_at = datetime.now(UTC)
+        chains = [_chain(cur, per_writer, start_at) for cur in self.currents]
+        done = threading.Event()
+        lock = threading.Lock()
+        remaining = [len(chains)]
+        errors: list[BaseException] = []
+        submit = self.store.submit
+
+        def drive(chain: list[BarrierCommit]) -> None:
+            it = iter(chain)
+
+            def step(previous: Any = None) -> None:
+                if previous is not None and previous.exception() is not None:
+                    errors.append(previous.exception())
+                commit = next(it, None)
+                if commit is None or errors:
+                    with lock:
+                        remaining[0] -= 1
+                        if remaining[0] == 0:
+                            done.set()
+                    return
+                submit(commit).add_done_callback(step)
+
+            step()
+
+        start = time.perf_counter()
+        for chain in chains:
+            drive(chain)
+        done.wait()
+        elapsed = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        self.currents = [chain[-1].execution for chain in chains]
+        return len(chains) * per_writer / elapsed
+
+
 def run(args: Any) -> dict[str, Any]:
     """Run the interleaved rounds; return the figures and ratios (medians)."""
     folder, same_device = _bench_dir(args.dir)
@@ -257,25 +314,38 @@ def run(args: Any) -> dict[str, Any]:
         normal = _Single(folder, "NORMAL", journal=False)
         full_journal = _Single(folder, "FULL", journal=True)
         group = _Group(folder, args.writers)
+        pipelined = _Pipelined(folder / "pipelined", args.writers)
         # Warm up: grow the WAL once and let a checkpoint cycle happen.
         full.run(300)
         normal.run(300)
         full_journal.run(100)
         group.run(5)
+        pipelined.run(5)
         samples: dict[str, list[float]] = {
-            k: [] for k in ("fsync", "full", "normal", "full_journal", "group")
+            k: []
+            for k in (
+                "fsync",
+                "full",
+                "full_handoff",
+                "normal",
+                "full_journal",
+                "group",
+                "pipelined",
+            )
         }
         batches_before = group.store._group.batches
         items_before = group.store._group.items
         for _ in range(args.rounds):
             samples["fsync"].append(_fsync_rate(folder, args.commits))
             samples["full"].append(full.run(args.commits))
+            samples["full_handoff"].append(full.run(args.commits // 2, handoff=True))
             samples["group"].append(group.run(args.group_commits))
+            samples["pipelined"].append(pipelined.run(args.group_commits))
             samples["normal"].append(normal.run(args.commits))
             samples["full_journal"].append(full_journal.run(args.commits // 2))
         batches = group.store._group.batches - batches_before
         items = group.store._group.items - items_before
-        for s in (full, normal, full_journal, group):
+        for s in (full, normal, full_journal, group, pipelined):
             s.store.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -290,11 +360,14 @@ def run(args: Any) -> dict[str, Any]:
                 med["group"], 1
             ),
             "single_full_with_journal": round(med["full_journal"], 1),
+            "group_full_64_pipelined": round(med["pipelined"], 1),
+            "single_full_handoff_to_writer_thread": round(med["full_handoff"], 1),
         },
         "ratios": {
             "single_full_vs_fsync": round(med["full"] / fsync, 3),
             "group_full_64_vs_fsync": round(med["group"] / fsync, 3),
             "single_normal_vs_fsync": round(med["normal"] / fsync, 3),
+            "group_full_64_pipelined_vs_fsync": round(med["pipelined"] / fsync, 3),
         },
         "group_mean_batch": round(items / batches, 1) if batches else None,
         "rounds": args.rounds,

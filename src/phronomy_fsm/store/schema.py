@@ -12,14 +12,16 @@ Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_j
 - ``agents(agent_id PK, revision, lifecycle, journal_head, body, created_epoch_ms,
   updated_epoch_ms)``
 - ``executions(execution_id PK, agent_id, revision, status, phase, active, spec_sha256,
-  body, created_epoch_ms, updated_epoch_ms)`` with the partial unique index
+  body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)`` with the partial unique index
   ``executions_one_active ON executions(agent_id) WHERE active = 1`` (reference §5.2,
   one active execution per agent) and ``executions_by_agent(agent_id, created_epoch_ms)``.
 - ``journal(agent_id, sequence, record_id, execution_id, kind, body)``; unique
   ``(agent_id, sequence)`` and ``(agent_id, record_id)``; index on ``execution_id``.
 - ``barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,
   phase)``, primary key ``(execution_id, revision)``, WITHOUT ROWID (one page write
-  per barrier on the hot path).
+  per barrier on the hot path). Rows are inserted by the triggers
+  ``executions_log_insert``/``executions_log_update`` from the ``last_barrier`` and
+  ``last_digest`` columns written by the same statement that moves the execution.
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
 """
 
@@ -81,6 +83,8 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
             "body": str,
             "created_epoch_ms": int,
             "updated_epoch_ms": int,
+            "last_barrier": str,
+            "last_digest": str,
         },
         pk="execution_id",
         not_null=[
@@ -93,6 +97,8 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
             "body",
             "created_epoch_ms",
             "updated_epoch_ms",
+            "last_barrier",
+            "last_digest",
         ],
         strict=True,
     )
@@ -125,6 +131,19 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         " execution_id TEXT NOT NULL, revision INTEGER NOT NULL, barrier TEXT NOT NULL,"
         " committed_epoch_ms INTEGER NOT NULL, digest TEXT NOT NULL, status TEXT NOT NULL,"
         " phase TEXT NOT NULL, PRIMARY KEY (execution_id, revision)) WITHOUT ROWID, STRICT"
+    )
+    # The barrier log is written by triggers from the same INSERT/UPDATE that moves the
+    # execution, so no revision is ever committed without its log row.
+    log_row = (
+        "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, phase)"
+        " VALUES (new.execution_id, new.revision, new.last_barrier, new.updated_epoch_ms,"
+        " new.last_digest, new.status, new.phase);"
+    )
+    db.execute(
+        f"CREATE TRIGGER executions_log_insert AFTER INSERT ON executions BEGIN {log_row} END"
+    )
+    db.execute(
+        f"CREATE TRIGGER executions_log_update AFTER UPDATE OF revision ON executions BEGIN {log_row} END"
     )
 
 

@@ -17,7 +17,6 @@ to a dedicated thread, see ``docs/store.md``; one reader connection per thread
 from __future__ import annotations
 
 import copy
-import hashlib
 import os
 import sqlite3
 import stat
@@ -26,36 +25,33 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import attrs
-
 from phronomy_fsm.errors import (
-    AgentBusyError,
     ConflictError,
-    InvalidStatusTransitionError,
-    NotFoundError,
     OutcomeUnknownError,
     PhronomyError,
     SchemaVersionError,
     StorageError,
 )
 from phronomy_fsm.store import schema
-from phronomy_fsm.store._encode import encode
 from phronomy_fsm.store._reads import SqliteReads, epoch_ms_to_datetime
 from phronomy_fsm.store._sqlerrors import storage_error
+from phronomy_fsm.store._write import (
+    PreparedBarrier,
+    apply_barrier,
+    apply_batch,
+    datetime_to_epoch_ms,
+)
 from phronomy_fsm.store.base import CompactReport
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.records import (
-    ACTIVE_STATUSES,
-    ALLOWED_STATUS_CHANGES,
     AgentLifecycle,
     AgentRecord,
     BarrierCommit,
     CommitReceipt,
-    ExecutionRecord,
     to_json,
 )
 
@@ -65,122 +61,7 @@ from phronomy_fsm.store.records import (
 #: ``"committed"`` (after COMMIT returned; anything it raises is a lost response).
 FaultHook = Callable[[str, tuple[BarrierCommit, ...]], None]
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SYNCHRONOUS = ("FULL", "NORMAL")
-
-_INSERT_EXECUTION = (
-    "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active, spec_sha256,"
-    " body, created_epoch_ms, updated_epoch_ms) VALUES (?,?,?,?,?,?,?,?,?,?)"
-)
-_UPDATE_AGENT = (
-    "UPDATE agents SET revision=?, lifecycle=?, journal_head=?, body=?, updated_epoch_ms=?"
-    " WHERE agent_id=? AND revision=? AND journal_head=?"
-)
-_INSERT_JOURNAL = "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body) VALUES (?,?,?,?,?,?)"
-_INSERT_BARRIER = (
-    "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, phase)"
-    " VALUES (?,?,?,?,?,?,?)"
-)
-
-
-def _update_sql(new_status: Any) -> str:
-    """The CAS update for a move to ``new_status``: the stored status must be one that
-    may precede it (reference §2.2), so a forbidden change writes nothing."""
-    sources = sorted(
-        s.value for s, allowed in ALLOWED_STATUS_CHANGES.items() if new_status in allowed
-    )
-    status_list = ",".join(f"'{s}'" for s in sources)
-    return (
-        "UPDATE executions SET revision=?, status=?, phase=?, active=?, body=?, updated_epoch_ms=?"
-        f" WHERE execution_id=? AND revision=? AND agent_id=? AND status IN ({status_list})"
-    )
-
-
-_UPDATE_EXECUTION = {status: _update_sql(status) for status in ALLOWED_STATUS_CHANGES}
-
-
-def datetime_to_epoch_ms(value: datetime) -> int:
-    """Epoch milliseconds of a timezone-aware datetime (truncated)."""
-    return (value - _EPOCH) // timedelta(milliseconds=1)
-
-
-class _Prepared:
-    """A barrier commit with everything encoded before the write lock is taken."""
-
-    __slots__ = (
-        "agent_params",
-        "commit",
-        "digest",
-        "execution_params",
-        "future",
-        "journal_rows",
-        "sequences",
-    )
-
-    def __init__(self, commit: BarrierCommit) -> None:
-        self.commit = commit
-        ex = commit.execution
-        body = encode(ex)
-        self.digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-        status = ex.status
-        active = 1 if status in ACTIVE_STATUSES else 0
-        if commit.expected_revision is None:
-            self.execution_params: tuple[Any, ...] = (
-                ex.execution_id,
-                ex.agent_id,
-                ex.revision,
-                status.value,
-                ex.phase,
-                active,
-                ex.spec_sha256,
-                body,
-                datetime_to_epoch_ms(ex.created_at),
-                0,  # updated_epoch_ms: the commit time, filled in at write time
-            )
-        else:
-            self.execution_params = (
-                ex.revision,
-                status.value,
-                ex.phase,
-                active,
-                body,
-                0,  # updated_epoch_ms
-                ex.execution_id,
-                commit.expected_revision,
-                ex.agent_id,
-            )
-        agent = commit.agent
-        self.sequences: tuple[int, ...] = ()
-        self.journal_rows: list[tuple[Any, ...]] = []
-        self.agent_params: tuple[Any, ...] | None = None
-        if agent is not None:
-            base = agent.journal_head - len(commit.journal)
-            self.agent_params = (
-                agent.revision,
-                agent.lifecycle.value,
-                agent.journal_head,
-                encode(agent),
-                0,  # updated_epoch_ms
-                agent.agent_id,
-                agent.revision - 1,
-                base,
-            )
-            if commit.journal:
-                self.sequences = tuple(range(base + 1, agent.journal_head + 1))
-                for seq, record in zip(self.sequences, commit.journal):
-                    if record.sequence != seq:
-                        record = attrs.evolve(record, sequence=seq)
-                    self.journal_rows.append(
-                        (
-                            record.agent_id,
-                            seq,
-                            record.record_id,
-                            record.execution_id,
-                            record.kind,
-                            encode(record),
-                        )
-                    )
-        self.future: Future[CommitReceipt] | None = None
 
 
 class SqliteBarrierStore(SqliteReads):
@@ -377,10 +258,14 @@ class SqliteBarrierStore(SqliteReads):
 
     # ------------------------------------------------------------------ helpers
 
-    def _now_ms(self) -> int:
-        if self._clock is None:
-            return time.time_ns() // 1_000_000
-        return datetime_to_epoch_ms(self._clock())
+    def _commit_time(self) -> tuple[int, datetime]:
+        """The commit time as ``(epoch_ms, datetime)``, truncated to milliseconds."""
+        now_ms = (
+            time.time_ns() // 1_000_000
+            if self._clock is None
+            else datetime_to_epoch_ms(self._clock())
+        )
+        return now_ms, epoch_ms_to_datetime(now_ms)
 
     def _now(self) -> datetime:
         return self._clock() if self._clock is not None else datetime.now(UTC)
@@ -456,148 +341,6 @@ class SqliteBarrierStore(SqliteReads):
                 raise self._unknown(exc, record, lost=False)
         return record
 
-    def _apply(self, cur: sqlite3.Cursor, p: _Prepared, now_ms: int) -> CommitReceipt:
-        """Run one barrier's statements inside the open transaction (reference §5.2)."""
-        commit = p.commit
-        ex = commit.execution
-        if commit.expected_revision is None:
-            if (
-                cur.execute("SELECT 1 FROM agents WHERE agent_id=?", (ex.agent_id,)).fetchone()
-                is None
-            ):
-                raise NotFoundError(
-                    f"agent {ex.agent_id} does not exist; create it before its executions",
-                    agent_id=ex.agent_id,
-                    execution_id=ex.execution_id,
-                )
-            params = p.execution_params
-            try:
-                cur.execute(_INSERT_EXECUTION, params[:9] + (now_ms,))
-            except sqlite3.IntegrityError:
-                raise self._classify_insert(cur, ex) from None
-        else:
-            params = p.execution_params
-            cur.execute(_UPDATE_EXECUTION[ex.status], params[:5] + (now_ms,) + params[6:])
-            if cur.rowcount != 1:
-                raise self._classify_update(cur, commit)
-        agent_params = p.agent_params
-        if agent_params is not None:
-            cur.execute(_UPDATE_AGENT, agent_params[:4] + (now_ms,) + agent_params[5:])
-            if cur.rowcount != 1:
-                raise self._classify_agent(cur, commit)
-            if p.journal_rows:
-                try:
-                    cur.executemany(_INSERT_JOURNAL, p.journal_rows)
-                except sqlite3.IntegrityError as exc:
-                    raise ConflictError(
-                        f"journal append for agent {ex.agent_id} rejected: a record id is duplicated ({exc})",
-                        agent_id=ex.agent_id,
-                        execution_id=ex.execution_id,
-                    ) from None
-        try:
-            cur.execute(
-                _INSERT_BARRIER,
-                (
-                    ex.execution_id,
-                    ex.revision,
-                    commit.barrier,
-                    now_ms,
-                    p.digest,
-                    ex.status.value,
-                    ex.phase,
-                ),
-            )
-        except sqlite3.IntegrityError:
-            raise ConflictError(
-                f"execution {ex.execution_id}: revision {ex.revision} is already in the barrier log",
-                execution_id=ex.execution_id,
-                revision=ex.revision,
-            ) from None
-        return CommitReceipt(
-            ex.execution_id, ex.revision, p.sequences, epoch_ms_to_datetime(now_ms)
-        )
-
-    @staticmethod
-    def _classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
-        if cur.execute(
-            "SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)
-        ).fetchone():
-            return ConflictError(
-                f"execution {ex.execution_id} already exists",
-                execution_id=ex.execution_id,
-                agent_id=ex.agent_id,
-            )
-        row = cur.execute(
-            "SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)
-        ).fetchone()
-        if row is not None:
-            return AgentBusyError(
-                f"agent {ex.agent_id} already has the active execution {row[0]}; "
-                "wait for it, approve or resolve it, or cancel it",
-                agent_id=ex.agent_id,
-                execution_id=ex.execution_id,
-                active_execution_id=row[0],
-            )
-        return ConflictError(
-            f"execution {ex.execution_id}: insert rejected by a constraint",
-            execution_id=ex.execution_id,
-        )
-
-    @staticmethod
-    def _classify_update(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
-        ex = commit.execution
-        row = cur.execute(
-            "SELECT revision, agent_id, status FROM executions WHERE execution_id=?",
-            (ex.execution_id,),
-        ).fetchone()
-        if row is None:
-            return NotFoundError(
-                f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
-            )
-        revision, agent_id, status = row
-        if agent_id != ex.agent_id:
-            return ConflictError(
-                f"execution {ex.execution_id} belongs to agent {agent_id}, not {ex.agent_id}",
-                execution_id=ex.execution_id,
-                stored_agent_id=agent_id,
-            )
-        if revision != commit.expected_revision:
-            return ConflictError(
-                f"execution {ex.execution_id} is at revision {revision}, not the expected "
-                f"{commit.expected_revision}; reload it and decide again",
-                execution_id=ex.execution_id,
-                expected_revision=commit.expected_revision,
-                stored_revision=revision,
-            )
-        return InvalidStatusTransitionError(
-            f"execution {ex.execution_id}: stored status {status} cannot become {ex.status.value} "
-            "(reference §2.2); nothing was written",
-            execution_id=ex.execution_id,
-            current=status,
-            requested=ex.status.value,
-        )
-
-    @staticmethod
-    def _classify_agent(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
-        agent = commit.agent
-        assert agent is not None
-        row = cur.execute(
-            "SELECT revision, journal_head FROM agents WHERE agent_id=?", (agent.agent_id,)
-        ).fetchone()
-        if row is None:
-            return NotFoundError(f"agent {agent.agent_id} does not exist", agent_id=agent.agent_id)
-        revision, head = row
-        expected_head = agent.journal_head - len(commit.journal)
-        return ConflictError(
-            f"agent {agent.agent_id} is at revision {revision} with journal head {head}, expected "
-            f"revision {agent.revision - 1} and head {expected_head}; reload it and decide again",
-            agent_id=agent.agent_id,
-            expected_revision=agent.revision - 1,
-            stored_revision=revision,
-            expected_journal_head=expected_head,
-            stored_journal_head=head,
-        )
-
     def commit(self, commit: BarrierCommit) -> CommitReceipt:
         """Commit one barrier in one ``BEGIN IMMEDIATE`` transaction on the caller's
         thread (see :meth:`BarrierStore.commit` for the contract and errors).
@@ -605,7 +348,7 @@ class SqliteBarrierStore(SqliteReads):
         Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
         Concurrency: any thread; writers are serialised on the writer connection.
         """
-        p = _Prepared(commit)
+        p = PreparedBarrier(commit)
         hook = self._fault_hook
         with self._write_lock:
             try:
@@ -613,7 +356,7 @@ class SqliteBarrierStore(SqliteReads):
                 cur.execute("BEGIN IMMEDIATE")
                 if hook is not None:
                     hook("write", (commit,))
-                receipt = self._apply(cur, p, self._now_ms())
+                receipt = apply_barrier(cur, p, *self._commit_time())
             except BaseException as exc:
                 self._rollback_quietly()
                 raise self._failure(exc, "commit")
@@ -635,34 +378,40 @@ class SqliteBarrierStore(SqliteReads):
     def submit(self, commit: BarrierCommit) -> Future[CommitReceipt]:
         """Queue ``commit`` for group commit; see :meth:`BarrierStore.submit`.
 
-        Encoding happens on the caller's thread (a SerializationError comes back in
-        the future). Durability: the future resolves only after the batch's COMMIT.
+        Returns at once; encoding and every statement run on the group-commit thread
+        (a SerializationError comes back in the future). Durability: the future
+        resolves only after the batch's COMMIT returned.
         """
         future: Future[CommitReceipt] = Future()
         try:
-            p = _Prepared(commit)
-        except PhronomyError as exc:
-            future.set_exception(exc)
-            return future
-        p.future = future
-        try:
-            self._group.put(p)
+            self._group.put((commit, future))
         except StorageError as exc:
             future.set_exception(exc)
         return future
 
     @staticmethod
-    def _fail_item(p: _Prepared, exc: BaseException) -> None:
-        future = p.future
-        if future is not None and not future.done():
+    def _fail_item(item: tuple[BarrierCommit, Future[CommitReceipt]], exc: BaseException) -> None:
+        future = item[1]
+        if not future.done():
             if not isinstance(exc, PhronomyError):
                 exc = StorageError(f"group commit writer failed: {type(exc).__name__}: {exc}")
             future.set_exception(exc)
 
-    def _flush_batch(self, batch: list[_Prepared]) -> None:
-        """Commit one group-commit batch: one transaction, one savepoint per barrier;
-        settle every future only after COMMIT returned (issue 4 item 8)."""
-        live = [p for p in batch if p.future.set_running_or_notify_cancel()]  # type: ignore[union-attr]
+    def _flush_batch(self, batch: list[tuple[BarrierCommit, Future[CommitReceipt]]]) -> None:
+        """Commit one group-commit batch: one transaction, one savepoint per
+        multi-statement barrier (so a refused barrier fails only itself); settle every
+        future only after COMMIT returned (issue 4 item 8)."""
+        live: list[PreparedBarrier] = []
+        for commit, future in batch:
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before the writer took it: never written
+            try:
+                p = PreparedBarrier(commit)
+            except PhronomyError as exc:
+                future.set_exception(exc)
+                continue
+            p.future = future
+            live.append(p)
         if not live:
             return
         hook = self._fault_hook
@@ -672,18 +421,8 @@ class SqliteBarrierStore(SqliteReads):
             try:
                 cur = self._writer_cursor()
                 cur.execute("BEGIN IMMEDIATE")
-                now_ms = self._now_ms()
-                for i, p in enumerate(live):
-                    cur.execute("SAVEPOINT barrier")
-                    try:
-                        if hook is not None:
-                            hook("write", (p.commit,))
-                        results[i] = self._apply(cur, p, now_ms)
-                        ok.append(i)
-                    except PhronomyError as exc:
-                        cur.execute("ROLLBACK TO barrier")
-                        results[i] = exc
-                    cur.execute("RELEASE barrier")
+                now_ms, committed_at = self._commit_time()
+                results, ok = apply_batch(cur, live, now_ms, committed_at, hook)
             except BaseException as exc:
                 self._rollback_quietly()
                 for i in range(len(live)):

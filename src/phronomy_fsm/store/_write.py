@@ -1,0 +1,424 @@
+"""The statements of one barrier commit on SQLite (reference §5.2; issue 4 items 1, 4).
+
+Owns: turning a :class:`BarrierCommit` into encoded parameters *before* the write lock
+is taken (:class:`PreparedBarrier`), running its compare-and-set statements inside an
+open transaction (:func:`apply_barrier`), and classifying a refused write into the
+taxonomy (NotFoundError, ConflictError, AgentBusyError, InvalidStatusTransitionError)
+by reading the row back inside the same transaction. It never begins, commits or
+rolls back: the caller owns the transaction.
+
+The barrier-log row is written by the ``executions_log_*`` triggers from the
+``last_barrier``/``last_digest`` columns set by the same INSERT or UPDATE, so a
+revision can never be committed without its log row, and a plain barrier is one
+statement (one round trip, no savepoint needed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    InvalidStatusTransitionError,
+    NotFoundError,
+    PhronomyError,
+)
+from phronomy_fsm.store._encode import encode
+from phronomy_fsm.store.records import (
+    ACTIVE_STATUSES,
+    ALLOWED_STATUS_CHANGES,
+    BarrierCommit,
+    CommitReceipt,
+    ExecutionRecord,
+)
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+INSERT_EXECUTION = (
+    "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active, spec_sha256,"
+    " body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)"
+    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+)
+UPDATE_AGENT = (
+    "UPDATE agents SET revision=?, lifecycle=?, journal_head=?, body=?, updated_epoch_ms=?"
+    " WHERE agent_id=? AND revision=? AND journal_head=?"
+)
+INSERT_JOURNAL = (
+    "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body)"
+    " VALUES (?,?,?,?,?,?)"
+)
+
+
+def _update_sql(new_status: Any) -> str:
+    """The CAS update for a move to ``new_status``: the stored status must be one that
+    may precede it (reference §2.2), so a forbidden change writes nothing.
+
+    ``active`` is written (as the ``?`` after ``phase``) only when ``new_status`` is
+    terminal: before an active status the stored ``active`` is already 1, and leaving
+    it out of the SET list spares a write of the partial index on every barrier.
+    """
+    sources = sorted(
+        s.value for s, allowed in ALLOWED_STATUS_CHANGES.items() if new_status in allowed
+    )
+    status_list = ",".join(f"'{s}'" for s in sources)
+    active = "" if new_status in ACTIVE_STATUSES else " active=?,"
+    return (
+        f"UPDATE executions SET revision=?, status=?, phase=?,{active} body=?,"
+        " updated_epoch_ms=?, last_barrier=?, last_digest=?"
+        f" WHERE execution_id=? AND revision=? AND agent_id=? AND status IN ({status_list})"
+    )
+
+
+UPDATE_EXECUTION = {status: _update_sql(status) for status in ALLOWED_STATUS_CHANGES}
+
+
+def datetime_to_epoch_ms(value: datetime) -> int:
+    """Epoch milliseconds of a timezone-aware datetime (truncated)."""
+    return (value - _EPOCH) // timedelta(milliseconds=1)
+
+
+class PreparedBarrier:
+    """A barrier commit with everything encoded (canonical JSON, digest, parameters).
+
+    Built on the caller's thread, before the write lock. ``future`` is set for the
+    group-commit path. Raises SerializationError from the encoder.
+    """
+
+    __slots__ = (
+        "agent_params",
+        "commit",
+        "execution_params",
+        "future",
+        "journal_rows",
+        "sequences",
+        "updating",
+    )
+
+    def __init__(self, commit: BarrierCommit) -> None:
+        self.commit = commit
+        ex = commit.execution
+        body = encode(ex)
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        status = ex.status
+        active = 1 if status in ACTIVE_STATUSES else 0
+        self.updating = commit.expected_revision is not None
+        # The commit time (updated_epoch_ms) is the last parameter of the prefix and is
+        # appended at write time: params = prefix + (now_ms,) + suffix.
+        if self.updating:
+            self.execution_params: tuple[tuple[Any, ...], tuple[Any, ...]] = (
+                (ex.revision, status.value, ex.phase, body)
+                if active
+                else (ex.revision, status.value, ex.phase, 0, body),
+                (commit.barrier, digest, ex.execution_id, commit.expected_revision, ex.agent_id),
+            )
+        else:
+            self.execution_params = (
+                (
+                    ex.execution_id,
+                    ex.agent_id,
+                    ex.revision,
+                    status.value,
+                    ex.phase,
+                    active,
+                    ex.spec_sha256,
+                    body,
+                    datetime_to_epoch_ms(ex.created_at),
+                ),
+                (commit.barrier, digest),
+            )
+        agent = commit.agent
+        self.sequences: tuple[int, ...] = ()
+        self.journal_rows: list[tuple[Any, ...]] = []
+        self.agent_params: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        if agent is not None:
+            base = agent.journal_head - len(commit.journal)
+            self.agent_params = (
+                (agent.revision, agent.lifecycle.value, agent.journal_head, encode(agent)),
+                (agent.agent_id, agent.revision - 1, base),
+            )
+            if commit.journal:
+                self.sequences = tuple(range(base + 1, agent.journal_head + 1))
+                for seq, record in zip(self.sequences, commit.journal):
+                    if record.sequence != seq:
+                        record = attrs.evolve(record, sequence=seq)
+                    self.journal_rows.append(
+                        (
+                            record.agent_id,
+                            seq,
+                            record.record_id,
+                            record.execution_id,
+                            record.kind,
+                            encode(record),
+                        )
+                    )
+        self.future: Future[CommitReceipt] | None = None
+
+    @property
+    def single_statement(self) -> bool:
+        """True when the barrier is one statement (no agent root, no journal): it is
+        atomic on its own and needs no savepoint in a group-commit batch."""
+        return self.agent_params is None
+
+
+def apply_barrier(
+    cur: sqlite3.Cursor, p: PreparedBarrier, now_ms: int, committed_at: datetime
+) -> CommitReceipt:
+    """Run ``p``'s statements in the transaction open on ``cur`` (reference §5.1 CAS).
+
+    Returns the receipt (valid only once the transaction commits).
+
+    Raises:
+        NotFoundError, ConflictError, AgentBusyError, InvalidStatusTransitionError: the
+            write was refused; the statement that failed wrote nothing, but earlier
+            statements of this barrier did: roll back to a savepoint or the transaction.
+        sqlite3.Error: storage failures, for the caller to map.
+    """
+    commit = p.commit
+    ex = commit.execution
+    prefix, suffix = p.execution_params
+    if p.updating:
+        try:
+            cur.execute(UPDATE_EXECUTION[ex.status], prefix + (now_ms,) + suffix)
+        except sqlite3.IntegrityError:
+            raise ConflictError(
+                f"execution {ex.execution_id}: revision {ex.revision} is already in the barrier log",
+                execution_id=ex.execution_id,
+                revision=ex.revision,
+            ) from None
+        if cur.rowcount != 1:
+            raise classify_update(cur, commit)
+    else:
+        if cur.execute("SELECT 1 FROM agents WHERE agent_id=?", (ex.agent_id,)).fetchone() is None:
+            raise NotFoundError(
+                f"agent {ex.agent_id} does not exist; create it before its executions",
+                agent_id=ex.agent_id,
+                execution_id=ex.execution_id,
+            )
+        try:
+            cur.execute(INSERT_EXECUTION, prefix + (now_ms,) + suffix)
+        except sqlite3.IntegrityError:
+            raise classify_insert(cur, ex) from None
+    if p.agent_params is not None:
+        head, tail = p.agent_params
+        cur.execute(UPDATE_AGENT, head + (now_ms,) + tail)
+        if cur.rowcount != 1:
+            raise classify_agent(cur, commit)
+        if p.journal_rows:
+            try:
+                cur.executemany(INSERT_JOURNAL, p.journal_rows)
+            except sqlite3.IntegrityError as exc:
+                raise ConflictError(
+                    f"journal append for agent {ex.agent_id} rejected: a record id is duplicated ({exc})",
+                    agent_id=ex.agent_id,
+                    execution_id=ex.execution_id,
+                ) from None
+    return CommitReceipt(ex.execution_id, ex.revision, p.sequences, committed_at)
+
+
+def classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
+    """Why creating ``ex`` violated a constraint: duplicate id → ConflictError (checked
+    first, reference §5.2), an active execution of the agent → AgentBusyError."""
+    if cur.execute("SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)).fetchone():
+        return ConflictError(
+            f"execution {ex.execution_id} already exists",
+            execution_id=ex.execution_id,
+            agent_id=ex.agent_id,
+        )
+    row = cur.execute(
+        "SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)
+    ).fetchone()
+    if row is not None:
+        return AgentBusyError(
+            f"agent {ex.agent_id} already has the active execution {row[0]}; "
+            "wait for it, approve or resolve it, or cancel it",
+            agent_id=ex.agent_id,
+            execution_id=ex.execution_id,
+            active_execution_id=row[0],
+        )
+    return ConflictError(
+        f"execution {ex.execution_id}: revision {ex.revision} is already in the barrier log",
+        execution_id=ex.execution_id,
+    )
+
+
+def classify_update(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
+    """Why the CAS update matched no row: missing → NotFoundError; other agent, or
+    another revision → ConflictError; else the status change is forbidden →
+    InvalidStatusTransitionError."""
+    ex = commit.execution
+    row = cur.execute(
+        "SELECT revision, agent_id, status FROM executions WHERE execution_id=?", (ex.execution_id,)
+    ).fetchone()
+    if row is None:
+        return NotFoundError(
+            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+        )
+    revision, agent_id, status = row
+    if agent_id != ex.agent_id:
+        return ConflictError(
+            f"execution {ex.execution_id} belongs to agent {agent_id}, not {ex.agent_id}",
+            execution_id=ex.execution_id,
+            stored_agent_id=agent_id,
+        )
+    if revision != commit.expected_revision:
+        return ConflictError(
+            f"execution {ex.execution_id} is at revision {revision}, not the expected "
+            f"{commit.expected_revision}; reload it and decide again",
+            execution_id=ex.execution_id,
+            expected_revision=commit.expected_revision,
+            stored_revision=revision,
+        )
+    return InvalidStatusTransitionError(
+        f"execution {ex.execution_id}: stored status {status} cannot become {ex.status.value} "
+        "(reference §2.2); nothing was written",
+        execution_id=ex.execution_id,
+        current=status,
+        requested=ex.status.value,
+    )
+
+
+def classify_agent(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError:
+    """Why the agent-root CAS matched no row: NotFoundError or ConflictError (stored
+    revision or journal head differ)."""
+    agent = commit.agent
+    assert agent is not None
+    row = cur.execute(
+        "SELECT revision, journal_head FROM agents WHERE agent_id=?", (agent.agent_id,)
+    ).fetchone()
+    if row is None:
+        return NotFoundError(f"agent {agent.agent_id} does not exist", agent_id=agent.agent_id)
+    revision, head = row
+    expected_head = agent.journal_head - len(commit.journal)
+    return ConflictError(
+        f"agent {agent.agent_id} is at revision {revision} with journal head {head}, expected "
+        f"revision {agent.revision - 1} and head {expected_head}; reload it and decide again",
+        agent_id=agent.agent_id,
+        expected_revision=agent.revision - 1,
+        stored_revision=revision,
+        expected_journal_head=expected_head,
+        stored_journal_head=head,
+    )
+
+
+# ---------------------------------------------------------------- group commit
+
+#: Allowed ``old>new`` status pairs (reference §2.2), for the multi-row update.
+_ALLOWED_PAIRS = ",".join(
+    f"'{old.value}>{new.value}'"
+    for old, allowed in ALLOWED_STATUS_CHANGES.items()
+    for new in sorted(allowed)
+)
+_BULK_SQL: dict[int, str] = {}
+
+
+def bulk_update_sql(rows: int) -> str:
+    """One ``UPDATE ... FROM (VALUES ...)`` that applies ``rows`` plain barriers (each
+    with the same CAS and status rule as :data:`UPDATE_EXECUTION`). Parameters: the
+    commit time, then per row ``execution_id, revision, status, phase, body, barrier,
+    digest, expected_revision, agent_id``. Only for barriers that leave the execution
+    active (``active`` is not written; see :func:`_update_sql`)."""
+    sql = _BULK_SQL.get(rows)
+    if sql is None:
+        values = ",".join(["(?,?,?,?,?,?,?,?,?)"] * rows)
+        sql = _BULK_SQL[rows] = (
+            "UPDATE executions SET revision=v.column2, status=v.column3, phase=v.column4,"
+            " body=v.column5, updated_epoch_ms=?, last_barrier=v.column6,"
+            f" last_digest=v.column7 FROM (VALUES {values}) AS v"
+            " WHERE executions.execution_id=v.column1 AND executions.revision=v.column8"
+            " AND executions.agent_id=v.column9"
+            f" AND (executions.status || '>' || v.column3) IN ({_ALLOWED_PAIRS})"
+        )
+    return sql
+
+
+def _bulk_row(p: PreparedBarrier) -> tuple[Any, ...]:
+    (revision, status, phase, body), (barrier, digest, execution_id, expected, agent) = (
+        p.execution_params
+    )
+    return (execution_id, revision, status, phase, body, barrier, digest, expected, agent)
+
+
+def apply_batch(
+    cur: sqlite3.Cursor,
+    batch: list[PreparedBarrier],
+    now_ms: int,
+    committed_at: datetime,
+    hook: Any,
+) -> tuple[list[Any], list[int]]:
+    """Apply a group-commit batch, in order, inside the open transaction.
+
+    Runs of plain barriers (one execution update each, distinct executions) are
+    applied optimistically with one multi-row UPDATE inside a savepoint; if it changed
+    fewer rows than barriers, the savepoint is rolled back and the run is replayed one
+    statement per barrier to find who failed. Other barriers run one by one, a
+    multi-statement barrier inside its own savepoint, so a refused barrier fails only
+    itself. ``hook`` (the fault seam) disables the multi-row path.
+
+    Returns:
+        ``(results, ok)``: per barrier a CommitReceipt or the typed refusal, and the
+        indexes of the receipts (valid once the transaction commits).
+
+    Raises:
+        sqlite3.Error and anything ``hook`` raises: the whole batch must be rolled back.
+    """
+    results: list[Any] = [None] * len(batch)
+    ok: list[int] = []
+    i = 0
+    count = len(batch)
+    while i < count:
+        j = i
+        if hook is None:
+            seen: set[str] = set()
+            while j < count:
+                q = batch[j]
+                if not (q.updating and q.agent_params is None and q.commit.execution.is_active):
+                    break
+                eid = q.commit.execution.execution_id
+                if eid in seen:
+                    break
+                seen.add(eid)
+                j += 1
+        if j - i > 1:
+            run = batch[i:j]
+            params: list[Any] = [now_ms]
+            for q in run:
+                params.extend(_bulk_row(q))
+            cur.execute("SAVEPOINT run")
+            cur.execute(bulk_update_sql(len(run)), params)
+            if cur.rowcount == len(run):
+                cur.execute("RELEASE run")
+                for k, q in enumerate(run, start=i):
+                    ex = q.commit.execution
+                    results[k] = CommitReceipt(ex.execution_id, ex.revision, (), committed_at)
+                    ok.append(k)
+                i = j
+                continue
+            cur.execute("ROLLBACK TO run")
+            cur.execute("RELEASE run")
+        else:
+            j = i + 1
+        for k in range(i, j):
+            p = batch[k]
+            savepoint = p.agent_params is not None
+            if savepoint:
+                cur.execute("SAVEPOINT barrier")
+            try:
+                if hook is not None:
+                    hook("write", (p.commit,))
+                results[k] = apply_barrier(cur, p, now_ms, committed_at)
+                ok.append(k)
+            except PhronomyError as exc:
+                if savepoint:
+                    cur.execute("ROLLBACK TO barrier")
+                results[k] = exc
+            if savepoint:
+                cur.execute("RELEASE barrier")
+        i = j
+    return results, ok
