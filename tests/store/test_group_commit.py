@@ -174,3 +174,34 @@ def test_creates_in_one_batch_for_one_agent_give_exactly_one_winner(store_factor
             results.append(type(exc).__name__)
     assert results == ["ex-0", "AgentBusyError", "AgentBusyError"]
     assert [e.execution_id for e in store.active_executions("solo")] == ["ex-0"]
+
+
+def test_mixed_batch_keeps_submission_order(store_factory):
+    """Plain updates (multi-row path), a terminal barrier with agent root and journal
+    (savepoint path) and a creation that needs the freed agent slot, in one batch:
+    applied in submission order, so the creation after the terminal barrier wins and a
+    barrier chained on an earlier one of the same batch sees it."""
+    from .helpers import finish
+
+    store = _full_batch_store(store_factory, 6)
+    agent, ex = admission(store, "solo", "ex-first")
+    others = _agents(store, 2)
+    commits = [
+        step(others[0]),
+        step(others[1]),
+        finish(ex, agent),
+        BarrierCommit("admission", new_execution("solo", "ex-second"), None),
+        step(step(others[0]).execution),  # chained on the first barrier of this batch
+        step(others[1], phase="late"),  # also based on revision 0 of others[1]: stale
+    ]
+    futures = [store.submit(c) for c in commits]
+    outcomes = []
+    for f in futures:
+        try:
+            outcomes.append(f.result(timeout=60).revision)
+        except Exception as exc:
+            outcomes.append(type(exc).__name__)
+    assert outcomes == [1, 1, 1, 0, 2, "ConflictError"]
+    assert [e.execution_id for e in store.active_executions("solo")] == ["ex-second"]
+    assert store.load_execution("ex-first").status.value == "cancelled"
+    assert len(store.read_journal("solo")) == 1

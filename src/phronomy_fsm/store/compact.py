@@ -116,9 +116,11 @@ def compact_store(
             " ORDER BY execution_id",
             (cutoff_ms,),
         ).fetchall()
-    archive = _open_archive(archive_path, store.path) if archive_path and candidates else None
+    archive = None
     removed = removed_barriers = archived = kept_journal = 0
     try:
+        if archive_path and candidates:
+            archive = _open_archive(archive_path, store.path)
         for start in range(0, len(candidates), CHUNK):
             chunk = candidates[start : start + CHUNK]
             ids = [eid for eid, _ in chunk]

@@ -36,6 +36,7 @@ from typing import Any
 import attrs
 
 from phronomy_fsm.errors import OutcomeUnknownError, StorageError
+from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.base import BarrierStore, CompactReport
 from phronomy_fsm.store.records import (
     AgentRecord,
@@ -182,18 +183,24 @@ class FaultInjectingStore:
         )
 
     def _hold_write_lock(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.inner.path, isolation_level=None, check_same_thread=False)  # type: ignore[attr-defined]
+        path = self.inner.path  # type: ignore[attr-defined]
+        try:
+            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise storage_error(exc, operation="fault injection (lock holder)", path=path) from exc
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except BaseException:
+        except sqlite3.Error as exc:
             conn.close()
-            raise
+            raise storage_error(exc, operation="fault injection (lock holder)", path=path) from exc
         return conn
 
     @staticmethod
     def _release(conn: sqlite3.Connection) -> None:
         try:
             conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass  # closing the connection releases the lock anyway
         finally:
             conn.close()
 
