@@ -270,7 +270,7 @@ class OpenAICompatibleProvider:
                 "bad_message",
             ) from exc
         try:
-            if response.status_code >= 400:
+            if response.status_code >= 300:  # redirects are not followed: a wrong base URL
                 _read_quietly(response)
                 raise _status_error(call_id, self.url, response)
             content_type = response.headers.get("content-type", "")
@@ -354,8 +354,9 @@ def _read_quietly(response: httpx.Response) -> None:
 
 
 def _status_error(call_id: str, url: str, response: httpx.Response) -> LLMError:
-    """The LLMError for an HTTP status >= 400, with the API's own message when the body
-    is an OpenAI error object (``{"error": {"message": ...}}``)."""
+    """The LLMError for an HTTP status >= 300 (redirects are not followed), with the
+    API's own message when the body is an OpenAI error object
+    (``{"error": {"message": ...}}``)."""
     status = response.status_code
     try:
         raw = response.content
