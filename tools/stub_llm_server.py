@@ -437,7 +437,7 @@ class StubLLMServer:
         self.port: int = self._server.server_port
         self.base_url = f"http://{self.host}:{self.port}/v1"
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="stub-llm-server", daemon=True
+            target=self._server.serve_forever, args=(0.02,), name="stub-llm-server", daemon=True
         )
         self._thread.start()
         self._closed = False
