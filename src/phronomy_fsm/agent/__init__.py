@@ -6,6 +6,7 @@ OpenAI-compatible provider in :mod:`phronomy_fsm.agent.openai`.
 """
 
 from phronomy_fsm.agent.agent import Agent, EventStream
+from phronomy_fsm.agent.openai import OpenAICompatibleProvider
 from phronomy_fsm.agent.providers import Provider, Reply, ScriptedProvider
 from phronomy_fsm.agent.runtime import AgentRuntime
 from phronomy_fsm.agent.tools import Authorization, Tool, ToolCallView, ToolContext, tool
@@ -29,6 +30,7 @@ __all__ = [
     "LLMRequest",
     "LLMResponse",
     "Message",
+    "OpenAICompatibleProvider",
     "Provider",
     "Reply",
     "ScriptedProvider",
