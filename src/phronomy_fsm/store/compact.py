@@ -174,7 +174,7 @@ def _archive_chunk(
             conn, f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE execution_id IN ({{marks}})", ids
         )
     with archive.atomic():
-        archive["executions"].upsert_all(executions, pk="execution_id")
-        archive["barriers"].upsert_all(barriers, pk=("execution_id", "revision"))
-        archive["journal"].upsert_all(journal, pk=("agent_id", "sequence"))
+        archive.table("executions").upsert_all(executions, pk="execution_id")
+        archive.table("barriers").upsert_all(barriers, pk=("execution_id", "revision"))
+        archive.table("journal").upsert_all(journal, pk=("agent_id", "sequence"))
     return len(executions)

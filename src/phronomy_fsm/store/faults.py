@@ -123,8 +123,8 @@ class FaultInjectingStore:
         self._lock = threading.Lock()
         self._armed: dict[int, FaultKind] = {}
         install = getattr(inner, "install_fault_hook", None)
-        self._has_hook = callable(install)
-        if self._has_hook:
+        self._has_hook = install is not None
+        if install is not None:
             install(self._hook)
 
     def add(self, kind: FaultKind | str, **selector: Any) -> Fault:

@@ -49,8 +49,8 @@ MIGRATIONS = Migrations("phronomy_fsm.store")
 
 @MIGRATIONS(name="0001_initial")
 def _m0001_initial(db: sqlite_utils.Database) -> None:
-    db["meta"].create({"key": str, "value": str}, pk="key", not_null=["value"], strict=True)
-    db["agents"].create(
+    db.table("meta").create({"key": str, "value": str}, pk="key", not_null=["value"], strict=True)
+    db.table("agents").create(
         {
             "agent_id": str,
             "revision": int,
@@ -71,7 +71,7 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         ],
         strict=True,
     )
-    db["executions"].create(
+    db.table("executions").create(
         {
             "execution_id": str,
             "agent_id": str,
@@ -104,11 +104,11 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
     )
     # sqlite-utils cannot express a partial index: plain SQL (reference §5.2).
     db.execute("CREATE UNIQUE INDEX executions_one_active ON executions(agent_id) WHERE active = 1")
-    db["executions"].create_index(
+    db.table("executions").create_index(
         ["agent_id", "created_epoch_ms"], index_name="executions_by_agent"
     )
-    db["executions"].create_index(["created_epoch_ms"], index_name="executions_by_created")
-    db["journal"].create(
+    db.table("executions").create_index(["created_epoch_ms"], index_name="executions_by_created")
+    db.table("journal").create(
         {
             "agent_id": str,
             "sequence": int,
@@ -121,10 +121,10 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         not_null=["record_id", "execution_id", "kind", "body"],
         strict=True,
     )
-    db["journal"].create_index(
+    db.table("journal").create_index(
         ["agent_id", "record_id"], index_name="journal_record_id", unique=True
     )
-    db["journal"].create_index(["execution_id"], index_name="journal_by_execution")
+    db.table("journal").create_index(["execution_id"], index_name="journal_by_execution")
     # WITHOUT ROWID is not expressible through sqlite-utils either.
     db.execute(
         "CREATE TABLE barriers ("
