@@ -100,6 +100,10 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             agent.invoke_async(DEMO_INPUT)
             settled.wait(wait_seconds)
             active = agent.active_execution()
+        elif active["state"] not in ("suspended", "recovery_required"):
+            click.echo(f"recovered execution {active['execution_id']}; continuing it")
+            settled.wait(wait_seconds)
+            active = agent.active_execution()
         if active is None or active["state"] != "suspended":
             _fail(f"the demo execution did not suspend for approval (state: {active and active['state']})")
         click.echo(f"execution_id: {active['execution_id']}")

@@ -1,0 +1,216 @@
+"""Operator commands: ``phronomy-fsm recover`` and ``phronomy-fsm resolve`` (issue 6).
+
+Both load agents through an application factory given as ``--app MODULE:FACTORY``: a
+callable ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword
+arguments of :meth:`Agent.load <phronomy_fsm.agent.agent.Agent.load>` other than
+``store``, ``runtime`` and ``on_event`` (at least ``provider``; usually ``tools``).
+:func:`phronomy_fsm.demo.create_app` is an example.
+
+``recover`` loads every agent that has an active execution: continuations run to their
+next resting point, suspended executions wait for approval again, and executions whose
+outcome cannot be proven are listed with their resolution request. ``resolve`` answers
+one such request (reference §6.6) and lets the execution continue.
+
+Exit codes: 0 success; 1 a refused resolution, an unloadable app, or a store error; 2
+usage. Diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import click
+
+from phronomy_fsm.errors import PhronomyError
+
+RESTING = ("approval_required", "recovery_resolution_required", "done", "handoff", "error", "timeout", "cancelled")
+
+
+def _fail(message: str) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
+    """Import ``MODULE:FACTORY``. Raises ``click.BadParameter`` with a clear reason."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise click.BadParameter(f"expected MODULE:FACTORY, got {spec!r}", param_hint="--app")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
+        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--app") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="--app")
+    return factory  # type: ignore[no-any-return]
+
+
+class _Watcher:
+    """Collects events and wakes a waiter when an execution comes to rest."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, event: Any) -> None:
+        with self.cond:
+            self.events.append(event)
+            self.cond.notify_all()
+
+    def poke(self, *_: Any) -> None:
+        """Wake the waiter (e.g. when a task settled without an event)."""
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_rest(self, execution_id: str, after: int, timeout: float, stop: Callable[[], bool] = lambda: False) -> Any:
+        with self.cond:
+            self.cond.wait_for(
+                lambda: stop() or any(e.execution_id == execution_id and e.type in RESTING for e in self.events[after:]),
+                timeout,
+            )
+            rest = [e for e in self.events[after:] if e.execution_id == execution_id and e.type in RESTING]
+            return rest[-1] if rest else None
+
+
+def _describe(event: Any) -> dict[str, Any]:
+    if event is None:
+        return {"state": "running"}
+    payload = event.payload
+    if event.type == "approval_required":
+        return {"state": "suspended", "approval_request_id": payload["request"]["id"]}
+    if event.type == "recovery_resolution_required":
+        return {
+            "state": "recovery_required",
+            "revision": payload["execution_revision"],
+            "subject": payload["subject"],
+            "allowed_outcomes": payload["allowed_outcomes"],
+            "reason": payload["reason"],
+        }
+    return {"state": payload.get("status", event.type), "output": payload.get("output"), "error": payload.get("error")}
+
+
+@click.command("recover")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help="Path of the SQLite store file.")
+@click.option("--app", "app", required=True, help="Application factory MODULE:FACTORY (see the module docs).")
+@click.option("--wait-seconds", default=60.0, show_default=True, type=float, help="How long to wait per execution.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
+    """Load every agent with an active execution and recover it (issue 6 item 2)."""
+    from tqdm import tqdm
+
+    from phronomy_fsm.agent import Agent, AgentRuntime
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    if not os.path.exists(db):
+        _fail(f"no store at {db} (the file does not exist)")
+    factory = load_factory(app)
+    runtime = AgentRuntime()
+    watcher = _Watcher()
+    summary: list[dict[str, Any]] = []
+    try:
+        store = SqliteBarrierStore(db)
+        active = store.active_executions()
+        agents = sorted({e.agent_id for e in active})
+        for agent_id in tqdm(agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents):
+            execution = next(e for e in active if e.agent_id == agent_id)
+            mark = len(watcher.events)
+            try:
+                agent = Agent.load(agent_id, store=store, runtime=runtime, on_event=watcher, **factory(agent_id, db))
+            except PhronomyError as exc:
+                summary.append({"agent_id": agent_id, "execution_id": execution.execution_id, "state": "not_loaded", "error": str(exc)})
+                continue
+            rest = watcher.wait_rest(execution.execution_id, mark, wait_seconds)
+            entry = {"agent_id": agent.agent_id, "execution_id": execution.execution_id, **_describe(rest)}
+            summary.append(entry)
+    except PhronomyError as exc:
+        _fail(str(exc))
+    finally:
+        runtime.close(timeout_seconds=5)
+    if as_json:
+        click.echo(json.dumps({"recovered": summary}, indent=2, sort_keys=True))
+    else:
+        click.echo(f"{len(summary)} active execution(s)")
+        for entry in summary:
+            extra = {k: v for k, v in entry.items() if k not in ("agent_id", "execution_id", "state")}
+            click.echo(f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} {json.dumps(extra, sort_keys=True) if extra else ''}".rstrip())
+    if any(e["state"] == "not_loaded" for e in summary):
+        sys.exit(1)
+
+
+def _parse_subject(text: str) -> dict[str, Any]:
+    kind, sep, ident = text.partition(":")
+    keys = {"llm_call": "llm_call_id", "tool_invocation": "tool_invocation_id", "execution": "execution_id"}
+    if not sep or kind not in keys or not ident:
+        raise click.BadParameter("use llm_call:<id>, tool_invocation:<id> or execution:<id>", param_hint="--subject")
+    return {"type": kind, keys[kind]: ident}
+
+
+@click.command("resolve")
+@click.argument("execution_id")
+@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help="Path of the SQLite store file.")
+@click.option("--app", "app", required=True, help="Application factory MODULE:FACTORY.")
+@click.option("--expected-revision", required=True, type=int, help="The revision named in the resolution request.")
+@click.option("--subject", required=True, help="llm_call:<id>, tool_invocation:<id> or execution:<id>.")
+@click.option("--outcome", required=True, type=click.Choice(["succeeded", "failed", "not_performed"]))
+@click.option("--result", default=None, help="For succeeded: the result as JSON (or plain text for an LLM answer).")
+@click.option("--error", default=None, help="For failed: what went wrong.")
+@click.option("--wait-seconds", default=60.0, show_default=True, type=float)
+def resolve(
+    execution_id: str,
+    db: str,
+    app: str,
+    expected_revision: int,
+    subject: str,
+    outcome: str,
+    result: str | None,
+    error: str | None,
+    wait_seconds: float,
+) -> None:
+    """Answer a recovery_resolution_required request: say what happened to the subject.
+    One transaction with read-back; not_performed ends the execution as failed (nothing
+    is ever re-sent without an operator decision)."""
+    from phronomy_fsm.agent import Agent, AgentRuntime
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    if not os.path.exists(db):
+        _fail(f"no store at {db} (the file does not exist)")
+    parsed_subject = _parse_subject(subject)
+    value: Any = None
+    if result is not None:
+        try:
+            value = json.loads(result)
+        except ValueError:
+            value = result
+    factory = load_factory(app)
+    runtime = AgentRuntime()
+    watcher = _Watcher()
+    try:
+        store = SqliteBarrierStore(db)
+        execution = store.load_execution(execution_id)
+        agent = Agent.load(execution.agent_id, store=store, runtime=runtime, on_event=watcher, **factory(execution.agent_id, db))
+        mark = len(watcher.events)
+        task = agent.resolve_async(
+            execution_id, expected_revision=expected_revision, subject=parsed_subject, outcome=outcome, result=value, error=error
+        )
+        task.add_done_callback(watcher.poke)
+        rest = watcher.wait_rest(execution_id, mark, wait_seconds, stop=task.done)
+        if rest is None and task.done() and task.error() is not None:
+            task.result()  # the resolution was refused: raise why
+        click.echo(json.dumps({"execution_id": execution_id, **_describe(rest)}, sort_keys=True))
+    except PhronomyError as exc:
+        _fail(str(exc))
+    finally:
+        runtime.close(timeout_seconds=5)
+
+
+def register(main: click.Group) -> None:
+    """Add ``recover`` and ``resolve`` to the CLI group."""
+    main.add_command(recover)
+    main.add_command(resolve)
