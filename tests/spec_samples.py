@@ -59,3 +59,11 @@ def write(folder: Path, text: str | bytes, name: str = "spec.yaml") -> Path:
     else:
         path.write_text(text, "utf-8")
     return path
+
+
+def yaml_quoted(text: str) -> str:
+    """``text`` as a double-quoted YAML scalar on one line (YAML's own escapes)."""
+    import yaml
+
+    dumped = yaml.safe_dump(text, default_style='"', width=float("inf"), allow_unicode=False)
+    return dumped.removesuffix("\n...\n").strip()

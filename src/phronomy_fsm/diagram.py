@@ -14,9 +14,9 @@ internal. Two renderers read it (python-statemachine's ``contrib/diagram`` split
   :func:`render_image` turns it into SVG or PNG through the ``dot`` binary;
 - :func:`render_mermaid`: Mermaid ``stateDiagram-v2`` text.
 
-Every name and label is escaped (DOT: backslashes, quotes, HTML-like ``<...>``;
-Mermaid: entity codes), whitespace is collapsed and control characters are replaced,
-so any valid spec renders. Output is deterministic: spec order, fixed attributes, no
+Every name and label is escaped (DOT: quotes, backslashes and ``&``, never HTML-like
+``<...>``, a backslash in a tooltip shown as ``⧵``; Mermaid: entity codes), whitespace
+is collapsed and control characters are replaced, so any valid spec renders. Output is deterministic: spec order, fixed attributes, no
 timestamps. The committed diagrams under ``docs/diagrams/`` and their freshness check
 live in :mod:`phronomy_fsm.diagram_files`.
 
@@ -256,16 +256,43 @@ def clean_text(text: str) -> str:
     return "".join(out)
 
 
+def dot_escape(text: str) -> str:
+    """Escape one line of text for a DOT label or id, so Graphviz draws it exactly.
+
+    After :func:`clean_text`: ``&`` becomes ``&amp;`` (Graphviz turns character
+    entities into characters in labels) and ``\\`` becomes ``\\\\`` (labels are
+    escStrings, where ``\\N``, ``\\G``, ``\\l``... would be expanded). The result is
+    marked as never being an HTML-like label; the ``graphviz`` package adds the
+    surrounding quotes and escapes ``"``.
+    """
+    return graphviz.nohtml(clean_text(text).replace("&", "&amp;").replace("\\", "\\\\"))
+
+
+#: What a backslash becomes in tooltips (U+29F5 REVERSE SOLIDUS OPERATOR).
+TOOLTIP_BACKSLASH = "\u29f5"
+
+
+def dot_tooltip(text: str) -> str:
+    """Escape text for a DOT tooltip (descriptions; shown on hover in SVG).
+
+    Like :func:`dot_escape`, except that a backslash is shown as ``⧵`` (U+29F5):
+    Graphviz versions differ in how many times they expand escape sequences in
+    tooltips (2.43 does it twice, turning ``\\\\N`` into the node's name), so no
+    escaping of a literal backslash is portable.
+    """
+    return graphviz.nohtml(clean_text(text).replace("&", "&amp;").replace("\\", TOOLTIP_BACKSLASH))
+
+
 def _dot_text(lines: Iterable[str]) -> str:
-    """A DOT label from lines: each escaped (backslashes doubled, never HTML), joined
-    by ``\\n`` (centred line breaks)."""
-    return graphviz.nohtml("\\n".join(graphviz.escape(clean_text(line)) for line in lines))
+    """A DOT string from lines, each escaped by :func:`dot_escape`, joined by ``\\n``
+    (centred line breaks)."""
+    return graphviz.nohtml("\\n".join(dot_escape(line) for line in lines))
 
 
 def _dot_id(name: str) -> str:
     """A DOT node id for a state name (escaped; quoted by the graphviz package when it
     is not a plain identifier or is a DOT keyword)."""
-    return graphviz.escape(clean_text(name) or "\ufffd")
+    return dot_escape(name or "\ufffd")
 
 
 # --------------------------------------------------------------------------- DOT
@@ -315,7 +342,7 @@ def render_dot(diagram: Diagram, *, legend: bool = True, with_actions: bool = Tr
             "id": _dot_text([f"t{edge.index}:{edge.source}"]),
         }
         if edge.description:
-            attrs_["tooltip"] = _dot_text([edge.description])
+            attrs_["tooltip"] = dot_tooltip(edge.description)
         if edge.internal:
             attrs_.update(style="dashed", arrowhead="odot", color="#6b7280", fontcolor="#6b7280")
         elif edge.barrier:
@@ -340,7 +367,7 @@ def _dot_node_attrs(node: DiagramNode) -> dict[str, str]:
         style["style"] += ",bold"
     attrs_ = {"label": _dot_text(lines), "id": _dot_text([f"state:{node.name}"]), **style}
     if node.description:
-        attrs_["tooltip"] = _dot_text([node.description])
+        attrs_["tooltip"] = dot_tooltip(node.description)
     return attrs_
 
 
@@ -422,7 +449,7 @@ _MERMAID_ENTITIES = {
     "|": "#124;",
     "`": "#96;",
 }
-_MERMAID_ID = re.compile(r"[A-Za-z0-9_]")
+_MERMAID_ID = re.compile(r"[A-Za-z0-9_]+")
 
 
 def mermaid_text(text: str) -> str:
@@ -432,10 +459,12 @@ def mermaid_text(text: str) -> str:
 
 
 def mermaid_id(name: str) -> str:
-    """The Mermaid state id of a state name: ``s_`` followed by the name with every
-    character outside ``[A-Za-z0-9_]`` written as ``_xHEX_`` (injective, and never a
-    Mermaid keyword)."""
-    return "s_" + "".join(ch if _MERMAID_ID.match(ch) else f"_x{ord(ch):x}_" for ch in name)
+    """The Mermaid state id of a state name: ``s_<name>`` when the name is made of
+    ``[A-Za-z0-9_]`` only (every valid spec), else ``x_`` followed by the hex of its
+    UTF-8 bytes. Injective, and never a Mermaid keyword."""
+    if _MERMAID_ID.fullmatch(name):
+        return "s_" + name
+    return "x_" + name.encode("utf-8", "surrogatepass").hex()
 
 
 def render_mermaid(diagram: Diagram, *, with_actions: bool = True) -> str:
