@@ -42,7 +42,7 @@ DOT_SETTINGS = settings(
 
 def _svg(dot: str) -> ElementTree.Element:
     out = subprocess.run(
-        ["dot", "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, timeout=60
+        ["dot", "-Tsvg"], input=dot.encode("utf-8"), capture_output=True, timeout=60, check=False
     )
     assert out.returncode == 0, out.stderr.decode("utf-8", "replace")
     return ElementTree.fromstring(out.stdout)
