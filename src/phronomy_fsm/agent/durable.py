@@ -25,7 +25,8 @@ terminal_commit        terminal/<status>     done
 from __future__ import annotations
 
 import hashlib
-import uuid
+import itertools
+import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -65,8 +66,17 @@ MESSAGE_KINDS = frozenset({USER_MESSAGE, ASSISTANT_MESSAGE, TOOL_MESSAGE})
 
 
 def new_id() -> str:
-    """A fresh random id (uuid4 hex)."""
-    return uuid.uuid4().hex
+    """A fresh random id: 32 hex digits from the OS's random source (like uuid4)."""
+    return os.urandom(16).hex()
+
+
+_RECORD_PREFIX = os.urandom(8).hex()
+_record_counter = itertools.count(1)
+
+
+def new_record_id() -> str:
+    """A journal record id: unique per process (random prefix) and cheap (a counter)."""
+    return f"{_RECORD_PREFIX}{next(_record_counter):08x}"
 
 
 def tool_invocation_id(execution_id: str, llm_call_id: str, tool_call_id: str, tool_name: str) -> str:
@@ -120,7 +130,7 @@ def _record(
     metadata: dict[str, Any] | None = None,
 ) -> JournalRecord:
     return JournalRecord(
-        record_id=new_id(),
+        record_id=new_record_id(),
         agent_id=agent_id,
         execution_id=execution_id,
         kind=kind,

@@ -46,7 +46,6 @@ from phronomy_fsm.table import CONFLICT, NOT_COMMITTED as OUTCOME_NOT_COMMITTED,
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent
-    from phronomy_fsm.runtime.dispatcher import StepRecord
     from phronomy_fsm.store.base import BarrierStore
 
 log = logging.getLogger("phronomy_fsm.agent")
@@ -93,7 +92,7 @@ class AgentRuntime:
         self.session_binding = bind_machine(
             agent_session.TABLE,
             self.session_hooks,
-            observer=self._on_agent_step,
+            on_transition=self._on_agent_step,
             on_barrier_outcome=self.session_hooks.apply_barrier_outcome,
         )
         self.tool_binding = bind_machine(tool_invocation.TABLE, ToolInvocationHooks(self))
@@ -157,17 +156,19 @@ class AgentRuntime:
         if agent._admission_sid is not None:
             self.dispatcher.post(agent._admission_sid, event)
 
-    def _on_agent_step(self, record: StepRecord, ctx: Invocation) -> None:
-        ctx.state = record.target
-        events = _ADMISSION_BY_STEP.get((record.source, record.target))
+    def _on_agent_step(self, ctx: Invocation, source: str, target: str) -> None:
+        ctx.state = target
+        if source == target:
+            return
+        events = _ADMISSION_BY_STEP.get((source, target))
         if events is None:
-            if record.target == "cancelling":
+            if target == "cancelling":
                 events = ("cancel_started",)
-            elif record.target == "terminalizing" and record.source != "terminalizing":
+            elif target == "terminalizing":
                 events = ("terminal_started",)
-            elif record.target in FINAL_STATES and record.source == "terminalizing":
+            elif target in FINAL_STATES and source == "terminalizing":
                 events = ("terminal_committed",)
-            elif record.target == "recovery_required":
+            elif target == "recovery_required":
                 events = ("recovery_needed",)
             else:
                 return

@@ -134,7 +134,7 @@ class MachineBinding:
         "ignored",
         "events",
         "step_limit",
-        "observer",
+        "on_transition",
         "on_barrier_outcome",
     )
 
@@ -144,7 +144,7 @@ class MachineBinding:
         hooks: Any,
         nodes: dict[str, Node],
         step_limit: int,
-        observer: Callable[[Any, Any], None] | None = None,
+        on_transition: Callable[[Any, str, str], None] | None = None,
         on_barrier_outcome: Callable[[Any, str, Any], None] | None = None,
     ) -> None:
         self.table = table
@@ -155,7 +155,7 @@ class MachineBinding:
         self.ignored = frozenset(e.name for e in table.events if e.unhandled == "ignore")
         self.events = frozenset(e.name for e in table.events)
         self.step_limit = step_limit
-        self.observer = observer
+        self.on_transition = on_transition
         self.on_barrier_outcome = on_barrier_outcome
 
     def __repr__(self) -> str:
@@ -167,7 +167,7 @@ def bind_machine(
     hooks: Any,
     *,
     step_limit: int = DEFAULT_STEP_LIMIT,
-    observer: Callable[[Any, Any], None] | None = None,
+    on_transition: Callable[[Any, str, str], None] | None = None,
     on_barrier_outcome: Callable[[Any, str, Any], None] | None = None,
 ) -> MachineBinding:
     """Resolve every hook of ``table`` on ``hooks`` and compile the state nodes.
@@ -179,9 +179,10 @@ def bind_machine(
             called as ``hook(ctx, payload)`` on the loop thread.
         step_limit: transitions a session may take before it fails with
             :class:`~phronomy_fsm.errors.StepLimitError` (reference §1.1).
-        observer: called as ``observer(step_record, ctx)`` on the loop thread after every
-            transition of this binding's sessions (its sessions then skip the
-            dispatcher's inlined fast path). A raising observer is logged and ignored.
+        on_transition: called as ``on_transition(ctx, source, target)`` (state names) on
+            the loop thread after every transition of this binding's sessions, internal
+            ones included (its sessions then skip the dispatcher's inlined fast path).
+            A raising hook is logged and ignored.
         on_barrier_outcome: called as ``on_barrier_outcome(ctx, state, outcome)`` on the
             loop thread when an authoritative barrier outcome arrives, *before* its event
             is delivered — the place to apply a committed record to live state so that
@@ -245,7 +246,7 @@ def bind_machine(
     for (source, event), rows in candidates.items():
         only = rows[0]
         fast = (
-            observer is None
+            on_transition is None
             and len(rows) == 1
             and only.guard is None
             and not only.internal
@@ -256,7 +257,7 @@ def bind_machine(
         if fast:
             only.action = only.actions[0] if only.actions else None
         nodes[source].rows[event] = only if fast else tuple(rows)
-    return MachineBinding(table, hooks, nodes, step_limit, observer, on_barrier_outcome)
+    return MachineBinding(table, hooks, nodes, step_limit, on_transition, on_barrier_outcome)
 
 
 __all__ = [

@@ -717,15 +717,20 @@ class Dispatcher:
                 self._hook_failed(s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})")
                 return
         source = s.node
-        if row.internal:
-            if self._observers or s.binding.observer is not None:
-                self._observe(s, row, source.name, source.name)
-            return
-        target = row.target
-        s.node = target  # type: ignore[assignment]
-        s.serial += 1
-        if self._observers or s.binding.observer is not None:
+        target = source if row.internal else row.target
+        if not row.internal:
+            s.node = target  # type: ignore[assignment]
+            s.serial += 1
+        if self._observers:
             self._observe(s, row, source.name, target.name)  # type: ignore[union-attr]
+        on_transition = s.binding.on_transition
+        if on_transition is not None:
+            try:
+                on_transition(s.ctx, source.name, target.name)  # type: ignore[union-attr]
+            except Exception:  # noqa: BLE001 - isolated like observers
+                log.exception("%s: on_transition of %s raised", self.name, s.binding.machine)
+        if row.internal:
+            return
         if target.mode == 0 and row.offload is None and row.barrier is None:  # type: ignore[union-attr]
             return
         self._enter(s, target, row, payload)  # type: ignore[arg-type]
@@ -803,11 +808,6 @@ class Dispatcher:
                 observer(record)
             except Exception:  # noqa: BLE001 - observers are isolated
                 log.exception("%s: step observer raised", self.name)
-        if s.binding.observer is not None:
-            try:
-                s.binding.observer(record, s.ctx)
-            except Exception:  # noqa: BLE001 - observers are isolated
-                log.exception("%s: binding observer of %s raised", self.name, s.binding.machine)
 
     def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
         if s.id not in self._admitted:  # aborted before it began
