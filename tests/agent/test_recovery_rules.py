@@ -182,3 +182,23 @@ def test_status_machine_is_enforced_on_resolution_records() -> None:
     done = execution(status=ExecutionStatus.COMPLETED, phase="completed", pending_llm_call_id=None)
     with pytest.raises(InvalidStatusTransitionError):
         done.advance(status=ExecutionStatus.ACTIVE)
+
+
+def test_declared_migrations_rename_and_repin_old_executions(monkeypatch: Any) -> None:
+    from phronomy_fsm.agent.recovery import pin_to_current_spec
+    from phronomy_fsm.table import MigrationRow
+
+    old_sha = "a" * 64
+    old = execution(spec_version=0, spec_sha256=old_sha, phase="awaiting_llm")
+    parked = classify(old)
+    assert parked.kind == RESOLUTION_REQUIRED and parked.reason.startswith("spec_changed")
+    assert pin_to_current_spec(old) is old
+    table = agent_session.TABLE._replace(migrations=(MigrationRow(0, old_sha, (("awaiting_llm", "calling_llm"),)),))
+    monkeypatch.setattr(agent_session, "TABLE", table)
+    migrated = classify(old)
+    assert migrated.kind == RESOLUTION_REQUIRED and migrated.subject == {"type": "llm_call", "llm_call_id": "llm-1"}
+    pinned = pin_to_current_spec(old)
+    assert (pinned.phase, pinned.spec_sha256, pinned.revision) == ("calling_llm", agent_session.SPEC_SHA256, old.revision)
+    # a migration for another sha256 does not apply
+    other = execution(spec_version=0, spec_sha256="b" * 64, phase="awaiting_llm")
+    assert classify(other).reason.startswith("spec_changed")

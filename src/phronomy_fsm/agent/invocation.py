@@ -135,6 +135,7 @@ class Invocation:
         self.state = "idle"  # last known agent_session state (halted sessions keep it)
         self.waiters: list[Task[Any]] = []
         self.approvers: list[Task[Any]] = []
+        self.resolvers: list[Task[Any]] = []
         self.recovery_announcement: dict[str, Any] | None = None
         self.listener_detached = False
         self.callback_failure: BaseException | None = None

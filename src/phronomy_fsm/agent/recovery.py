@@ -98,6 +98,17 @@ def _rename(execution: ExecutionRecord) -> tuple[ExecutionRecord, str | None]:
     )
 
 
+def pin_to_current_spec(execution: ExecutionRecord) -> ExecutionRecord:
+    """The execution as the current spec sees it: when it was started under another
+    agent_session spec and a declared migration covers it, its phase is renamed and it
+    is re-pinned to this spec (the next barrier commits the new pin). Otherwise it is
+    returned unchanged (and :func:`classify` parks it with reason ``spec_changed``)."""
+    renamed, problem = _rename(execution)
+    if problem is not None or renamed is execution:
+        return execution
+    return attrs.evolve(renamed, spec_version=agent_session.SPEC_VERSION, spec_sha256=agent_session.SPEC_SHA256)
+
+
 def _tool_subject(entry: Any) -> dict[str, Any]:
     return {
         "type": "tool_invocation",
@@ -258,6 +269,7 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
     """Install a durable active execution as the agent's live one (reference §6.4);
     blocks until installed. Raises ConfigurationError when the execution needs an
     operator or an approval and the agent has no listener (nothing is left live)."""
+    execution = pin_to_current_spec(execution)
     classification = classify(execution)
     if classification.kind in (SUSPENDED, RESOLUTION_REQUIRED) and agent.on_event is None:
         raise ConfigurationError(
@@ -326,7 +338,7 @@ def begin_resolution(agent: Agent, resolution: Resolution, task: Task[Any]) -> N
         task.fail(exc)
         return
     ctx.resolution = resolution
-    ctx.waiters.append(task)
+    ctx.resolvers.append(task)
     agent.runtime.start_execution(ctx, at_state="recovery_required", event="resolution_requested", payload=resolution)
 
 

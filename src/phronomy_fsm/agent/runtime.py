@@ -311,9 +311,11 @@ class AgentRuntime:
         ``recovery_resolution_required`` (reference §6.4)."""
         store = ctx.agent.store
         execution_id = ctx.execution_id
+        agent_id = ctx.agent.agent_id
 
         def read() -> Any:
-            return store.load_execution(execution_id)
+            # the durable record and root may be ahead of the live view (a lost response)
+            return store.load_execution(execution_id), store.load_agent(agent_id)
 
         def done(op: Any) -> None:
             self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
@@ -325,11 +327,15 @@ class AgentRuntime:
             return
         op.add_settled_callback(done)
 
-    def _publish_recovery(self, ctx: Invocation, execution: Any, read_error: BaseException | None, cause: BaseException | None) -> None:
+    def _publish_recovery(self, ctx: Invocation, durable_state: Any, read_error: BaseException | None, cause: BaseException | None) -> None:
         from phronomy_fsm.agent.recovery import announce_payload, classify
 
-        if execution is None or read_error is not None:
+        if durable_state is None or read_error is not None:
             execution = ctx.execution
+        else:
+            execution, root = durable_state
+            if root.revision >= ctx.agent.root.revision:
+                ctx.agent.root = root
         if execution is None:  # never admitted durably: nothing to resolve
             payload = {
                 "execution_id": ctx.execution_id,
@@ -462,8 +468,8 @@ class AgentRuntime:
         if listener_error is not None and result is not None and agent.listener_error_policy == "fail_task":
             error = StreamCallbackError(f"the event listener raised on {event_type!r}: {listener_error!r}", execution_id=ctx.execution_id)
             result = None
-        waiters = ctx.waiters + ctx.approvers
-        ctx.waiters, ctx.approvers = [], []
+        waiters = ctx.waiters + ctx.approvers + ctx.resolvers
+        ctx.waiters, ctx.approvers, ctx.resolvers = [], [], []
         if ctx.stream_sink is not None:
             ctx.stream_sink(None)
         for task in waiters:

@@ -628,10 +628,26 @@ class AgentSessionHooks:
 
     # ----------------------------------------------------- barrier outcome hook
 
+    def _settle_resolvers(self, ctx: Invocation, outcome: BarrierOutcome) -> None:
+        """A committed resolution makes its resolve calls observers of the execution's
+        outcome; any other outcome fails them (reference §6.6: conflict → ConflictError)."""
+        resolvers, ctx.resolvers = ctx.resolvers, []
+        if outcome.outcome == COMMITTED:
+            ctx.waiters.extend(resolvers)
+            return
+        error = outcome.error or ExecutionFailedError(
+            f"the resolution of execution {ctx.execution_id} did not commit ({outcome.outcome})",
+            execution_id=ctx.execution_id,
+        )
+        for task in resolvers:
+            task.fail(error)
+
     def apply_barrier_outcome(self, ctx: Invocation, state: str, outcome: BarrierOutcome) -> None:
         """Apply a committed barrier to live state (execution, agent root, acknowledged
         facts) before the FSM decides (reference §4.2 "replace the live execution and
         acknowledge the snapshot" — the committed state is real whatever follows)."""
+        if state == "resolving":
+            self._settle_resolvers(ctx, outcome)
         if outcome.outcome != COMMITTED or not isinstance(outcome.value, PreparedCommit):
             return
         prepared: PreparedCommit = outcome.value
