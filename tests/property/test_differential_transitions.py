@@ -210,7 +210,7 @@ def test_generated_specs_agree_with_transitions(
 def test_reference_semantics_on_a_known_path() -> None:
     # the reference itself, on agent_session: admission committed (no cancel) leads
     # through the input filter to the preparation barrier
-    spec, table = REAL["agent_session"]
+    _spec, table = REAL["agent_session"]
     actions: list[str] = []
     assert reference_enter(table, "idle", {}, actions) == ["admitting"]
     decision, state, visited = reference_step(
