@@ -86,7 +86,7 @@ class ProjectConfig:
         """Return the folder configured under ``key`` (``out`` or ``diagrams``).
 
         Raises:
-            ProjectConfigError: the key is absent.
+            ProjectConfigError: the key is absent (``missing`` is then true).
         """
         value = getattr(self, key)
         if value is None:
@@ -94,6 +94,7 @@ class ProjectConfig:
                 f'{self.pyproject}: [{TABLE}] has no {key!r} key; add {key} = "<folder>"',
                 path=str(self.pyproject),
                 key=key,
+                missing=True,
             )
         return value  # type: ignore[no-any-return]
 
@@ -121,10 +122,10 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     :func:`find_pyproject`).
 
     Raises:
-        ProjectConfigError: no ``pyproject.toml`` is found, it cannot be read or parsed,
-            it has no ``[tool.phronomy_fsm]`` table, the table has an unknown key, or a
-            value has the wrong type (``specs`` a list of strings, ``out`` and
-            ``diagrams`` strings).
+        ProjectConfigError: no ``pyproject.toml`` is found or it has no
+            ``[tool.phronomy_fsm]`` table (``missing`` is then true), it cannot be read
+            or parsed, the table has an unknown key, or a value has the wrong type
+            (``specs`` a list of strings, ``out`` and ``diagrams`` strings).
     """
     pyproject = find_pyproject(start)
     if pyproject is None:
@@ -134,6 +135,7 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
             f"add a [{TABLE}] table to your project's {PYPROJECT}",
             path=None,
             key=None,
+            missing=True,
         )
     try:
         data = tomllib.loads(pyproject.read_text("utf-8"))
@@ -153,6 +155,7 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
             f'{pyproject}: no [{TABLE}] table; add one with specs = ["<glob>"] and out = "<folder>"',
             path=str(pyproject),
             key=None,
+            missing=True,
         )
     for key in table:
         if key not in ALLOWED_KEYS:

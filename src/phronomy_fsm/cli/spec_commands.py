@@ -3,8 +3,10 @@
 A thin click layer over :mod:`phronomy_fsm.spec.validate`, ``phronomy_fsm.codegen``,
 :mod:`phronomy_fsm.diagram` and :mod:`phronomy_fsm.diagram_files` (ARCHITECTURE.md
 "CLI"; issue 2 item 9). Diagnostics go to stderr as ``file:line:col: CODE message``;
-results go to stdout. Exit codes: 0 success; 1 invalid spec, stale output or render
-failure; 2 usage error (click's own). Library errors (:class:`PhronomyError`
+results go to stdout. Exit codes: 0 success; 1 invalid spec, stale output, render
+failure or a malformed ``[tool.phronomy_fsm]`` table; 2 usage error (click's own, and a
+command that needs paths run where no ``[tool.phronomy_fsm]`` table provides them).
+Library errors (:class:`PhronomyError`
 subclasses) and ``OSError`` become one-line diagnostics and exit code 1, never a
 traceback.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 
 import click
 
-from phronomy_fsm.errors import PhronomyError, SpecError
+from phronomy_fsm.errors import PhronomyError, ProjectConfigError, SpecError
 from phronomy_fsm.project import ProjectConfig, find_pyproject, load_project_config
 from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES
@@ -95,6 +97,24 @@ def _shown(path: Path) -> str:
         return Path(os.path.abspath(path)).relative_to(Path.cwd()).as_posix()
     except ValueError:
         return path.as_posix()
+
+
+def _config() -> ProjectConfig:
+    """The project configuration; its absence is a usage error (exit code 2): the
+    command needs paths on the command line or a ``[tool.phronomy_fsm]`` table."""
+    try:
+        return load_project_config()
+    except ProjectConfigError as exc:
+        if getattr(exc, "missing", False):
+            raise click.UsageError(str(exc)) from None
+        raise
+
+
+def _require(config: ProjectConfig, key: str) -> Path:
+    try:
+        return config.require(key)
+    except ProjectConfigError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _project_root() -> Path | None:
@@ -211,9 +231,9 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
     with _errors_to_exit_code():
         config: ProjectConfig | None = None
         if not specs or out is None:
-            config = load_project_config()
+            config = _config()
         spec_paths: list[Path] = list(specs) if specs else config.spec_paths()  # type: ignore[union-attr]
-        out_dir = out if out is not None else config.require("out")  # type: ignore[union-attr]
+        out_dir = out if out is not None else _require(config, "out")  # type: ignore[arg-type]
         root = config.root if config is not None else _project_root()
         report = generate(spec_paths, out_dir, check=check, base=root)
     _echo_issues(report.issues)
@@ -345,9 +365,9 @@ def _diagram_all(check: bool) -> None:
     from phronomy_fsm.diagram_files import write_diagrams
 
     with _errors_to_exit_code():
-        config = load_project_config()
+        config = _config()
         spec_paths = config.spec_paths()
-        out_dir = config.require("diagrams")
+        out_dir = _require(config, "diagrams")
         report = write_diagrams(spec_paths, out_dir, check=check)
     _echo_issues(report.issues)
     if not report.ok:
