@@ -166,7 +166,16 @@ class BarrierOutcome(NamedTuple):
 #: ``completed`` event, its exception the payload of ``failed``.
 OffloadWork = Callable[[Any], Any]
 
-#: What a barrier hook returns: either a zero-argument callable run on a worker thread
-#: that returns a :class:`BarrierOutcome`, or a ``phronomy_fsm.runtime.Task`` that
-#: settles with one (for example a commit queued on the store's group-commit writer).
+class PendingBarrier(NamedTuple):
+    """Barrier work already started elsewhere (e.g. queued on the store's group-commit
+    writer): ``subscribe(report)`` arranges for ``report(outcome)`` to be called exactly
+    once, from any thread, with the :class:`BarrierOutcome`."""
+
+    subscribe: Callable[[Callable[[BarrierOutcome], None]], None]
+
+
+#: What a barrier hook returns: a zero-argument callable run on a worker thread that
+#: returns a :class:`BarrierOutcome`; a :class:`PendingBarrier`; a
+#: ``concurrent.futures.Future`` or ``phronomy_fsm.runtime.Task`` that settles with a
+#: :class:`BarrierOutcome`; or a :class:`BarrierOutcome` decided at once.
 BarrierWork = Any

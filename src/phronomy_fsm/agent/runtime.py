@@ -17,9 +17,9 @@ constructor runs on the dispatcher's loop thread.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +42,7 @@ from phronomy_fsm.generated import agent_session, execution_admission, tool_invo
 from phronomy_fsm.runtime import Dispatcher, OffloadPool, SessionResult, bind_machine
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
-from phronomy_fsm.table import CONFLICT, NOT_COMMITTED as OUTCOME_NOT_COMMITTED, OUTCOME_UNKNOWN, BarrierOutcome
+from phronomy_fsm.table import CONFLICT, NOT_COMMITTED as OUTCOME_NOT_COMMITTED, OUTCOME_UNKNOWN, BarrierOutcome, PendingBarrier
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent
@@ -376,48 +376,51 @@ class AgentRuntime:
 
     # ----------------------------------------------------------------- barriers
 
-    def submit_barrier(self, store: BarrierStore, prepared: PreparedCommit) -> cf.Future[BarrierOutcome]:
-        """Submit one barrier's commit; the future settles with its
+    def submit_barrier(self, store: BarrierStore, prepared: PreparedCommit) -> PendingBarrier:
+        """Submit one barrier's commit to the store's group-commit writer.
+
+        Returns a :class:`~phronomy_fsm.table.PendingBarrier` that reports the
         :class:`~phronomy_fsm.table.BarrierOutcome` after the store's fsync, a lost
         response having been reconciled by reading back (reference §4.4): ``committed``
         (value: ``prepared``), ``not_committed``, ``conflict``, or ``outcome_unknown``
         when even the read-back failed."""
-        out: cf.Future[BarrierOutcome] = cf.Future()
         revision = prepared.commit.execution.revision
 
-        def settle(error: BaseException | None) -> None:
-            if error is None:
-                out.set_result(BarrierOutcome(COMMITTED, revision, prepared))
-            elif isinstance(error, OutcomeUnknownError):
-                threading.Thread(target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True).start()
-            elif isinstance(error, (ConflictError, AgentBusyError)):
-                out.set_result(BarrierOutcome(CONFLICT, error=error))
-            elif isinstance(error, StoreError):
-                out.set_result(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
-            else:  # not of the taxonomy: it may have written (fail closed, reference §5.1)
-                out.set_result(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
+        def subscribe(report: Callable[[BarrierOutcome], None]) -> None:
+            def settle(error: BaseException | None) -> None:
+                if error is None:
+                    report(BarrierOutcome(COMMITTED, revision, prepared))
+                elif isinstance(error, OutcomeUnknownError):
+                    threading.Thread(target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True).start()
+                elif isinstance(error, (ConflictError, AgentBusyError)):
+                    report(BarrierOutcome(CONFLICT, error=error))
+                elif isinstance(error, StoreError):
+                    report(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
+                else:  # not of the taxonomy: it may have written (fail closed, reference §5.1)
+                    report(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
 
-        def reconcile(error: OutcomeUnknownError) -> None:
+            def reconcile(error: OutcomeUnknownError) -> None:
+                try:
+                    disposition = store.reconcile(prepared.commit)
+                except Exception as exc:  # noqa: BLE001 - cannot prove anything
+                    log.warning("barrier %s: read-back failed: %r", prepared.commit.barrier, exc)
+                    report(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
+                    return
+                if disposition == COMMITTED:
+                    report(BarrierOutcome(COMMITTED, revision, prepared))
+                elif disposition == NOT_COMMITTED:
+                    report(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
+                else:
+                    report(BarrierOutcome(CONFLICT, error=error))
+
             try:
-                disposition = store.reconcile(prepared.commit)
-            except Exception as exc:  # noqa: BLE001 - cannot prove anything
-                log.warning("barrier %s: read-back failed: %r", prepared.commit.barrier, exc)
-                out.set_result(BarrierOutcome(OUTCOME_UNKNOWN, error=error))
+                future = store.submit(prepared.commit)
+            except BaseException as exc:  # noqa: BLE001 - classified like a commit error
+                settle(exc)
                 return
-            if disposition == COMMITTED:
-                out.set_result(BarrierOutcome(COMMITTED, revision, prepared))
-            elif disposition == NOT_COMMITTED:
-                out.set_result(BarrierOutcome(OUTCOME_NOT_COMMITTED, error=error))
-            else:
-                out.set_result(BarrierOutcome(CONFLICT, error=error))
+            future.add_done_callback(lambda f: settle(f.exception()))
 
-        try:
-            future = store.submit(prepared.commit)
-        except BaseException as exc:  # noqa: BLE001 - classified like a commit error
-            settle(exc)
-            return out
-        future.add_done_callback(lambda f: settle(f.exception()))
-        return out
+        return PendingBarrier(subscribe)
 
     # ------------------------------------------------------------------ delivery
 

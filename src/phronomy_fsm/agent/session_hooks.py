@@ -15,7 +15,6 @@ live state before the FSM decides what follows (bound as the binding's
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -34,7 +33,7 @@ from phronomy_fsm.store.records import (
     ExecutionRecord,
     ExecutionStatus,
 )
-from phronomy_fsm.table import COMMITTED, BarrierOutcome
+from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.runtime import AgentRuntime
@@ -428,7 +427,7 @@ class AgentSessionHooks:
 
     # ----------------------------------------------------------------- barriers
 
-    def _submit(self, ctx: Invocation, prepared: PreparedCommit) -> cf.Future[BarrierOutcome]:
+    def _submit(self, ctx: Invocation, prepared: PreparedCommit) -> PendingBarrier:
         return self.runtime.submit_barrier(ctx.agent.store, prepared)
 
     def admission(self, ctx: Invocation, payload: Any) -> Any:

@@ -64,7 +64,7 @@ from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.offload import Operation, OffloadPool
 from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
 from phronomy_fsm.runtime.timers import TimerQueue
-from phronomy_fsm.table import BARRIER_OUTCOMES, OUTCOME_UNKNOWN, STATE_COMPLETED, BarrierOutcome
+from phronomy_fsm.table import BARRIER_OUTCOMES, OUTCOME_UNKNOWN, STATE_COMPLETED, BarrierOutcome, PendingBarrier
 
 log = logging.getLogger("phronomy_fsm.runtime")
 
@@ -891,23 +891,26 @@ class Dispatcher:
             return
         group = s.group
         post = self._post
-        apply = self._apply_authorized
-
-        def settled(op: Operation) -> None:
-            if op.error is None:
-                post((None, apply, (authority, spec.completed, op.value)))
-            else:
-                post((None, apply, (authority, spec.failed, op.error)))
-
+        returned = self._offload_returned
         try:
             op = self.pool.submit(work, OffloadContext(self, authority), name=spec.name, on_full="raise")
         except BackpressureError as exc:
             self.stats.backpressure += 1
-            self._inbox.append((None, apply, (authority, spec.failed, exc)))
+            self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
             return
         self._count_in(group)
-        op.add_physical_callback(lambda _op: post((None, self._physical_done, (group,))))
-        op.add_settled_callback(settled)
+        # one message per operation: physical completion and, if the work ran, its result
+        op.add_physical_callback(lambda op: post((None, returned, (group, authority, spec, op))))
+
+    def _offload_returned(self, group: Any, authority: Authority, spec: OffloadWorkSpec, op: Operation) -> None:
+        self._physical_done(group)
+        if op.returned is None:  # never ran (cancelled while queued): nothing to apply
+            return
+        value, error = op.returned
+        if error is None:
+            self._apply_authorized(authority, spec.completed, value)
+        else:
+            self._apply_authorized(authority, spec.failed, error)
 
     def _start_barrier(self, s: Session, spec: BarrierWorkSpec, payload: Any) -> None:
         op_id = next(self._op_ids)
@@ -926,13 +929,19 @@ class Dispatcher:
         if isinstance(work, BarrierOutcome):  # decided synchronously (e.g. nothing to commit)
             self._inbox.append((None, apply, (authority, row, work)))
             return
+        if isinstance(work, PendingBarrier):  # started elsewhere; it reports once
+            self._count_in(group)
+            barrier_returned = self._barrier_returned
+            work.subscribe(lambda outcome: post((None, barrier_returned, (group, authority, row, outcome))))
+            return
         future = work.future if isinstance(work, Task) else work
         if isinstance(future, cf.Future):
             self._count_in(group)
 
             def future_done(f: cf.Future[Any]) -> None:
-                post((None, self._physical_done, (group,)))
-                post((None, apply, (authority, row, _outcome_of(f.result() if f.exception() is None else None, f.exception()))))
+                error = f.exception()
+                outcome = _outcome_of(f.result() if error is None else None, error)
+                post((None, self._barrier_returned, (group, authority, row, outcome)))
 
             future.add_done_callback(future_done)
             return
@@ -941,9 +950,6 @@ class Dispatcher:
             self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=error))))
             return
 
-        def settled(op: Operation) -> None:
-            post((None, apply, (authority, row, _outcome_of(op.value, op.error))))
-
         try:
             op = self.pool.submit(work, name=spec.name, on_full="raise")
         except BackpressureError as exc:
@@ -951,8 +957,16 @@ class Dispatcher:
             self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=exc))))
             return
         self._count_in(group)
-        op.add_physical_callback(lambda _op: post((None, self._physical_done, (group,))))
-        op.add_settled_callback(settled)
+
+        def returned(op: Operation) -> None:
+            value, error = op.returned if op.returned is not None else (None, op.error)
+            post((None, self._barrier_returned, (group, authority, row, _outcome_of(value, error))))
+
+        op.add_physical_callback(returned)
+
+    def _barrier_returned(self, group: Any, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
+        self._physical_done(group)
+        self._apply_barrier(authority, row, outcome)
 
     def _authoritative(self, authority: Authority) -> Session | None:
         s = self._sessions.get(authority.session_id)

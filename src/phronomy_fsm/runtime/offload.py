@@ -48,6 +48,9 @@ class Operation:
         value / error: the settled value or error (``Cancelled`` for cancel/timeout).
         abandoned: settled early while the work was running.
         physically_done: the work returned (or will never run).
+        returned: ``(value, error)`` as the work itself ended — set before physical
+            completion callbacks run, even when the operation was abandoned (then the
+            logical outcome stays ``cancelled``); ``None`` if it never ran.
 
     Concurrency: thread-safe. Callbacks run on the settling thread (worker, timer, or
     canceller), isolated from each other.
@@ -61,6 +64,7 @@ class Operation:
         "error",
         "abandoned",
         "physically_done",
+        "returned",
         "submitted_at",
         "_lock",
         "_settled_callbacks",
@@ -76,6 +80,7 @@ class Operation:
         self.error: BaseException | None = None
         self.abandoned = False
         self.physically_done = False
+        self.returned: tuple[Any, BaseException | None] | None = None
         self.submitted_at = submitted_at
         self._lock = threading.Lock()
         self._settled_callbacks: list[Callable[[Operation], None]] = []
@@ -174,8 +179,11 @@ class OffloadPool:
         self._queue: queue.SimpleQueue[tuple[Operation, Callable[..., Any], tuple[Any, ...]] | None] = (
             queue.SimpleQueue()
         )
-        self._capacity = threading.BoundedSemaphore(max_workers + queue_size)
+        self._capacity = max_workers + queue_size
+        self._outstanding = 0  # queued + running, guarded by _lock
         self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)  # waiters of on_full="wait"
+        self._room_waiters = 0
         self._threads: list[threading.Thread] = []
         self._ids = itertools.count(1)
         self._closed = False
@@ -218,23 +226,28 @@ class OffloadPool:
             raise ValueError(f"on_full must be 'raise' or 'wait', got {on_full!r}")
         if self._closed:
             raise PoolShutdownError(f"offload pool {self._name} is shut down", pool=self._name)
-        if on_full == "raise":
-            acquired = self._capacity.acquire(blocking=False)
-        else:
-            acquired = self._capacity.acquire(timeout=full_timeout_seconds if full_timeout_seconds is not None else -1)
-        if not acquired:
-            raise BackpressureError(
-                f"offload pool {self._name} is full ({self.max_workers} running, "
-                f"{self.queue_size} queued); retry later or raise its capacity",
-                pool=self._name,
-                max_workers=self.max_workers,
-                queue_size=self.queue_size,
-            )
         op = Operation(next(self._ids), name, self._clock.monotonic())
         with self._lock:
+            if self._outstanding >= self._capacity and on_full == "wait":
+                self._room_waiters += 1
+                try:
+                    self._room.wait_for(
+                        lambda: self._outstanding < self._capacity or self._closed,
+                        full_timeout_seconds,
+                    )
+                finally:
+                    self._room_waiters -= 1
             if self._closed:
-                self._capacity.release()
                 raise PoolShutdownError(f"offload pool {self._name} is shut down", pool=self._name)
+            if self._outstanding >= self._capacity:
+                raise BackpressureError(
+                    f"offload pool {self._name} is full ({self.max_workers} running, "
+                    f"{self.queue_size} queued); retry later or raise its capacity",
+                    pool=self._name,
+                    max_workers=self.max_workers,
+                    queue_size=self.queue_size,
+                )
+            self._outstanding += 1
             self._queued += 1
             if len(self._threads) < self.max_workers and self._active + self._queued > len(self._threads):
                 thread = threading.Thread(
@@ -270,25 +283,27 @@ class OffloadPool:
                     op.status = RUNNING
             with self._lock:
                 self._queued -= 1
-                if not never_ran:
+                if never_ran:
+                    self._release_slot()
+                else:
                     self._active += 1
                     self._running.add(op)
                     self._started_total += 1
                     self._wait_total += self._clock.monotonic() - op.submitted_at
             if never_ran:
                 op._mark_physical()
-                self._capacity.release()
                 continue
             try:
                 value, error = fn(*args), None
             except BaseException as exc:  # noqa: BLE001 - the outcome of the work, whatever it is
                 value, error = None, exc
+            op.returned = (value, error)
             with self._lock:
                 self._active -= 1
                 self._running.discard(op)
                 if op.abandoned:
                     self._abandoned_finished += 1
-            self._capacity.release()
+                self._release_slot()
             op._mark_physical()
             if error is None:
                 op._settle(COMPLETED, value, None)
@@ -296,6 +311,12 @@ class OffloadPool:
                 op._settle(FAILED, None, error)
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise error
+
+    def _release_slot(self) -> None:
+        """One operation left the pool (called with ``_lock`` held)."""
+        self._outstanding -= 1
+        if self._room_waiters:
+            self._room.notify()
 
     # --- metrics and lifecycle -----------------------------------------------------
 
@@ -323,6 +344,7 @@ class OffloadPool:
                 threads = []
             else:
                 self._closed = True
+                self._room.notify_all()
                 threads = list(self._threads)
                 for _ in threads:
                     self._queue.put(None)

@@ -21,8 +21,6 @@ from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import attrs
-
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
@@ -146,8 +144,6 @@ class PreparedBarrier:
             if commit.journal:
                 self.sequences = tuple(range(base + 1, agent.journal_head + 1))
                 for seq, record in zip(self.sequences, commit.journal):
-                    if record.sequence != seq:
-                        record = attrs.evolve(record, sequence=seq)
                     self.journal_rows.append(
                         (
                             record.agent_id,
@@ -155,7 +151,7 @@ class PreparedBarrier:
                             record.record_id,
                             record.execution_id,
                             record.kind,
-                            encode(record),
+                            encode(record, sequence=seq),
                         )
                     )
         self.future: Future[CommitReceipt] | None = None

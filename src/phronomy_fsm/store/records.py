@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 import math
-from datetime import datetime, timezone
+import typing
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import attrs
 import cattrs
-from cattrs.gen import make_dict_structure_fn
+import orjson
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from phronomy_fsm.errors import InvalidStatusTransitionError, SerializationError
 
@@ -34,7 +35,7 @@ JSON = Any
 
 def utc_now() -> datetime:
     """The current time, timezone-aware (UTC)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 # ----------------------------------------------------------------------- statuses
@@ -400,6 +401,29 @@ def _structure_enum(value: Any, cls: type[enum.Enum]) -> Any:
     return cls(value)
 
 
+RECORD_CLASSES: tuple[type, ...] = (
+    ErrorInfo,
+    ToolBatchEntry,
+    ApprovalItem,
+    ApprovalRequest,
+    RecoverySubject,
+    RecoveryDescriptor,
+    AgentRecord,
+    ExecutionRecord,
+    JournalRecord,
+    BarrierRecord,
+)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _is_json_data(tp: Any) -> bool:
+    """Fields holding application JSON (``Any`` or ``dict[str, Any]``)."""
+    return tp is Any or tp == dict[str, Any]
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(datetime, _structure_datetime)
@@ -410,59 +434,72 @@ def _make_converter() -> cattrs.Converter:
     for enum_cls in (ExecutionStatus, AgentLifecycle):
         conv.register_structure_hook(enum_cls, _structure_enum)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
-    for cls in (
-        ErrorInfo,
-        ToolBatchEntry,
-        ApprovalItem,
-        ApprovalRequest,
-        RecoverySubject,
-        RecoveryDescriptor,
-        AgentRecord,
-        ExecutionRecord,
-        JournalRecord,
-        BarrierRecord,
-    ):
+    for cls in RECORD_CLASSES:
         conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
+        # JSON-data fields pass through as they are (checked and encoded by orjson);
+        # everything else gets cattrs' generated, type-directed unstructuring.
+        hints = typing.get_type_hints(cls)
+        overrides = {f.name: override(unstruct_hook=_identity) for f in attrs.fields(cls) if _is_json_data(hints[f.name])}
+        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))
     return conv
 
 
 CONVERTER = _make_converter()
 
-
-def _check_json(value: Any, path: str = "$") -> None:
-    """Reject values JSON cannot carry exactly (non-string keys, NaN, sets, bytes...)."""
-    if value is None or isinstance(value, (bool, str, int)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SerializationError(f"{path}: {value!r} is not representable in JSON")
-        return
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json(item, f"{path}[{i}]")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise SerializationError(f"{path}: key {key!r} is not a string")
-            _check_json(item, f"{path}.{key}")
-        return
-    raise SerializationError(f"{path}: {type(value).__name__} is not JSON data")
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
-def to_json(record: Any) -> str:
-    """Encode an attrs record as canonical JSON (sorted keys, compact, UTF-8 text).
+def _reject(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
+def _check_floats(value: Any) -> None:
+    """orjson writes NaN and infinities as ``null``; refuse them instead (and any tree
+    too deep to be data). Everything else orjson checks itself: non-string keys,
+    integers beyond 64 bits, and types that are not JSON data raise."""
+    stack = [value]
+    pop, push = stack.pop, stack.append
+    while stack:
+        v = pop()
+        t = type(v)
+        if t is float:
+            if not math.isfinite(v):
+                raise SerializationError(f"{v!r} is not representable in JSON")
+        elif t is dict:
+            for item in v.values():
+                if type(item) in (float, dict, list, tuple):
+                    push(item)
+        elif t is list or t is tuple:
+            for item in v:
+                if type(item) in (float, dict, list, tuple):
+                    push(item)
+
+
+def to_json(record: Any, **replace: Any) -> str:
+    """Encode an attrs record as canonical JSON: sorted keys, compact, UTF-8 text,
+    datetimes as ISO 8601 with microseconds and offset (orjson does the writing).
+
+    ``replace`` overrides top-level fields with already-JSON values (the store sets a
+    journal record's assigned ``sequence`` this way without copying the record).
 
     Raises:
-        SerializationError: a value is not JSON data, or a datetime is naive.
+        SerializationError: a value is not JSON data (a non-string key, NaN, a set,
+            bytes, an integer beyond 64 bits...), or a datetime is naive.
     """
     try:
         data = CONVERTER.unstructure(record)
-        _check_json(data)
-        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        if replace:
+            data.update(replace)
+        _check_floats(data)
+        return orjson.dumps(data, default=_reject, option=_ORJSON_OPTIONS).decode("utf-8")
     except SerializationError:
         raise
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
         raise SerializationError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 
@@ -473,7 +510,7 @@ def from_json(cls: type[T], text: str | bytes) -> T:
         SerializationError: the text is not JSON or does not match ``cls``.
     """
     try:
-        data = json.loads(text)
+        data = orjson.loads(text)
         return CONVERTER.structure(data, cls)
     except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
         detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
