@@ -376,12 +376,6 @@ def _structure_datetime(value: Any, _: Any) -> datetime:
     return parsed
 
 
-def _unstructure_datetime(value: datetime) -> str:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise SerializationError(f"naive datetime {value!r}: store timezone-aware times only")
-    return value.isoformat(timespec="microseconds")
-
-
 def _strict(kind: type, label: str) -> Any:
     def hook(value: Any, _: Any) -> Any:
         if isinstance(value, bool) and kind is not bool:
@@ -427,7 +421,7 @@ def _is_json_data(tp: Any) -> bool:
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(datetime, _structure_datetime)
-    conv.register_unstructure_hook(datetime, _unstructure_datetime)
+    conv.register_unstructure_hook(datetime, _identity)  # orjson writes it (after _validate)
     conv.register_structure_hook(str, _strict(str, "a string"))
     conv.register_structure_hook(int, _strict(int, "an integer"))
     conv.register_structure_hook(bool, _strict(bool, "a boolean"))
@@ -446,38 +440,79 @@ def _make_converter() -> cattrs.Converter:
 
 CONVERTER = _make_converter()
 
-_ORJSON_OPTIONS = (
-    orjson.OPT_SORT_KEYS
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-    | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
+# orjson writes the typed fields (datetimes as RFC 3339 with their offset, enums as
+# their value); :func:`_validate` has checked what orjson would accept silently.
+_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+_JSON_LEAVES = (str, int, bool, type(None))
 
 
 def _reject(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
-def _check_floats(value: Any) -> None:
-    """orjson writes NaN and infinities as ``null``; refuse them instead (and any tree
-    too deep to be data). Everything else orjson checks itself: non-string keys,
-    integers beyond 64 bits, and types that are not JSON data raise."""
+def _plan(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(datetime fields, JSON-data fields, nested-record fields) of a record class."""
+    hints = typing.get_type_hints(cls)
+    stamps, data, nested = [], [], []
+    for f in attrs.fields(cls):
+        tp = hints[f.name]
+        if tp is datetime:
+            stamps.append(f.name)
+        elif _is_json_data(tp):
+            data.append(f.name)
+        elif any(a in RECORD_CLASSES for a in typing.get_args(tp)) or tp in RECORD_CLASSES:
+            nested.append(f.name)
+    return tuple(stamps), tuple(data), tuple(nested)
+
+
+_PLANS = {cls: _plan(cls) for cls in RECORD_CLASSES}
+
+
+def _check_data(value: Any) -> None:
+    """Application JSON must be exactly JSON: dict/list/tuple/str/int/bool/None and
+    finite floats (orjson alone would write NaN as null and datetimes as text)."""
+    if type(value) in _JSON_LEAVES:
+        return
     stack = [value]
     pop, push = stack.pop, stack.append
     while stack:
         v = pop()
         t = type(v)
-        if t is float:
+        if t is dict:
+            items = v.values()
+        elif t is list or t is tuple:
+            items = v
+        elif t is float:
             if not math.isfinite(v):
                 raise SerializationError(f"{v!r} is not representable in JSON")
-        elif t is dict:
-            for item in v.values():
-                if type(item) in (float, dict, list, tuple):
-                    push(item)
-        elif t is list or t is tuple:
-            for item in v:
-                if type(item) in (float, dict, list, tuple):
-                    push(item)
+            continue
+        elif t in _JSON_LEAVES:
+            continue
+        else:
+            raise SerializationError(f"{t.__name__} is not JSON data")
+        for item in items:
+            if type(item) not in _JSON_LEAVES:
+                push(item)
+
+
+def _validate(record: Any) -> None:
+    """Aware datetimes in typed fields, exact JSON in data fields, recursively."""
+    plan = _PLANS.get(type(record))
+    if plan is None:
+        plan = _PLANS[type(record)] = _plan(type(record))
+    stamps, data, nested = plan
+    for name in stamps:
+        stamp = getattr(record, name)
+        if stamp.tzinfo is None or stamp.utcoffset() is None:
+            raise SerializationError(f"naive datetime {stamp!r} in {name}: store timezone-aware times only")
+    for name in data:
+        _check_data(getattr(record, name))
+    for name in nested:
+        value = getattr(record, name)
+        if value is None:
+            continue
+        for item in value if type(value) is tuple else (value,):
+            _validate(item)
 
 
 def to_json(record: Any, **replace: Any) -> str:
@@ -492,10 +527,10 @@ def to_json(record: Any, **replace: Any) -> str:
             bytes, an integer beyond 64 bits...), or a datetime is naive.
     """
     try:
+        _validate(record)
         data = CONVERTER.unstructure(record)
         if replace:
             data.update(replace)
-        _check_floats(data)
         return orjson.dumps(data, default=_reject, option=_ORJSON_OPTIONS).decode("utf-8")
     except SerializationError:
         raise
