@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import keyword
 import math
+import os
 import re
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 
 import attrs
 
@@ -61,7 +61,7 @@ class CheckResult:
         return tuple(i for i in self.issues if i.is_error)
 
 
-def check_spec_file(path: str | Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> CheckResult:
+def check_spec_file(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> CheckResult:
     """Load the spec at ``path`` and validate it; never raises for bad input.
 
     Returns a :class:`CheckResult` with every issue found by the loader and, when a
