@@ -92,7 +92,7 @@ class TransitionRow(NamedTuple):
     """One row of the ordered table. ``target`` is ``None`` for an internal transition;
     ``guard`` names a guard hook (``negated`` inverts it)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the row's position; shadows tuple.index by design
     sources: tuple[str, ...]
     event: str
     target: str | None

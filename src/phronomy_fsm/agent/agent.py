@@ -455,7 +455,7 @@ class Agent:
         target agent is live in this runtime (otherwise the application starts it with
         ``invoke(..., execution_id=result.handoff['target_execution_id'])``)."""
         handoff = ctx.handoff or {}
-        target = self.runtime.agents.get((_store_identity(self.store), handoff.get("target_agent_id")))
+        target = self.runtime.agents.get((_store_identity(self.store), str(handoff.get("target_agent_id"))))
         if target is None or target._admission_sid is not None:
             return
         message = handoff.get("arguments", {}).get("message") if isinstance(handoff.get("arguments"), dict) else None

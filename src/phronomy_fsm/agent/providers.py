@@ -125,11 +125,10 @@ class ScriptedProvider:
         step = self.script[min(index, len(self.script) - 1)]
         if isinstance(step, BaseException):
             raise step
-        if callable(step) and not isinstance(step, Reply):
-            step = step(request, index)
-        if isinstance(step, LLMResponse):
-            return attrs.evolve(step, llm_call_id=request.llm_call_id)
-        reply: Reply = step
+        answer: Reply | LLMResponse = step if isinstance(step, Reply) else step(request, index)
+        if isinstance(answer, LLMResponse):
+            return attrs.evolve(answer, llm_call_id=request.llm_call_id)
+        reply = answer
         if reply.delay_seconds:
             waiter = threading.Event()
             if cancellation is not None:

@@ -280,11 +280,12 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
     records = agent.store.read_journal(agent.agent_id, execution_id=execution.execution_id)
     from phronomy_fsm.runtime.tasks import Task
 
-    agent.recovered = Task(f"{agent.agent_id} recovered {execution.execution_id}")
+    recovered: Task[Any] = Task(f"{agent.agent_id} recovered {execution.execution_id}")
+    agent.recovered = recovered
 
     def install() -> None:
         ctx = restore_invocation(agent, execution, records)
-        ctx.waiters.append(agent.recovered)
+        ctx.waiters.append(recovered)
         agent._current = ctx
         agent._live[ctx.execution_id] = ctx
         runtime = agent.runtime
@@ -429,8 +430,7 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
         changes["pending_llm_call_id"] = None
     elif subject["type"] == "llm_call":
         response = _llm_response_from(resolution.result, subject["llm_call_id"])
-        fact = durable.LLMFact(response, now, now)
-        records += durable.llm_records(agent_id, execution.execution_id, [fact], now)
+        records += durable.llm_records(agent_id, execution.execution_id, [durable.LLMFact(response, now, now)], now)
         phase = "recovery_provider_completed"
         changes["pending_llm_call_id"] = None
         metadata["resolved_llm_call_id"] = subject["llm_call_id"]
@@ -439,8 +439,11 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
         entry = next(e for e in execution.tool_batch if e.tool_invocation_id == tool_id)
         from phronomy_fsm.agent.tools import tool_result_text
 
-        fact = durable.ToolFact(tool_id, entry.tool_call_id, entry.tool_name, entry.llm_call_id, "completed", tool_result_text(resolution.result), resolution.result)
-        records += durable.tool_records(agent_id, execution.execution_id, [fact], now)
+        tool_fact = durable.ToolFact(
+            tool_id, entry.tool_call_id, entry.tool_name, entry.llm_call_id, "completed",
+            tool_result_text(resolution.result), resolution.result,
+        )
+        records += durable.tool_records(agent_id, execution.execution_id, [tool_fact], now)
         batch = tuple(
             attrs.evolve(e, status="completed", result=resolution.result) if e.tool_invocation_id == tool_id else e
             for e in execution.tool_batch

@@ -259,7 +259,8 @@ class AgentRuntime:
     def post_when_quiescent(self, ctx: Invocation) -> None:
         """Post ``quiesced`` once the execution's work has physically finished."""
         sid = ctx.session_id
-        self.dispatcher.when_quiescent(ctx.execution_id, lambda: sid is not None and self.dispatcher.post(sid, "quiesced"))
+        if sid is not None:
+            self.dispatcher.when_quiescent(ctx.execution_id, lambda: self.dispatcher.post(sid, "quiesced"))
 
     # ----------------------------------------------------------------- events
 
@@ -336,6 +337,7 @@ class AgentRuntime:
             execution, root = durable_state
             if root.revision >= ctx.agent.root.revision:
                 ctx.agent.root = root
+        payload: dict[str, Any]
         if execution is None:  # never admitted durably: nothing to resolve
             payload = {
                 "execution_id": ctx.execution_id,

@@ -37,7 +37,7 @@ class CancellationToken:
 
     def __init__(self, *, deadline_monotonic: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[Cancelled], None]] = []
+        self._callbacks: list[Callable[[Cancelled], object]] = []
         self._reason: str | None = None
         self._timed_out = False
         self.deadline_monotonic = deadline_monotonic
@@ -88,7 +88,7 @@ class CancellationToken:
             self.cancel("deadline passed", timed_out=True)
         return self.is_cancelled()
 
-    def on_cancel(self, callback: Callable[[Cancelled], None]) -> None:
+    def on_cancel(self, callback: Callable[[Cancelled], object]) -> None:
         """Run ``callback(error)`` on explicit cancellation (now, if already cancelled)."""
         with self._lock:
             if self._reason is None:

@@ -130,6 +130,16 @@ class DispatcherStats:
         "backpressure",
     )
 
+    noops: int
+    ignored: int
+    dropped_unknown_session: int
+    dropped_stale: int
+    sessions_started: int
+    sessions_finished: int
+    sessions_halted: int
+    sessions_failed: int
+    backpressure: int
+
     def __init__(self) -> None:
         for name in self.__slots__:
             setattr(self, name, 0)
@@ -227,7 +237,7 @@ class Dispatcher:
         self._timers = TimerQueue()
         self._observers: list[Callable[[StepRecord], None]] = []
         self._in_flight: dict[Any, int] = {}
-        self._quiescence: dict[Any, list[Callable[[], None]]] = {}
+        self._quiescence: dict[Any, list[Callable[[], object]]] = {}
         self._cond = threading.Condition(threading.Lock())
         self._sleeping = False
         self._state = STOPPED
@@ -562,7 +572,7 @@ class Dispatcher:
         """Offloads and barrier commits of ``group`` that have not physically finished."""
         return self._in_flight.get(group, 0)
 
-    def when_quiescent(self, group: Any, callback: Callable[[], None]) -> None:
+    def when_quiescent(self, group: Any, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the loop once ``group`` has no physically running work
         (immediately if it has none). Loop thread only (reference §7.5 quiescence)."""
         self._assert_loop()
@@ -631,7 +641,7 @@ class Dispatcher:
                 except Exception as exc:  # noqa: BLE001
                     self._hook_failed(s, exc, f"the action of transition {row.index} ({row.action_names[0]})")  # type: ignore[union-attr]
                     continue
-            target = row.target  # type: ignore[union-attr]
+            target: Node = row.target  # type: ignore[union-attr,assignment]
             s.node = target
             serial = s.serial = s.serial + 1
             mode = target.mode
@@ -691,7 +701,7 @@ class Dispatcher:
                 row = cand
             else:
                 ctx = s.ctx
-                for row in cand:
+                for row in cand:  # type: ignore[union-attr]
                     guard = row.guard
                     if guard is None or bool(guard(ctx, payload)) is not row.negated:
                         break

@@ -83,8 +83,8 @@ class Operation:
         self.returned: tuple[Any, BaseException | None] | None = None
         self.submitted_at = submitted_at
         self._lock = threading.Lock()
-        self._settled_callbacks: list[Callable[[Operation], None]] = []
-        self._physical_callbacks: list[Callable[[Operation], None]] = []
+        self._settled_callbacks: list[Callable[[Operation], object]] = []
+        self._physical_callbacks: list[Callable[[Operation], object]] = []
         self._timer: TimerHandle | None = None
 
     def __repr__(self) -> str:
@@ -95,7 +95,7 @@ class Operation:
         """True once the logical outcome is fixed."""
         return self.status not in (QUEUED, RUNNING)
 
-    def add_settled_callback(self, callback: Callable[[Operation], None]) -> None:
+    def add_settled_callback(self, callback: Callable[[Operation], object]) -> None:
         """Run ``callback(op)`` once settled (now, if already settled)."""
         with self._lock:
             if not self.settled:
@@ -103,7 +103,7 @@ class Operation:
                 return
         _run_callback(callback, self)
 
-    def add_physical_callback(self, callback: Callable[[Operation], None]) -> None:
+    def add_physical_callback(self, callback: Callable[[Operation], object]) -> None:
         """Run ``callback(op)`` once the work physically returned (or will never run)."""
         with self._lock:
             if not self.physically_done:
@@ -142,7 +142,7 @@ class Operation:
             _run_callback(callback, self)
 
 
-def _run_callback(callback: Callable[[Operation], None], op: Operation) -> None:
+def _run_callback(callback: Callable[[Operation], object], op: Operation) -> None:
     try:
         callback(op)
     except Exception:  # noqa: BLE001 - isolated (reference §7.3 on_complete)

@@ -26,7 +26,7 @@ class TimerHandle:
 
     __slots__ = ("deadline", "callback", "cancelled")
 
-    def __init__(self, deadline: float, callback: Callable[[], None]) -> None:
+    def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
         self.deadline = deadline
         self.callback = callback
         self.cancelled = False
@@ -51,7 +51,7 @@ class TimerQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def schedule_at(self, deadline: float, callback: Callable[[], None]) -> TimerHandle:
+    def schedule_at(self, deadline: float, callback: Callable[[], object]) -> TimerHandle:
         """Fire ``callback`` once the clock reads ``deadline`` or later."""
         handle = TimerHandle(deadline, callback)
         heapq.heappush(self._heap, (deadline, next(self._seq), handle))
@@ -95,7 +95,7 @@ class TimerService:
         with self._cond:
             self._cond.notify_all()
 
-    def schedule(self, delay_seconds: float, callback: Callable[[], None]) -> TimerHandle:
+    def schedule(self, delay_seconds: float, callback: Callable[[], object]) -> TimerHandle:
         """Fire ``callback`` after ``delay_seconds`` on the clock; returns its handle."""
         with self._cond:
             if self._closed:

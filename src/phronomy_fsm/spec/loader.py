@@ -82,7 +82,7 @@ if getattr(yaml, "__with_libyaml__", False):  # pragma: no branch
         """CSafeLoader with YAML 1.2 booleans (see :class:`_SpecYamlLoader`)."""
 
 
-_SpecYamlLoader.yaml_implicit_resolvers = {
+_SpecYamlLoader.yaml_implicit_resolvers = {  # type: ignore[attr-defined]
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
@@ -92,7 +92,7 @@ for _first in "tTfF":
         0, ("tag:yaml.org,2002:bool", _BOOL_RX)
     )
 if _SpecYamlCLoader is not None:
-    _SpecYamlCLoader.yaml_implicit_resolvers = _SpecYamlLoader.yaml_implicit_resolvers
+    _SpecYamlCLoader.yaml_implicit_resolvers = _SpecYamlLoader.yaml_implicit_resolvers  # type: ignore[attr-defined]
 
 _SCALAR_TAGS = {
     "tag:yaml.org,2002:str",
@@ -567,10 +567,10 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
     try:
         data = reader.read(node, ())
     except _YamlProblem as problem:
-        issues = reader.issues + [
+        found = reader.issues + [
             SpecIssue(problem.code, problem.message, _render_path(problem.path), problem.loc)
         ]
-        return LoadResult(None, tuple(issues))
+        return LoadResult(None, tuple(found))
     except RecursionError:
         return LoadResult(
             None, (SpecIssue("YAML_UNSUPPORTED", "the document nests too deeply", "$", top),)

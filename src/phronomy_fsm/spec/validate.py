@@ -30,6 +30,7 @@ from phronomy_fsm.spec.model import (
     SourceLoc,
     StateKind,
     StateSpec,
+    TimeoutSpec,
     TransitionSpec,
 )
 
@@ -281,7 +282,7 @@ class _Validator:
             if timeout:
                 yield f"{owner_path}.timeout.event", timeout.event, timeout.loc
 
-    def work_owners(self) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, object]]:
+    def work_owners(self) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, TimeoutSpec | None]]:
         for s in self.spec.states:
             yield f"$.states.{s.name}", s.offload, s.barrier, s.timeout
         for t in self.spec.transitions:
@@ -388,28 +389,28 @@ class _Validator:
             base = f"$.states.{state.name}"
             yield from self.check_work_owner(base, state, state.offload, state.barrier, [state.name], state.loc)
             if state.timeout is not None:
-                t = state.timeout
+                timeout = state.timeout
                 if state.kind not in (StateKind.EXTERNAL, StateKind.WAIT):
                     yield self.issue(
                         "TIMEOUT_INVALID",
                         f"{state.kind.value} state {state.name!r} cannot wait, so a timeout never "
                         "fires there; put it on an external or wait state",
                         f"{base}.timeout",
-                        t.loc,
+                        timeout.loc,
                     )
-                if not (math.isfinite(t.seconds) and t.seconds > 0):
+                if not (math.isfinite(timeout.seconds) and timeout.seconds > 0):
                     yield self.issue(
                         "TIMEOUT_INVALID",
-                        f"timeout seconds must be a positive finite number, got {t.seconds!r}",
+                        f"timeout seconds must be a positive finite number, got {timeout.seconds!r}",
                         f"{base}.timeout.seconds",
-                        t.loc,
+                        timeout.loc,
                     )
-                if self.event_known(t.event) and not self.handled(state.name, t.event):
+                if self.event_known(timeout.event) and not self.handled(state.name, timeout.event):
                     yield self.issue(
                         "TIMEOUT_INVALID",
-                        f"state {state.name!r} has no transition for its timeout event {t.event!r}",
+                        f"state {state.name!r} has no transition for its timeout event {timeout.event!r}",
                         f"{base}.timeout.event",
-                        t.loc,
+                        timeout.loc,
                     )
         for t in self.spec.transitions:
             base = f"$.transitions[{t.index}]"

@@ -434,7 +434,7 @@ def _make_converter() -> cattrs.Converter:
         # everything else gets cattrs' generated, type-directed unstructuring.
         hints = typing.get_type_hints(cls)
         overrides = {f.name: override(unstruct_hook=_identity) for f in attrs.fields(cls) if _is_json_data(hints[f.name])}
-        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))
+        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))  # type: ignore[arg-type]
     return conv
 
 
