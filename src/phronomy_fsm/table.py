@@ -162,9 +162,20 @@ class BarrierOutcome(NamedTuple):
 
 
 #: What an offload hook returns: a callable run on a worker thread with an
-#: ``phronomy_fsm.runtime.OffloadContext``; its return value becomes the payload of the
-#: ``completed`` event, its exception the payload of ``failed``.
-OffloadWork = Callable[[Any], Any]
+#: ``phronomy_fsm.runtime.OffloadContext`` — its return value becomes the payload of the
+#: ``completed`` event, its exception the payload of ``failed`` — or a :class:`Settled`
+#: outcome when there is nothing to run.
+OffloadWork = Any
+
+class Settled(NamedTuple):
+    """What an offload hook returns when the outcome is already known and nothing
+    needs to run outside (no approval policy to ask, no filter to apply): the
+    dispatcher posts ``completed`` with ``value`` — or ``failed`` with ``error`` —
+    through the queue, without a round trip to the offload pool."""
+
+    value: Any = None
+    error: BaseException | None = None
+
 
 class PendingBarrier(NamedTuple):
     """Barrier work already started elsewhere (e.g. queued on the store's group-commit

@@ -33,7 +33,7 @@ from phronomy_fsm.store.records import (
     ExecutionRecord,
     ExecutionStatus,
 )
-from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier
+from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier, Settled
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.runtime import AgentRuntime
@@ -356,6 +356,8 @@ class AgentSessionHooks:
         filters = tuple(ctx.agent.input_filters)
         raw = ctx.raw_input
         token = ctx.cancellation
+        if not filters:  # nothing to run outside
+            return Settled(InputFilterResult(raw))
 
         def work(octx: OffloadContext) -> InputFilterResult:
             token.raise_if_cancelled()
@@ -413,6 +415,8 @@ class AgentSessionHooks:
         """Output filters off-loop on the final answer."""
         filters = tuple(ctx.agent.output_filters)
         text = ctx.last_response.content if ctx.last_response is not None else None
+        if not filters:
+            return Settled(OutputFilterResult(text))
 
         def work(octx: OffloadContext) -> OutputFilterResult:
             current = text

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.agent.invocation import ToolInvocation
 from phronomy_fsm.agent.tools import Authorization, ToolCallView, ToolContext, normalize_authorization, tool_result_text
+from phronomy_fsm.table import Settled
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.runtime import AgentRuntime
@@ -80,9 +81,10 @@ class ToolInvocationHooks:
             requires_approval=tool.requires_approval,
         )
 
+        if policy is None:  # nothing to ask: decided here, no round trip to the pool
+            return Settled(Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW)
+
         def work(octx: OffloadContext) -> Authorization:
-            if policy is None:
-                return Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW
             return normalize_authorization(policy(view))
 
         return work

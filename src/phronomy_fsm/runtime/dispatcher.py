@@ -64,7 +64,14 @@ from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.offload import Operation, OffloadPool
 from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
 from phronomy_fsm.runtime.timers import TimerQueue
-from phronomy_fsm.table import BARRIER_OUTCOMES, OUTCOME_UNKNOWN, STATE_COMPLETED, BarrierOutcome, PendingBarrier
+from phronomy_fsm.table import (
+    BARRIER_OUTCOMES,
+    OUTCOME_UNKNOWN,
+    STATE_COMPLETED,
+    BarrierOutcome,
+    PendingBarrier,
+    Settled,
+)
 
 log = logging.getLogger("phronomy_fsm.runtime")
 
@@ -892,6 +899,12 @@ class Dispatcher:
         authority = Authority(s.id, s.revision, s.node.name, s.serial, op_id)
         try:
             work = spec.prepare(s.ctx, payload)
+            if type(work) is Settled:
+                if work.error is None:
+                    self._inbox.append((None, self._apply_authorized, (authority, spec.completed, work.value)))
+                else:
+                    self._inbox.append((None, self._apply_authorized, (authority, spec.failed, work.error)))
+                return
             if not callable(work):
                 raise TypeError(f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable")
             if crashpoints.ARMED is not None:
