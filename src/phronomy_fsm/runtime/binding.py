@@ -94,12 +94,13 @@ class Node:
     ``state_completed`` (such an auto state), 2 the general entry procedure.
     """
 
-    __slots__ = ("name", "kind", "rows", "entry", "entry_names", "offload", "barrier", "timeout", "mode")
+    __slots__ = ("name", "kind", "rows", "get", "entry", "entry_names", "offload", "barrier", "timeout", "mode")
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
         self.kind = kind
         self.rows: dict[str, Row | tuple[Row, ...]] = {}
+        self.get = self.rows.get  # bound once: the dispatcher's hottest lookup
         self.entry: tuple[Hook, ...] = ()
         self.entry_names: tuple[str, ...] = ()
         self.offload: OffloadWorkSpec | None = None

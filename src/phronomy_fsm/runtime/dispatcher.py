@@ -633,7 +633,7 @@ class Dispatcher:
                     self.stats.dropped_stale += 1
                     continue
                 payload = None
-            row = s.node.rows.get(event)
+            row = s.node.get(event)
             if row.__class__ is not Row:
                 self._deliver(s, event, payload)
                 continue
