@@ -9,8 +9,12 @@ finished session are dropped — and (b) the ``transitions.Machine`` built by
 must make the same decision (fired / no-op / error), visit the same states and run the
 same actions in the same order.
 
-The reference function lives here on purpose: it will later be replaced by the real
-dispatcher (``phronomy_fsm.runtime``) driving the same tables.
+A third participant is the real dispatcher (``phronomy_fsm.runtime``) driving the same
+generated table (issue 3 "Tests"): it must agree with both on every event. Offloads and
+barriers it would start are parked (a pool that never runs work, barriers that never
+report), timers never fire (a manual clock), so only the table's semantics are compared.
+``state_completed`` posted from outside is the one deliberate difference: the dispatcher
+drops it as stale (it is the engine's own event).
 """
 
 from __future__ import annotations
@@ -26,11 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from phronomy_fsm.codegen import compile_spec
 
+from phronomy_fsm.errors import UndeclaredEventError
 from phronomy_fsm.interop import to_transitions_machine
+from phronomy_fsm.runtime import Dispatcher, ManualClock, bind_machine
+from phronomy_fsm.runtime.offload import Operation
 from phronomy_fsm.spec.loader import load_spec_text
 from phronomy_fsm.spec.model import MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file
-from phronomy_fsm.table import AUTO, FINAL, STATE_COMPLETED, MachineTable
+from phronomy_fsm.table import AUTO, FINAL, STATE_COMPLETED, MachineTable, PendingBarrier
 from tests.spec_samples import REAL_MACHINES, REAL_SPECS
 from tests.spec_strategies import dump, valid_specs
 
@@ -129,6 +136,73 @@ def machine_step(model: Model, event: str) -> tuple[str, list[str]]:
     return (FIRED if model.visited else NOOP), model.visited
 
 
+# ------------------------------------------------------------ dispatcher harness
+
+
+class _ParkingPool:
+    """An offload pool that accepts work and never runs it (offloads stay in flight)."""
+
+    def __init__(self) -> None:
+        self.ids = 0
+
+    def submit(self, fn: Any, *args: Any, name: str = "op", **kwargs: Any) -> Operation:
+        self.ids += 1
+        return Operation(self.ids, name, 0.0)
+
+    def shutdown(self, **kwargs: Any) -> None:
+        pass
+
+
+class DispatcherHarness:
+    """The real dispatcher, driven on the calling thread, with hooks that read the same
+    truth table and record the same actions as the transitions model."""
+
+    def __init__(self, table: MachineTable, truth: dict[str, bool]) -> None:
+        self.truth = truth
+        self.actions: list[str] = []
+        self.visited: list[str] = []
+        self.ended: BaseException | None = None
+        hooks = types.SimpleNamespace()
+        for guard in table.guards:
+            setattr(hooks, guard, lambda ctx, payload, g=guard: self.truth[g])
+        for action in table.actions:
+            setattr(hooks, action, lambda ctx, payload, a=action: self.actions.append(a))
+        for hook in table.offload_hooks:
+            setattr(hooks, hook, lambda ctx, payload: (lambda octx: None))
+        for barrier in table.barriers:
+            setattr(hooks, barrier, lambda ctx, payload: PendingBarrier(lambda report: None))
+        self.dispatcher = Dispatcher(pool=_ParkingPool(), clock=ManualClock())  # type: ignore[arg-type]
+        self.dispatcher.add_observer(lambda record: self.visited.append(record.target))
+        self.binding = bind_machine(table, hooks)
+        self.declared = {e.name for e in table.events}
+        self.halted_in: str | None = None
+        self.sid = self.dispatcher.start_session(self.binding, None, on_done=self._done)
+        self.dispatcher.run_until_idle(wait_for_work=False)
+
+    def _done(self, result: Any, error: BaseException | None) -> None:
+        self.ended = error
+        self.halted_in = result.state if result is not None and result.status == "halted" else None
+
+    def step(self, event: str) -> tuple[str, list[str]]:
+        self.visited = []
+        self.actions = []
+        if self.halted_in is not None and event not in self.declared:
+            return ERROR, []  # a resume start refuses an event the machine does not declare
+        if self.halted_in is not None and event != STATE_COMPLETED:
+            # a wait state halted the session; an outside call resumes it: a new
+            # incarnation starts there and fires the event (reference §1.1 resume start)
+            state, self.halted_in = self.halted_in, None
+            self.sid = self.dispatcher.start_session(self.binding, None, at_state=state, event=event, on_done=self._done)
+            accepted = True
+        else:
+            accepted = self.dispatcher.post(self.sid, event)
+        self.dispatcher.run_until_idle(wait_for_work=False)
+        if isinstance(self.ended, UndeclaredEventError):
+            return ERROR, self.visited
+        assert accepted or not self.visited
+        return (FIRED if self.visited else NOOP), self.visited
+
+
 # ------------------------------------------------------------------- driver
 
 
@@ -142,6 +216,8 @@ def run_differential(
     ref_visited = reference_enter(table, table.initial, model.truth, ref_actions)
     assert model.visited == ref_visited
     assert model.actions == ref_actions
+    engine = DispatcherHarness(table, model.truth)
+    assert engine.visited == ref_visited and engine.actions == ref_actions
     state = ref_visited[-1] if ref_visited else table.initial
     assert model.state == state  # type: ignore[attr-defined]
     all_events = [e.name for e in table.events]
@@ -163,12 +239,19 @@ def run_differential(
         )
         truth = {g: data.draw(st.booleans(), label=f"guard {g}") for g in table.guards}
         model.truth = truth
+        engine.truth = truth
         model.actions = []
         ref_actions = []
         decision, state_after, visited = reference_step(table, state, event, truth, ref_actions)
         got_decision, got_visited = machine_step(model, event)
         assert (got_decision, got_visited) == (decision, visited), (state, event, truth)
         assert model.actions == ref_actions, (state, event)
+        engine_decision, engine_visited = engine.step(event)
+        if event == STATE_COMPLETED:  # the engine's own event: dropped when posted from outside
+            assert (engine_decision, engine_visited) == (NOOP, [])
+            return
+        assert (engine_decision, engine_visited) == (decision, visited), ("dispatcher", state, event, truth)
+        assert engine.actions == ref_actions, ("dispatcher", state, event)
         if decision == ERROR:
             return  # the dispatcher ends the session here
         state = state_after
@@ -189,7 +272,7 @@ REAL = {
 @pytest.mark.parametrize("machine", REAL_MACHINES)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_real_specs_agree_with_transitions(machine: str, data: st.DataObject) -> None:
+def test_real_specs_agree_with_transitions_and_the_dispatcher(machine: str, data: st.DataObject) -> None:
     spec, table = REAL[machine]
     assert spec is not None
     run_differential(spec, table, data)
@@ -197,7 +280,7 @@ def test_real_specs_agree_with_transitions(machine: str, data: st.DataObject) ->
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(spec_data=valid_specs(), data=st.data())
-def test_generated_specs_agree_with_transitions(
+def test_generated_specs_agree_with_transitions_and_the_dispatcher(
     spec_data: dict[str, Any], data: st.DataObject
 ) -> None:
     loaded = load_spec_text(dump(spec_data))
