@@ -30,7 +30,7 @@ Modes:
 
 Usage::
 
-    python tools/crash_matrix.py [--json] [--quick] [--jobs N] [--keep-failures DIR]
+    python tools/crash_matrix.py [--json | --markdown] [--quick] [--jobs N] [--keep-failures DIR]
                                  [--during-via-fault-hook] [--scenario NAME ...]
 
 Exit status: 0 when every invariant holds, 1 otherwise, 2 on a usage error.
@@ -356,9 +356,13 @@ def summarize(
     elapsed: float,
 ) -> dict[str, Any]:
     """The matrix report (the ``--json`` output): the counters of the issue, the extra
-    checks (``agent_root_inconsistent``), ``killed_runs``, ``not_reached_runs``, ``not_wired`` (``during`` points reached by
-    no run while their ``before`` point was), ``uncovered`` (other points never
-    killed), ``per_point`` and the first violations."""
+    checks (``agent_root_inconsistent``), ``killed_runs``, ``not_reached_runs``,
+    ``not_wired`` (``during`` points reached by no run while their ``before`` point
+    was), ``uncovered`` (other points never killed), ``per_point`` and the first
+    violations. ``per_point[p]``: ``runs`` aiming at ``p`` (first or second crash),
+    ``killed`` (runs it killed), ``scenarios``, ``violations``, and for the runs
+    killed by ``p`` alone the final ``outcomes`` (status → executions) and the
+    ``operator_actions`` recovery took."""
     totals = dict.fromkeys(INVARIANTS + EXTRA_CHECKS, 0)
     for r in results:
         for k, v in r["counts"].items():
@@ -368,16 +372,17 @@ def summarize(
     for point in points:
         targeting = [r for r in results if any(base_point(c) == point for c in r["crashes"])]
         killed = [r for r in targeting if any(base_point(k) == point for k in r["killed_points"])]
+        single = [r for r in killed if len(r["crashes"]) == 1]
         per_point[point] = {
             "runs": len(targeting),
             "killed": len(killed),
             "scenarios": sorted({r["scenario"] for r in killed}),
             "violations": sum(sum(r["counts"].values()) for r in targeting),
             "outcomes": dict(
-                Counter(status for r in killed for status in r.get("final", {}).values())
+                Counter(status for r in single for status in r.get("final", {}).values())
             ),
             "operator_actions": dict(
-                Counter(x for r in killed for x in r.get("operator_actions", []))
+                Counter(x for r in single for x in r.get("operator_actions", []))
             ),
         }
     not_wired = [
@@ -435,12 +440,38 @@ def render_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def render_markdown(report: dict[str, Any]) -> str:
+    """The ``per_point`` table as Markdown (for docs/operations.md)."""
+
+    def counted(mapping: dict[str, int]) -> str:
+        return (
+            ", ".join(f"{k} {v}" for k, v in sorted(mapping.items(), key=lambda kv: -kv[1])) or "-"
+        )
+
+    lines = [
+        "| crash point | runs | killed | outcomes after recovery (single crash) | operator actions | violations |",
+        "|---|---:|---:|---|---|---:|",
+    ]
+    for point, row in report["per_point"].items():
+        if point in report["not_wired"]:
+            lines.append(f"| `{point}` | {row['runs']} | 0 | not wired | - | {row['violations']} |")
+            continue
+        lines.append(
+            f"| `{point}` | {row['runs']} | {row['killed']} | {counted(row['outcomes'])} "
+            f"| {counted(row['operator_actions'])} | {row['violations']} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(
         description="Crash-injection matrix over the generated crash points."
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print the per-point table as Markdown"
+    )
     parser.add_argument("--quick", action="store_true", help="cover every crash point once (CI)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
     parser.add_argument(
@@ -483,6 +514,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         print(json.dumps(report, sort_keys=False))
+    elif args.markdown:
+        print(render_markdown(report))
     else:
         print(render_table(report))
     return 0 if not any(report[k] for k in INVARIANTS + EXTRA_CHECKS) else 1
