@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from phronomy_fsm.spec.loader import _SpecYamlLoader
+from phronomy_fsm.spec.yaml_reader import SpecYamlLoader as _SpecYamlLoader
 from tests.spec_samples import REAL_SPECS
 
 IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True).filter(

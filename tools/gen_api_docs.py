@@ -14,6 +14,7 @@ import argparse
 import importlib
 import inspect
 import pkgutil
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,9 +66,10 @@ def methods(cls: type) -> list[tuple[str, Any]]:
 
 def _signature(obj: Any) -> str:
     try:
-        return str(inspect.signature(obj))
+        text = str(inspect.signature(obj))
     except (TypeError, ValueError):
         return "(...)"
+    return re.sub(r" at 0x[0-9a-fA-F]+>", ">", text)  # default values' reprs carry addresses
 
 
 def _doc(obj: Any) -> str:

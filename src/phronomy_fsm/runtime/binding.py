@@ -28,19 +28,19 @@ class Row:
     internal transition), and optional transition-level work."""
 
     __slots__ = (
-        "index",
+        "action",
+        "action_names",
+        "actions",
+        "barrier",
         "event",
-        "source",
-        "target",
         "guard",
         "guard_name",
-        "negated",
-        "actions",
-        "action_names",
-        "offload",
-        "barrier",
+        "index",
         "internal",
-        "action",
+        "negated",
+        "offload",
+        "source",
+        "target",
     )
 
     def __init__(self) -> None:
@@ -68,7 +68,7 @@ class Row:
 class OffloadWorkSpec:
     """A resolved offload: the preparing hook and its two outcome events."""
 
-    __slots__ = ("name", "prepare", "completed", "failed")
+    __slots__ = ("completed", "failed", "name", "prepare")
 
     def __init__(self, name: str, prepare: Hook, completed: str, failed: str) -> None:
         self.name, self.prepare, self.completed, self.failed = name, prepare, completed, failed
@@ -94,7 +94,7 @@ class Node:
     ``state_completed`` (such an auto state), 2 the general entry procedure.
     """
 
-    __slots__ = ("name", "kind", "rows", "get", "entry", "entry_names", "offload", "barrier", "timeout", "mode")
+    __slots__ = ("barrier", "entry", "entry_names", "get", "kind", "mode", "name", "offload", "rows", "timeout")
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
@@ -127,16 +127,16 @@ class MachineBinding:
     """
 
     __slots__ = (
-        "table",
+        "events",
         "hooks",
+        "ignored",
+        "initial",
         "machine",
         "nodes",
-        "initial",
-        "ignored",
-        "events",
-        "step_limit",
-        "on_transition",
         "on_barrier_outcome",
+        "on_transition",
+        "step_limit",
+        "table",
     )
 
     def __init__(
@@ -202,7 +202,7 @@ def bind_machine(
             machine=table.machine,
             missing=tuple(missing),
         )
-    resolve = lambda name: getattr(hooks, name)  # noqa: E731 - tiny local helper
+    resolve = lambda name: getattr(hooks, name)
 
     nodes: dict[str, Node] = {}
     for state in table.states:
@@ -263,10 +263,10 @@ def bind_machine(
 
 __all__ = [
     "AUTO",
+    "DEFAULT_STEP_LIMIT",
     "EXTERNAL",
     "FINAL",
     "WAIT",
-    "DEFAULT_STEP_LIMIT",
     "MachineBinding",
     "Node",
     "Row",

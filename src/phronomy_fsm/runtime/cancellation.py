@@ -33,7 +33,7 @@ class CancellationToken:
     isolated from each other (a raising callback is logged).
     """
 
-    __slots__ = ("_lock", "_callbacks", "_reason", "_timed_out", "deadline_monotonic", "_clock")
+    __slots__ = ("_callbacks", "_clock", "_lock", "_reason", "_timed_out", "deadline_monotonic")
 
     def __init__(self, *, deadline_monotonic: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._lock = threading.Lock()
@@ -77,7 +77,7 @@ class CancellationToken:
         for callback in callbacks:
             try:
                 callback(error)
-            except Exception:  # noqa: BLE001 - isolated
+            except Exception:
                 log.exception("cancellation callback raised")
         return True
 

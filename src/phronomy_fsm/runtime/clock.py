@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 
@@ -44,7 +44,7 @@ class SystemClock:
 
     def now(self) -> datetime:
         """Aware UTC now."""
-        return datetime.now(timezone.utc)
+        return datetime.now(UTC)
 
     def on_advance(self, callback: Callable[[], None]) -> None:
         """No-op: real time does not jump."""
@@ -67,7 +67,7 @@ class ManualClock:
     def __init__(self, start_monotonic: float = 0.0, start_wall: datetime | None = None) -> None:
         self._lock = threading.Lock()
         self._monotonic = start_monotonic
-        self._wall = start_wall or datetime(2026, 1, 1, tzinfo=timezone.utc)
+        self._wall = start_wall or datetime(2026, 1, 1, tzinfo=UTC)
         if self._wall.tzinfo is None:
             raise ValueError("start_wall must be timezone-aware")
         self._callbacks: list[Callable[[], None]] = []

@@ -31,14 +31,11 @@ Everything else that reads or changes live state runs on the loop thread and ass
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures as cf
 import itertools
 import logging
-import threading
-import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from phronomy_fsm.errors import (
     BackpressureError,
@@ -47,7 +44,6 @@ from phronomy_fsm.errors import (
     StepLimitError,
     UndeclaredEventError,
     UnknownSessionError,
-    WrongThreadError,
 )
 from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.binding import (
@@ -61,9 +57,17 @@ from phronomy_fsm.runtime.binding import (
     Row,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.runtime.offload import Operation, OffloadPool
-from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
-from phronomy_fsm.runtime.timers import TimerQueue
+from phronomy_fsm.runtime.loop import DRAINING, FAILED, EventLoop
+from phronomy_fsm.runtime.offload import OffloadPool, Operation
+from phronomy_fsm.runtime.session import (
+    Authority,
+    DispatcherStats,
+    OffloadContext,
+    Session,
+    SessionResult,
+    StepRecord,
+)
+from phronomy_fsm.runtime.tasks import Task
 from phronomy_fsm.table import (
     BARRIER_OUTCOMES,
     OUTCOME_UNKNOWN,
@@ -76,148 +80,12 @@ from phronomy_fsm.table import (
 log = logging.getLogger("phronomy_fsm.runtime")
 
 _SC = STATE_COMPLETED
-RUNNING = "running"
-DRAINING = "draining"
-STOPPED = "stopped"
-FAILED = "failed"
-MANUAL = "manual"
 
 FINISHED = "finished"
 HALTED = "halted"
 
 
-class Authority(NamedTuple):
-    """What a result must still match to be applied (reference §7.6)."""
-
-    session_id: int
-    revision: int | None
-    state: str
-    entry_serial: int
-    operation_id: int
-
-
-class StepRecord(NamedTuple):
-    """One transition taken, as given to observers (issue 3 item 8)."""
-
-    session_id: int
-    machine: str
-    source: str
-    event: str
-    guard: str | None
-    target: str
-    internal: bool
-    transition_index: int
-    step: int
-    monotonic: float
-
-
-class SessionResult(NamedTuple):
-    """How a session ended: ``status`` is ``finished`` (final state) or ``halted``
-    (wait state); ``state`` is where it stopped; ``context`` is its context object."""
-
-    session_id: int
-    machine: str
-    status: str
-    state: str
-    context: Any
-
-
-class DispatcherStats:
-    """Counters (read them from any thread; exact values need the loop thread)."""
-
-    __slots__ = (
-        "noops",
-        "ignored",
-        "dropped_unknown_session",
-        "dropped_stale",
-        "sessions_started",
-        "sessions_finished",
-        "sessions_halted",
-        "sessions_failed",
-        "backpressure",
-    )
-
-    noops: int
-    ignored: int
-    dropped_unknown_session: int
-    dropped_stale: int
-    sessions_started: int
-    sessions_finished: int
-    sessions_halted: int
-    sessions_failed: int
-    backpressure: int
-
-    def __init__(self) -> None:
-        for name in self.__slots__:
-            setattr(self, name, 0)
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters as a dict."""
-        return {name: getattr(self, name) for name in self.__slots__}
-
-
-class Session:
-    """One live incarnation of a machine. Touched only on the loop thread."""
-
-    __slots__ = ("id", "binding", "ctx", "node", "serial", "steps", "revision", "group", "op", "on_done", "limit")
-
-    def __init__(
-        self,
-        session_id: int,
-        binding: MachineBinding,
-        ctx: Any,
-        group: Any,
-        on_done: Callable[[SessionResult | None, BaseException | None], None] | None,
-        revision: int | None,
-        limit: int,
-    ) -> None:
-        self.id = session_id
-        self.binding = binding
-        self.ctx = ctx
-        self.node: Node = binding.initial
-        self.serial = 0
-        self.steps = 0
-        self.revision = revision
-        self.group = group
-        self.op = 0
-        self.on_done = on_done
-        self.limit = limit
-
-    @property
-    def state(self) -> str:
-        """The current state's name."""
-        return self.node.name
-
-
-class OffloadContext:
-    """Handed to offload work on its worker thread.
-
-    Attributes:
-        authority: what the result must still match when it comes back.
-        cancellation: set when the session leaves the state early (cancel, timeout);
-            work may poll ``is_stale()`` or the token to stop early, but is never
-            interrupted.
-    """
-
-    __slots__ = ("authority", "_dispatcher")
-
-    def __init__(self, dispatcher: Dispatcher, authority: Authority) -> None:
-        self._dispatcher = dispatcher
-        self.authority = authority
-
-    def emit(self, event: str, payload: Any = None) -> None:
-        """Post ``event`` to the session, applied only while this work is still
-        authoritative (used for streamed tokens). Thread-safe."""
-        self._dispatcher.post_authorized(self.authority, event, payload)
-
-    def is_stale(self) -> bool:
-        """A best-effort hint: the session has left the state this work was started
-        in (read without the loop's ordering guarantees)."""
-        s = self._dispatcher._sessions.get(self.authority.session_id)
-        return s is None or s.serial != self.authority.entry_serial
-
-
-class Dispatcher:
+class Dispatcher(EventLoop):
     """The single-threaded dispatcher loop (see the module docstring).
 
     Args:
@@ -231,156 +99,33 @@ class Dispatcher:
     """
 
     def __init__(self, *, pool: OffloadPool | None = None, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-dispatcher") -> None:
+        super().__init__(clock=clock, name=name)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else OffloadPool(clock=clock)
-        self.clock = clock
-        self.name = name
-        self._inbox: collections.deque[tuple[Any, Any, Any]] = collections.deque()
-        self._append = self._inbox.append
         self._sessions: dict[int, Session] = {}
         self._admitted: set[int] = set()
         self._ids = itertools.count(1)
         self._op_ids = itertools.count(1)
-        self._timers = TimerQueue()
         self._observers: list[Callable[[StepRecord], None]] = []
         self._in_flight: dict[Any, int] = {}
         self._quiescence: dict[Any, list[Callable[[], object]]] = {}
-        self._cond = threading.Condition(threading.Lock())
-        self._sleeping = False
-        self._state = STOPPED
-        self._thread: threading.Thread | None = None
-        self._loop_ident: int | None = None
-        self._failure: BaseException | None = None
         self._wait_for_sessions = True
         self.stats = DispatcherStats()
-        clock.on_advance(self._wake)
 
-    # ------------------------------------------------------------------ threads
-
-    @property
-    def lifecycle(self) -> str:
-        """``stopped``, ``running``, ``draining``, ``manual`` or ``failed``."""
-        return self._state
-
-    def is_loop_thread(self) -> bool:
-        """True on the thread currently running this loop."""
-        return threading.get_ident() == self._loop_ident
-
-    def _assert_loop(self) -> None:
-        if threading.get_ident() != self._loop_ident:
-            raise WrongThreadError(
-                f"{self.name}: live state may only be touched on the loop thread; post a control "
-                "message with call_soon() instead"
-            )
-
-    def start(self) -> None:
-        """Run the loop on a new daemon thread. Raises ``RuntimeError`` if running."""
-        with self._cond:
-            if self._state in (RUNNING, DRAINING, MANUAL):
-                raise RuntimeError(f"{self.name} is already running")
-            self._state = RUNNING
-            self._thread = threading.Thread(target=self._run_forever, name=self.name, daemon=True)
-        self._thread.start()
-
-    def _enter_loop(self) -> None:
-        self._loop_ident = threading.get_ident()
-        LOOP_THREADS.add(self._loop_ident)
-
-    def _leave_loop(self) -> None:
-        LOOP_THREADS.discard(threading.get_ident())
-        self._loop_ident = None
-
-    def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify()
-
-    def _post(self, item: tuple[Any, Any, Any]) -> None:
-        self._append(item)
-        if self._sleeping:
-            self._wake()
-
-    def _run_forever(self) -> None:
-        self._enter_loop()
-        try:
-            while True:
-                self._fire_timers()
-                if self._inbox:
-                    self._process(512)
-                    continue
-                with self._cond:
-                    if self._state == DRAINING and self._idle():
-                        self._state = STOPPED
-                        self._cond.notify_all()
-                        self._abort(DispatcherStoppedError(f"{self.name} stopped while this session was parked"))
-                        return
-                    if self._state == STOPPED:
-                        return
-                    self._sleeping = True
-                    if not self._inbox:
-                        deadline = self._timers.next_deadline()
-                        self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock.monotonic()))
-                    self._sleeping = False
-        except BaseException as exc:  # noqa: BLE001 - a broken loop fails every waiter
-            self._fail(exc)
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            self._leave_loop()
+    # ------------------------------------------------------------- loop hooks
 
     def _idle(self) -> bool:
-        if self._inbox or any(self._in_flight.values()):
+        if self._inbox or self._work_in_flight():
             return False
         return not self._sessions or not self._wait_for_sessions
 
-    def run_until_idle(self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0) -> int:
-        """Drive the loop on the calling thread until nothing is left to do.
+    def _work_in_flight(self) -> bool:
+        return any(self._in_flight.values())
 
-        Args:
-            wait_for_work: also wait for offloaded work and barrier commits to come
-                back (they run on worker threads) before returning.
-            timeout_seconds: give up waiting after this long (real time).
-
-        Returns:
-            The number of inbox items handled. Due timers fire as the clock allows.
-
-        Raises:
-            RuntimeError: the loop is running on its own thread.
-        """
-        with self._cond:
-            if self._state in (RUNNING, DRAINING):
-                raise RuntimeError(f"{self.name} runs on its own thread; do not drive it manually")
-            if self._state == FAILED:
-                raise DispatcherStoppedError(f"{self.name} failed", cause=repr(self._failure))
-            self._state = MANUAL
-        self._enter_loop()
-        handled = 0
-        give_up = None if timeout_seconds is None else time.monotonic() + timeout_seconds
-        try:
-            while True:
-                self._fire_timers()
-                if self._inbox:
-                    handled += self._process(1 << 30)
-                    continue
-                if wait_for_work and any(self._in_flight.values()):
-                    with self._cond:
-                        self._sleeping = True
-                        if not self._inbox:
-                            remaining = None if give_up is None else give_up - time.monotonic()
-                            if remaining is not None and remaining <= 0:
-                                raise TimeoutError(f"{self.name}: work still in flight after {timeout_seconds} s")
-                            self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
-                        self._sleeping = False
-                    continue
-                return handled
-        except BaseException as exc:
-            if not isinstance(exc, (TimeoutError, Exception)):
-                self._fail(exc)
-            raise
-        finally:
-            self._leave_loop()
-            with self._cond:
-                if self._state == MANUAL:
-                    self._state = STOPPED
+    def _abort(self, error: BaseException) -> None:
+        for s in list(self._sessions.values()):
+            self._end(s, None, error)
+        self._inbox.clear()
 
     def stop(self, *, timeout_seconds: float | None = 10.0, wait_for_sessions: bool = True) -> bool:
         """Drain: refuse new sessions, let results and events flow, stop when idle.
@@ -394,39 +139,11 @@ class Dispatcher:
         is stopped anyway and every remaining session fails with
         :class:`DispatcherStoppedError` (returns False). The owned pool is shut down.
         """
-        with self._cond:
-            self._wait_for_sessions = wait_for_sessions
-            if self._state == RUNNING:
-                self._state = DRAINING
-                self._cond.notify_all()
-            thread = self._thread
-        clean = True
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout_seconds)
-            if thread.is_alive():
-                clean = False
-                self.call_soon(self._abort, DispatcherStoppedError(f"{self.name} stopped before going idle"))
-                with self._cond:
-                    self._state = STOPPED
-                    self._cond.notify_all()
-                thread.join(5)
+        self._wait_for_sessions = wait_for_sessions
+        clean = super().stop(timeout_seconds=timeout_seconds)
         if self._own_pool:
             self.pool.shutdown(wait=False)
         return clean
-
-    def _abort(self, error: BaseException) -> None:
-        for s in list(self._sessions.values()):
-            self._end(s, None, error)
-        self._inbox.clear()
-
-    def _fail(self, exc: BaseException) -> None:
-        log.exception("%s: dispatcher loop failed", self.name, exc_info=exc)
-        self._failure = exc
-        self._state = FAILED
-        error = DispatcherStoppedError(f"{self.name} failed: {exc!r}", cause=repr(exc))
-        for s in list(self._sessions.values()):
-            self._end(s, None, error)
-        self._inbox.clear()
 
     # ------------------------------------------------------------ public API
 
@@ -520,32 +237,6 @@ class Dispatcher:
         incarnation, revision, state entry and operation). Thread-safe."""
         self._post((None, self._apply_authorized, (authority, event, payload)))
 
-    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop thread, FIFO with events. Thread-safe.
-        An exception from ``fn`` is logged; it does not stop the loop."""
-        self._post((None, self._call_isolated, (fn, args)))
-
-    def call(self, fn: Callable[..., Any], *args: Any) -> Task[Any]:
-        """Run ``fn(*args)`` on the loop thread; return a :class:`Task` for its result."""
-        task: Task[Any] = Task(getattr(fn, "__name__", "call"))
-
-        def run() -> None:
-            try:
-                task.complete(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
-                task.fail(exc)
-
-        self._post((None, run, ()))
-        return task
-
-    def call_later(self, delay_seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` on the loop after ``delay_seconds`` on the dispatcher's clock.
-        Loop thread only; returns a handle whose ``cancel()`` prevents the call."""
-        self._assert_loop()
-        return self._timers.schedule_at(
-            self.clock.monotonic() + delay_seconds, lambda: self._call_isolated(fn, args)
-        )
-
     # ---- loop-thread queries -------------------------------------------------
 
     def session_state(self, session_id: int) -> str | None:
@@ -590,17 +281,6 @@ class Dispatcher:
 
     # ----------------------------------------------------------------- loop
 
-    def _call_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        try:
-            fn(*args)
-        except Exception:  # noqa: BLE001 - a control message must not break the loop
-            log.exception("%s: control message %r raised", self.name, fn)
-
-    def _fire_timers(self) -> None:
-        if len(self._timers):
-            for handle in self._timers.pop_due(self.clock.monotonic()):
-                handle.callback()
-
     def _process(self, limit: int) -> int:
         """Handle up to ``limit`` inbox items; return how many were handled.
 
@@ -616,7 +296,7 @@ class Dispatcher:
         append = inbox.append
         get = self._sessions.get
         handled = 0
-        for handled in range(1, limit + 1):  # noqa: B007 - the count is returned
+        for handled in range(1, limit + 1):
             try:
                 sid, event, payload = pop()
             except IndexError:
@@ -663,7 +343,7 @@ class Dispatcher:
         pop = self._inbox.popleft
         get = self._sessions.get
         handled = 0
-        for handled in range(1, limit + 1):  # noqa: B007 - the count is returned
+        for handled in range(1, limit + 1):
             try:
                 sid, event, payload = pop()
             except IndexError:
@@ -744,7 +424,7 @@ class Dispatcher:
         if on_transition is not None:
             try:
                 on_transition(s.ctx, source.name, target.name)  # type: ignore[union-attr]
-            except Exception:  # noqa: BLE001 - isolated like observers
+            except Exception:
                 log.exception("%s: on_transition of %s raised", self.name, s.binding.machine)
         if row.internal:
             return
@@ -823,7 +503,7 @@ class Dispatcher:
         for observer in self._observers:
             try:
                 observer(record)
-            except Exception:  # noqa: BLE001 - observers are isolated
+            except Exception:
                 log.exception("%s: step observer raised", self.name)
 
     def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
@@ -862,7 +542,7 @@ class Dispatcher:
                 s.on_done(SessionResult(s.id, s.binding.machine, status or FINISHED, s.node.name, s.ctx), None)
             else:
                 s.on_done(None, error)
-        except Exception:  # noqa: BLE001 - completion callbacks are isolated
+        except Exception:
             log.exception("%s: on_done of session %s raised", self.name, s.id)
 
     def _hook_failed(self, s: Session, exc: BaseException, where: str) -> None:
@@ -890,7 +570,7 @@ class Dispatcher:
         for callback in self._quiescence.pop(group, ()):
             try:
                 callback()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("%s: quiescence callback raised", self.name)
 
     def _start_offload(self, s: Session, spec: OffloadWorkSpec, payload: Any) -> None:

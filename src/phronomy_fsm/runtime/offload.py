@@ -57,19 +57,19 @@ class Operation:
     """
 
     __slots__ = (
+        "_lock",
+        "_physical_callbacks",
+        "_settled_callbacks",
+        "_timer",
+        "abandoned",
+        "error",
         "id",
         "name",
-        "status",
-        "value",
-        "error",
-        "abandoned",
         "physically_done",
         "returned",
+        "status",
         "submitted_at",
-        "_lock",
-        "_settled_callbacks",
-        "_physical_callbacks",
-        "_timer",
+        "value",
     )
 
     def __init__(self, op_id: int, name: str, submitted_at: float) -> None:
@@ -145,7 +145,7 @@ class Operation:
 def _run_callback(callback: Callable[[Operation], object], op: Operation) -> None:
     try:
         callback(op)
-    except Exception:  # noqa: BLE001 - isolated (reference §7.3 on_complete)
+    except Exception:
         log.exception("offload callback raised for %r", op)
 
 

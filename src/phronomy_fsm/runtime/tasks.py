@@ -53,7 +53,7 @@ class Task(Generic[T]):
     in a callback is logged and does not affect the task or other callbacks.
     """
 
-    __slots__ = ("name", "future", "__weakref__")
+    __slots__ = ("__weakref__", "future", "name")
 
     def __init__(self, name: str = "task") -> None:
         self.name = name
@@ -141,7 +141,7 @@ class Task(Generic[T]):
         def run(_: cf.Future[T]) -> None:
             try:
                 callback(self)
-            except Exception:  # noqa: BLE001 - callbacks are isolated (reference §7.4)
+            except Exception:
                 log.exception("task %s: done callback raised", self.name)
 
         self.future.add_done_callback(run)

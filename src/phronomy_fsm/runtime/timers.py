@@ -24,7 +24,7 @@ log = logging.getLogger("phronomy_fsm.runtime")
 class TimerHandle:
     """A scheduled callback; :meth:`cancel` prevents it from firing (if not yet fired)."""
 
-    __slots__ = ("deadline", "callback", "cancelled")
+    __slots__ = ("callback", "cancelled", "deadline")
 
     def __init__(self, deadline: float, callback: Callable[[], object]) -> None:
         self.deadline = deadline
@@ -122,7 +122,7 @@ class TimerService:
             for handle in due:
                 try:
                     handle.callback()
-                except Exception:  # noqa: BLE001 - isolated
+                except Exception:
                     log.exception("timer callback raised")
 
     def close(self) -> None:

@@ -18,7 +18,6 @@ import contextlib
 import gc
 import hashlib
 import os
-import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -50,179 +49,19 @@ from phronomy_fsm.spec.model import (
     TransitionSpec,
     UnhandledPolicy,
 )
+from phronomy_fsm.spec.yaml_reader import (
+    NodeReader,
+    Path_,
+    SpecYamlCLoader,
+    SpecYamlLoader,
+    YamlProblem,
+    render_path,
+)
 
 #: Default size limit for a spec file, in bytes. A 1,000-state / 5,000-transition spec
 #: is well under 1 MiB; anything near this limit is almost certainly not a spec.
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024
-#: Deepest nesting of YAML collections accepted (specs need 5).
-MAX_DEPTH = 32
-#: Most YAML nodes visited (aliases count each time they are expanded), which bounds
-#: "billion laughs" documents.
-MAX_NODES = 2_000_000
-
 SUPPORTED_FORMATS = (1,)
-
-Path_ = tuple[str | int, ...]
-
-
-# --------------------------------------------------------------------------- YAML
-
-
-class _SpecYamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: only true/false (any case) are booleans."""
-
-
-#: The same loader on libyaml's C parser when PyYAML was built with it (10-20 times
-#: faster on large specs; libyaml refuses nesting deeper than 1000 levels, so the
-#: Cython composer cannot overflow the C stack). Both share the resolver table below.
-_SpecYamlCLoader: type | None = None
-if getattr(yaml, "__with_libyaml__", False):  # pragma: no branch
-
-    class _SpecYamlCLoader(yaml.CSafeLoader):  # type: ignore[no-redef]
-        """CSafeLoader with YAML 1.2 booleans (see :class:`_SpecYamlLoader`)."""
-
-
-_SpecYamlLoader.yaml_implicit_resolvers = {  # type: ignore[attr-defined]
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_BOOL_RX = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-for _first in "tTfF":
-    _SpecYamlLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
-        0, ("tag:yaml.org,2002:bool", _BOOL_RX)
-    )
-if _SpecYamlCLoader is not None:
-    _SpecYamlCLoader.yaml_implicit_resolvers = _SpecYamlLoader.yaml_implicit_resolvers  # type: ignore[attr-defined]
-
-_SCALAR_TAGS = {
-    "tag:yaml.org,2002:str",
-    "tag:yaml.org,2002:int",
-    "tag:yaml.org,2002:float",
-    "tag:yaml.org,2002:bool",
-    "tag:yaml.org,2002:null",
-}
-
-
-class _YamlProblem(Exception):
-    def __init__(self, code: str, message: str, path: Path_, loc: SourceLoc) -> None:
-        super().__init__(message)
-        self.code, self.message, self.path, self.loc = code, message, path, loc
-
-
-class _NodeReader:
-    """Turn a composed node graph into plain values plus a path → location table."""
-
-    def __init__(self, file: str) -> None:
-        self.file = file
-        #: path → (1-based line, 1-based column); plain tuples because a spec of
-        #: thousands of transitions has tens of thousands of nodes
-        self.locs: dict[Path_, tuple[int, int]] = {}
-        self.issues: list[SpecIssue] = []
-        self.visited = 0
-        self._constructor = _SpecYamlLoader("")
-
-    def loc(self, node: yaml.Node) -> SourceLoc:
-        mark = node.start_mark
-        return SourceLoc(self.file, mark.line + 1, mark.column + 1)
-
-    def read(self, node: yaml.Node, path: Path_, depth: int = 0) -> Any:
-        self.visited += 1
-        if self.visited > MAX_NODES:
-            raise _YamlProblem(
-                "YAML_UNSUPPORTED",
-                f"the document expands to more than {MAX_NODES} nodes (aliases?); "
-                "write the spec out without anchors",
-                path,
-                self.loc(node),
-            )
-        if depth > MAX_DEPTH:
-            raise _YamlProblem(
-                "YAML_UNSUPPORTED",
-                f"collections nest deeper than {MAX_DEPTH} levels; specs need at most 5",
-                path,
-                self.loc(node),
-            )
-        if path not in self.locs:
-            mark = node.start_mark
-            self.locs[path] = (mark.line + 1, mark.column + 1)
-        if isinstance(node, yaml.MappingNode):
-            if node.tag != "tag:yaml.org,2002:map":
-                raise _YamlProblem(
-                    "YAML_UNSUPPORTED", f"tag {node.tag!r} is not allowed in specs", path, self.loc(node)
-                )
-            result: dict[Any, Any] = {}
-            for key_node, value_node in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    raise _YamlProblem(
-                        "YAML_UNSUPPORTED",
-                        "merge keys (<<) are not allowed in specs; write the keys out",
-                        path,
-                        self.loc(key_node),
-                    )
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise _YamlProblem(
-                        "WRONG_TYPE",
-                        "a mapping key must be a plain name, not a list or mapping",
-                        path,
-                        self.loc(key_node),
-                    )
-                hashable_key = self.scalar(key_node, path)
-                key = hashable_key
-                if hashable_key in result:
-                    first = SourceLoc(self.file, *self.locs.get(path + (hashable_key,), (0, 0)))
-                    self.issues.append(
-                        SpecIssue(
-                            "DUPLICATE_KEY",
-                            f"key {key!r} appears twice in this mapping (first at line "
-                            f"{first.line}); YAML would silently keep only the last one — "
-                            "merge or rename them",
-                            _render_path(path + (hashable_key,)),
-                            self.loc(key_node),
-                        )
-                    )
-                    continue
-                mark = key_node.start_mark
-                self.locs[path + (hashable_key,)] = (mark.line + 1, mark.column + 1)
-                result[hashable_key] = self.read(value_node, path + (hashable_key,), depth + 1)
-            return result
-        if isinstance(node, yaml.SequenceNode):
-            if node.tag != "tag:yaml.org,2002:seq":
-                raise _YamlProblem(
-                    "YAML_UNSUPPORTED", f"tag {node.tag!r} is not allowed in specs", path, self.loc(node)
-                )
-            items = []
-            for index, item in enumerate(node.value):
-                items.append(self.read(item, path + (index,), depth + 1))
-            return items
-        return self.scalar(node, path)
-
-    def scalar(self, node: yaml.Node, path: Path_) -> Any:
-        if node.tag not in _SCALAR_TAGS:
-            raise _YamlProblem(
-                "YAML_UNSUPPORTED",
-                f"tag {node.tag!r} is not allowed in specs (only plain strings, numbers, "
-                "true/false and null)",
-                path,
-                self.loc(node),
-            )
-        if node.tag == "tag:yaml.org,2002:str":
-            return node.value  # what SafeConstructor.construct_yaml_str returns, without its overhead
-        try:
-            return self._constructor.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError, OverflowError) as exc:
-            raise _YamlProblem("YAML_SYNTAX", f"bad scalar: {exc}", path, self.loc(node)) from None
-
-
-def _render_path(path: Path_) -> str:
-    out = "$"
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif isinstance(part, str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part):
-            out += f".{part}"
-        else:
-            out += f"[{part!r}]"
-    return out
 
 
 # ---------------------------------------------------------------- cattrs converter
@@ -529,9 +368,9 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
     """Parse and shape a decoded document (see :func:`load_spec_text`)."""
     top = SourceLoc(source_name, 1, 1)
     sha = hashlib.sha256(raw).hexdigest()
-    reader = _NodeReader(source_name)
+    reader = NodeReader(source_name)
     try:
-        loader = (_SpecYamlCLoader or _SpecYamlLoader)(decoded)
+        loader = (SpecYamlCLoader or SpecYamlLoader)(decoded)
         try:
             node = loader.get_single_node()
         finally:
@@ -547,7 +386,7 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
     except yaml.reader.ReaderError as exc:
         # a character YAML does not allow (control characters): locate it by position
         # (libyaml counts UTF-8 bytes, PyYAML's reader counts characters)
-        if _SpecYamlCLoader is not None:
+        if SpecYamlCLoader is not None:
             before = raw[: exc.position].decode("utf-8", "replace")
         else:
             before = decoded[: exc.position]
@@ -566,9 +405,9 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
         )
     try:
         data = reader.read(node, ())
-    except _YamlProblem as problem:
+    except YamlProblem as problem:
         found = reader.issues + [
-            SpecIssue(problem.code, problem.message, _render_path(problem.path), problem.loc)
+            SpecIssue(problem.code, problem.message, render_path(problem.path), problem.loc)
         ]
         return LoadResult(None, tuple(found))
     except RecursionError:
@@ -628,7 +467,7 @@ def _structure(
             SpecIssue(
                 "WRONG_TYPE",
                 f"expected a mapping with keys {', '.join(_visible_keys(cls))}, got {_describe(value)}",
-                _render_path(path),
+                render_path(path),
                 located.at(path),
             )
         )
@@ -641,7 +480,7 @@ def _structure(
         return _CONVERTER.structure(payload, cls)
     except Exception as exc:  # noqa: BLE001 - cattrs reports every problem in a group
         for code, message, sub_path in _flatten_cattrs_error(exc, cls, path):
-            issues.append(SpecIssue(code, message, _render_path(sub_path), located.at(sub_path)))
+            issues.append(SpecIssue(code, message, render_path(sub_path), located.at(sub_path)))
         return None
 
 
@@ -674,7 +513,7 @@ def _build_machine(
                 SpecIssue(
                     "UNKNOWN_KEY",
                     f"unknown top-level key {key!r}; allowed keys: {', '.join(ALLOWED_KEYS['machine'])}",
-                    _render_path((key,)),
+                    render_path((key,)),
                     located.at((key,)),
                 )
             )
@@ -692,7 +531,7 @@ def _build_machine(
         try:
             return kind(data[key], None)
         except TypeError as exc:
-            issues.append(SpecIssue("WRONG_TYPE", f"{key}: {exc}", _render_path((key,)), located.at((key,))))
+            issues.append(SpecIssue("WRONG_TYPE", f"{key}: {exc}", render_path((key,)), located.at((key,))))
             ok = False
             return default
 
@@ -722,7 +561,7 @@ def _build_machine(
                 SpecIssue(
                     "WRONG_TYPE",
                     f"{key}: expected a mapping of name to definition, got {_describe(value)}",
-                    _render_path((key,)),
+                    render_path((key,)),
                     located.at((key,)),
                 )
             )
@@ -738,7 +577,7 @@ def _build_machine(
             SpecIssue(
                 "WRONG_TYPE",
                 f"{section} names must be strings, got {_describe(name)}; quote it or rename it",
-                _render_path((section, name)),
+                render_path((section, name)),
                 located.at((section, name)),
             )
         )

@@ -22,6 +22,7 @@ import attrs
 
 from phronomy_fsm.spec.issues import SpecIssue, sort_issues
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
+from phronomy_fsm.spec.yaml_reader import render_path
 from phronomy_fsm.spec.model import (
     STATE_COMPLETED,
     BarrierSpec,
@@ -33,6 +34,11 @@ from phronomy_fsm.spec.model import (
     TimeoutSpec,
     TransitionSpec,
 )
+
+def _path(section: str, name: str) -> str:
+    """The document path of a named state or event, in the loader's notation."""
+    return render_path((section, name))
+
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PAYLOAD_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\[[A-Za-z0-9_., \[\]|]*\])?\Z")
@@ -187,7 +193,7 @@ class _Validator:
                     "INVALID_NAME",
                     f"payload type {event.payload!r} of event {event.name!r} is not a type name "
                     "(a dotted identifier such as 'agent.LLMResult')",
-                    f"$.events.{event.name}.payload",
+                    _path("events", event.name) + ".payload",
                     event.loc,
                 )
         # hook names: guards, actions, offload hooks and barriers share the namespace
@@ -210,7 +216,7 @@ class _Validator:
 
     def hook_uses(self) -> Iterator[tuple[str, str, str, SourceLoc]]:
         for state in self.spec.states:
-            base = f"$.states.{state.name}"
+            base = _path("states", state.name)
             for i, action in enumerate(state.entry):
                 yield action, "action", f"{base}.entry[{i}]", state.loc
             if state.offload:
@@ -284,7 +290,7 @@ class _Validator:
 
     def work_owners(self) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, TimeoutSpec | None]]:
         for s in self.spec.states:
-            yield f"$.states.{s.name}", s.offload, s.barrier, s.timeout
+            yield _path("states", s.name), s.offload, s.barrier, s.timeout
         for t in self.spec.transitions:
             yield f"$.transitions[{t.index}]", t.offload, t.barrier, None
 
@@ -303,7 +309,7 @@ class _Validator:
             yield self.issue(
                 "MULTIPLE_INITIAL_STATES",
                 f"state {extra.name!r} is also marked initial (first: {initial[0].name!r}); keep one",
-                f"$.states.{extra.name}.initial",
+                _path("states", extra.name) + ".initial",
                 extra.loc,
             )
         for state in initial[:1]:
@@ -312,7 +318,7 @@ class _Validator:
                     "INITIAL_STATE_KIND",
                     f"initial state {state.name!r} is a {state.kind.value} state; a session must be "
                     "able to start running there (use auto or external)",
-                    f"$.states.{state.name}.kind",
+                    _path("states", state.name) + ".kind",
                     state.loc,
                 )
         if not any(s.is_final for s in self.spec.states):
@@ -338,7 +344,7 @@ class _Validator:
                     "FINAL_STATE_EXIT",
                     f"final state {state.name!r} declares entry work; a final state only ends the "
                     "session — move the work to the transition into it",
-                    f"$.states.{state.name}",
+                    _path("states", state.name),
                     state.loc,
                 )
 
@@ -350,7 +356,7 @@ class _Validator:
             yield self.issue(
                 "STATE_COMPLETED_MISUSE",
                 "state_completed is posted by the engine without a payload; remove 'payload'",
-                f"$.events.{STATE_COMPLETED}.payload",
+                _path("events", STATE_COMPLETED) + ".payload",
                 declared.loc,
             )
         for t in self.spec.transitions:
@@ -386,7 +392,7 @@ class _Validator:
 
     def check_work(self) -> Iterator[SpecIssue]:
         for state in self.spec.states:
-            base = f"$.states.{state.name}"
+            base = _path("states", state.name)
             yield from self.check_work_owner(base, state, state.offload, state.barrier, [state.name], state.loc)
             if state.timeout is not None:
                 timeout = state.timeout
@@ -552,7 +558,7 @@ class _Validator:
                     "AUTO_NOT_EXHAUSTIVE",
                     f"auto state {state.name!r} {what}; add a last unguarded row so the session "
                     "always moves on",
-                    f"$.states.{state.name}",
+                    _path("states", state.name),
                     state.loc,
                 )
         # cycles of auto states linked by state_completed rows (Tarjan's SCC)
@@ -572,7 +578,7 @@ class _Validator:
                     "AUTO_CYCLE",
                     f"auto states {cycle} form a cycle that runs without outside input; make one of "
                     "them external or break the cycle",
-                    f"$.states.{first}",
+                    _path("states", first),
                     self.states[first].loc,
                 )
 
@@ -597,7 +603,7 @@ class _Validator:
                         "UNREACHABLE_STATE",
                         f"state {state.name!r} cannot be reached from the initial state "
                         f"{initial[0].name!r}; add a transition into it or remove it",
-                        f"$.states.{state.name}",
+                        _path("states", state.name),
                         state.loc,
                     )
         finals = [s.name for s in self.spec.states if s.is_final]
@@ -612,7 +618,7 @@ class _Validator:
                     "WAIT_STATE_NO_EXIT",
                     f"wait state {state.name!r} has no transition out; the outside call that resumes "
                     "it needs an event to fire — add one",
-                    f"$.states.{state.name}",
+                    _path("states", state.name),
                     state.loc,
                 )
                 continue
@@ -620,7 +626,7 @@ class _Validator:
                 "TRAP_STATE",
                 f"no path leads from state {state.name!r} to a final state; a session entering it "
                 "could never end — add a way out",
-                f"$.states.{state.name}",
+                _path("states", state.name),
                 state.loc,
             )
 
@@ -664,13 +670,13 @@ class _Validator:
                 yield self.issue(
                     "UNUSED_EVENT",
                     f"event {event.name!r} is declared but no transition uses it",
-                    f"$.events.{event.name}",
+                    _path("events", event.name),
                     event.loc,
                 )
         for state in self.spec.states:
             if not state.description.strip():
                 yield self.issue(
-                    "MISSING_DESCRIPTION", f"state {state.name!r} has no description", f"$.states.{state.name}", state.loc
+                    "MISSING_DESCRIPTION", f"state {state.name!r} has no description", _path("states", state.name), state.loc
                 )
         for t in self.spec.transitions:
             if not t.description.strip():

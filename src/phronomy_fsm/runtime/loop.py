@@ -1,0 +1,274 @@
+"""The event loop under the dispatcher: one thread, a FIFO inbox, timers, lifecycle.
+
+Reference §7.1 (EventLoop). An :class:`EventLoop` owns the thread that runs it (or the
+caller's thread, in :meth:`~EventLoop.run_until_idle`), a FIFO inbox of ``(None, fn,
+args)`` control messages (subclasses add their own items), timers on the injectable
+clock fired at the top of each turn, and the lifecycle running → draining → stopped
+(or failed). It knows nothing of sessions: :class:`phronomy_fsm.runtime.dispatcher.Dispatcher`
+builds on it.
+
+Concurrency: :meth:`~EventLoop.call_soon`, :meth:`~EventLoop.call`,
+:meth:`~EventLoop.start` and :meth:`~EventLoop.stop` may be called from any thread;
+:meth:`~EventLoop.call_later` and everything that touches loop state only on the loop
+thread (asserted with :class:`~phronomy_fsm.errors.WrongThreadError`).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from phronomy_fsm.errors import DispatcherStoppedError, WrongThreadError
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
+from phronomy_fsm.runtime.timers import TimerQueue
+
+log = logging.getLogger("phronomy_fsm.runtime")
+
+RUNNING = "running"
+DRAINING = "draining"
+STOPPED = "stopped"
+FAILED = "failed"
+MANUAL = "manual"
+
+
+class EventLoop:
+    """A single-threaded loop with a FIFO inbox and timers (see the module docstring).
+
+    Args:
+        clock: the clock timers read (a manual clock wakes the loop when advanced).
+        name: the loop thread's name.
+    """
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-loop") -> None:
+        self.clock = clock
+        self.name = name
+        self._inbox: collections.deque[tuple[Any, Any, Any]] = collections.deque()
+        self._append = self._inbox.append
+        self._timers = TimerQueue()
+        self._cond = threading.Condition(threading.Lock())
+        self._sleeping = False
+        self._state = STOPPED
+        self._thread: threading.Thread | None = None
+        self._loop_ident: int | None = None
+        self._failure: BaseException | None = None
+        clock.on_advance(self._wake)
+
+    # ------------------------------------------------------------------ threads
+
+    @property
+    def lifecycle(self) -> str:
+        """``stopped``, ``running``, ``draining``, ``manual`` or ``failed``."""
+        return self._state
+
+    def is_loop_thread(self) -> bool:
+        """True on the thread currently running this loop."""
+        return threading.get_ident() == self._loop_ident
+
+    def _assert_loop(self) -> None:
+        if threading.get_ident() != self._loop_ident:
+            raise WrongThreadError(
+                f"{self.name}: live state may only be touched on the loop thread; post a control "
+                "message with call_soon() instead"
+            )
+
+    def start(self) -> None:
+        """Run the loop on a new daemon thread. Raises ``RuntimeError`` if running."""
+        with self._cond:
+            if self._state in (RUNNING, DRAINING, MANUAL):
+                raise RuntimeError(f"{self.name} is already running")
+            self._state = RUNNING
+            self._thread = threading.Thread(target=self._run_forever, name=self.name, daemon=True)
+        self._thread.start()
+
+    def _enter_loop(self) -> None:
+        self._loop_ident = threading.get_ident()
+        LOOP_THREADS.add(self._loop_ident)
+
+    def _leave_loop(self) -> None:
+        LOOP_THREADS.discard(threading.get_ident())
+        self._loop_ident = None
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    def _post(self, item: tuple[Any, Any, Any]) -> None:
+        self._append(item)
+        if self._sleeping:
+            self._wake()
+
+    def _run_forever(self) -> None:
+        self._enter_loop()
+        try:
+            while True:
+                self._fire_timers()
+                if self._inbox:
+                    self._process(512)
+                    continue
+                with self._cond:
+                    if self._state == DRAINING and self._idle():
+                        self._state = STOPPED
+                        self._cond.notify_all()
+                        self._abort(DispatcherStoppedError(f"{self.name} stopped while this was parked"))
+                        return
+                    if self._state == STOPPED:
+                        return
+                    self._sleeping = True
+                    if not self._inbox:
+                        deadline = self._timers.next_deadline()
+                        self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock.monotonic()))
+                    self._sleeping = False
+        except BaseException as exc:
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._leave_loop()
+
+    # hooks for subclasses -------------------------------------------------------
+
+    def _process(self, limit: int) -> int:
+        """Handle up to ``limit`` inbox items (control messages only here)."""
+        handled = 0
+        pop = self._inbox.popleft
+        for handled in range(1, limit + 1):
+            try:
+                _, fn, args = pop()
+            except IndexError:
+                return handled - 1
+            fn(*args)
+        return handled
+
+    def _idle(self) -> bool:
+        """True when a draining loop may stop (nothing queued, nothing in flight)."""
+        return not self._inbox and not self._work_in_flight()
+
+    def _work_in_flight(self) -> bool:
+        """True while work started by the loop has not come back."""
+        return False
+
+    def _abort(self, error: BaseException) -> None:
+        """End whatever is left when the loop stops or fails."""
+        self._inbox.clear()
+
+    def run_until_idle(self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0) -> int:
+        """Drive the loop on the calling thread until nothing is left to do.
+
+        Args:
+            wait_for_work: also wait for offloaded work and barrier commits to come
+                back (they run on worker threads) before returning.
+            timeout_seconds: give up waiting after this long (real time).
+
+        Returns:
+            The number of inbox items handled. Due timers fire as the clock allows.
+
+        Raises:
+            RuntimeError: the loop is running on its own thread.
+        """
+        with self._cond:
+            if self._state in (RUNNING, DRAINING):
+                raise RuntimeError(f"{self.name} runs on its own thread; do not drive it manually")
+            if self._state == FAILED:
+                raise DispatcherStoppedError(f"{self.name} failed", cause=repr(self._failure))
+            self._state = MANUAL
+        self._enter_loop()
+        handled = 0
+        give_up = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        try:
+            while True:
+                self._fire_timers()
+                if self._inbox:
+                    handled += self._process(1 << 30)
+                    continue
+                if wait_for_work and self._work_in_flight():
+                    with self._cond:
+                        self._sleeping = True
+                        if not self._inbox:
+                            remaining = None if give_up is None else give_up - time.monotonic()
+                            if remaining is not None and remaining <= 0:
+                                raise TimeoutError(f"{self.name}: work still in flight after {timeout_seconds} s")
+                            self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
+                        self._sleeping = False
+                    continue
+                return handled
+        except BaseException as exc:
+            if not isinstance(exc, (TimeoutError, Exception)):
+                self._fail(exc)
+            raise
+        finally:
+            self._leave_loop()
+            with self._cond:
+                if self._state == MANUAL:
+                    self._state = STOPPED
+
+    def stop(self, *, timeout_seconds: float | None = 10.0) -> bool:
+        """Drain: refuse new admissions, let queued work flow, stop when idle.
+
+        Returns True if the loop stopped idle within ``timeout_seconds``; otherwise it
+        is stopped anyway and what is left is aborted (returns False)."""
+        with self._cond:
+            if self._state == RUNNING:
+                self._state = DRAINING
+                self._cond.notify_all()
+            thread = self._thread
+        clean = True
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout_seconds)
+            if thread.is_alive():
+                clean = False
+                self.call_soon(self._abort, DispatcherStoppedError(f"{self.name} stopped before going idle"))
+                with self._cond:
+                    self._state = STOPPED
+                    self._cond.notify_all()
+                thread.join(5)
+        return clean
+
+    def _fail(self, exc: BaseException) -> None:
+        log.exception("%s: loop failed", self.name, exc_info=exc)
+        self._failure = exc
+        self._state = FAILED
+        self._abort(DispatcherStoppedError(f"{self.name} failed: {exc!r}", cause=repr(exc)))
+
+    # ------------------------------------------------------------ control messages
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop thread, FIFO with events. Thread-safe.
+        An exception from ``fn`` is logged; it does not stop the loop."""
+        self._post((None, self._call_isolated, (fn, args)))
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Task[Any]:
+        """Run ``fn(*args)`` on the loop thread; return a :class:`Task` for its result."""
+        task: Task[Any] = Task(getattr(fn, "__name__", "call"))
+
+        def run() -> None:
+            try:
+                task.complete(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - delivered to the caller
+                task.fail(exc)
+
+        self._post((None, run, ()))
+        return task
+
+    def call_later(self, delay_seconds: float, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the loop after ``delay_seconds`` on the dispatcher's clock.
+        Loop thread only; returns a handle whose ``cancel()`` prevents the call."""
+        self._assert_loop()
+        return self._timers.schedule_at(
+            self.clock.monotonic() + delay_seconds, lambda: self._call_isolated(fn, args)
+        )
+
+    def _call_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        try:
+            fn(*args)
+        except Exception:
+            log.exception("%s: control message %r raised", self.name, fn)
+
+    def _fire_timers(self) -> None:
+        if len(self._timers):
+            for handle in self._timers.pop_due(self.clock.monotonic()):
+                handle.callback()

@@ -1,0 +1,148 @@
+"""Session values of the dispatcher: authorities, step records, results, counters,
+the live session object and the context handed to offloaded work.
+
+Owns no behaviour beyond tiny accessors; :mod:`phronomy_fsm.runtime.dispatcher` runs
+sessions. Reference §7.6 (the authority a result must still match) and issue 3 item 8
+(the step record given to observers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from phronomy_fsm.runtime.binding import MachineBinding, Node
+
+if TYPE_CHECKING:
+    from phronomy_fsm.runtime.dispatcher import Dispatcher
+
+
+class Authority(NamedTuple):
+    """What a result must still match to be applied (reference §7.6)."""
+
+    session_id: int
+    revision: int | None
+    state: str
+    entry_serial: int
+    operation_id: int
+
+
+class StepRecord(NamedTuple):
+    """One transition taken, as given to observers (issue 3 item 8)."""
+
+    session_id: int
+    machine: str
+    source: str
+    event: str
+    guard: str | None
+    target: str
+    internal: bool
+    transition_index: int
+    step: int
+    monotonic: float
+
+
+class SessionResult(NamedTuple):
+    """How a session ended: ``status`` is ``finished`` (final state) or ``halted``
+    (wait state); ``state`` is where it stopped; ``context`` is its context object."""
+
+    session_id: int
+    machine: str
+    status: str
+    state: str
+    context: Any
+
+
+class DispatcherStats:
+    """Counters (read them from any thread; exact values need the loop thread)."""
+
+    __slots__ = (
+        "backpressure",
+        "dropped_stale",
+        "dropped_unknown_session",
+        "ignored",
+        "noops",
+        "sessions_failed",
+        "sessions_finished",
+        "sessions_halted",
+        "sessions_started",
+    )
+
+    noops: int
+    ignored: int
+    dropped_unknown_session: int
+    dropped_stale: int
+    sessions_started: int
+    sessions_finished: int
+    sessions_halted: int
+    sessions_failed: int
+    backpressure: int
+
+    def __init__(self) -> None:
+        for name in self.__slots__:
+            setattr(self, name, 0)
+
+    def as_dict(self) -> dict[str, int]:
+        """The counters as a dict."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+class Session:
+    """One live incarnation of a machine. Touched only on the loop thread."""
+
+    __slots__ = ("binding", "ctx", "group", "id", "limit", "node", "on_done", "op", "revision", "serial", "steps")
+
+    def __init__(
+        self,
+        session_id: int,
+        binding: MachineBinding,
+        ctx: Any,
+        group: Any,
+        on_done: Callable[[SessionResult | None, BaseException | None], None] | None,
+        revision: int | None,
+        limit: int,
+    ) -> None:
+        self.id = session_id
+        self.binding = binding
+        self.ctx = ctx
+        self.node: Node = binding.initial
+        self.serial = 0
+        self.steps = 0
+        self.revision = revision
+        self.group = group
+        self.op = 0
+        self.on_done = on_done
+        self.limit = limit
+
+    @property
+    def state(self) -> str:
+        """The current state's name."""
+        return self.node.name
+
+
+class OffloadContext:
+    """Handed to offload work on its worker thread.
+
+    Attributes:
+        authority: what the result must still match when it comes back.
+        cancellation: set when the session leaves the state early (cancel, timeout);
+            work may poll ``is_stale()`` or the token to stop early, but is never
+            interrupted.
+    """
+
+    __slots__ = ("_dispatcher", "authority")
+
+    def __init__(self, dispatcher: Dispatcher, authority: Authority) -> None:
+        self._dispatcher = dispatcher
+        self.authority = authority
+
+    def emit(self, event: str, payload: Any = None) -> None:
+        """Post ``event`` to the session, applied only while this work is still
+        authoritative (used for streamed tokens). Thread-safe."""
+        self._dispatcher.post_authorized(self.authority, event, payload)
+
+    def is_stale(self) -> bool:
+        """A best-effort hint: the session has left the state this work was started
+        in (read without the loop's ordering guarantees)."""
+        s = self._dispatcher._sessions.get(self.authority.session_id)
+        return s is None or s.serial != self.authority.entry_serial
