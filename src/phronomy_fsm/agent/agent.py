@@ -23,7 +23,15 @@ from phronomy_fsm.agent.invocation import Invocation
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
 from phronomy_fsm.agent.tools import ApprovalPolicy, Tool
-from phronomy_fsm.agent.types import AbortReason, AgentEvent, AgentResult, ApprovalDecision, Message, Resolution, ToolSpec
+from phronomy_fsm.agent.types import (
+    AbortReason,
+    AgentEvent,
+    AgentResult,
+    ApprovalDecision,
+    Message,
+    Resolution,
+    ToolSpec,
+)
 from phronomy_fsm.errors import (
     AgentBusyError,
     AgentClosedError,

@@ -16,7 +16,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.agent.durable import LLMFact, ToolFact
-from phronomy_fsm.agent.types import AbortReason, ApprovalDecision, LLMResponse, Message, Resolution, ToolCall, Usage
+from phronomy_fsm.agent.types import (
+    AbortReason,
+    ApprovalDecision,
+    LLMResponse,
+    Message,
+    Resolution,
+    ToolCall,
+    Usage,
+)
 from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.store.records import ApprovalRequest, ExecutionRecord, RecoveryDescriptor
 
@@ -41,20 +49,20 @@ class ToolInvocation:
     """
 
     __slots__ = (
-        "parent",
-        "tool_invocation_id",
-        "call",
-        "llm_call_id",
-        "tool",
         "arguments",
-        "error",
-        "result",
-        "content",
-        "status",
         "authorization",
-        "rejected_by",
-        "session_id",
+        "call",
+        "content",
+        "error",
         "journaled",
+        "llm_call_id",
+        "parent",
+        "rejected_by",
+        "result",
+        "session_id",
+        "status",
+        "tool",
+        "tool_invocation_id",
     )
 
     def __init__(self, parent: Invocation, tool_invocation_id: str, call: ToolCall, llm_call_id: str, tool: Tool | None) -> None:

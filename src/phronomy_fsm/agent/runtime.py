@@ -42,7 +42,8 @@ from phronomy_fsm.generated import agent_session, execution_admission, tool_invo
 from phronomy_fsm.runtime import Dispatcher, OffloadPool, SessionResult, bind_machine
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
-from phronomy_fsm.table import CONFLICT, NOT_COMMITTED as OUTCOME_NOT_COMMITTED, OUTCOME_UNKNOWN, BarrierOutcome, PendingBarrier
+from phronomy_fsm.table import CONFLICT, OUTCOME_UNKNOWN, BarrierOutcome, PendingBarrier
+from phronomy_fsm.table import NOT_COMMITTED as OUTCOME_NOT_COMMITTED
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent

@@ -400,7 +400,7 @@ class AgentSessionHooks:
                 response = provider.complete(request, on_token=on_token if request.stream else None, cancellation=token)
             except (LLMError, Cancelled):
                 raise
-            except Exception as exc:  # noqa: BLE001 - every provider failure is an LLM failure
+            except Exception as exc:
                 raise LLMError(f"provider failed: {type(exc).__name__}: {exc}", llm_call_id=request.llm_call_id) from exc
             if not isinstance(response, LLMResponse) or response.llm_call_id != request.llm_call_id:
                 raise LLMError(
@@ -430,6 +430,19 @@ class AgentSessionHooks:
         return work
 
     # ----------------------------------------------------------------- barriers
+
+    @staticmethod
+    def _pending_records(
+        ctx: Invocation, now: Any, *, context: bool = True
+    ) -> tuple[list[Any], tuple[LLMFact, ...], tuple[ToolInvocation, ...]]:
+        """Journal records for the facts not journaled yet (LLM responses, finished
+        tool calls), and those facts — acknowledged once the barrier commits."""
+        facts = tuple(ctx.llm_facts)
+        finished = tuple(ctx.pending_tool_facts())
+        agent_id = ctx.agent.agent_id
+        records = durable.llm_records(agent_id, ctx.execution_id, facts, now, context=context)
+        records += durable.tool_records(agent_id, ctx.execution_id, (c.fact() for c in finished), now, context=context)
+        return records, facts, finished
 
     def _submit(self, ctx: Invocation, prepared: PreparedCommit) -> PendingBarrier:
         return self.runtime.submit_barrier(ctx.agent.store, prepared)
@@ -482,7 +495,7 @@ class AgentSessionHooks:
         now = self.runtime.now()
         execution = ctx.execution
         assert execution is not None
-        facts = tuple(ctx.llm_facts)
+        records, facts, finished = self._pending_records(ctx, now)
         updated = execution.advance(
             now=now,
             phase="dispatching_tools",
@@ -490,9 +503,6 @@ class AgentSessionHooks:
             tool_batch=durable.batch_entries(ctx.children),
             recovery=None,
         )
-        records = durable.llm_records(ctx.agent.agent_id, ctx.execution_id, facts, now)
-        finished = tuple(c for c in ctx.pending_tool_facts())
-        records += durable.tool_records(ctx.agent.agent_id, ctx.execution_id, (c.fact() for c in finished), now)
         commit = durable.make_commit("tool_dispatch", updated, execution.revision, ctx.agent.root, records, now)
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
@@ -501,10 +511,7 @@ class AgentSessionHooks:
         now = self.runtime.now()
         execution = ctx.execution
         assert execution is not None
-        facts = tuple(ctx.llm_facts)
-        finished = tuple(ctx.pending_tool_facts())
-        records = durable.llm_records(ctx.agent.agent_id, ctx.execution_id, facts, now)
-        records += durable.tool_records(ctx.agent.agent_id, ctx.execution_id, (c.fact() for c in finished), now)
+        records, facts, finished = self._pending_records(ctx, now)
         updated = execution.advance(
             now=now,
             phase="calling_llm",
@@ -533,10 +540,7 @@ class AgentSessionHooks:
             if c.status == "awaiting_approval"
         ]
         request = durable.approval_request_for(ctx.execution_id, items, now)
-        facts = tuple(ctx.llm_facts)
-        finished = tuple(ctx.pending_tool_facts())
-        records = durable.llm_records(ctx.agent.agent_id, ctx.execution_id, facts, now)
-        records += durable.tool_records(ctx.agent.agent_id, ctx.execution_id, (c.fact() for c in finished), now)
+        records, facts, finished = self._pending_records(ctx, now)
         records.append(
             durable.audit_record(
                 ctx.agent.agent_id,
@@ -582,10 +586,7 @@ class AgentSessionHooks:
         agent_id = ctx.agent.agent_id
         outcome = ctx.outcome
         succeeded = outcome in ("completed", "rejected", "handed_off")
-        facts = tuple(ctx.llm_facts)
-        finished = tuple(ctx.pending_tool_facts())
-        records = durable.llm_records(agent_id, ctx.execution_id, facts, now, context=succeeded)
-        records += durable.tool_records(agent_id, ctx.execution_id, (c.fact() for c in finished), now, context=succeeded)
+        records, facts, finished = self._pending_records(ctx, now, context=succeeded)
         metadata = dict(execution.metadata)
         changes: dict[str, Any] = {
             "status": TERMINAL_STATUS[outcome],

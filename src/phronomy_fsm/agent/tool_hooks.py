@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.agent.invocation import ToolInvocation
-from phronomy_fsm.agent.tools import Authorization, ToolCallView, ToolContext, normalize_authorization, tool_result_text
+from phronomy_fsm.agent.tools import (
+    Authorization,
+    ToolCallView,
+    ToolContext,
+    normalize_authorization,
+    tool_result_text,
+)
 from phronomy_fsm.table import Settled
 
 if TYPE_CHECKING:

@@ -15,7 +15,16 @@ from collections.abc import Callable
 from typing import Any
 
 from phronomy_fsm.errors import MissingHookError
-from phronomy_fsm.table import AUTO, EXTERNAL, FINAL, STATE_KINDS, WAIT, BarrierRow, MachineTable
+from phronomy_fsm.table import (
+    AUTO,
+    EXTERNAL,
+    FINAL,
+    STATE_KINDS,
+    WAIT,
+    BarrierRow,
+    MachineTable,
+    OffloadRow,
+)
 
 Hook = Callable[[Any, Any], Any]
 
@@ -163,6 +172,18 @@ class MachineBinding:
         return f"<MachineBinding {self.machine} ({len(self.nodes)} states)>"
 
 
+def _offload_work(offload: OffloadRow | None, resolve: Callable[[str], Hook]) -> OffloadWorkSpec | None:
+    if offload is None:
+        return None
+    return OffloadWorkSpec(offload.hook, resolve(offload.hook), offload.completed, offload.failed)
+
+
+def _barrier_work(barrier: BarrierRow | None, resolve: Callable[[str], Hook]) -> BarrierWorkSpec | None:
+    if barrier is None:
+        return None
+    return BarrierWorkSpec(barrier.name, resolve(barrier.name), barrier)
+
+
 def bind_machine(
     table: MachineTable,
     hooks: Any,
@@ -211,11 +232,8 @@ def bind_machine(
         node = Node(state.name, state.kind)
         node.entry = tuple(resolve(a) for a in state.entry)
         node.entry_names = tuple(state.entry)
-        if state.offload is not None:
-            o = state.offload
-            node.offload = OffloadWorkSpec(o.hook, resolve(o.hook), o.completed, o.failed)
-        if state.barrier is not None:
-            node.barrier = BarrierWorkSpec(state.barrier.name, resolve(state.barrier.name), state.barrier)
+        node.offload = _offload_work(state.offload, resolve)
+        node.barrier = _barrier_work(state.barrier, resolve)
         if state.timeout is not None:
             node.timeout = (float(state.timeout.seconds), state.timeout.event)
         nodes[state.name] = node
@@ -235,11 +253,8 @@ def bind_machine(
                 row.negated = t.negated
             row.actions = tuple(resolve(a) for a in t.actions)
             row.action_names = tuple(t.actions)
-            if t.offload is not None:
-                o = t.offload
-                row.offload = OffloadWorkSpec(o.hook, resolve(o.hook), o.completed, o.failed)
-            if t.barrier is not None:
-                row.barrier = BarrierWorkSpec(t.barrier.name, resolve(t.barrier.name), t.barrier)
+            row.offload = _offload_work(t.offload, resolve)
+            row.barrier = _barrier_work(t.barrier, resolve)
             candidates.setdefault((source, t.event), []).append(row)
     for node in nodes.values():
         simple = not node.entry and node.offload is None and node.barrier is None and node.timeout is None

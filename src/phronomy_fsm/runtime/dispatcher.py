@@ -289,8 +289,7 @@ class Dispatcher(EventLoop):
         store exactly those rows as bare :class:`Row` objects); every other case goes
         through :meth:`_deliver` with identical semantics. With observers registered
         every event takes the general path, so each step is reported."""
-        if self._observers:
-            return self._process_general(limit)
+        fast = not self._observers
         inbox = self._inbox
         pop = inbox.popleft
         append = inbox.append
@@ -314,7 +313,7 @@ class Dispatcher(EventLoop):
                     continue
                 payload = None
             row = s.node.get(event)
-            if row.__class__ is not Row:
+            if row.__class__ is not Row or not fast:
                 self._deliver(s, event, payload)
                 continue
             steps = s.steps = s.steps + 1
@@ -337,30 +336,6 @@ class Dispatcher(EventLoop):
                     append((sid, _SC, serial))
                 else:
                     self._enter(s, target, row, payload)  # type: ignore[arg-type]
-        return handled
-
-    def _process_general(self, limit: int) -> int:
-        pop = self._inbox.popleft
-        get = self._sessions.get
-        handled = 0
-        for handled in range(1, limit + 1):
-            try:
-                sid, event, payload = pop()
-            except IndexError:
-                return handled - 1
-            if sid is None:
-                event(*payload)
-                continue
-            s = get(sid)
-            if s is None:
-                self.stats.dropped_unknown_session += 1
-                continue
-            if event is _SC:
-                if payload != s.serial:
-                    self.stats.dropped_stale += 1
-                    continue
-                payload = None
-            self._deliver(s, event, payload)
         return handled
 
     def _deliver(self, s: Session, event: str, payload: Any) -> None:
