@@ -37,7 +37,9 @@ _INDENT = "        "
 
 
 def _template_text() -> str:
-    return (resources.files("phronomy_fsm.codegen") / "templates" / TEMPLATE_NAME).read_text("utf-8")
+    return (resources.files("phronomy_fsm.codegen") / "templates" / TEMPLATE_NAME).read_text(
+        "utf-8"
+    )
 
 
 def _environment() -> jinja2.Environment:
@@ -87,7 +89,7 @@ def py_literal(value: Any) -> str:
 
 
 #: printable ASCII except the double quote and the backslash: written as is
-_PLAIN_ASCII = re.compile(r'[ !#-\[\]-~]*\Z')
+_PLAIN_ASCII = re.compile(r"[ !#-\[\]-~]*\Z")
 _SHORT_ESCAPES = {
     '"': '\\"',
     "\\": "\\\\",
@@ -125,7 +127,7 @@ def py_docstring(text: str, indent: str = "") -> str:
         lines.extend(textwrap.wrap(" ".join(paragraph.split()), width) or [""])
     if len(lines) == 1 and len(lines[0]) + len(indent) + 6 <= 88:
         return f'"""{lines[0]}"""'
-    body = ("\n".join(f"{indent}{line}" if line else "" for line in lines[1:]))
+    body = "\n".join(f"{indent}{line}" if line else "" for line in lines[1:])
     return f'"""{lines[0]}\n' + (body + "\n" if body else "") + f'{indent}"""'
 
 
@@ -167,7 +169,11 @@ def _offload(offload: Any) -> tuple[str, str]:
     return _nested(
         "offload",
         "OffloadRow",
-        [("hook", py_literal(offload.hook)), ("completed", py_literal(offload.completed)), ("failed", py_literal(offload.failed))],
+        [
+            ("hook", py_literal(offload.hook)),
+            ("completed", py_literal(offload.completed)),
+            ("failed", py_literal(offload.failed)),
+        ],
     )
 
 
@@ -205,8 +211,15 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
     """
     used_rows: set[str] = {"EventRow", "MachineTable", "StateRow", "TransitionRow"}
     events = list(spec.events)
-    if STATE_COMPLETED not in {e.name for e in events} and any(s.kind is StateKind.AUTO for s in spec.states):
-        events.insert(0, EventSpec(STATE_COMPLETED, description="posted by the engine after an auto state's entry work"))
+    if STATE_COMPLETED not in {e.name for e in events} and any(
+        s.kind is StateKind.AUTO for s in spec.states
+    ):
+        events.insert(
+            0,
+            EventSpec(
+                STATE_COMPLETED, description="posted by the engine after an auto state's entry work"
+            ),
+        )
 
     state_rows = []
     for state in spec.states:
@@ -224,7 +237,10 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
                 _nested(
                     "timeout",
                     "TimeoutRow",
-                    [("seconds", py_literal(float(state.timeout.seconds))), ("event", py_literal(state.timeout.event))],
+                    [
+                        ("seconds", py_literal(float(state.timeout.seconds))),
+                        ("event", py_literal(state.timeout.event)),
+                    ],
                 )
             )
             used_rows.add("TimeoutRow")
@@ -283,12 +299,16 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
         )
 
     guards = sorted({t.guard.name for t in spec.transitions if t.guard})
-    actions = sorted({a for t in spec.transitions for a in t.actions} | {a for s in spec.states for a in s.entry})
+    actions = sorted(
+        {a for t in spec.transitions for a in t.actions} | {a for s in spec.states for a in s.entry}
+    )
     offloads = sorted(
-        {s.offload.hook for s in spec.states if s.offload} | {t.offload.hook for t in spec.transitions if t.offload}
+        {s.offload.hook for s in spec.states if s.offload}
+        | {t.offload.hook for t in spec.transitions if t.offload}
     )
     barriers = sorted(
-        {s.barrier.name for s in spec.states if s.barrier} | {t.barrier.name for t in spec.transitions if t.barrier}
+        {s.barrier.name for s in spec.states if s.barrier}
+        | {t.barrier.name for t in spec.transitions if t.barrier}
     )
     hooks = []
     uses = _hook_uses(spec)
@@ -301,7 +321,9 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
         if returns in ("OffloadWork", "BarrierWork") and names:
             used_rows.add(returns)
         for name in names:
-            hooks.append(_Hook(name, returns, py_docstring(f"{role}; used by {uses[name]}.", " " * 8)))
+            hooks.append(
+                _Hook(name, returns, py_docstring(f"{role}; used by {uses[name]}.", " " * 8))
+            )
     hooks.sort(key=lambda h: h.name)
     doc = (
         f"Transition table of machine {spec.machine!r} (spec version {spec.version}).\n\n"
@@ -371,8 +393,12 @@ def compile_spec(spec: MachineSpec, *, source_name: str | None = None) -> str:
     """
     errors = [i for i in validate_spec(spec) if i.is_error]
     if errors:
-        raise SpecError(f"{spec.source_name}: {len(errors)} validation error(s)", issues=tuple(errors))
-    return _render_module(spec, display_path(source_name if source_name is not None else spec.source_name))
+        raise SpecError(
+            f"{spec.source_name}: {len(errors)} validation error(s)", issues=tuple(errors)
+        )
+    return _render_module(
+        spec, display_path(source_name if source_name is not None else spec.source_name)
+    )
 
 
 def _render_module(spec: MachineSpec, name: str) -> str:

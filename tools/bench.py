@@ -25,7 +25,9 @@ def available() -> list[str]:
     """Names of the benchmarks in tools/benchmarks/."""
     import benchmarks
 
-    return sorted(m.name for m in pkgutil.iter_modules(benchmarks.__path__) if not m.name.startswith("_"))
+    return sorted(
+        m.name for m in pkgutil.iter_modules(benchmarks.__path__) if not m.name.startswith("_")
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         module = importlib.import_module(f"benchmarks.{name}")
         modules[name] = module
-        p = sub.add_parser(name, help=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else name)
+        p = sub.add_parser(
+            name, help=(module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else name
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object")
         if hasattr(module, "add_arguments"):
             module.add_arguments(p)

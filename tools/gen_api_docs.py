@@ -29,7 +29,9 @@ def public_modules() -> list[Any]:
     import phronomy_fsm
 
     names = ["phronomy_fsm"] + sorted(
-        m.name for m in pkgutil.walk_packages(phronomy_fsm.__path__, "phronomy_fsm.") if not m.name.startswith(SKIP_PREFIXES)
+        m.name
+        for m in pkgutil.walk_packages(phronomy_fsm.__path__, "phronomy_fsm.")
+        if not m.name.startswith(SKIP_PREFIXES)
     )
     modules = []
     for name in names:
@@ -88,12 +90,16 @@ def render() -> str:
         lines += [f"## `{module.__name__}`", "", _doc(module), ""]
         for name, obj in members(module):
             kind = "class" if inspect.isclass(obj) else "def"
-            signature = "" if inspect.isclass(obj) and _signature(obj) == "(...)" else _signature(obj)
+            signature = (
+                "" if inspect.isclass(obj) and _signature(obj) == "(...)" else _signature(obj)
+            )
             lines += [f"### {kind} `{name}{signature}`", "", _doc(obj), ""]
             if inspect.isclass(obj):
                 for method_name, method in methods(obj):
                     if isinstance(method, property):
-                        lines += [f"- **`{method_name}`** (property) — {_doc(method).splitlines()[0] if _doc(method) else ''}"]
+                        lines += [
+                            f"- **`{method_name}`** (property) — {_doc(method).splitlines()[0] if _doc(method) else ''}"
+                        ]
                     else:
                         first = _doc(method).splitlines()[0] if _doc(method) else ""
                         lines += [f"- **`{method_name}{_signature(method)}`** — {first}"]
@@ -103,13 +109,18 @@ def render() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/api-reference.md is stale")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if docs/api-reference.md is stale"
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.check:
         current = OUT.read_text("utf-8") if OUT.exists() else ""
         if current != text:
-            print(f"{OUT.relative_to(ROOT)} is stale; run python tools/gen_api_docs.py", file=sys.stderr)
+            print(
+                f"{OUT.relative_to(ROOT)} is stale; run python tools/gen_api_docs.py",
+                file=sys.stderr,
+            )
             return 1
         return 0
     OUT.write_text(text, "utf-8")

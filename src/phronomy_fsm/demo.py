@@ -27,7 +27,12 @@ DEFAULT_DB = os.path.join(".phronomy", "demo.db")
 DEMO_INPUT = "Hi, order A1001 arrived broken. Can I get my $25.00 back?"
 
 ORDERS = {
-    "A1001": {"order_id": "A1001", "item": "ceramic teapot", "amount": 25.00, "status": "delivered"},
+    "A1001": {
+        "order_id": "A1001",
+        "item": "ceramic teapot",
+        "amount": 25.00,
+        "status": "delivered",
+    },
     "A1002": {"order_id": "A1002", "item": "tea sampler", "amount": 12.50, "status": "shipped"},
 }
 
@@ -39,9 +44,16 @@ def demo_provider() -> ScriptedProvider:
             Reply(tool_calls=(("lookup_order", {"order_id": "A1001"}),)),
             Reply(
                 content="The order was delivered; I will refund it.",
-                tool_calls=(("issue_refund", {"order_id": "A1001", "amount": 25.00, "reason": "arrived broken"}),),
+                tool_calls=(
+                    (
+                        "issue_refund",
+                        {"order_id": "A1001", "amount": 25.00, "reason": "arrived broken"},
+                    ),
+                ),
             ),
-            Reply(content="Done: I refunded $25.00 for order A1001 (ceramic teapot). Sorry about the breakage!"),
+            Reply(
+                content="Done: I refunded $25.00 for order A1001 (ceramic teapot). Sorry about the breakage!"
+            ),
         ],
         model="scripted-support",
     )
@@ -86,7 +98,12 @@ def demo_tools(ledger: Path) -> list[Tool]:
             "lookup_order",
             lookup_order,
             "Look an order up by id.",
-            {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"], "additionalProperties": False},
+            {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}},
+                "required": ["order_id"],
+                "additionalProperties": False,
+            },
         ),
         Tool(
             "issue_refund",
@@ -129,7 +146,9 @@ def format_event(event: Any) -> str | None:
         items = ", ".join(i["tool_name"] for i in payload["request"]["items"])
         return f"event: approval_required for {items}"
     if event.type == "recovery_resolution_required":
-        return f"event: recovery_resolution_required {payload['reason']} subject={payload['subject']}"
+        return (
+            f"event: recovery_resolution_required {payload['reason']} subject={payload['subject']}"
+        )
     if event.type in ("done", "handoff", "error", "timeout", "cancelled"):
         return f"event: {event.type}"
     return None

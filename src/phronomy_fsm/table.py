@@ -55,7 +55,9 @@ class BarrierRow(NamedTuple):
 
         Raises ``ValueError`` for any other outcome."""
         if outcome not in BARRIER_OUTCOMES:
-            raise ValueError(f"unknown barrier outcome {outcome!r}; expected one of {BARRIER_OUTCOMES}")
+            raise ValueError(
+                f"unknown barrier outcome {outcome!r}; expected one of {BARRIER_OUTCOMES}"
+            )
         return getattr(self, outcome)  # type: ignore[no-any-return]
 
 
@@ -166,6 +168,7 @@ class BarrierOutcome(NamedTuple):
 #: ``completed`` event, its exception the payload of ``failed`` — or a :class:`Settled`
 #: outcome when there is nothing to run.
 OffloadWork = Any
+
 
 class Settled(NamedTuple):
     """What an offload hook returns when the outcome is already known and nothing

@@ -43,7 +43,9 @@ class Events:
 
     def wait_for(self, type_: str, timeout: float = 10.0, count: int = 1) -> AgentEvent:
         with self._cond:
-            ok = self._cond.wait_for(lambda: sum(e.type == type_ for e in self.events) >= count, timeout)
+            ok = self._cond.wait_for(
+                lambda: sum(e.type == type_ for e in self.events) >= count, timeout
+            )
             assert ok, f"no {type_!r} event within {timeout} s; got {self.types()}"
             return [e for e in self.events if e.type == type_][count - 1]
 
@@ -53,7 +55,13 @@ def events() -> Events:
     return Events()
 
 
-def make_tool(name: str = "lookup", *, requires_approval: bool = False, fn: Any = None, log: list | None = None) -> Tool:
+def make_tool(
+    name: str = "lookup",
+    *,
+    requires_approval: bool = False,
+    fn: Any = None,
+    log: list | None = None,
+) -> Tool:
     calls = log if log is not None else []
 
     def default(arguments: Any, context: Any) -> Any:
@@ -64,6 +72,11 @@ def make_tool(name: str = "lookup", *, requires_approval: bool = False, fn: Any 
         name,
         fn or default,
         f"{name} tool",
-        {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False},
+        {
+            "type": "object",
+            "properties": {"q": {"type": "string"}},
+            "required": ["q"],
+            "additionalProperties": False,
+        },
         requires_approval=requires_approval,
     )

@@ -27,7 +27,9 @@ from .conftest import Events, make_tool
 
 
 def test_invoke_async_can_be_awaited(store: Any, runtime: Any) -> None:
-    agent = Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="async!")]), runtime=runtime)
+    agent = Agent.create(
+        "a", store=store, provider=ScriptedProvider([Reply(content="async!")]), runtime=runtime
+    )
 
     async def main() -> str:
         results = await asyncio.gather(agent.invoke_async("one"))
@@ -37,7 +39,15 @@ def test_invoke_async_can_be_awaited(store: Any, runtime: Any) -> None:
 
 
 def test_invocations_from_many_threads_on_many_agents(store: Any, runtime: Any) -> None:
-    agents = [Agent.create(f"a{i}", store=store, provider=ScriptedProvider([Reply(content=f"hi {i}")]), runtime=runtime) for i in range(8)]
+    agents = [
+        Agent.create(
+            f"a{i}",
+            store=store,
+            provider=ScriptedProvider([Reply(content=f"hi {i}")]),
+            runtime=runtime,
+        )
+        for i in range(8)
+    ]
     outputs: dict[int, list[str]] = {}
 
     def work(i: int) -> None:
@@ -53,7 +63,9 @@ def test_invocations_from_many_threads_on_many_agents(store: Any, runtime: Any) 
 
 
 def test_blocking_calls_are_refused_on_the_loop_thread(store: Any, runtime: Any) -> None:
-    agent = Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime)
+    agent = Agent.create(
+        "a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime
+    )
     outcome = runtime.dispatcher.call(lambda: agent.invoke("nested", wait_seconds=1))
     with pytest.raises(WrongThreadError):
         outcome.result(10)
@@ -64,13 +76,19 @@ def test_load_rules(store: Any, runtime: Any, events: Events) -> None:
     with pytest.raises(NotFoundError):
         Agent.load("ghost", store=store, provider=provider, runtime=runtime)
     agent = Agent.create("a", store=store, provider=provider, runtime=runtime, on_event=events)
-    assert Agent.load("a", store=store, provider=provider, runtime=runtime) is agent  # the live owner
+    assert (
+        Agent.load("a", store=store, provider=provider, runtime=runtime) is agent
+    )  # the live owner
     with pytest.raises(ConfigurationError, match="already live"):
         Agent.load("a", store=store, provider=provider, runtime=runtime, on_event=lambda e: None)
     with pytest.raises(ConfigurationError):
-        Agent.create("b", store=store, provider=provider, runtime=runtime, listener_error_policy="shout")
+        Agent.create(
+            "b", store=store, provider=provider, runtime=runtime, listener_error_policy="shout"
+        )
     with pytest.raises(ConfigurationError):
-        Agent.create("c", store=store, provider=provider, runtime=runtime, tools=[make_tool(), make_tool()])
+        Agent.create(
+            "c", store=store, provider=provider, runtime=runtime, tools=[make_tool(), make_tool()]
+        )
     with pytest.raises(ConfigurationError):
         Agent.create("", store=store, provider=provider, runtime=runtime)
     silent = Agent.create("d", store=store, provider=provider, runtime=runtime)
@@ -81,12 +99,16 @@ def test_load_rules(store: Any, runtime: Any, events: Events) -> None:
         agent.invoke("closed", wait_seconds=5)
 
 
-def test_a_store_file_that_is_not_a_database_is_refused_unchanged(tmp_path: Path, runtime: Any) -> None:
+def test_a_store_file_that_is_not_a_database_is_refused_unchanged(
+    tmp_path: Path, runtime: Any
+) -> None:
     path = tmp_path / "notes.txt"
     path.write_text("hello, I am not SQLite" * 50)
     before = path.read_bytes()
     with pytest.raises(StoreError):
-        Agent.create("a", store=str(path), provider=ScriptedProvider([Reply(content="x")]), runtime=runtime)
+        Agent.create(
+            "a", store=str(path), provider=ScriptedProvider([Reply(content="x")]), runtime=runtime
+        )
     assert path.read_bytes() == before
     with pytest.raises((StorageError, StoreError)):
         SqliteBarrierStore(path)
@@ -100,7 +122,9 @@ def test_restart_between_suspension_and_approval(tmp_path: Path, events: Events)
         return Agent.load(
             "a",
             store=SqliteBarrierStore(db),
-            provider=ScriptedProvider([Reply(tool_calls=(("refund", {"q": "1"}),)), Reply(content="refunded")]),
+            provider=ScriptedProvider(
+                [Reply(tool_calls=(("refund", {"q": "1"}),)), Reply(content="refunded")]
+            ),
             runtime=runtime,
             tools=[make_tool("refund", requires_approval=True, log=log)],
             on_event=listener,
@@ -108,7 +132,9 @@ def test_restart_between_suspension_and_approval(tmp_path: Path, events: Events)
 
     first = AgentRuntime()
     store = SqliteBarrierStore(db)
-    Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="unused")]), runtime=first).close()
+    Agent.create(
+        "a", store=store, provider=ScriptedProvider([Reply(content="unused")]), runtime=first
+    ).close()
     agent = build(first, events)
     task = agent.invoke_async("refund")
     event = events.wait_for("approval_required")
@@ -121,21 +147,34 @@ def test_restart_between_suspension_and_approval(tmp_path: Path, events: Events)
         reloaded = build(second, again)
         announced = again.wait_for("approval_required")
         assert announced.payload["request"]["id"] == event.payload["request"]["id"]
-        result = reloaded.approve(event.execution_id, approval_request_id=announced.payload["request"]["id"], wait_seconds=10)
+        result = reloaded.approve(
+            event.execution_id,
+            approval_request_id=announced.payload["request"]["id"],
+            wait_seconds=10,
+        )
         assert result.output == "refunded" and len(log) == 1
         assert reloaded.recovered is not None and reloaded.recovered.result(5) == result
-        assert SqliteBarrierStore(db).load_execution(event.execution_id).status is ExecutionStatus.COMPLETED
+        assert (
+            SqliteBarrierStore(db).load_execution(event.execution_id).status
+            is ExecutionStatus.COMPLETED
+        )
     finally:
         second.close()
 
 
-def test_load_without_a_listener_refuses_an_execution_that_needs_one(tmp_path: Path, events: Events) -> None:
+def test_load_without_a_listener_refuses_an_execution_that_needs_one(
+    tmp_path: Path, events: Events
+) -> None:
     db = tmp_path / "l.db"
     rt = AgentRuntime()
     try:
         agent = Agent.create(
-            "a", store=SqliteBarrierStore(db), provider=ScriptedProvider([Reply(tool_calls=(("refund", {"q": "1"}),))]),
-            runtime=rt, tools=[make_tool("refund", requires_approval=True)], on_event=events,
+            "a",
+            store=SqliteBarrierStore(db),
+            provider=ScriptedProvider([Reply(tool_calls=(("refund", {"q": "1"}),))]),
+            runtime=rt,
+            tools=[make_tool("refund", requires_approval=True)],
+            on_event=events,
         )
         agent.invoke_async("refund")
         events.wait_for("approval_required")
@@ -144,11 +183,21 @@ def test_load_without_a_listener_refuses_an_execution_that_needs_one(tmp_path: P
     rt2 = AgentRuntime()
     try:
         with pytest.raises(ConfigurationError, match="on_event"):
-            Agent.load("a", store=SqliteBarrierStore(db), provider=ScriptedProvider([Reply(content="x")]), runtime=rt2, tools=[make_tool("refund")])
+            Agent.load(
+                "a",
+                store=SqliteBarrierStore(db),
+                provider=ScriptedProvider([Reply(content="x")]),
+                runtime=rt2,
+                tools=[make_tool("refund")],
+            )
         # nothing was left live: a later load with a listener works
         reloaded = Agent.load(
-            "a", store=SqliteBarrierStore(db), provider=ScriptedProvider([Reply(content="x")]), runtime=rt2,
-            tools=[make_tool("refund")], on_event=Events(),
+            "a",
+            store=SqliteBarrierStore(db),
+            provider=ScriptedProvider([Reply(content="x")]),
+            runtime=rt2,
+            tools=[make_tool("refund")],
+            on_event=Events(),
         )
         assert reloaded.active_execution()["state"] == "suspended"
     finally:

@@ -9,7 +9,13 @@ from typing import Any
 import pytest
 
 from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
-from phronomy_fsm.errors import AgentBusyError, ConflictError, RecoveryResolutionError, StorageError, StoreError
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    RecoveryResolutionError,
+    StorageError,
+    StoreError,
+)
 from phronomy_fsm.store import Fault, FaultInjectingStore, FaultKind
 from phronomy_fsm.store.records import ExecutionStatus
 
@@ -17,30 +23,54 @@ from .conftest import Events, make_tool
 from .test_agent_flows import assert_revisions_consistent, barrier_names
 
 
-def tool_agent(store: Any, runtime: Any, events: Events, log: list[Any], answer: str = "done") -> tuple[Agent, ScriptedProvider]:
-    provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content=answer)])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool(log=log)], on_event=events)
+def tool_agent(
+    store: Any, runtime: Any, events: Events, log: list[Any], answer: str = "done"
+) -> tuple[Agent, ScriptedProvider]:
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content=answer)]
+    )
+    agent = Agent.create(
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool(log=log)],
+        on_event=events,
+    )
     return agent, provider
 
 
-@pytest.mark.parametrize("barrier", ["admission", "initial_preparation", "tool_dispatch", "provider_dispatch", "terminal_commit"])
-def test_a_lost_response_is_reconciled_as_committed(store: Any, runtime: Any, events: Events, barrier: str) -> None:
+@pytest.mark.parametrize(
+    "barrier",
+    ["admission", "initial_preparation", "tool_dispatch", "provider_dispatch", "terminal_commit"],
+)
+def test_a_lost_response_is_reconciled_as_committed(
+    store: Any, runtime: Any, events: Events, barrier: str
+) -> None:
     faulty = FaultInjectingStore(store, [Fault(FaultKind.LOST_RESPONSE, barrier=barrier)])
     log: list[Any] = []
     agent, _ = tool_agent(faulty, runtime, events, log)
     result = agent.invoke("go", wait_seconds=10)
     assert result.status == "completed" and len(log) == 1
     assert faulty.faults[0].fired == 1
-    assert barrier_names(store, result.execution_id).count(barrier) == 1  # committed once, not twice
+    assert (
+        barrier_names(store, result.execution_id).count(barrier) == 1
+    )  # committed once, not twice
     assert_revisions_consistent(store, result.execution_id)
 
 
-@pytest.mark.parametrize("kind", [FaultKind.FAIL_BEFORE, FaultKind.IO_ERROR, FaultKind.DISK_FULL, FaultKind.COMMIT_FAILS])
-def test_a_known_failure_before_a_tool_runs_ends_the_execution_failed(store: Any, runtime: Any, events: Events, kind: FaultKind) -> None:
+@pytest.mark.parametrize(
+    "kind", [FaultKind.FAIL_BEFORE, FaultKind.IO_ERROR, FaultKind.DISK_FULL, FaultKind.COMMIT_FAILS]
+)
+def test_a_known_failure_before_a_tool_runs_ends_the_execution_failed(
+    store: Any, runtime: Any, events: Events, kind: FaultKind
+) -> None:
     faulty = FaultInjectingStore(store, [Fault(kind, barrier="tool_dispatch")])
     log: list[Any] = []
     agent, _ = tool_agent(faulty, runtime, events, log)
-    with pytest.raises(StoreError):  # StorageError, or OutcomeUnknownError reconciled to not_committed
+    with pytest.raises(
+        StoreError
+    ):  # StorageError, or OutcomeUnknownError reconciled to not_committed
         agent.invoke("go", wait_seconds=10)
     assert log == []  # the tool never ran: its barrier did not commit
     execution = store.list_executions(agent_id="a")[0]
@@ -51,7 +81,9 @@ def test_a_known_failure_before_a_tool_runs_ends_the_execution_failed(store: Any
     assert agent.invoke("again", wait_seconds=10).status == "completed"
 
 
-def test_admission_failure_leaves_nothing_durable_and_frees_the_agent(store: Any, runtime: Any, events: Events) -> None:
+def test_admission_failure_leaves_nothing_durable_and_frees_the_agent(
+    store: Any, runtime: Any, events: Events
+) -> None:
     faulty = FaultInjectingStore(store, [Fault(FaultKind.FAIL_BEFORE, barrier="admission")])
     agent, provider = tool_agent(faulty, runtime, events, [])
     with pytest.raises(StorageError):
@@ -61,37 +93,72 @@ def test_admission_failure_leaves_nothing_durable_and_frees_the_agent(store: Any
     assert agent.invoke("again", wait_seconds=10).status == "completed"
 
 
-def test_an_unprovable_tool_barrier_fails_closed_until_an_operator_answers(store: Any, runtime: Any, events: Events, monkeypatch: Any) -> None:
+def test_an_unprovable_tool_barrier_fails_closed_until_an_operator_answers(
+    store: Any, runtime: Any, events: Events, monkeypatch: Any
+) -> None:
     faulty = FaultInjectingStore(store, [Fault(FaultKind.LOST_RESPONSE, barrier="tool_dispatch")])
-    monkeypatch.setattr(store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed")))
+    monkeypatch.setattr(
+        store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed"))
+    )
     log: list[Any] = []
     agent, provider = tool_agent(faulty, runtime, events, log)
     task = agent.invoke_async("go")
     event = events.wait_for("recovery_resolution_required")
     payload = event.payload
-    assert payload["subject"]["type"] == "tool_invocation" and payload["allowed_outcomes"] == ["succeeded", "failed", "not_performed"]
+    assert payload["subject"]["type"] == "tool_invocation" and payload["allowed_outcomes"] == [
+        "succeeded",
+        "failed",
+        "not_performed",
+    ]
     assert log == [] and not task.done()
     with pytest.raises(AgentBusyError):
         agent.invoke("another", wait_seconds=5)
     assert agent.cancel() is False  # an operator must decide; cancel cannot skip that
     with pytest.raises(ConflictError):
-        agent.resolve(event.execution_id, expected_revision=payload["execution_revision"] - 1, subject=payload["subject"], outcome="not_performed", wait_seconds=5)
+        agent.resolve(
+            event.execution_id,
+            expected_revision=payload["execution_revision"] - 1,
+            subject=payload["subject"],
+            outcome="not_performed",
+            wait_seconds=5,
+        )
     with pytest.raises(RecoveryResolutionError, match="needs a result"):
-        agent.resolve(event.execution_id, expected_revision=payload["execution_revision"], subject=payload["subject"], outcome="succeeded", wait_seconds=5)
+        agent.resolve(
+            event.execution_id,
+            expected_revision=payload["execution_revision"],
+            subject=payload["subject"],
+            outcome="succeeded",
+            wait_seconds=5,
+        )
     monkeypatch.undo()
     with pytest.raises(RecoveryResolutionError, match="not performed"):
-        agent.resolve(event.execution_id, expected_revision=payload["execution_revision"], subject=payload["subject"], outcome="not_performed", wait_seconds=10)
+        agent.resolve(
+            event.execution_id,
+            expected_revision=payload["execution_revision"],
+            subject=payload["subject"],
+            outcome="not_performed",
+            wait_seconds=10,
+        )
     with pytest.raises(RecoveryResolutionError):
         task.result(5)
     stored = store.load_execution(event.execution_id)
     assert stored.status is ExecutionStatus.FAILED and log == []  # never re-sent
-    assert barrier_names(store, event.execution_id)[-2:] == ["recovery_resolution", "terminal_commit"]
+    assert barrier_names(store, event.execution_id)[-2:] == [
+        "recovery_resolution",
+        "terminal_commit",
+    ]
     assert len(provider.requests) == 1
 
 
-def test_an_unprovable_provider_barrier_resolved_with_the_llm_answer(store: Any, runtime: Any, events: Events, monkeypatch: Any) -> None:
-    faulty = FaultInjectingStore(store, [Fault(FaultKind.LOST_RESPONSE, barrier="provider_dispatch")])
-    monkeypatch.setattr(store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed")))
+def test_an_unprovable_provider_barrier_resolved_with_the_llm_answer(
+    store: Any, runtime: Any, events: Events, monkeypatch: Any
+) -> None:
+    faulty = FaultInjectingStore(
+        store, [Fault(FaultKind.LOST_RESPONSE, barrier="provider_dispatch")]
+    )
+    monkeypatch.setattr(
+        store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed"))
+    )
     log: list[Any] = []
     agent, provider = tool_agent(faulty, runtime, events, log, answer="the scripted answer")
     task = agent.invoke_async("go")
@@ -115,10 +182,20 @@ def test_an_unprovable_provider_barrier_resolved_with_the_llm_answer(store: Any,
     assert_revisions_consistent(store, event.execution_id)
 
 
-def test_a_terminal_commit_that_cannot_be_proven_keeps_the_caller_waiting(store: Any, runtime: Any, events: Events, monkeypatch: Any) -> None:
+def test_a_terminal_commit_that_cannot_be_proven_keeps_the_caller_waiting(
+    store: Any, runtime: Any, events: Events, monkeypatch: Any
+) -> None:
     faulty = FaultInjectingStore(store, [Fault(FaultKind.COMMIT_FAILS, barrier="terminal_commit")])
-    monkeypatch.setattr(store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed")))
-    agent = Agent.create("a", store=faulty, provider=ScriptedProvider([Reply(content="hello")]), runtime=runtime, on_event=events)
+    monkeypatch.setattr(
+        store, "reconcile", lambda commit: (_ for _ in ()).throw(StorageError("read-back failed"))
+    )
+    agent = Agent.create(
+        "a",
+        store=faulty,
+        provider=ScriptedProvider([Reply(content="hello")]),
+        runtime=runtime,
+        on_event=events,
+    )
     task = agent.invoke_async("hi")
     events.wait_for("recovery_resolution_required")
     assert not task.done() and "done" not in events.types()  # nobody is told "completed"

@@ -38,25 +38,49 @@ def assert_revisions_consistent(store: Any, execution_id: str) -> None:
     assert history[-1].status == execution.status.value
 
 
-def test_plain_answer_commits_admission_preparation_and_terminal(store: Any, runtime: Any, events: Events) -> None:
+def test_plain_answer_commits_admission_preparation_and_terminal(
+    store: Any, runtime: Any, events: Events
+) -> None:
     provider = ScriptedProvider([Reply(content="Hello there.")])
     agent = Agent.create("a", store=store, provider=provider, runtime=runtime, on_event=events)
     result = agent.invoke("hi", wait_seconds=10)
     assert (result.status, result.output, result.revision) == ("completed", "Hello there.", 2)
-    assert barrier_names(store, result.execution_id) == ["admission", "initial_preparation", "terminal_commit"]
+    assert barrier_names(store, result.execution_id) == [
+        "admission",
+        "initial_preparation",
+        "terminal_commit",
+    ]
     assert_revisions_consistent(store, result.execution_id)
     stored = store.load_execution(result.execution_id)
     assert stored.status is ExecutionStatus.COMPLETED and stored.output == "Hello there."
     assert events.types() == ["done"]
     kinds = [r.kind for r in store.read_journal("a")]
-    assert kinds == ["input_received", "user_message", "llm_call_recorded", "assistant_message", "final_output", "execution_completed"]
+    assert kinds == [
+        "input_received",
+        "user_message",
+        "llm_call_recorded",
+        "assistant_message",
+        "final_output",
+        "execution_completed",
+    ]
     assert store.load_agent("a").lifecycle.value == "idle"
 
 
-def test_tool_cycle_commits_a_barrier_before_each_effect(store: Any, runtime: Any, events: Events) -> None:
+def test_tool_cycle_commits_a_barrier_before_each_effect(
+    store: Any, runtime: Any, events: Events
+) -> None:
     log: list[Any] = []
-    provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="found x")])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool(log=log)], on_event=events)
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="found x")]
+    )
+    agent = Agent.create(
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool(log=log)],
+        on_event=events,
+    )
     result = agent.invoke("find x", wait_seconds=10)
     assert result.output == "found x"
     assert barrier_names(store, result.execution_id) == [
@@ -81,9 +105,16 @@ def test_tool_cycle_commits_a_barrier_before_each_effect(store: Any, runtime: An
 def test_parallel_tool_calls_each_run_once_with_their_own_key(store: Any, runtime: Any) -> None:
     log: list[Any] = []
     provider = ScriptedProvider(
-        [Reply(tool_calls=(("lookup", {"q": "a"}), ("lookup", {"q": "b"}), ("lookup", {"q": "c"}))), Reply(content="ok")]
+        [
+            Reply(
+                tool_calls=(("lookup", {"q": "a"}), ("lookup", {"q": "b"}), ("lookup", {"q": "c"}))
+            ),
+            Reply(content="ok"),
+        ]
     )
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool(log=log)])
+    agent = Agent.create(
+        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool(log=log)]
+    )
     result = agent.invoke("three", wait_seconds=10)
     assert sorted(a["q"] for a, _ in log) == ["a", "b", "c"]
     assert len({key for _, key in log}) == 3
@@ -94,18 +125,34 @@ def test_parallel_tool_calls_each_run_once_with_their_own_key(store: Any, runtim
 
 def test_second_invocation_sees_the_first_conversation(store: Any, runtime: Any) -> None:
     provider = ScriptedProvider([Reply(content="answer")])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, system_prompt="be brief")
+    agent = Agent.create(
+        "a", store=store, provider=provider, runtime=runtime, system_prompt="be brief"
+    )
     agent.invoke("one", wait_seconds=10)
     agent.invoke("two", wait_seconds=10)
     roles = [(m.role, m.content) for m in provider.requests[1].messages]
-    assert roles == [("system", "be brief"), ("user", "one"), ("assistant", "answer"), ("user", "two")]
+    assert roles == [
+        ("system", "be brief"),
+        ("user", "one"),
+        ("assistant", "answer"),
+        ("user", "two"),
+    ]
 
 
-def test_approval_suspends_durably_then_approve_completes_both_tasks(store: Any, runtime: Any, events: Events) -> None:
+def test_approval_suspends_durably_then_approve_completes_both_tasks(
+    store: Any, runtime: Any, events: Events
+) -> None:
     log: list[Any] = []
-    provider = ScriptedProvider([Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="refunded")])
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="refunded")]
+    )
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True, log=log)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True, log=log)],
+        on_event=events,
     )
     task = agent.invoke_async("refund A1")
     event = events.wait_for("approval_required")
@@ -131,28 +178,52 @@ def test_approval_suspends_durably_then_approve_completes_both_tasks(store: Any,
     assert decided[0].content["approved"] is True
 
 
-def test_rejection_ends_rejected_without_running_the_tool(store: Any, runtime: Any, events: Events) -> None:
+def test_rejection_ends_rejected_without_running_the_tool(
+    store: Any, runtime: Any, events: Events
+) -> None:
     log: list[Any] = []
-    provider = ScriptedProvider([Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="never")])
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="never")]
+    )
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True, log=log)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True, log=log)],
+        on_event=events,
     )
     task = agent.invoke_async("refund A1")
     event = events.wait_for("approval_required")
-    result = agent.approve(event.execution_id, approval_request_id=event.payload["request"]["id"], approved=False, wait_seconds=10)
+    result = agent.approve(
+        event.execution_id,
+        approval_request_id=event.payload["request"]["id"],
+        approved=False,
+        wait_seconds=10,
+    )
     assert result.status == "rejected" and result.rejected and task.result(5).status == "rejected"
     assert log == []
     assert store.load_execution(result.execution_id).status is ExecutionStatus.REJECTED
     assert len(provider.requests) == 1
 
 
-def test_per_item_decisions_run_approved_calls_and_tell_the_llm_about_rejected_ones(store: Any, runtime: Any, events: Events) -> None:
+def test_per_item_decisions_run_approved_calls_and_tell_the_llm_about_rejected_ones(
+    store: Any, runtime: Any, events: Events
+) -> None:
     log: list[Any] = []
     provider = ScriptedProvider(
-        [Reply(tool_calls=(("refund", {"q": "keep"}), ("refund", {"q": "drop"}))), Reply(content="partially done")]
+        [
+            Reply(tool_calls=(("refund", {"q": "keep"}), ("refund", {"q": "drop"}))),
+            Reply(content="partially done"),
+        ]
     )
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True, log=log)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True, log=log)],
+        on_event=events,
     )
     agent.invoke_async("two refunds")
     event = events.wait_for("approval_required")
@@ -160,41 +231,66 @@ def test_per_item_decisions_run_approved_calls_and_tell_the_llm_about_rejected_o
     keep = next(i["tool_invocation_id"] for i in items if i["arguments"] == {"q": "keep"})
     drop = next(i["tool_invocation_id"] for i in items if i["arguments"] == {"q": "drop"})
     result = agent.approve(
-        event.execution_id, approval_request_id=event.payload["request"]["id"], decisions={keep: True, drop: False}, wait_seconds=10
+        event.execution_id,
+        approval_request_id=event.payload["request"]["id"],
+        decisions={keep: True, drop: False},
+        wait_seconds=10,
     )
     assert result.status == "completed" and [a for a, _ in log] == [{"q": "keep"}]
     tool_texts = [m.content for m in provider.requests[1].messages if m.role == "tool"]
-    assert any("rejected" in text for text in tool_texts) and any('"ok": true' in text for text in tool_texts)
+    assert any("rejected" in text for text in tool_texts) and any(
+        '"ok": true' in text for text in tool_texts
+    )
 
 
 def test_bad_approvals_fail_only_the_approve_call(store: Any, runtime: Any, events: Events) -> None:
-    provider = ScriptedProvider([Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="done")])
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("refund", {"q": "A1"}),)), Reply(content="done")]
+    )
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True)],
+        on_event=events,
     )
     task = agent.invoke_async("refund")
     event = events.wait_for("approval_required")
     with pytest.raises(ApprovalError, match="does not match"):
         agent.approve(event.execution_id, approval_request_id="wrong", wait_seconds=5)
     with pytest.raises(ApprovalError, match="unknown tool invocations"):
-        agent.approve(event.execution_id, approval_request_id=event.payload["request"]["id"], decisions={"x": True}, wait_seconds=5)
+        agent.approve(
+            event.execution_id,
+            approval_request_id=event.payload["request"]["id"],
+            decisions={"x": True},
+            wait_seconds=5,
+        )
     assert not task.done()
     before = store.load_execution(event.execution_id)
     assert before.status is ExecutionStatus.SUSPENDED and before.approval_request.approved is None
     # two approvals at once: one wins, the other is refused
-    first = agent.approve_async(event.execution_id, approval_request_id=event.payload["request"]["id"])
-    second = agent.approve_async(event.execution_id, approval_request_id=event.payload["request"]["id"])
+    first = agent.approve_async(
+        event.execution_id, approval_request_id=event.payload["request"]["id"]
+    )
+    second = agent.approve_async(
+        event.execution_id, approval_request_id=event.payload["request"]["id"]
+    )
     assert first.result(10).status == "completed"
     with pytest.raises(ApprovalError):
         second.result(10)
     with pytest.raises(ApprovalError):  # no longer live at all
-        agent.approve(event.execution_id, approval_request_id=event.payload["request"]["id"], wait_seconds=5)
+        agent.approve(
+            event.execution_id, approval_request_id=event.payload["request"]["id"], wait_seconds=5
+        )
 
 
 def test_policy_can_deny_or_require_approval(store: Any, runtime: Any, events: Events) -> None:
     decisions = {"danger": "deny", "normal": "allow"}
     log: list[Any] = []
-    provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "danger"}),)), Reply(content="x")])
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("lookup", {"q": "danger"}),)), Reply(content="x")]
+    )
     agent = Agent.create(
         "a",
         store=store,
@@ -208,18 +304,31 @@ def test_policy_can_deny_or_require_approval(store: Any, runtime: Any, events: E
     assert result.status == "rejected" and log == []
 
 
-def test_invalid_arguments_unknown_tools_and_raising_tools_reach_the_llm(store: Any, runtime: Any) -> None:
+def test_invalid_arguments_unknown_tools_and_raising_tools_reach_the_llm(
+    store: Any, runtime: Any
+) -> None:
     def boom(arguments: Any, context: Any) -> Any:
         raise RuntimeError("database down")
 
     provider = ScriptedProvider(
         [
-            Reply(tool_calls=(("lookup", {"wrong": 1}), ("nope", {}), ("explode", {"q": "x"}), ("lookup", '{"q": '))),
+            Reply(
+                tool_calls=(
+                    ("lookup", {"wrong": 1}),
+                    ("nope", {}),
+                    ("explode", {"q": "x"}),
+                    ("lookup", '{"q": '),
+                )
+            ),
             Reply(content="I could not do it"),
         ]
     )
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool(), make_tool("explode", fn=boom)]
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool(), make_tool("explode", fn=boom)],
     )
     result = agent.invoke("try", wait_seconds=10)
     assert result.output == "I could not do it"
@@ -235,7 +344,12 @@ def test_invalid_arguments_unknown_tools_and_raising_tools_reach_the_llm(store: 
 def test_busy_agent_refuses_a_second_invoke(store: Any, runtime: Any, events: Events) -> None:
     provider = ScriptedProvider([Reply(tool_calls=(("refund", {"q": "1"}),)), Reply(content="ok")])
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True)],
+        on_event=events,
     )
     agent.invoke_async("first")
     events.wait_for("approval_required")
@@ -244,7 +358,9 @@ def test_busy_agent_refuses_a_second_invoke(store: Any, runtime: Any, events: Ev
     assert len(store.list_executions(agent_id="a")) == 1
 
 
-def test_cancel_waits_for_the_running_tool_then_commits_cancelled(store: Any, runtime: Any, events: Events) -> None:
+def test_cancel_waits_for_the_running_tool_then_commits_cancelled(
+    store: Any, runtime: Any, events: Events
+) -> None:
     started, release = threading.Event(), threading.Event()
 
     def slow(arguments: Any, context: Any) -> Any:
@@ -253,7 +369,14 @@ def test_cancel_waits_for_the_running_tool_then_commits_cancelled(store: Any, ru
         return "late"
 
     provider = ScriptedProvider([Reply(tool_calls=(("slow", {"q": "x"}),)), Reply(content="never")])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool("slow", fn=slow)], on_event=events)
+    agent = Agent.create(
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("slow", fn=slow)],
+        on_event=events,
+    )
     task = agent.invoke_async("go")
     assert started.wait(10)
     assert agent.cancel() is True
@@ -275,7 +398,12 @@ def test_cancel_waits_for_the_running_tool_then_commits_cancelled(store: Any, ru
 def test_cancel_of_a_suspended_execution(store: Any, runtime: Any, events: Events) -> None:
     provider = ScriptedProvider([Reply(tool_calls=(("refund", {"q": "1"}),))])
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool("refund", requires_approval=True)], on_event=events
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool("refund", requires_approval=True)],
+        on_event=events,
     )
     task = agent.invoke_async("go")
     event = events.wait_for("approval_required")
@@ -286,13 +414,18 @@ def test_cancel_of_a_suspended_execution(store: Any, runtime: Any, events: Event
     assert store.load_agent("a").lifecycle.value == "idle"
 
 
-def test_timeout_fails_the_execution_after_quiescence(store: Any, runtime: Any, events: Events) -> None:
+def test_timeout_fails_the_execution_after_quiescence(
+    store: Any, runtime: Any, events: Events
+) -> None:
     provider = ScriptedProvider([Reply(content="too late", delay_seconds=5)])
     agent = Agent.create("a", store=store, provider=provider, runtime=runtime, on_event=events)
     with pytest.raises(ExecutionTimeoutError):
         agent.invoke("hi", timeout_seconds=0.2, wait_seconds=10)
     execution = store.list_executions(agent_id="a")[0]
-    assert execution.status is ExecutionStatus.FAILED and execution.error.type == "ExecutionTimeoutError"
+    assert (
+        execution.status is ExecutionStatus.FAILED
+        and execution.error.type == "ExecutionTimeoutError"
+    )
     assert "timeout" in events.types()
 
 
@@ -314,7 +447,14 @@ def test_filters_can_block_input_and_output(store: Any, runtime: Any) -> None:
         return text.upper()
 
     provider = ScriptedProvider([Reply(content="the secret is 42")])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, input_filters=[no_secrets], output_filters=[no_secrets])
+    agent = Agent.create(
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        input_filters=[no_secrets],
+        output_filters=[no_secrets],
+    )
     with pytest.raises(ContentBlockedError, match="secret"):
         agent.invoke("tell me the secret", wait_seconds=10)
     assert provider.requests == []
@@ -326,8 +466,12 @@ def test_filters_can_block_input_and_output(store: Any, runtime: Any) -> None:
 
 
 def test_max_iterations_stops_a_tool_loop(store: Any, runtime: Any) -> None:
-    provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "again"}),))])  # repeats forever
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool()], max_iterations=3)
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("lookup", {"q": "again"}),))]
+    )  # repeats forever
+    agent = Agent.create(
+        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool()], max_iterations=3
+    )
     with pytest.raises(ExecutionFailedError, match="max_iterations"):
         agent.invoke("loop", wait_seconds=10)
     assert len(provider.requests) == 3
@@ -339,20 +483,29 @@ def test_listener_failure_mid_run_fails_the_execution(store: Any, runtime: Any) 
             raise ValueError("listener bug")
 
     provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="ok")])
-    agent = Agent.create("a", store=store, provider=provider, runtime=runtime, tools=[make_tool()], on_event=listener)
+    agent = Agent.create(
+        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool()], on_event=listener
+    )
     with pytest.raises(StreamCallbackError):
         agent.invoke("hi", wait_seconds=10)
     assert store.list_executions(agent_id="a")[0].status is ExecutionStatus.FAILED
 
 
 @pytest.mark.parametrize("policy", ["report", "fail_task"])
-def test_terminal_listener_failure_follows_the_policy(store: Any, runtime: Any, policy: str) -> None:
+def test_terminal_listener_failure_follows_the_policy(
+    store: Any, runtime: Any, policy: str
+) -> None:
     def listener(event: Any) -> None:
         if event.type == "done":
             raise ValueError("done handler bug")
 
     agent = Agent.create(
-        "a", store=store, provider=ScriptedProvider([Reply(content="ok")]), runtime=runtime, on_event=listener, listener_error_policy=policy
+        "a",
+        store=store,
+        provider=ScriptedProvider([Reply(content="ok")]),
+        runtime=runtime,
+        on_event=listener,
+        listener_error_policy=policy,
     )
     if policy == "report":
         assert agent.invoke("hi", wait_seconds=10).output == "ok"
@@ -364,7 +517,12 @@ def test_terminal_listener_failure_follows_the_policy(store: Any, runtime: Any, 
 
 
 def test_stream_yields_tokens_then_done(store: Any, runtime: Any) -> None:
-    agent = Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="one two three")]), runtime=runtime)
+    agent = Agent.create(
+        "a",
+        store=store,
+        provider=ScriptedProvider([Reply(content="one two three")]),
+        runtime=runtime,
+    )
     stream = agent.stream("count")
     events = list(stream)
     tokens = [e.payload["content"] for e in events if e.type == "token"]
@@ -374,21 +532,34 @@ def test_stream_yields_tokens_then_done(store: Any, runtime: Any) -> None:
 
 
 def test_bad_input_and_configuration_are_typed_errors(store: Any, runtime: Any) -> None:
-    agent = Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime)
+    agent = Agent.create(
+        "a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime
+    )
     for bad in (42, None, b"bytes", ["list"], "   "):
         with pytest.raises(InvalidInputError):
             agent.invoke(bad, wait_seconds=5)  # type: ignore[arg-type]
     assert store.list_executions(agent_id="a") == []
     with pytest.raises(AgentExistsError):
-        Agent.create("a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime)
+        Agent.create(
+            "a", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime
+        )
 
 
-def test_handoff_ends_handed_off_and_starts_the_target_under_a_deterministic_id(store: Any, runtime: Any) -> None:
-    billing = Agent.create("billing", store=store, provider=ScriptedProvider([Reply(content="billing here")]), runtime=runtime)
+def test_handoff_ends_handed_off_and_starts_the_target_under_a_deterministic_id(
+    store: Any, runtime: Any
+) -> None:
+    billing = Agent.create(
+        "billing",
+        store=store,
+        provider=ScriptedProvider([Reply(content="billing here")]),
+        runtime=runtime,
+    )
     front = Agent.create(
         "front",
         store=store,
-        provider=ScriptedProvider([Reply(tool_calls=(("to_billing", {"message": "invoice question"}),))]),
+        provider=ScriptedProvider(
+            [Reply(tool_calls=(("to_billing", {"message": "invoice question"}),))]
+        ),
         runtime=runtime,
         handoffs={"to_billing": "billing"},
     )

@@ -19,21 +19,33 @@ CLI = [sys.executable, "-m", "phronomy_fsm.cli"]
 APP = "phronomy_fsm.demo:create_app"
 
 
-def run(*args: str, crash_at: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, crash_at: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
     env.pop("PHRONOMY_CRASH_AT", None)
     if crash_at:
         env["PHRONOMY_CRASH_AT"] = crash_at
-    proc = subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
     if check and proc.returncode != 0:
-        raise AssertionError(f"{args} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}")
+        raise AssertionError(
+            f"{args} exited {proc.returncode}\nstdout:{proc.stdout}\nstderr:{proc.stderr}"
+        )
     return proc
 
 
 def start_demo(db: Path) -> tuple[str, str]:
     out = run("demo", "--db", str(db)).stdout
-    execution = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("execution_id: "))
-    request = next(line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("approval_request_id: "))
+    execution = next(
+        line.split(": ", 1)[1] for line in out.splitlines() if line.startswith("execution_id: ")
+    )
+    request = next(
+        line.split(": ", 1)[1]
+        for line in out.splitlines()
+        if line.startswith("approval_request_id: ")
+    )
     return execution, request
 
 
@@ -58,7 +70,10 @@ def test_main_job_sequence_across_three_processes(tmp_path: Path) -> None:
     assert "rev 8: terminal_commit" in out
     assert len(ledger(db)) == 1
     final = show(db, execution)
-    assert final["status"] == "completed" and [b["barrier"] for b in final["barriers"]][-1] == "terminal_commit"
+    assert (
+        final["status"] == "completed"
+        and [b["barrier"] for b in final["barriers"]][-1] == "terminal_commit"
+    )
 
 
 def test_rejection_from_another_process(tmp_path: Path) -> None:
@@ -76,8 +91,14 @@ def test_bad_approvals_are_refused_and_change_nothing(tmp_path: Path) -> None:
     execution, request = start_demo(db)
     before = show(db, execution)
     wrong = run("approve", execution, "--request", "nope", "--db", str(db), check=False)
-    assert wrong.returncode == 1 and "does not match" in wrong.stderr and "Traceback" not in wrong.stderr
-    missing = run("approve", "no-such-execution", "--request", request, "--db", str(db), check=False)
+    assert (
+        wrong.returncode == 1
+        and "does not match" in wrong.stderr
+        and "Traceback" not in wrong.stderr
+    )
+    missing = run(
+        "approve", "no-such-execution", "--request", request, "--db", str(db), check=False
+    )
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
     assert show(db, execution) == before
     not_a_db = tmp_path / "notes.db"
@@ -92,42 +113,83 @@ def test_two_processes_approving_at_once_one_wins(tmp_path: Path) -> None:
     execution, request = start_demo(db)
     env = {k: v for k, v in os.environ.items() if k != "PHRONOMY_CRASH_AT"}
     procs = [
-        subprocess.Popen([*CLI, "approve", execution, "--request", request, "--db", str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        subprocess.Popen(
+            [*CLI, "approve", execution, "--request", request, "--db", str(db)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         for _ in range(2)
     ]
     codes = sorted(p.wait(60) for p in procs)
     assert codes == [0, 1]
     stored = show(db, execution)
-    assert stored["revision"] == 5 and [b["barrier"] for b in stored["barriers"]].count("approval_decision") == 1
+    assert (
+        stored["revision"] == 5
+        and [b["barrier"] for b in stored["barriers"]].count("approval_decision") == 1
+    )
 
 
 def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     execution, request = start_demo(db)
     run("approve", execution, "--request", request, "--db", str(db))
-    killed = run("demo", "--resume", "--db", str(db), crash_at="offload:execute_tool:after", check=False)
+    killed = run(
+        "demo", "--resume", "--db", str(db), crash_at="offload:execute_tool:after", check=False
+    )
     assert killed.returncode == -signal.SIGKILL
     assert len(ledger(db)) == 1  # the refund happened, its result was never applied
     parked = run("demo", "--resume", "--db", str(db), check=False)
     assert parked.returncode == 1 and "needs an operator resolution" in parked.stderr
     assert len(ledger(db)) == 1  # not re-sent on restart
-    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)["recovered"][0]
-    assert summary["state"] == "recovery_required" and summary["subject"]["type"] == "tool_invocation"
+    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
+        "recovered"
+    ][0]
+    assert (
+        summary["state"] == "recovery_required" and summary["subject"]["type"] == "tool_invocation"
+    )
     refund = ledger(db)[0]
     assert summary["subject"]["tool_invocation_id"] == refund["idempotency_key"]
     stale = run(
-        "resolve", execution, "--db", str(db), "--app", APP, "--expected-revision", str(summary["revision"] - 1),
-        "--subject", f"tool_invocation:{refund['idempotency_key']}", "--outcome", "succeeded", "--result", "{}", check=False,
+        "resolve",
+        execution,
+        "--db",
+        str(db),
+        "--app",
+        APP,
+        "--expected-revision",
+        str(summary["revision"] - 1),
+        "--subject",
+        f"tool_invocation:{refund['idempotency_key']}",
+        "--outcome",
+        "succeeded",
+        "--result",
+        "{}",
+        check=False,
     )
     assert stale.returncode == 1 and "revision" in stale.stderr
     done = run(
-        "resolve", execution, "--db", str(db), "--app", APP, "--expected-revision", str(summary["revision"]),
-        "--subject", f"tool_invocation:{refund['idempotency_key']}", "--outcome", "succeeded",
-        "--result", json.dumps({"refund_id": refund["refund_id"], "amount": refund["amount"]}),
+        "resolve",
+        execution,
+        "--db",
+        str(db),
+        "--app",
+        APP,
+        "--expected-revision",
+        str(summary["revision"]),
+        "--subject",
+        f"tool_invocation:{refund['idempotency_key']}",
+        "--outcome",
+        "succeeded",
+        "--result",
+        json.dumps({"refund_id": refund["refund_id"], "amount": refund["amount"]}),
     )
     assert json.loads(done.stdout)["state"] == "completed"
     stored = show(db, execution)
-    assert stored["status"] == "completed" and "recovery_resolution" in [b["barrier"] for b in stored["barriers"]]
+    assert stored["status"] == "completed" and "recovery_resolution" in [
+        b["barrier"] for b in stored["barriers"]
+    ]
     assert len(ledger(db)) == 1
 
 
@@ -135,13 +197,27 @@ def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: 
     db = tmp_path / "demo.db"
     execution, request = start_demo(db)
     run("approve", execution, "--request", request, "--db", str(db))
-    killed = run("demo", "--resume", "--db", str(db), crash_at="barrier:terminal_commit:before", check=False)
+    killed = run(
+        "demo", "--resume", "--db", str(db), crash_at="barrier:terminal_commit:before", check=False
+    )
     assert killed.returncode == -signal.SIGKILL
-    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)["recovered"][0]
+    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
+        "recovered"
+    ][0]
     assert summary["subject"]["type"] == "llm_call"
     out = run(
-        "resolve", execution, "--db", str(db), "--app", APP, "--expected-revision", str(summary["revision"]),
-        "--subject", f"llm_call:{summary['subject']['llm_call_id']}", "--outcome", "not_performed",
+        "resolve",
+        execution,
+        "--db",
+        str(db),
+        "--app",
+        APP,
+        "--expected-revision",
+        str(summary["revision"]),
+        "--subject",
+        f"llm_call:{summary['subject']['llm_call_id']}",
+        "--outcome",
+        "not_performed",
     ).stdout
     assert json.loads(out)["state"] == "failed"
     stored = show(db, execution)
@@ -149,7 +225,10 @@ def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: 
     assert len(ledger(db)) == 1  # the refund of the earlier step stays done exactly once
 
 
-@pytest.mark.parametrize("point", ["barrier:suspension:after", "barrier:initial_preparation:before", "barrier:admission:after"])
+@pytest.mark.parametrize(
+    "point",
+    ["barrier:suspension:after", "barrier:initial_preparation:before", "barrier:admission:after"],
+)
 def test_killed_on_the_way_to_suspension_comes_back_waiting(tmp_path: Path, point: str) -> None:
     db = tmp_path / "demo.db"
     killed = run("demo", "--db", str(db), crash_at=point, check=False)

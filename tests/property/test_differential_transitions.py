@@ -168,7 +168,7 @@ class DispatcherHarness:
         for action in table.actions:
             setattr(hooks, action, lambda ctx, payload, a=action: self.actions.append(a))
         for hook in table.offload_hooks:
-            setattr(hooks, hook, lambda ctx, payload: (lambda octx: None))
+            setattr(hooks, hook, lambda ctx, payload: lambda octx: None)
         for barrier in table.barriers:
             setattr(hooks, barrier, lambda ctx, payload: PendingBarrier(lambda report: None))
         self.dispatcher = Dispatcher(pool=_ParkingPool(), clock=ManualClock())  # type: ignore[arg-type]
@@ -192,7 +192,9 @@ class DispatcherHarness:
             # a wait state halted the session; an outside call resumes it: a new
             # incarnation starts there and fires the event (reference §1.1 resume start)
             state, self.halted_in = self.halted_in, None
-            self.sid = self.dispatcher.start_session(self.binding, None, at_state=state, event=event, on_done=self._done)
+            self.sid = self.dispatcher.start_session(
+                self.binding, None, at_state=state, event=event, on_done=self._done
+            )
             accepted = True
         else:
             accepted = self.dispatcher.post(self.sid, event)
@@ -250,7 +252,12 @@ def run_differential(
         if event == STATE_COMPLETED:  # the engine's own event: dropped when posted from outside
             assert (engine_decision, engine_visited) == (NOOP, [])
             return
-        assert (engine_decision, engine_visited) == (decision, visited), ("dispatcher", state, event, truth)
+        assert (engine_decision, engine_visited) == (decision, visited), (
+            "dispatcher",
+            state,
+            event,
+            truth,
+        )
         assert engine.actions == ref_actions, ("dispatcher", state, event)
         if decision == ERROR:
             return  # the dispatcher ends the session here
@@ -272,7 +279,9 @@ REAL = {
 @pytest.mark.parametrize("machine", REAL_MACHINES)
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
-def test_real_specs_agree_with_transitions_and_the_dispatcher(machine: str, data: st.DataObject) -> None:
+def test_real_specs_agree_with_transitions_and_the_dispatcher(
+    machine: str, data: st.DataObject
+) -> None:
     spec, table = REAL[machine]
     assert spec is not None
     run_differential(spec, table, data)

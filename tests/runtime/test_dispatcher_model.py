@@ -136,14 +136,18 @@ class DispatcherVersusReference(RuleBasedStateMachine):
 
     def _record(self, sid: int) -> Any:
         def done(result: Any, error: BaseException | None) -> None:
-            self.outcomes[sid] = ("error", "") if error is not None else (result.status, result.state)
+            self.outcomes[sid] = (
+                ("error", "") if error is not None else (result.status, result.state)
+            )
 
         return done
 
     @rule(target=sessions)
     def start(self) -> int:
         holder: dict[str, int] = {}
-        sid = self.dispatcher.start_session(self.binding, None, on_done=lambda r, e: self._record(holder["sid"])(r, e))
+        sid = self.dispatcher.start_session(
+            self.binding, None, on_done=lambda r, e: self._record(holder["sid"])(r, e)
+        )
         holder["sid"] = sid
         self.models[sid] = Reference(TABLE, self.truth)
         return sid
@@ -174,7 +178,9 @@ class DispatcherVersusReference(RuleBasedStateMachine):
     @invariant()
     def agree(self) -> None:
         self.run()
-        live = self.dispatcher.call(lambda: {sid: self.dispatcher.session_state(sid) for sid in self.models})
+        live = self.dispatcher.call(
+            lambda: {sid: self.dispatcher.session_state(sid) for sid in self.models}
+        )
         self.dispatcher.run_until_idle()
         states = live.result()
         for sid, model in self.models.items():
@@ -191,6 +197,9 @@ class DispatcherVersusReference(RuleBasedStateMachine):
 
 
 DispatcherVersusReference.TestCase.settings = settings(
-    max_examples=60, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
 )
 TestDispatcherVersusReference = DispatcherVersusReference.TestCase

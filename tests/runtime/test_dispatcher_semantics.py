@@ -54,7 +54,9 @@ HOOKS = ("allowed", "act_go", "enter_a", "enter_b", "on_ping")
 
 def run_session(dispatcher: Dispatcher, binding: Any, ctx: Any = None, **kwargs: Any):
     results: list[tuple[SessionResult | None, BaseException | None]] = []
-    sid = dispatcher.start_session(binding, ctx, on_done=lambda r, e: results.append((r, e)), **kwargs)
+    sid = dispatcher.start_session(
+        binding, ctx, on_done=lambda r, e: results.append((r, e)), **kwargs
+    )
     dispatcher.run_until_idle()
     return sid, results
 
@@ -185,14 +187,18 @@ def test_hook_posting_events_gets_them_queued_in_order(dispatcher: Dispatcher) -
 
     binding = bind_machine(table, Hooks())
     results: list[Any] = []
-    holder["sid"] = dispatcher.start_session(binding, None, on_done=lambda r, e: results.append((r, e)))
+    holder["sid"] = dispatcher.start_session(
+        binding, None, on_done=lambda r, e: results.append((r, e))
+    )
     dispatcher.post(holder["sid"], "e1")
     dispatcher.run_until_idle()
     assert order == ["post_more:start", "post_more:end", "log", "log"]
     assert results[0][0].state == "s3" and results[0][0].status == "finished"
 
 
-def test_wait_state_halts_and_resume_start_creates_a_new_incarnation(dispatcher: Dispatcher) -> None:
+def test_wait_state_halts_and_resume_start_creates_a_new_incarnation(
+    dispatcher: Dispatcher,
+) -> None:
     hooks = Recorder(HOOKS)
     binding = bind_machine(compile_table(BASIC), hooks)
     sid, results = run_session(dispatcher, binding)
@@ -229,7 +235,9 @@ def test_step_limit_stops_a_runaway_session(dispatcher: Dispatcher) -> None:
     assert results[0][1].limit == 5
 
 
-def test_events_for_unknown_or_finished_sessions_are_dropped_and_counted(dispatcher: Dispatcher) -> None:
+def test_events_for_unknown_or_finished_sessions_are_dropped_and_counted(
+    dispatcher: Dispatcher,
+) -> None:
     binding = bind_machine(compile_table(BASIC), Recorder(HOOKS))
     assert not dispatcher.post(123456, "go")
     sid, results = run_session(dispatcher, binding)
@@ -268,7 +276,9 @@ def test_missing_hooks_are_all_reported() -> None:
 
 
 @pytest.mark.parametrize("failing", ["allowed", "act_go", "enter_b"])
-def test_a_raising_hook_ends_only_its_session_and_leaves_state_consistent(dispatcher: Dispatcher, failing: str) -> None:
+def test_a_raising_hook_ends_only_its_session_and_leaves_state_consistent(
+    dispatcher: Dispatcher, failing: str
+) -> None:
     class Hooks(Recorder):
         pass
 

@@ -83,7 +83,9 @@ class WorkHooks:
 def start(dispatcher: Dispatcher, hooks: WorkHooks, **kwargs: Any) -> tuple[int, list[Any]]:
     results: list[Any] = []
     binding = bind_machine(compile_table(WORK), hooks)
-    sid = dispatcher.start_session(binding, None, on_done=lambda r, e: results.append((r, e)), **kwargs)
+    sid = dispatcher.start_session(
+        binding, None, on_done=lambda r, e: results.append((r, e)), **kwargs
+    )
     return sid, results
 
 
@@ -110,25 +112,29 @@ def test_offload_error_becomes_the_failed_event(dispatcher: Dispatcher) -> None:
         raise error
 
     hooks.work = fail
-    sid, results = start(dispatcher, hooks)
+    _sid, results = start(dispatcher, hooks)
     dispatcher.run_until_idle()
     assert hooks.records == [("record", error)]
     assert results[0][0].state == "bad"
 
 
-def test_offload_hook_that_raises_while_preparing_is_the_offloads_failure(dispatcher: Dispatcher) -> None:
+def test_offload_hook_that_raises_while_preparing_is_the_offloads_failure(
+    dispatcher: Dispatcher,
+) -> None:
     class Hooks(WorkHooks):
         def call(self, ctx: Any, payload: Any) -> Any:
             raise KeyError("no such provider")
 
     hooks = Hooks()
-    sid, results = start(dispatcher, hooks)
+    _sid, results = start(dispatcher, hooks)
     dispatcher.run_until_idle()
     assert isinstance(hooks.records[0][1], KeyError)
     assert results[0][0].state == "bad"
 
 
-def test_emitted_events_flow_while_authoritative_and_are_dropped_after(dispatcher: Dispatcher) -> None:
+def test_emitted_events_flow_while_authoritative_and_are_dropped_after(
+    dispatcher: Dispatcher,
+) -> None:
     hooks = WorkHooks()
     release = threading.Event()
     contexts: list[Any] = []
@@ -167,7 +173,7 @@ def test_a_full_pool_is_backpressure_delivered_as_the_failed_event() -> None:
     blocker = threading.Event()
     pool.submit(blocker.wait, 5)  # occupies the only slot
     hooks = WorkHooks()
-    sid, results = start(dispatcher, hooks)
+    _sid, results = start(dispatcher, hooks)
     dispatcher.run_until_idle(wait_for_work=False)
     assert isinstance(hooks.records[0][1], BackpressureError)
     assert results[0][0].state == "bad"
@@ -185,7 +191,9 @@ def test_a_full_pool_is_backpressure_delivered_as_the_failed_event() -> None:
         (BarrierOutcome("outcome_unknown"), "bad"),
     ],
 )
-def test_each_barrier_outcome_posts_its_event(dispatcher: Dispatcher, outcome: BarrierOutcome, state: str) -> None:
+def test_each_barrier_outcome_posts_its_event(
+    dispatcher: Dispatcher, outcome: BarrierOutcome, state: str
+) -> None:
     hooks = WorkHooks()
     hooks.barrier = lambda: outcome
     sid, _ = start(dispatcher, hooks, revision=3)
@@ -205,7 +213,7 @@ def test_barrier_work_that_raises_is_outcome_unknown(dispatcher: Dispatcher) -> 
         raise OSError("disk I/O error")
 
     hooks.barrier = explode
-    sid, results = start(dispatcher, hooks)
+    _sid, _results = start(dispatcher, hooks)
     dispatcher.run_until_idle()
     outcome = hooks.records[1][1]
     assert outcome.outcome == "outcome_unknown" and isinstance(outcome.error, OSError)
@@ -229,13 +237,17 @@ def test_barrier_may_return_a_future_settled_elsewhere(dispatcher: Dispatcher) -
     sid, _ = start(dispatcher, hooks)
     dispatcher.run_until_idle(wait_for_work=False)
     assert dispatcher.in_flight(None) == 1
-    threading.Thread(target=future.set_result, args=(BarrierOutcome("committed", revision=9),)).start()
+    threading.Thread(
+        target=future.set_result, args=(BarrierOutcome("committed", revision=9),)
+    ).start()
     dispatcher.run_until_idle()
     assert state_of(dispatcher, sid) == "waiting"
     assert dispatcher.in_flight(None) == 0
 
 
-def test_state_timeout_fires_on_the_manual_clock_only_while_in_the_state(dispatcher: Dispatcher, clock: ManualClock) -> None:
+def test_state_timeout_fires_on_the_manual_clock_only_while_in_the_state(
+    dispatcher: Dispatcher, clock: ManualClock
+) -> None:
     hooks = WorkHooks()
     sid, results = start(dispatcher, hooks)
     dispatcher.run_until_idle()

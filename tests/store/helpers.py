@@ -20,19 +20,19 @@ T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 def new_execution(agent_id: str, execution_id: str | None = None, **fields: Any) -> ExecutionRecord:
     """A revision-0 execution (status preparing, phase preparing)."""
-    values: dict[str, Any] = dict(
-        execution_id=execution_id or f"ex-{uuid.uuid4()}",
-        agent_id=agent_id,
-        revision=0,
-        status=ExecutionStatus.PREPARING,
-        phase="preparing",
-        spec_version=1,
-        spec_sha256="ab" * 32,
-        created_at=T0,
-        updated_at=T0,
-        input={"messages": [{"role": "user", "content": "hello"}]},
-        metadata={"recovery_contract_version": 1},
-    )
+    values: dict[str, Any] = {
+        "execution_id": execution_id or f"ex-{uuid.uuid4()}",
+        "agent_id": agent_id,
+        "revision": 0,
+        "status": ExecutionStatus.PREPARING,
+        "phase": "preparing",
+        "spec_version": 1,
+        "spec_sha256": "ab" * 32,
+        "created_at": T0,
+        "updated_at": T0,
+        "input": {"messages": [{"role": "user", "content": "hello"}]},
+        "metadata": {"recovery_contract_version": 1},
+    }
     values.update(fields)
     return ExecutionRecord(**values)
 

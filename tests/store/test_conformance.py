@@ -237,7 +237,7 @@ def test_list_executions_filters_and_orders(store):
 
 
 def test_reconcile_dispositions(store):
-    agent, ex = admission(store, "a1", "ex-1")
+    _agent, ex = admission(store, "a1", "ex-1")
     c1 = step(ex)
     assert store.reconcile(c1) == NOT_COMMITTED  # still at expected revision
     store.commit(c1)

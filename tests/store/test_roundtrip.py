@@ -177,7 +177,7 @@ def test_decoding_is_strict():
 
 
 def test_store_round_trip_of_every_stored_record(store):
-    agent, ex = admission(store, "agent-ü", "ex-ü")
+    agent, _ex = admission(store, "agent-ü", "ex-ü")
     full = attrs.evolve(_full_execution(), revision=1, status=ExecutionStatus.ACTIVE)
     record = journal(
         "agent-ü", "ex-ü", role="user", content={"text": UNICODE}, occurred_at=SECOND_FIXED
@@ -244,7 +244,6 @@ def test_json_data_round_trips_exactly(metadata):
     assert back.metadata == json.loads(json.dumps(metadata))  # tuples come back as lists
 
 
-
 @pytest.mark.parametrize(
     "bad",
     [
@@ -265,7 +264,7 @@ def test_values_that_are_not_json_data_are_refused(bad):
 
 
 def test_naive_datetime_is_refused_and_nothing_is_written(store):
-    agent, ex = admission(store, "a1", "ex-1")
+    _agent, ex = admission(store, "a1", "ex-1")
     naive = attrs.evolve(
         ex.advance(now=T0, status=ExecutionStatus.ACTIVE), updated_at=datetime(2026, 1, 1)
     )

@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import gen_api_docs  # noqa: E402
+import gen_api_docs
 
 
 def test_every_public_object_has_a_docstring() -> None:
@@ -30,5 +30,10 @@ def test_every_public_object_has_a_docstring() -> None:
 
 
 def test_api_reference_is_fresh() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_api_docs.py"), "--check"], capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_api_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr

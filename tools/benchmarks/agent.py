@@ -28,9 +28,13 @@ TOOL_CYCLES = 3
 def add_arguments(parser: Any) -> None:
     """Options: --runs-per-agent, --concurrency, --round-trips."""
     parser.add_argument("--runs", type=int, default=640, help="runs per measurement (phronomy_fsm)")
-    parser.add_argument("--langgraph-runs", type=int, default=60, help="runs per measurement (LangGraph)")
+    parser.add_argument(
+        "--langgraph-runs", type=int, default=60, help="runs per measurement (LangGraph)"
+    )
     parser.add_argument("--concurrency", type=int, default=64, help="max concurrent agents/threads")
-    parser.add_argument("--round-trips", type=int, default=30, help="approval round trips to time per side")
+    parser.add_argument(
+        "--round-trips", type=int, default=30, help="approval round trips to time per side"
+    )
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
 
 
@@ -52,7 +56,13 @@ def _phronomy_tools() -> list[Any]:
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
     return [
         Tool("step", lambda args, ctx: {"ok": args["n"]}, "one step", schema),
-        Tool("approve_me", lambda args, ctx: {"ok": args["n"]}, "needs approval", schema, requires_approval=True),
+        Tool(
+            "approve_me",
+            lambda args, ctx: {"ok": args["n"]},
+            "needs approval",
+            schema,
+            requires_approval=True,
+        ),
     ]
 
 
@@ -61,11 +71,20 @@ def run_phronomy(directory: str, runs: int, concurrency: int) -> float:
     from phronomy_fsm.agent import Agent, AgentRuntime
     from phronomy_fsm.store import SqliteBarrierStore
 
-    store = SqliteBarrierStore(os.path.join(directory, f"phronomy-{concurrency}-{time.monotonic_ns()}.db"), synchronous="FULL")
+    store = SqliteBarrierStore(
+        os.path.join(directory, f"phronomy-{concurrency}-{time.monotonic_ns()}.db"),
+        synchronous="FULL",
+    )
     runtime = AgentRuntime(max_workers=16, queue_size=4096)
     try:
         agents = [
-            Agent.create(f"agent-{i}", store=store, provider=_phronomy_provider(), tools=_phronomy_tools(), runtime=runtime)
+            Agent.create(
+                f"agent-{i}",
+                store=store,
+                provider=_phronomy_provider(),
+                tools=_phronomy_tools(),
+                runtime=runtime,
+            )
             for i in range(concurrency)
         ]
         per_agent = max(1, runs // concurrency)
@@ -107,7 +126,9 @@ def round_trip_phronomy(directory: str, count: int) -> float:
     from phronomy_fsm.agent import Agent, AgentRuntime
     from phronomy_fsm.store import SqliteBarrierStore
 
-    store = SqliteBarrierStore(os.path.join(directory, f"phronomy-rt-{time.monotonic_ns()}.db"), synchronous="FULL")
+    store = SqliteBarrierStore(
+        os.path.join(directory, f"phronomy-rt-{time.monotonic_ns()}.db"), synchronous="FULL"
+    )
     runtime = AgentRuntime()
     suspended = threading.Event()
     request: dict[str, Any] = {}
@@ -121,7 +142,14 @@ def round_trip_phronomy(directory: str, count: int) -> float:
     try:
         samples = []
         for i in range(count):
-            agent = Agent.create(f"rt-{i}", store=store, provider=_phronomy_provider(approval=True), tools=_phronomy_tools(), runtime=runtime, on_event=on_event)
+            agent = Agent.create(
+                f"rt-{i}",
+                store=store,
+                provider=_phronomy_provider(approval=True),
+                tools=_phronomy_tools(),
+                runtime=runtime,
+                on_event=on_event,
+            )
             suspended.clear()
             start = time.perf_counter()
             task = agent.invoke_async("refund please")
@@ -153,7 +181,11 @@ def _langgraph_app(path: str, *, approval: bool) -> Any:
     def llm(state: _State) -> dict[str, Any]:
         answered = sum(1 for m in state["messages"] if m["role"] == "assistant")
         if answered < cycles:
-            return {"messages": [{"role": "assistant", "tool_call": {"name": "step", "args": {"n": answered}}}]}
+            return {
+                "messages": [
+                    {"role": "assistant", "tool_call": {"name": "step", "args": {"n": answered}}}
+                ]
+            }
         return {"messages": [{"role": "assistant", "content": "done"}]}
 
     def tools(state: _State) -> dict[str, Any]:
@@ -183,12 +215,17 @@ def _langgraph_app(path: str, *, approval: bool) -> Any:
 
 def run_langgraph(directory: str, runs: int, concurrency: int) -> float:
     """Runs/s with ``concurrency`` threads invoking the compiled graph."""
-    app, conn = _langgraph_app(os.path.join(directory, f"langgraph-{concurrency}-{time.monotonic_ns()}.db"), approval=False)
+    app, conn = _langgraph_app(
+        os.path.join(directory, f"langgraph-{concurrency}-{time.monotonic_ns()}.db"), approval=False
+    )
     per_thread = max(1, runs // concurrency)
 
     def work(i: int) -> None:
         for r in range(per_thread):
-            out = app.invoke({"messages": [{"role": "user", "content": "go"}]}, {"configurable": {"thread_id": f"t{i}-{r}"}})
+            out = app.invoke(
+                {"messages": [{"role": "user", "content": "go"}]},
+                {"configurable": {"thread_id": f"t{i}-{r}"}},
+            )
             assert out["messages"][-1]["content"] == "done"
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(concurrency)]
@@ -206,7 +243,9 @@ def round_trip_langgraph(directory: str, count: int) -> float:
     """Median seconds of interrupt + Command(resume=True) to the end."""
     from langgraph.types import Command
 
-    app, conn = _langgraph_app(os.path.join(directory, f"langgraph-rt-{time.monotonic_ns()}.db"), approval=True)
+    app, conn = _langgraph_app(
+        os.path.join(directory, f"langgraph-rt-{time.monotonic_ns()}.db"), approval=True
+    )
     samples = []
     for i in range(count):
         config = {"configurable": {"thread_id": f"rt-{i}"}}
@@ -230,9 +269,14 @@ def run(args: Any) -> dict[str, Any]:
     ours_rt: list[float] = []
     theirs_rt: list[float] = []
     best_concurrency = {"phronomy_fsm": 0, "langgraph_sqlite": 0}
-    with tempfile.TemporaryDirectory(dir=os.environ.get("PHRONOMY_BENCH_DIR") or os.getcwd(), prefix=".bench-") as directory:
+    with tempfile.TemporaryDirectory(
+        dir=os.environ.get("PHRONOMY_BENCH_DIR") or os.getcwd(), prefix=".bench-"
+    ) as directory:
         for _ in range(args.rounds):
-            rates = {c: run_phronomy(directory, args.runs, c) for c in sorted({min(args.concurrency, 64), 16})}
+            rates = {
+                c: run_phronomy(directory, args.runs, c)
+                for c in sorted({min(args.concurrency, 64), 16})
+            }
             c, rate = max(rates.items(), key=lambda kv: kv[1])
             ours.append(rate)
             best_concurrency["phronomy_fsm"] = c
@@ -246,10 +290,19 @@ def run(args: Any) -> dict[str, Any]:
     r, q = statistics.median(ours_rt), statistics.median(theirs_rt)
     return {
         "runs_per_second": {"phronomy_fsm": round(a, 1), "langgraph_sqlite": round(l, 1)},
-        "approval_round_trip_seconds": {"phronomy_fsm": round(r, 5), "langgraph_sqlite": round(q, 5)},
-        "ratios": {"runs_vs_langgraph": round(a / l, 2), "round_trip_vs_langgraph": round(r / q, 3)},
+        "approval_round_trip_seconds": {
+            "phronomy_fsm": round(r, 5),
+            "langgraph_sqlite": round(q, 5),
+        },
+        "ratios": {
+            "runs_vs_langgraph": round(a / l, 2),
+            "round_trip_vs_langgraph": round(r / q, 3),
+        },
         "targets": {"runs_vs_langgraph": ">= 10", "round_trip_vs_langgraph": "<= 0.15"},
         "best_concurrency": best_concurrency,
-        "samples": {"phronomy_fsm": [round(x, 1) for x in ours], "langgraph_sqlite": [round(x, 1) for x in theirs]},
+        "samples": {
+            "phronomy_fsm": [round(x, 1) for x in ours],
+            "langgraph_sqlite": [round(x, 1) for x in theirs],
+        },
         "config": {"tool_cycles": TOOL_CYCLES, "synchronous": "FULL", "rounds": args.rounds},
     }

@@ -83,12 +83,20 @@ def add_arguments(parser: Any) -> None:
     """Options: --sessions, --cycles, --rounds, --memory-sessions."""
     parser.add_argument("--sessions", type=int, default=500, help="concurrent sessions per round")
     parser.add_argument("--cycles", type=int, default=10, help="tool cycles per session")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (median reported)")
-    parser.add_argument("--memory-sessions", type=int, default=10_000, help="sessions for the memory probe")
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="interleaved rounds (median reported)"
+    )
+    parser.add_argument(
+        "--memory-sessions", type=int, default=10_000, help="sessions for the memory probe"
+    )
 
 
 def _external_events(cycles: int) -> list[str]:
-    return ["prepared"] + ["llm_tool_calls", "tools_done"] * cycles + ["llm_answer", "output_ok", "committed"]
+    return (
+        ["prepared"]
+        + ["llm_tool_calls", "tools_done"] * cycles
+        + ["llm_answer", "output_ok", "committed"]
+    )
 
 
 def _full_events(cycles: int) -> list[str]:
@@ -102,6 +110,7 @@ def _full_events(cycles: int) -> list[str]:
 
 def _load_table(tmp: Path) -> Any:
     from phronomy_fsm.codegen import compile_spec
+
     from phronomy_fsm.spec.loader import load_spec_text
 
     loaded = load_spec_text(SPEC, source_name="bench_agent_cycle.yaml")
@@ -175,7 +184,8 @@ def run_transitions(sessions: int, cycles: int) -> tuple[float, int]:
     rows = [{"trigger": e, "source": s, "dest": d, "after": "hook"} for s, e, d in ROWS]
     models = [Model() for _ in range(sessions)]
     machines = [
-        Machine(model=m, states=STATES, transitions=rows, initial="idle", auto_transitions=False) for m in models
+        Machine(model=m, states=STATES, transitions=rows, initial="idle", auto_transitions=False)
+        for m in models
     ]
     events = _full_events(cycles)
     start = time.perf_counter()
@@ -284,7 +294,12 @@ def memory_per_session(table: Any, count: int) -> dict[str, float]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    machines = [Machine(model=Model(), states=STATES, transitions=rows, initial="idle", auto_transitions=False) for _ in range(count)]
+    machines = [
+        Machine(
+            model=Model(), states=STATES, transitions=rows, initial="idle", auto_transitions=False
+        )
+        for _ in range(count)
+    ]
     gc.collect()
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
@@ -295,7 +310,12 @@ def memory_per_session(table: Any, count: int) -> dict[str, float]:
 
 def run(args: Any) -> dict[str, Any]:
     """Run the interleaved rounds and the memory probe; return the report."""
-    results: dict[str, list[float]] = {"phronomy_fsm": [], "transitions": [], "python_statemachine": [], "dict_lower_bound": []}
+    results: dict[str, list[float]] = {
+        "phronomy_fsm": [],
+        "transitions": [],
+        "python_statemachine": [],
+        "dict_lower_bound": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         table = _load_table(Path(tmp))
         # the slow peers run fewer sessions per round (rates are per event, so comparable)
@@ -303,7 +323,9 @@ def run(args: Any) -> dict[str, Any]:
         for _ in range(args.rounds):
             results["phronomy_fsm"].append(run_phronomy(table, args.sessions, args.cycles)[0])
             results["transitions"].append(run_transitions(slow_sessions, args.cycles)[0])
-            results["python_statemachine"].append(run_python_statemachine(slow_sessions, args.cycles)[0])
+            results["python_statemachine"].append(
+                run_python_statemachine(slow_sessions, args.cycles)[0]
+            )
             results["dict_lower_bound"].append(run_dict(args.sessions, args.cycles)[0])
         memory = memory_per_session(table, args.memory_sessions)
     rates = {name: round(statistics.median(values)) for name, values in results.items()}
@@ -316,6 +338,16 @@ def run(args: Any) -> dict[str, Any]:
             "vs_python_statemachine": round(ours / rates["python_statemachine"], 2),
             "vs_dict_lower_bound": round(ours / rates["dict_lower_bound"], 3),
         },
-        "targets": {"vs_transitions": ">= 25", "vs_python_statemachine": ">= 250", "vs_dict_lower_bound": ">= 0.25", "bytes_per_live_session": "<= 1024"},
-        "config": {"sessions": args.sessions, "cycles": args.cycles, "rounds": args.rounds, "python": sys.version.split()[0]},
+        "targets": {
+            "vs_transitions": ">= 25",
+            "vs_python_statemachine": ">= 250",
+            "vs_dict_lower_bound": ">= 0.25",
+            "bytes_per_live_session": "<= 1024",
+        },
+        "config": {
+            "sessions": args.sessions,
+            "cycles": args.cycles,
+            "rounds": args.rounds,
+            "python": sys.version.split()[0],
+        },
     }

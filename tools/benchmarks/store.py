@@ -252,7 +252,7 @@ class _Group:
             try:
                 for c in chain:
                     submit(c).result()
-            except BaseException as exc:  # reported below
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped  # reported below
                 errors.append(exc)
 
         threads = [threading.Thread(target=drive, args=(chain,)) for chain in chains]

@@ -123,7 +123,11 @@ class Agent:
             ToolSpec(
                 name,
                 f"Hand the conversation off to agent {target!r}.",
-                {"type": "object", "properties": {"message": {"type": "string"}}, "additionalProperties": True},
+                {
+                    "type": "object",
+                    "properties": {"message": {"type": "string"}},
+                    "additionalProperties": True,
+                },
             )
             for name, target in sorted(handoffs.items())
         )
@@ -152,7 +156,15 @@ class Agent:
     # ------------------------------------------------------------- construction
 
     @classmethod
-    def create(cls, agent_id: str, *, store: BarrierStore | str, provider: Provider, runtime: AgentRuntime | None = None, **options: Any) -> Agent:
+    def create(
+        cls,
+        agent_id: str,
+        *,
+        store: BarrierStore | str,
+        provider: Provider,
+        runtime: AgentRuntime | None = None,
+        **options: Any,
+    ) -> Agent:
         """Create a new agent in the store and make it live (not an upsert).
 
         Args:
@@ -177,17 +189,38 @@ class Agent:
         key = (_store_identity(store), agent_id)
         with runtime.registry_lock:
             if key in runtime.agents:
-                raise AgentExistsError(f"agent {agent_id!r} is already live in this process; use Agent.load", agent_id=agent_id)
+                raise AgentExistsError(
+                    f"agent {agent_id!r} is already live in this process; use Agent.load",
+                    agent_id=agent_id,
+                )
             try:
                 root = store.create_agent(agent_id, now=runtime.now())
             except ConflictError as exc:
-                raise AgentExistsError(f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id) from exc
-            agent = cls(agent_id, store=store, provider=provider, root=root, history=[], runtime=runtime, **options)
+                raise AgentExistsError(
+                    f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id
+                ) from exc
+            agent = cls(
+                agent_id,
+                store=store,
+                provider=provider,
+                root=root,
+                history=[],
+                runtime=runtime,
+                **options,
+            )
             runtime.agents[key] = agent
         return agent
 
     @classmethod
-    def load(cls, agent_id: str, *, store: BarrierStore | str, provider: Provider, runtime: AgentRuntime | None = None, **options: Any) -> Agent:
+    def load(
+        cls,
+        agent_id: str,
+        *,
+        store: BarrierStore | str,
+        provider: Provider,
+        runtime: AgentRuntime | None = None,
+        **options: Any,
+    ) -> Agent:
         """Return the live agent, or load it from the store and recover its active
         execution (reference §6.1; issue 6): a suspended execution waits for approval
         again, a resumable one continues, an unprovable one is announced with a
@@ -215,7 +248,15 @@ class Agent:
                 return live
             root = store.load_agent(agent_id)
             history, active = load_history(store, agent_id)
-            agent = cls(agent_id, store=store, provider=provider, root=root, history=history, runtime=runtime, **options)
+            agent = cls(
+                agent_id,
+                store=store,
+                provider=provider,
+                root=root,
+                history=history,
+                runtime=runtime,
+                **options,
+            )
             runtime.agents[key] = agent
         if active is not None:
             try:
@@ -235,7 +276,9 @@ class Agent:
 
     # --------------------------------------------------------------- operations
 
-    def invoke_async(self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None) -> Task[AgentResult]:
+    def invoke_async(
+        self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None
+    ) -> Task[AgentResult]:
         """Start an execution; the task settles with its :class:`AgentResult`, or fails
         with the execution's error (``Cancelled`` when cancelled). It stays pending
         through suspension for approval (reference §8.2).
@@ -245,9 +288,18 @@ class Agent:
         """
         return self._start(input, "invoke", timeout_seconds, execution_id, None)
 
-    def invoke(self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None, wait_seconds: float | None = None) -> AgentResult:
+    def invoke(
+        self,
+        input: str,
+        *,
+        timeout_seconds: float | None = None,
+        execution_id: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> AgentResult:
         """:meth:`invoke_async`, then wait (``wait_seconds``: waiter-local timeout)."""
-        return self.invoke_async(input, timeout_seconds=timeout_seconds, execution_id=execution_id).result(wait_seconds)
+        return self.invoke_async(
+            input, timeout_seconds=timeout_seconds, execution_id=execution_id
+        ).result(wait_seconds)
 
     def stream(self, input: str, *, timeout_seconds: float | None = None) -> EventStream:
         """Start an execution in stream mode and return an :class:`EventStream` that
@@ -256,26 +308,57 @@ class Agent:
         task = self._start(input, "stream", timeout_seconds, None, sink.put)
         return EventStream(task, sink)
 
-    def stream_async(self, input: str, *, timeout_seconds: float | None = None) -> Task[AgentResult]:
+    def stream_async(
+        self, input: str, *, timeout_seconds: float | None = None
+    ) -> Task[AgentResult]:
         """Stream mode with events (tokens included) going to the agent's listener.
 
         Raises ConfigurationError when the agent has no listener (reference §8.2)."""
         if self.on_event is None:
-            raise ConfigurationError("stream_async needs the agent's on_event listener; use stream() otherwise")
+            raise ConfigurationError(
+                "stream_async needs the agent's on_event listener; use stream() otherwise"
+            )
         return self._start(input, "stream", timeout_seconds, None, None)
 
-    def _start(self, input: Any, mode: str, timeout_seconds: float | None, execution_id: str | None, sink: Any) -> Task[AgentResult]:
+    def _start(
+        self,
+        input: Any,
+        mode: str,
+        timeout_seconds: float | None,
+        execution_id: str | None,
+        sink: Any,
+    ) -> Task[AgentResult]:
         if not isinstance(input, str):
-            raise InvalidInputError(f"input must be a string, got {type(input).__name__}", agent_id=self.agent_id)
+            raise InvalidInputError(
+                f"input must be a string, got {type(input).__name__}", agent_id=self.agent_id
+            )
         if not input.strip():
             raise InvalidInputError("input must not be empty", agent_id=self.agent_id)
         task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
-        self.runtime.dispatcher.call_soon(self._begin, input, mode, task, timeout_seconds or self.timeout_seconds, execution_id, sink)
+        self.runtime.dispatcher.call_soon(
+            self._begin,
+            input,
+            mode,
+            task,
+            timeout_seconds or self.timeout_seconds,
+            execution_id,
+            sink,
+        )
         return task
 
-    def _begin(self, input: str, mode: str, task: Task[AgentResult], timeout_seconds: float | None, execution_id: str | None, sink: Any) -> None:
+    def _begin(
+        self,
+        input: str,
+        mode: str,
+        task: Task[AgentResult],
+        timeout_seconds: float | None,
+        execution_id: str | None,
+        sink: Any,
+    ) -> None:
         if self._closed or self.runtime.closed:
-            task.fail(AgentClosedError(f"agent {self.agent_id!r} is closed", agent_id=self.agent_id))
+            task.fail(
+                AgentClosedError(f"agent {self.agent_id!r} is closed", agent_id=self.agent_id)
+            )
             if sink is not None:
                 sink(None)
             return
@@ -303,26 +386,50 @@ class Agent:
         self.runtime.start_execution(ctx)
         if timeout_seconds is not None:
             error = ExecutionTimeoutError(
-                f"execution {ctx.execution_id} ran past {timeout_seconds} s", execution_id=ctx.execution_id
+                f"execution {ctx.execution_id} ran past {timeout_seconds} s",
+                execution_id=ctx.execution_id,
             )
-            ctx.timer = self.runtime.dispatcher.call_later(timeout_seconds, self.runtime.abort, ctx, AbortReason("timeout", error))
+            ctx.timer = self.runtime.dispatcher.call_later(
+                timeout_seconds, self.runtime.abort, ctx, AbortReason("timeout", error)
+            )
 
     def approve_async(
-        self, execution_id: str, *, approval_request_id: str, approved: bool = True, decisions: Mapping[str, bool] | None = None
+        self,
+        execution_id: str,
+        *,
+        approval_request_id: str,
+        approved: bool = True,
+        decisions: Mapping[str, bool] | None = None,
     ) -> Task[AgentResult]:
         """Decide a suspended execution's approval request; the task observes the
         execution's terminal outcome (like the original invoke task, reference §4.5).
         A wrong request id, an execution that is not suspended, or a decision already
         in flight fails only this task with :class:`ApprovalError`."""
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
-        decision = ApprovalDecision(execution_id, approval_request_id, bool(approved), dict(decisions) if decisions else None)
+        decision = ApprovalDecision(
+            execution_id,
+            approval_request_id,
+            bool(approved),
+            dict(decisions) if decisions else None,
+        )
         self.runtime.dispatcher.call_soon(self._approve, decision, task)
         return task
 
-    def approve(self, execution_id: str, *, approval_request_id: str, approved: bool = True, decisions: Mapping[str, bool] | None = None, wait_seconds: float | None = None) -> AgentResult:
+    def approve(
+        self,
+        execution_id: str,
+        *,
+        approval_request_id: str,
+        approved: bool = True,
+        decisions: Mapping[str, bool] | None = None,
+        wait_seconds: float | None = None,
+    ) -> AgentResult:
         """:meth:`approve_async`, then wait for the terminal outcome."""
         return self.approve_async(
-            execution_id, approval_request_id=approval_request_id, approved=approved, decisions=decisions
+            execution_id,
+            approval_request_id=approval_request_id,
+            approved=approved,
+            decisions=decisions,
         ).result(wait_seconds)
 
     def _approve(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
@@ -332,11 +439,27 @@ class Agent:
             return
         execution = ctx.execution
         request = execution.approval_request if execution is not None else None
-        if ctx.state != "suspended" or ctx.session_id is not None or execution is None or execution.status is not ExecutionStatus.SUSPENDED or request is None:
-            task.fail(ApprovalError(f"execution {decision.execution_id} is not suspended for approval (state {ctx.state})", execution_id=decision.execution_id))
+        if (
+            ctx.state != "suspended"
+            or ctx.session_id is not None
+            or execution is None
+            or execution.status is not ExecutionStatus.SUSPENDED
+            or request is None
+        ):
+            task.fail(
+                ApprovalError(
+                    f"execution {decision.execution_id} is not suspended for approval (state {ctx.state})",
+                    execution_id=decision.execution_id,
+                )
+            )
             return
         if ctx.approval_decision is not None:
-            task.fail(ApprovalError(f"a decision for execution {decision.execution_id} is already being committed", execution_id=decision.execution_id))
+            task.fail(
+                ApprovalError(
+                    f"a decision for execution {decision.execution_id} is already being committed",
+                    execution_id=decision.execution_id,
+                )
+            )
             return
         if request.request_id != decision.request_id:
             task.fail(
@@ -348,11 +471,18 @@ class Agent:
             return
         unknown = set(decision.decisions or {}) - {i.tool_invocation_id for i in request.items}
         if unknown:
-            task.fail(ApprovalError(f"decisions name unknown tool invocations: {sorted(unknown)}", execution_id=decision.execution_id))
+            task.fail(
+                ApprovalError(
+                    f"decisions name unknown tool invocations: {sorted(unknown)}",
+                    execution_id=decision.execution_id,
+                )
+            )
             return
         ctx.approvers.append(task)
         ctx.approval_decision = decision
-        self.runtime.start_execution(ctx, at_state="suspended", event="approval_decided", payload=decision)
+        self.runtime.start_execution(
+            ctx, at_state="suspended", event="approval_decided", payload=decision
+        )
 
     def _refuse_unowned_approval(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
         """No live owner: say why, from the durable record (read off the loop)."""
@@ -362,7 +492,9 @@ class Agent:
             try:
                 execution = store.load_execution(decision.execution_id)
             except Exception as exc:  # noqa: BLE001 - not found or unreadable
-                return ApprovalError(f"execution {decision.execution_id}: {exc}", execution_id=decision.execution_id)
+                return ApprovalError(
+                    f"execution {decision.execution_id}: {exc}", execution_id=decision.execution_id
+                )
             if execution.status is not ExecutionStatus.SUSPENDED:
                 return ApprovalError(
                     f"execution {decision.execution_id} is {execution.status.value}, not suspended for approval",
@@ -391,7 +523,9 @@ class Agent:
             ctx = self._live.get(execution_id) if execution_id is not None else self._current
             if ctx is None:
                 return False
-            return self.runtime.abort(ctx, AbortReason("cancelled", Cancelled("cancelled by the caller")))
+            return self.runtime.abort(
+                ctx, AbortReason("cancelled", Cancelled("cancelled by the caller"))
+            )
 
         return bool(self.runtime.dispatcher.call(run).result(wait_seconds))
 
@@ -413,14 +547,31 @@ class Agent:
         from phronomy_fsm.agent.recovery import begin_resolution
 
         task: Task[AgentResult] = Task(f"{self.agent_id} resolve {execution_id}")
-        resolution = Resolution(execution_id, expected_revision, dict(subject), outcome, result, error)
+        resolution = Resolution(
+            execution_id, expected_revision, dict(subject), outcome, result, error
+        )
         self.runtime.dispatcher.call_soon(begin_resolution, self, resolution, task)
         return task
 
-    def resolve(self, execution_id: str, *, expected_revision: int, subject: Mapping[str, Any], outcome: str, result: Any = None, error: str | None = None, wait_seconds: float | None = None) -> AgentResult:
+    def resolve(
+        self,
+        execution_id: str,
+        *,
+        expected_revision: int,
+        subject: Mapping[str, Any],
+        outcome: str,
+        result: Any = None,
+        error: str | None = None,
+        wait_seconds: float | None = None,
+    ) -> AgentResult:
         """:meth:`resolve_async`, then wait."""
         return self.resolve_async(
-            execution_id, expected_revision=expected_revision, subject=subject, outcome=outcome, result=result, error=error
+            execution_id,
+            expected_revision=expected_revision,
+            subject=subject,
+            outcome=outcome,
+            result=result,
+            error=error,
         ).result(wait_seconds)
 
     def active_execution(self) -> dict[str, Any] | None:
@@ -456,19 +607,34 @@ class Agent:
             self._current = None
 
     def _remember(self, ctx: Invocation) -> None:
-        self.history.extend(m for m in ctx.messages[ctx.base_len :] if m.role in ("user", "assistant", "tool"))
+        self.history.extend(
+            m for m in ctx.messages[ctx.base_len :] if m.role in ("user", "assistant", "tool")
+        )
 
     def _start_handoff_target(self, ctx: Invocation) -> None:
         """Start the handoff target's execution under its deterministic id when the
         target agent is live in this runtime (otherwise the application starts it with
         ``invoke(..., execution_id=result.handoff['target_execution_id'])``)."""
         handoff = ctx.handoff or {}
-        target = self.runtime.agents.get((_store_identity(self.store), str(handoff.get("target_agent_id"))))
+        target = self.runtime.agents.get(
+            (_store_identity(self.store), str(handoff.get("target_agent_id")))
+        )
         if target is None or target._admission_sid is not None:
             return
-        message = handoff.get("arguments", {}).get("message") if isinstance(handoff.get("arguments"), dict) else None
+        message = (
+            handoff.get("arguments", {}).get("message")
+            if isinstance(handoff.get("arguments"), dict)
+            else None
+        )
         text = message or (ctx.filtered_input or str(ctx.raw_input))
-        target._begin(text, "invoke", Task("handoff target"), target.timeout_seconds, handoff["target_execution_id"], None)
+        target._begin(
+            text,
+            "invoke",
+            Task("handoff target"),
+            target.timeout_seconds,
+            handoff["target_execution_id"],
+            None,
+        )
 
 
 class EventStream:

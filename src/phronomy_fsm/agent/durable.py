@@ -79,10 +79,12 @@ def new_record_id() -> str:
     return f"{_RECORD_PREFIX}{next(_record_counter):08x}"
 
 
-def tool_invocation_id(execution_id: str, llm_call_id: str, tool_call_id: str, tool_name: str) -> str:
+def tool_invocation_id(
+    execution_id: str, llm_call_id: str, tool_call_id: str, tool_name: str
+) -> str:
     """The semantic id of one tool call (reference §1.2 starting_tools): stable across
     restarts, and the idempotency key handed to the tool."""
-    raw = "\0".join((execution_id, llm_call_id, tool_call_id, tool_name)).encode()
+    raw = f"{execution_id}\x00{llm_call_id}\x00{tool_call_id}\x00{tool_name}".encode()
     return "tool-" + hashlib.sha256(raw).hexdigest()[:32]
 
 
@@ -145,19 +147,38 @@ def _record(
     )
 
 
-def input_records(agent_id: str, execution_id: str, raw_input: Any, now: datetime) -> list[JournalRecord]:
+def input_records(
+    agent_id: str, execution_id: str, raw_input: Any, now: datetime
+) -> list[JournalRecord]:
     """The admission record: the input exactly as received (not a context candidate)."""
     return [_record(agent_id, execution_id, INPUT_RECEIVED, now, role="user", content=raw_input)]
 
 
-def user_message_records(agent_id: str, execution_id: str, text: str, now: datetime) -> list[JournalRecord]:
+def user_message_records(
+    agent_id: str, execution_id: str, text: str, now: datetime
+) -> list[JournalRecord]:
     """The filtered user message (a context candidate)."""
     message = Message("user", text)
-    return [_record(agent_id, execution_id, USER_MESSAGE, now, role="user", content=message.to_json(), context_candidate=True)]
+    return [
+        _record(
+            agent_id,
+            execution_id,
+            USER_MESSAGE,
+            now,
+            role="user",
+            content=message.to_json(),
+            context_candidate=True,
+        )
+    ]
 
 
 def llm_records(
-    agent_id: str, execution_id: str, facts: Iterable[LLMFact], now: datetime, *, context: bool = True
+    agent_id: str,
+    execution_id: str,
+    facts: Iterable[LLMFact],
+    now: datetime,
+    *,
+    context: bool = True,
 ) -> list[JournalRecord]:
     """Each LLM result: an audit record of the call and the assistant message."""
     out: list[JournalRecord] = []
@@ -172,7 +193,10 @@ def llm_records(
                 content={
                     "llm_call_id": r.llm_call_id,
                     "model": r.model,
-                    "usage": {"prompt_tokens": r.usage.prompt_tokens, "completion_tokens": r.usage.completion_tokens},
+                    "usage": {
+                        "prompt_tokens": r.usage.prompt_tokens,
+                        "completion_tokens": r.usage.completion_tokens,
+                    },
                     "tool_call_count": len(r.tool_calls),
                     "started_at": fact.started_at.isoformat(),
                     "completed_at": fact.completed_at.isoformat(),
@@ -196,7 +220,12 @@ def llm_records(
 
 
 def tool_records(
-    agent_id: str, execution_id: str, facts: Iterable[ToolFact], now: datetime, *, context: bool = True
+    agent_id: str,
+    execution_id: str,
+    facts: Iterable[ToolFact],
+    now: datetime,
+    *,
+    context: bool = True,
 ) -> list[JournalRecord]:
     """Each finished tool call: an audit ``tool_result`` and the ``tool_message``."""
     out: list[JournalRecord] = []
@@ -231,12 +260,19 @@ def tool_records(
     return out
 
 
-def audit_record(agent_id: str, execution_id: str, kind: str, now: datetime, content: Any = None) -> JournalRecord:
+def audit_record(
+    agent_id: str, execution_id: str, kind: str, now: datetime, content: Any = None
+) -> JournalRecord:
     """An audit fact (approval, terminal outcome ...), never a context candidate."""
     return _record(agent_id, execution_id, kind, now, content=content)
 
 
-def advance_root(root: AgentRecord, records: Sequence[JournalRecord], now: datetime, lifecycle: AgentLifecycle | None = None) -> AgentRecord:
+def advance_root(
+    root: AgentRecord,
+    records: Sequence[JournalRecord],
+    now: datetime,
+    lifecycle: AgentLifecycle | None = None,
+) -> AgentRecord:
     """The agent root after a barrier appending ``records`` (revision + 1, journal head
     moved, lifecycle set when given)."""
     changes: dict[str, Any] = {"journal_head": root.journal_head + len(records)}
@@ -264,9 +300,13 @@ def make_commit(
     )
 
 
-def approval_request_for(execution_id: str, items: Sequence[ApprovalItem], now: datetime) -> ApprovalRequest:
+def approval_request_for(
+    execution_id: str, items: Sequence[ApprovalItem], now: datetime
+) -> ApprovalRequest:
     """A fresh approval request over ``items`` (reference §2.6)."""
-    return ApprovalRequest(request_id=new_id(), execution_id=execution_id, items=tuple(items), created_at=now)
+    return ApprovalRequest(
+        request_id=new_id(), execution_id=execution_id, items=tuple(items), created_at=now
+    )
 
 
 def approval_decision_commit(
@@ -301,7 +341,10 @@ def approval_decision_commit(
             execution_id=execution.execution_id,
         )
     if request.approved is not None:
-        raise ApprovalError(f"approval request {request_id} was already decided", execution_id=execution.execution_id)
+        raise ApprovalError(
+            f"approval request {request_id} was already decided",
+            execution_id=execution.execution_id,
+        )
     items = {i.tool_invocation_id for i in request.items}
     per_item = dict(decisions or {})
     unknown = set(per_item) - items
@@ -312,8 +355,15 @@ def approval_decision_commit(
         )
     decided = {item: per_item.get(item, approved) for item in sorted(items)}
     overall = approved if not per_item else any(decided.values())
-    content = {"approval_request_id": request_id, "approved": overall, "decisions": decided, "global": not per_item}
-    records = [audit_record(execution.agent_id, execution.execution_id, APPROVAL_DECIDED, now, content)]
+    content = {
+        "approval_request_id": request_id,
+        "approved": overall,
+        "decisions": decided,
+        "global": not per_item,
+    }
+    records = [
+        audit_record(execution.agent_id, execution.execution_id, APPROVAL_DECIDED, now, content)
+    ]
     metadata = dict(execution.metadata)
     metadata["approval_decisions"] = decided
     metadata["approval_global"] = not per_item
@@ -324,7 +374,9 @@ def approval_decision_commit(
         approval_request=attrs.evolve(request, approved=overall),
         metadata=metadata,
     )
-    return make_commit("approval_decision", updated, execution.revision, root, records, now, AgentLifecycle.ACTIVE)
+    return make_commit(
+        "approval_decision", updated, execution.revision, root, records, now, AgentLifecycle.ACTIVE
+    )
 
 
 def batch_entries(children: Iterable[Any]) -> tuple[ToolBatchEntry, ...]:

@@ -65,7 +65,14 @@ class ToolInvocation:
         "tool_invocation_id",
     )
 
-    def __init__(self, parent: Invocation, tool_invocation_id: str, call: ToolCall, llm_call_id: str, tool: Tool | None) -> None:
+    def __init__(
+        self,
+        parent: Invocation,
+        tool_invocation_id: str,
+        call: ToolCall,
+        llm_call_id: str,
+        tool: Tool | None,
+    ) -> None:
         self.parent = parent
         self.tool_invocation_id = tool_invocation_id
         self.call = call
@@ -133,7 +140,9 @@ class Invocation:
         self.human_rejection = False
         self.resolution: Resolution | None = None
         self.recovery: RecoveryDescriptor | None = None
-        self.outcome: str | None = None  # completed / rejected / blocked / handed_off / failed / cancelled
+        self.outcome: str | None = (
+            None  # completed / rejected / blocked / handed_off / failed / cancelled
+        )
         self.error: BaseException | None = None
         self.abort: AbortReason | None = None
         self.cancellation = CancellationToken()
@@ -176,9 +185,14 @@ class Invocation:
 
     def batch_rejected(self) -> bool:
         """A child was rejected by policy or by a person rejecting the whole request."""
-        return self.preflight_complete() and any(
-            c.status == "rejected" and c.rejected_by in ("policy", "person") for c in self.children
-        ) and not any(c.status in ("running",) for c in self.children)
+        return (
+            self.preflight_complete()
+            and any(
+                c.status == "rejected" and c.rejected_by in ("policy", "person")
+                for c in self.children
+            )
+            and not any(c.status in ("running",) for c in self.children)
+        )
 
     def batch_completed(self) -> bool:
         """Every child is final (completed, failed, cancelled, or rejected per item)."""

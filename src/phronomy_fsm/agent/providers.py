@@ -70,7 +70,7 @@ class Reply:
 
     content: str | None = None
     tool_calls: tuple[tuple[str, Any], ...] = ()
-    usage: Usage = Usage(10, 5)
+    usage: Usage = attrs.field(factory=lambda: Usage(10, 5))
     delay_seconds: float = 0.0
     error: BaseException | None = None
 

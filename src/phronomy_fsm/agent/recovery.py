@@ -106,7 +106,9 @@ def pin_to_current_spec(execution: ExecutionRecord) -> ExecutionRecord:
     renamed, problem = _rename(execution)
     if problem is not None or renamed is execution:
         return execution
-    return attrs.evolve(renamed, spec_version=agent_session.SPEC_VERSION, spec_sha256=agent_session.SPEC_SHA256)
+    return attrs.evolve(
+        renamed, spec_version=agent_session.SPEC_VERSION, spec_sha256=agent_session.SPEC_SHA256
+    )
 
 
 def _tool_subject(entry: Any) -> dict[str, Any]:
@@ -126,7 +128,13 @@ def classify(execution: ExecutionRecord) -> Classification:
     execution, problem = _rename(execution)
     facts: dict[str, Any] = {"phase": execution.phase, "status": execution.status.value}
     if problem is not None:
-        return Classification(RESOLUTION_REQUIRED, f"spec_changed: {problem}", subject={"type": "execution", "execution_id": execution.execution_id}, allowed_outcomes=("failed", "not_performed"), facts=facts)
+        return Classification(
+            RESOLUTION_REQUIRED,
+            f"spec_changed: {problem}",
+            subject={"type": "execution", "execution_id": execution.execution_id},
+            allowed_outcomes=("failed", "not_performed"),
+            facts=facts,
+        )
     phase = execution.phase
     if execution.status is ExecutionStatus.SUSPENDED and phase == "approval":
         request = execution.approval_request
@@ -134,7 +142,13 @@ def classify(execution: ExecutionRecord) -> Classification:
         return Classification(SUSPENDED, "waiting for approval", facts=facts)
     if execution.status is ExecutionStatus.PREPARING and phase == "preparing":
         if execution.metadata.get("preparation_replayable") is True:
-            return Classification(CONTINUE, "initial_preparation", state="admitting", event="admission_committed", facts=facts)
+            return Classification(
+                CONTINUE,
+                "initial_preparation",
+                state="admitting",
+                event="admission_committed",
+                facts=facts,
+            )
         return Classification(
             RESOLUTION_REQUIRED,
             "preparation is not replayable",
@@ -145,9 +159,17 @@ def classify(execution: ExecutionRecord) -> Classification:
     if phase == "resuming" and execution.approval_request is not None:
         approved = execution.approval_request.approved
         reason = "approval_committed" if approved else "approval_rejection_committed"
-        return Classification(CONTINUE, reason, state="resuming", event="approval_committed", facts=facts)
-    if phase in ("recovery_provider_completed", "recovery_tools_completed", "recovery_resolved_failed"):
-        return Classification(CONTINUE, phase, state="resolving", event="resolution_committed", facts=facts)
+        return Classification(
+            CONTINUE, reason, state="resuming", event="approval_committed", facts=facts
+        )
+    if phase in (
+        "recovery_provider_completed",
+        "recovery_tools_completed",
+        "recovery_resolved_failed",
+    ):
+        return Classification(
+            CONTINUE, phase, state="resolving", event="resolution_committed", facts=facts
+        )
     if phase == "calling_llm" and execution.pending_llm_call_id is not None:
         facts["llm_call_count"] = execution.llm_call_count
         return Classification(
@@ -160,8 +182,14 @@ def classify(execution: ExecutionRecord) -> Classification:
     if phase in ("dispatching_tools", "recovery_tools"):
         resolved = set()
         if execution.recovery is not None:
-            resolved = {s.tool_invocation_id for s in execution.recovery.subjects if s.state == "resolved"}
-        pending = [e for e in execution.tool_batch if e.status in MAYBE_STARTED and e.tool_invocation_id not in resolved]
+            resolved = {
+                s.tool_invocation_id for s in execution.recovery.subjects if s.state == "resolved"
+            }
+        pending = [
+            e
+            for e in execution.tool_batch
+            if e.status in MAYBE_STARTED and e.tool_invocation_id not in resolved
+        ]
         if pending:
             facts["unresolved_tools"] = [e.tool_invocation_id for e in pending]
             return Classification(
@@ -171,7 +199,13 @@ def classify(execution: ExecutionRecord) -> Classification:
                 allowed_outcomes=OUTCOMES,
                 facts=facts,
             )
-        return Classification(CONTINUE, "tools_completed", state="resolving", event="resolution_committed", facts=facts)
+        return Classification(
+            CONTINUE,
+            "tools_completed",
+            state="resolving",
+            event="resolution_committed",
+            facts=facts,
+        )
     return Classification(
         RESOLUTION_REQUIRED,
         f"not at a restart-safe point (status {execution.status.value}, phase {phase})",
@@ -181,7 +215,9 @@ def classify(execution: ExecutionRecord) -> Classification:
     )
 
 
-def announce_payload(execution: ExecutionRecord, classification: Classification, cause: BaseException | None = None) -> dict[str, Any]:
+def announce_payload(
+    execution: ExecutionRecord, classification: Classification, cause: BaseException | None = None
+) -> dict[str, Any]:
     """The ``recovery_resolution_required`` event payload (reference §8.3)."""
     facts = dict(classification.facts)
     if cause is not None:
@@ -199,13 +235,19 @@ def announce_payload(execution: ExecutionRecord, classification: Classification,
 # ------------------------------------------------------------------- loading
 
 
-def load_history(store: BarrierStore, agent_id: str) -> tuple[list[Message], ExecutionRecord | None]:
+def load_history(
+    store: BarrierStore, agent_id: str
+) -> tuple[list[Message], ExecutionRecord | None]:
     """The conversation of the agent's completed executions, and its active execution.
 
     Raises ConflictError when the store holds more than one active execution for the
     agent (reference §6.1 step 1)."""
     executions = store.list_executions(agent_id=agent_id)
-    finished = {e.execution_id for e in executions if e.status in (ExecutionStatus.COMPLETED, ExecutionStatus.HANDED_OFF)}
+    finished = {
+        e.execution_id
+        for e in executions
+        if e.status in (ExecutionStatus.COMPLETED, ExecutionStatus.HANDED_OFF)
+    }
     active = [e for e in executions if e.is_active]
     if len(active) > 1:
         raise ConflictError(
@@ -239,10 +281,22 @@ def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[A
     ctx.llm_calls = execution.llm_call_count
     ctx.approval_request = execution.approval_request
     if last_assistant is not None:
-        llm_call_id = next((r.llm_call_id for r in reversed(records) if r.kind == durable.ASSISTANT_MESSAGE), "") or ""
-        ctx.last_response = LLMResponse(llm_call_id, last_assistant.content, last_assistant.tool_calls, Usage())
+        llm_call_id = (
+            next(
+                (r.llm_call_id for r in reversed(records) if r.kind == durable.ASSISTANT_MESSAGE),
+                "",
+            )
+            or ""
+        )
+        ctx.last_response = LLMResponse(
+            llm_call_id, last_assistant.content, last_assistant.tool_calls, Usage()
+        )
     for entry in execution.tool_batch:
-        arguments_json = entry.arguments if isinstance(entry.arguments, str) else json.dumps(entry.arguments, sort_keys=True)
+        arguments_json = (
+            entry.arguments
+            if isinstance(entry.arguments, str)
+            else json.dumps(entry.arguments, sort_keys=True)
+        )
         child = ToolInvocation(
             ctx,
             entry.tool_invocation_id,
@@ -258,9 +312,14 @@ def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[A
             from phronomy_fsm.agent.tools import tool_result_text
 
             child.content = tool_result_text(entry.result)
-        child.journaled = any(r.kind == durable.TOOL_MESSAGE and r.tool_invocation_id == entry.tool_invocation_id for r in records)
+        child.journaled = any(
+            r.kind == durable.TOOL_MESSAGE and r.tool_invocation_id == entry.tool_invocation_id
+            for r in records
+        )
         if entry.status == "rejected":
-            child.rejected_by = "person" if execution.metadata.get("approval_global", True) else "person_item"
+            child.rejected_by = (
+                "person" if execution.metadata.get("approval_global", True) else "person_item"
+            )
         ctx.children.append(child)
     return ctx
 
@@ -300,10 +359,14 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
             runtime.emit(ctx, "recovery_resolution_required", ctx.recovery_announcement)
         else:
             # the slot starts where the resumed session's next step expects it
-            slot = {"admitting": "admitting", "resuming": "resuming"}.get(classification.state or "", "executing")
+            slot = {"admitting": "admitting", "resuming": "resuming"}.get(
+                classification.state or "", "executing"
+            )
             runtime.start_admission(agent, at_state=slot)
             outcome = BarrierOutcome("committed", execution.revision)
-            runtime.start_execution(ctx, at_state=classification.state, event=classification.event, payload=outcome)
+            runtime.start_execution(
+                ctx, at_state=classification.state, event=classification.event, payload=outcome
+            )
 
     agent.runtime.dispatcher.call(install).result(30)
 
@@ -315,7 +378,12 @@ def begin_resolution(agent: Agent, resolution: Resolution, task: Task[Any]) -> N
     """Validate an operator resolution on the loop and start the resolving session
     (reference §6.6 steps 1-2). Refusals fail only ``task``."""
     ctx = agent._live.get(resolution.execution_id)
-    if ctx is None or ctx.state != "recovery_required" or ctx.session_id is not None or ctx.execution is None:
+    if (
+        ctx is None
+        or ctx.state != "recovery_required"
+        or ctx.session_id is not None
+        or ctx.execution is None
+    ):
         task.fail(
             RecoveryResolutionError(
                 f"execution {resolution.execution_id} is not waiting for a resolution in this process",
@@ -340,7 +408,9 @@ def begin_resolution(agent: Agent, resolution: Resolution, task: Task[Any]) -> N
         return
     ctx.resolution = resolution
     ctx.resolvers.append(task)
-    agent.runtime.start_execution(ctx, at_state="recovery_required", event="resolution_requested", payload=resolution)
+    agent.runtime.start_execution(
+        ctx, at_state="recovery_required", event="resolution_requested", payload=resolution
+    )
 
 
 def validate_resolution(execution: ExecutionRecord, resolution: Resolution) -> Classification:
@@ -354,8 +424,15 @@ def validate_resolution(execution: ExecutionRecord, resolution: Resolution) -> C
             execution_id=execution.execution_id,
         )
     expected = classification.subject
-    key = {"llm_call": "llm_call_id", "tool_invocation": "tool_invocation_id", "execution": "execution_id"}[expected["type"]]
-    if resolution.subject.get("type") != expected["type"] or resolution.subject.get(key) != expected[key]:
+    key = {
+        "llm_call": "llm_call_id",
+        "tool_invocation": "tool_invocation_id",
+        "execution": "execution_id",
+    }[expected["type"]]
+    if (
+        resolution.subject.get("type") != expected["type"]
+        or resolution.subject.get(key) != expected[key]
+    ):
         raise RecoveryResolutionError(
             f"subject {resolution.subject!r} is not the one to resolve; expected type {expected['type']!r} with "
             f"{key} {expected[key]!r}",
@@ -367,18 +444,30 @@ def validate_resolution(execution: ExecutionRecord, resolution: Resolution) -> C
             execution_id=execution.execution_id,
         )
     if resolution.outcome == "succeeded" and resolution.result is None:
-        raise RecoveryResolutionError("outcome 'succeeded' needs a result", execution_id=execution.execution_id)
-    if resolution.outcome == "succeeded" and expected["type"] == "llm_call" and not isinstance(resolution.result, (dict, str)):
+        raise RecoveryResolutionError(
+            "outcome 'succeeded' needs a result", execution_id=execution.execution_id
+        )
+    if (
+        resolution.outcome == "succeeded"
+        and expected["type"] == "llm_call"
+        and not isinstance(resolution.result, (dict, str))
+    ):
         raise RecoveryResolutionError(
             "an LLM result is the response text, or {'content': ..., 'tool_calls': [{'name', 'arguments'}]}",
             execution_id=execution.execution_id,
         )
     if resolution.outcome == "failed" and not resolution.error:
-        raise RecoveryResolutionError("outcome 'failed' needs an error message", execution_id=execution.execution_id)
+        raise RecoveryResolutionError(
+            "outcome 'failed' needs an error message", execution_id=execution.execution_id
+        )
     if resolution.outcome != "succeeded" and resolution.result is not None:
-        raise RecoveryResolutionError(f"outcome {resolution.outcome!r} takes no result", execution_id=execution.execution_id)
+        raise RecoveryResolutionError(
+            f"outcome {resolution.outcome!r} takes no result", execution_id=execution.execution_id
+        )
     if resolution.outcome != "failed" and resolution.error is not None:
-        raise RecoveryResolutionError(f"outcome {resolution.outcome!r} takes no error", execution_id=execution.execution_id)
+        raise RecoveryResolutionError(
+            f"outcome {resolution.outcome!r} takes no error", execution_id=execution.execution_id
+        )
     return classification
 
 
@@ -398,7 +487,9 @@ def _llm_response_from(result: Any, llm_call_id: str) -> LLMResponse:
     return LLMResponse(llm_call_id, result.get("content"), tuple(calls))
 
 
-def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution: Resolution, now: Any) -> BarrierCommit:
+def resolution_commit(
+    execution: ExecutionRecord, root: AgentRecord, resolution: Resolution, now: Any
+) -> BarrierCommit:
     """The resolution barrier (reference §6.6 worker table): one transaction.
 
     Raises RecoveryResolutionError for a resolution that does not fit (re-checked here
@@ -412,7 +503,11 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
             execution.execution_id,
             durable.RECOVERY_RESOLVED,
             now,
-            {"subject": resolution.subject, "outcome": resolution.outcome, "error": resolution.error},
+            {
+                "subject": resolution.subject,
+                "outcome": resolution.outcome,
+                "error": resolution.error,
+            },
         )
     ]
     previous = list(execution.recovery.subjects) if execution.recovery is not None else []
@@ -421,16 +516,25 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
     failure: ErrorInfo | None = None
     if resolution.outcome in ("failed", "not_performed"):
         phase = "recovery_resolved_failed"
-        what = subject.get("llm_call_id") or subject.get("tool_invocation_id") or execution.execution_id
+        what = (
+            subject.get("llm_call_id")
+            or subject.get("tool_invocation_id")
+            or execution.execution_id
+        )
         failure = (
-            ErrorInfo("RecoveryResolutionError", f"{subject.get('type')} {what} not performed; no automatic redispatch")
+            ErrorInfo(
+                "RecoveryResolutionError",
+                f"{subject.get('type')} {what} not performed; no automatic redispatch",
+            )
             if resolution.outcome == "not_performed"
             else ErrorInfo("ResolvedFailure", resolution.error or "failed")
         )
         changes["pending_llm_call_id"] = None
     elif subject["type"] == "llm_call":
         response = _llm_response_from(resolution.result, subject["llm_call_id"])
-        records += durable.llm_records(agent_id, execution.execution_id, [durable.LLMFact(response, now, now)], now)
+        records += durable.llm_records(
+            agent_id, execution.execution_id, [durable.LLMFact(response, now, now)], now
+        )
         phase = "recovery_provider_completed"
         changes["pending_llm_call_id"] = None
         metadata["resolved_llm_call_id"] = subject["llm_call_id"]
@@ -440,12 +544,19 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
         from phronomy_fsm.agent.tools import tool_result_text
 
         tool_fact = durable.ToolFact(
-            tool_id, entry.tool_call_id, entry.tool_name, entry.llm_call_id, "completed",
-            tool_result_text(resolution.result), resolution.result,
+            tool_id,
+            entry.tool_call_id,
+            entry.tool_name,
+            entry.llm_call_id,
+            "completed",
+            tool_result_text(resolution.result),
+            resolution.result,
         )
         records += durable.tool_records(agent_id, execution.execution_id, [tool_fact], now)
         batch = tuple(
-            attrs.evolve(e, status="completed", result=resolution.result) if e.tool_invocation_id == tool_id else e
+            attrs.evolve(e, status="completed", result=resolution.result)
+            if e.tool_invocation_id == tool_id
+            else e
             for e in execution.tool_batch
         )
         changes["tool_batch"] = batch
@@ -469,9 +580,17 @@ def resolution_commit(execution: ExecutionRecord, root: AgentRecord, resolution:
         resolution_outcome=resolution.outcome,
         failure=failure,
     )
-    status = ExecutionStatus.ACTIVE if execution.status is not ExecutionStatus.PREPARING else ExecutionStatus.PREPARING
-    updated = execution.advance(now=now, status=status, phase=phase, recovery=descriptor, metadata=metadata, **changes)
-    return durable.make_commit("recovery_resolution", updated, execution.revision, root, records, now)
+    status = (
+        ExecutionStatus.ACTIVE
+        if execution.status is not ExecutionStatus.PREPARING
+        else ExecutionStatus.PREPARING
+    )
+    updated = execution.advance(
+        now=now, status=status, phase=phase, recovery=descriptor, metadata=metadata, **changes
+    )
+    return durable.make_commit(
+        "recovery_resolution", updated, execution.revision, root, records, now
+    )
 
 
 def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
@@ -482,16 +601,24 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
     ctx.resolution = None
     if execution.phase == "recovery_resolved_failed":
         failure = recovery.failure if recovery is not None else None
-        ctx.error = RecoveryResolutionError(failure.render() if failure else "resolved as failed", execution_id=ctx.execution_id)
+        ctx.error = RecoveryResolutionError(
+            failure.render() if failure else "resolved as failed", execution_id=ctx.execution_id
+        )
         return
     for record in commit.journal:
         if record.kind == durable.ASSISTANT_MESSAGE:
             message = Message.from_json(record.content)
             ctx.messages.append(message)
-            ctx.last_response = LLMResponse(record.llm_call_id or "", message.content, message.tool_calls, Usage())
+            ctx.last_response = LLMResponse(
+                record.llm_call_id or "", message.content, message.tool_calls, Usage()
+            )
     for entry in execution.tool_batch:
         for child in ctx.children:
-            if child.tool_invocation_id == entry.tool_invocation_id and entry.status == "completed" and child.status != "completed":
+            if (
+                child.tool_invocation_id == entry.tool_invocation_id
+                and entry.status == "completed"
+                and child.status != "completed"
+            ):
                 from phronomy_fsm.agent.tools import tool_result_text
 
                 child.status = "completed"

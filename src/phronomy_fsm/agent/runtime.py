@@ -85,7 +85,14 @@ class AgentRuntime:
     _default: AgentRuntime | None = None
     _default_lock = threading.Lock()
 
-    def __init__(self, *, max_workers: int = 16, queue_size: int = 1024, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-agents") -> None:
+    def __init__(
+        self,
+        *,
+        max_workers: int = 16,
+        queue_size: int = 1024,
+        clock: Clock = SYSTEM_CLOCK,
+        name: str = "phronomy-agents",
+    ) -> None:
         self.clock = clock
         self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
         self.dispatcher = Dispatcher(pool=self.pool, clock=clock, name=f"{name}-loop")
@@ -126,7 +133,14 @@ class AgentRuntime:
 
     # ---------------------------------------------------------------- sessions
 
-    def start_execution(self, ctx: Invocation, *, at_state: str | None = None, event: str | None = None, payload: Any = None) -> None:
+    def start_execution(
+        self,
+        ctx: Invocation,
+        *,
+        at_state: str | None = None,
+        event: str | None = None,
+        payload: Any = None,
+    ) -> None:
         """Start (or resume) the ``agent_session`` of ``ctx`` (loop thread)."""
         agent = ctx.agent
         ctx.session_id = self.dispatcher.start_session(
@@ -176,7 +190,9 @@ class AgentRuntime:
         for event in events:
             self.post_admission(ctx.agent, event)
 
-    def _session_done(self, ctx: Invocation, result: SessionResult | None, error: BaseException | None) -> None:
+    def _session_done(
+        self, ctx: Invocation, result: SessionResult | None, error: BaseException | None
+    ) -> None:
         ctx.session_id = None
         if error is not None and self.closed:
             return  # the runtime closed while this session was parked; durable as is
@@ -194,7 +210,9 @@ class AgentRuntime:
         if ctx.agent._admission_sid is None:
             self.deliver(ctx)
 
-    def _admission_done(self, agent: Agent, result: SessionResult | None, error: BaseException | None) -> None:
+    def _admission_done(
+        self, agent: Agent, result: SessionResult | None, error: BaseException | None
+    ) -> None:
         agent._admission_sid = None
         if error is not None:
             if self.closed:
@@ -231,7 +249,9 @@ class AgentRuntime:
             on_done=lambda result, error: self._child_done(child, result, error),
         )
 
-    def _child_done(self, child: ToolInvocation, result: SessionResult | None, error: BaseException | None) -> None:
+    def _child_done(
+        self, child: ToolInvocation, result: SessionResult | None, error: BaseException | None
+    ) -> None:
         child.session_id = None
         if error is not None:
             child.status = "failed"
@@ -261,11 +281,15 @@ class AgentRuntime:
         """Post ``quiesced`` once the execution's work has physically finished."""
         sid = ctx.session_id
         if sid is not None:
-            self.dispatcher.when_quiescent(ctx.execution_id, lambda: self.dispatcher.post(sid, "quiesced"))
+            self.dispatcher.when_quiescent(
+                ctx.execution_id, lambda: self.dispatcher.post(sid, "quiesced")
+            )
 
     # ----------------------------------------------------------------- events
 
-    def emit(self, ctx: Invocation, type_: str, payload: dict[str, Any], *, terminal: bool = False) -> BaseException | None:
+    def emit(
+        self, ctx: Invocation, type_: str, payload: dict[str, Any], *, terminal: bool = False
+    ) -> BaseException | None:
         """Deliver an event to the stream sink and the agent's listener (reference §8.4).
 
         An in-FSM listener failure detaches the listener for this execution and aborts
@@ -285,7 +309,9 @@ class AgentRuntime:
                 return exc
             ctx.listener_detached = True
             ctx.callback_failure = exc
-            error = StreamCallbackError(f"the event listener raised on {type_!r}: {exc!r}", execution_id=ctx.execution_id)
+            error = StreamCallbackError(
+                f"the event listener raised on {type_!r}: {exc!r}", execution_id=ctx.execution_id
+            )
             error.__cause__ = exc
             self.abort(ctx, AbortReason("callback_failed", error))
             return exc
@@ -329,7 +355,13 @@ class AgentRuntime:
             return
         op.add_settled_callback(done)
 
-    def _publish_recovery(self, ctx: Invocation, durable_state: Any, read_error: BaseException | None, cause: BaseException | None) -> None:
+    def _publish_recovery(
+        self,
+        ctx: Invocation,
+        durable_state: Any,
+        read_error: BaseException | None,
+        cause: BaseException | None,
+    ) -> None:
         from phronomy_fsm.agent.recovery import announce_payload, classify
 
         if durable_state is None or read_error is not None:
@@ -361,14 +393,21 @@ class AgentRuntime:
         """Cancel, time out or fail an execution (reference §7.5): result authority is
         revoked at once; the terminal commit waits for quiescence. Returns False when
         the execution is already ending or waits for an operator."""
-        if ctx.abort is not None or ctx.delivered or ctx.state in FINAL_STATES or ctx.state == "recovery_required":
+        if (
+            ctx.abort is not None
+            or ctx.delivered
+            or ctx.state in FINAL_STATES
+            or ctx.state == "recovery_required"
+        ):
             return False
         ctx.abort = reason
         ctx.cancellation.cancel(reason.kind, timed_out=reason.kind == "timeout")
         if ctx.session_id is not None:
             self.dispatcher.post(ctx.session_id, "cancel_requested", reason)
         elif ctx.state == "suspended":
-            self.start_execution(ctx, at_state="suspended", event="cancel_requested", payload=reason)
+            self.start_execution(
+                ctx, at_state="suspended", event="cancel_requested", payload=reason
+            )
         return True
 
     def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
@@ -394,7 +433,9 @@ class AgentRuntime:
                 if error is None:
                     report(BarrierOutcome(COMMITTED, revision, prepared))
                 elif isinstance(error, OutcomeUnknownError):
-                    threading.Thread(target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True).start()
+                    threading.Thread(
+                        target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True
+                    ).start()
                 elif isinstance(error, (ConflictError, AgentBusyError)):
                     report(BarrierOutcome(CONFLICT, error=error))
                 elif isinstance(error, StoreError):
@@ -462,17 +503,30 @@ class AgentRuntime:
         else:
             result = None
             error = ctx.error or ExecutionFailedError(
-                f"execution {ctx.execution_id} ended {outcome}", execution_id=ctx.execution_id, status=outcome
+                f"execution {ctx.execution_id} ended {outcome}",
+                execution_id=ctx.execution_id,
+                status=outcome,
             )
             if outcome == "cancelled" and not isinstance(error, Cancelled):
                 error = Cancelled(str(error) or "cancelled")
             event_type = {"cancelled": "cancelled"}.get(outcome, "error")
             if ctx.abort is not None and ctx.abort.kind == "timeout":
                 event_type = "timeout"
-            payload = {"status": outcome, "error": f"{type(error).__name__}: {error}", "execution_id": ctx.execution_id}
+            payload = {
+                "status": outcome,
+                "error": f"{type(error).__name__}: {error}",
+                "execution_id": ctx.execution_id,
+            }
         listener_error = self.emit(ctx, event_type, payload, terminal=True)
-        if listener_error is not None and result is not None and agent.listener_error_policy == "fail_task":
-            error = StreamCallbackError(f"the event listener raised on {event_type!r}: {listener_error!r}", execution_id=ctx.execution_id)
+        if (
+            listener_error is not None
+            and result is not None
+            and agent.listener_error_policy == "fail_task"
+        ):
+            error = StreamCallbackError(
+                f"the event listener raised on {event_type!r}: {listener_error!r}",
+                execution_id=ctx.execution_id,
+            )
             result = None
         waiters = ctx.waiters + ctx.approvers + ctx.resolvers
         ctx.waiters, ctx.approvers, ctx.resolvers = [], [], []

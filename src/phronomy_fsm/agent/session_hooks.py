@@ -184,14 +184,22 @@ class AgentSessionHooks:
             return
         error = _payload_error(payload) or ctx.error
         if error is None:
-            reason = "max_iterations reached" if ctx.llm_calls >= ctx.agent.max_iterations else "execution failed"
+            reason = (
+                "max_iterations reached"
+                if ctx.llm_calls >= ctx.agent.max_iterations
+                else "execution failed"
+            )
             error = ExecutionFailedError(reason, execution_id=ctx.execution_id, status="failed")
         self._mark(ctx, "failed", error)
 
     def mark_blocked(self, ctx: Invocation, payload: Any) -> None:
         """End as blocked by a filter."""
         reason = getattr(payload, "blocked_reason", None) or "blocked by a filter"
-        self._mark(ctx, "blocked", ContentBlockedError(reason, execution_id=ctx.execution_id, reason=reason))
+        self._mark(
+            ctx,
+            "blocked",
+            ContentBlockedError(reason, execution_id=ctx.execution_id, reason=reason),
+        )
 
     def mark_completed(self, ctx: Invocation, payload: OutputFilterResult) -> None:
         """End as completed with the filtered answer."""
@@ -222,14 +230,18 @@ class AgentSessionHooks:
     def deliver_token(self, ctx: Invocation, payload: TokenChunk) -> None:
         """A streamed token of the current call → ``token`` event (reference §1.5)."""
         if ctx.execution is not None and payload.llm_call_id == ctx.execution.pending_llm_call_id:
-            self.runtime.emit(ctx, "token", {"content": payload.content, "llm_call_id": payload.llm_call_id})
+            self.runtime.emit(
+                ctx, "token", {"content": payload.content, "llm_call_id": payload.llm_call_id}
+            )
 
     def record_llm_response(self, ctx: Invocation, payload: LLMResponse) -> None:
         """Record the response (the provenance fact for the next barrier) and decide
         handoffs (reference §1.5 ``accept_tool_calls!``)."""
         response = payload
         ctx.last_response = response
-        ctx.llm_facts.append(LLMFact(response, ctx.llm_started_at or self.runtime.now(), self.runtime.now()))
+        ctx.llm_facts.append(
+            LLMFact(response, ctx.llm_started_at or self.runtime.now(), self.runtime.now())
+        )
         ctx.messages.append(response.message())
         ctx.usage = ctx.usage + response.usage
         ctx.handoff = ctx.handoff_error = None
@@ -248,7 +260,9 @@ class AgentSessionHooks:
                     arguments = {"raw": call.arguments_json}
                 ctx.handoff = {
                     "target_agent_id": target,
-                    "target_execution_id": durable.handoff_target_execution_id(ctx.execution_id, target),
+                    "target_execution_id": durable.handoff_target_execution_id(
+                        ctx.execution_id, target
+                    ),
                     "tool_call_id": call.id,
                     "arguments": arguments,
                     "llm_call_id": response.llm_call_id,
@@ -258,7 +272,12 @@ class AgentSessionHooks:
                 self.runtime.emit(
                     ctx,
                     "tool_call",
-                    {"tool_call_id": call.id, "name": call.name, "arguments": call.arguments_json, "llm_call_id": response.llm_call_id},
+                    {
+                        "tool_call_id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments_json,
+                        "llm_call_id": response.llm_call_id,
+                    },
                 )
 
     def start_tools(self, ctx: Invocation, payload: Any) -> None:
@@ -269,7 +288,9 @@ class AgentSessionHooks:
         for call in response.tool_calls:
             child = ToolInvocation(
                 ctx,
-                durable.tool_invocation_id(ctx.execution_id, response.llm_call_id, call.id, call.name),
+                durable.tool_invocation_id(
+                    ctx.execution_id, response.llm_call_id, call.id, call.name
+                ),
                 call,
                 response.llm_call_id,
                 ctx.agent.tools.get(call.name),
@@ -289,7 +310,11 @@ class AgentSessionHooks:
     def record_tool_results(self, ctx: Invocation, payload: Any) -> None:
         """Append one tool message per finished call; ``tool_result`` events."""
         for child in ctx.children:
-            ctx.messages.append(Message("tool", child.message_text(), tool_call_id=child.call.id, name=child.call.name))
+            ctx.messages.append(
+                Message(
+                    "tool", child.message_text(), tool_call_id=child.call.id, name=child.call.name
+                )
+            )
             self.runtime.emit(
                 ctx,
                 "tool_result",
@@ -324,14 +349,18 @@ class AgentSessionHooks:
                 approved = decisions.get(child.tool_invocation_id, False)
                 if not approved:
                     child.rejected_by = "person" if whole else "person_item"
-                self.runtime.resume_child(child, "awaiting_approval", "approve" if approved else "reject")
+                self.runtime.resume_child(
+                    child, "awaiting_approval", "approve" if approved else "reject"
+                )
             elif child.status == "authorized" and ctx.human_rejection:
                 child.status = "cancelled"
         ctx.approval_decision = None
 
     def restore_suspension(self, ctx: Invocation, payload: Any) -> None:
         """The decision did not commit: fail that approve call, keep waiting."""
-        error = _payload_error(payload) or ExecutionFailedError("the approval decision did not commit")
+        error = _payload_error(payload) or ExecutionFailedError(
+            "the approval decision did not commit"
+        )
         self.runtime.fail_approvers(ctx, error)
         ctx.approval_decision = None
 
@@ -397,11 +426,15 @@ class AgentSessionHooks:
                 octx.emit("llm_stream_chunk", TokenChunk(request.llm_call_id, text))
 
             try:
-                response = provider.complete(request, on_token=on_token if request.stream else None, cancellation=token)
+                response = provider.complete(
+                    request, on_token=on_token if request.stream else None, cancellation=token
+                )
             except (LLMError, Cancelled):
                 raise
             except Exception as exc:
-                raise LLMError(f"provider failed: {type(exc).__name__}: {exc}", llm_call_id=request.llm_call_id) from exc
+                raise LLMError(
+                    f"provider failed: {type(exc).__name__}: {exc}", llm_call_id=request.llm_call_id
+                ) from exc
             if not isinstance(response, LLMResponse) or response.llm_call_id != request.llm_call_id:
                 raise LLMError(
                     f"provider answered {getattr(response, 'llm_call_id', response)!r} for call {request.llm_call_id}",
@@ -441,7 +474,9 @@ class AgentSessionHooks:
         finished = tuple(ctx.pending_tool_facts())
         agent_id = ctx.agent.agent_id
         records = durable.llm_records(agent_id, ctx.execution_id, facts, now, context=context)
-        records += durable.tool_records(agent_id, ctx.execution_id, (c.fact() for c in finished), now, context=context)
+        records += durable.tool_records(
+            agent_id, ctx.execution_id, (c.fact() for c in finished), now, context=context
+        )
         return records, facts, finished
 
     def _submit(self, ctx: Invocation, prepared: PreparedCommit) -> PendingBarrier:
@@ -469,7 +504,9 @@ class AgentSessionHooks:
             },
         )
         records = durable.input_records(agent.agent_id, ctx.execution_id, ctx.raw_input, now)
-        commit = durable.make_commit("admission", execution, None, agent.root, records, now, AgentLifecycle.ACTIVE)
+        commit = durable.make_commit(
+            "admission", execution, None, agent.root, records, now, AgentLifecycle.ACTIVE
+        )
         return self._submit(ctx, PreparedCommit(commit))
 
     def initial_preparation(self, ctx: Invocation, payload: InputFilterResult) -> Any:
@@ -486,8 +523,12 @@ class AgentSessionHooks:
             pending_llm_call_id=durable.new_id(),
             llm_call_count=1,
         )
-        records = durable.user_message_records(ctx.agent.agent_id, ctx.execution_id, payload.text, now)
-        commit = durable.make_commit("initial_preparation", updated, execution.revision, ctx.agent.root, records, now)
+        records = durable.user_message_records(
+            ctx.agent.agent_id, ctx.execution_id, payload.text, now
+        )
+        commit = durable.make_commit(
+            "initial_preparation", updated, execution.revision, ctx.agent.root, records, now
+        )
         return self._submit(ctx, PreparedCommit(commit))
 
     def tool_dispatch(self, ctx: Invocation, payload: Any) -> Any:
@@ -503,7 +544,9 @@ class AgentSessionHooks:
             tool_batch=durable.batch_entries(ctx.children),
             recovery=None,
         )
-        commit = durable.make_commit("tool_dispatch", updated, execution.revision, ctx.agent.root, records, now)
+        commit = durable.make_commit(
+            "tool_dispatch", updated, execution.revision, ctx.agent.root, records, now
+        )
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
     def provider_dispatch(self, ctx: Invocation, payload: Any) -> Any:
@@ -520,7 +563,9 @@ class AgentSessionHooks:
             tool_batch=(),
             recovery=None,
         )
-        commit = durable.make_commit("provider_dispatch", updated, execution.revision, ctx.agent.root, records, now)
+        commit = durable.make_commit(
+            "provider_dispatch", updated, execution.revision, ctx.agent.root, records, now
+        )
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
     def suspension(self, ctx: Invocation, payload: Any) -> Any:
@@ -534,7 +579,9 @@ class AgentSessionHooks:
                 c.call.id,
                 c.call.name,
                 c.arguments,
-                "the tool requires approval" if c.tool is not None and c.tool.requires_approval else "the approval policy requires it",
+                "the tool requires approval"
+                if c.tool is not None and c.tool.requires_approval
+                else "the approval policy requires it",
             )
             for c in ctx.children
             if c.status == "awaiting_approval"
@@ -547,7 +594,10 @@ class AgentSessionHooks:
                 ctx.execution_id,
                 durable.APPROVAL_REQUIRED,
                 now,
-                {"approval_request_id": request.request_id, "items": [i.tool_invocation_id for i in items]},
+                {
+                    "approval_request_id": request.request_id,
+                    "items": [i.tool_invocation_id for i in items],
+                },
             )
         )
         updated = execution.advance(
@@ -559,7 +609,13 @@ class AgentSessionHooks:
             tool_batch=durable.batch_entries(ctx.children),
         )
         commit = durable.make_commit(
-            "suspension", updated, execution.revision, ctx.agent.root, records, now, AgentLifecycle.SUSPENDED
+            "suspension",
+            updated,
+            execution.revision,
+            ctx.agent.root,
+            records,
+            now,
+            AgentLifecycle.SUSPENDED,
         )
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
@@ -596,7 +652,11 @@ class AgentSessionHooks:
             "recovery": None,
         }
         if outcome == "completed":
-            records.append(durable.audit_record(agent_id, ctx.execution_id, durable.FINAL_OUTPUT, now, {"text": ctx.output}))
+            records.append(
+                durable.audit_record(
+                    agent_id, ctx.execution_id, durable.FINAL_OUTPUT, now, {"text": ctx.output}
+                )
+            )
             changes["output"] = ctx.output
         elif outcome == "handed_off":
             metadata["handoff"] = ctx.handoff
@@ -612,13 +672,22 @@ class AgentSessionHooks:
                 ctx.execution_id,
                 f"execution_{outcome}",
                 now,
-                {"status": outcome, "error": changes["error"].render() if "error" in changes else None},
+                {
+                    "status": outcome,
+                    "error": changes["error"].render() if "error" in changes else None,
+                },
             )
         )
         changes["metadata"] = metadata
         updated = execution.advance(now=now, **changes)
         commit = durable.make_commit(
-            "terminal_commit", updated, execution.revision, ctx.agent.root, records, now, AgentLifecycle.IDLE
+            "terminal_commit",
+            updated,
+            execution.revision,
+            ctx.agent.root,
+            records,
+            now,
+            AgentLifecycle.IDLE,
         )
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
@@ -627,7 +696,9 @@ class AgentSessionHooks:
         from phronomy_fsm.agent.recovery import resolution_commit
 
         assert ctx.resolution is not None and ctx.execution is not None
-        prepared = resolution_commit(ctx.execution, ctx.agent.root, ctx.resolution, self.runtime.now())
+        prepared = resolution_commit(
+            ctx.execution, ctx.agent.root, ctx.resolution, self.runtime.now()
+        )
         return self._submit(ctx, PreparedCommit(prepared))
 
     # ----------------------------------------------------- barrier outcome hook

@@ -88,7 +88,9 @@ class ToolInvocationHooks:
         )
 
         if policy is None:  # nothing to ask: decided here, no round trip to the pool
-            return Settled(Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW)
+            return Settled(
+                Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW
+            )
 
         def work(octx: OffloadContext) -> Authorization:
             return normalize_authorization(policy(view))

@@ -25,7 +25,11 @@ from phronomy_fsm.agent.types import ToolSpec
 from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
 
-DEFAULT_PARAMETERS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": True}
+DEFAULT_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {},
+    "additionalProperties": True,
+}
 
 
 @attrs.frozen
@@ -103,7 +107,9 @@ class Tool:
         try:
             jsonschema.Draft202012Validator.check_schema(self.parameters)
         except jsonschema.SchemaError as exc:
-            raise ConfigurationError(f"tool {self.name!r}: invalid JSON schema: {exc.message}") from exc
+            raise ConfigurationError(
+                f"tool {self.name!r}: invalid JSON schema: {exc.message}"
+            ) from exc
         object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
 
     def spec(self) -> ToolSpec:

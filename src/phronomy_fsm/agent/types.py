@@ -32,7 +32,11 @@ class ToolCall:
 
     def to_json(self) -> dict[str, Any]:
         """OpenAI chat shape: ``{"id", "type": "function", "function": {...}}``."""
-        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments_json}}
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments_json},
+        }
 
 
 @attrs.frozen
@@ -48,7 +52,10 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(self.prompt_tokens + other.prompt_tokens, self.completion_tokens + other.completion_tokens)
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+        )
 
 
 @attrs.frozen
@@ -102,7 +109,11 @@ class ToolSpec:
         """``{"type": "function", "function": {name, description, parameters}}``."""
         return {
             "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
         }
 
 

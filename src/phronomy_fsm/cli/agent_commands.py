@@ -34,18 +34,42 @@ def _fail(message: str) -> NoReturn:
 def _print_history(store: Any, execution_id: str) -> None:
     click.echo("barriers:")
     for barrier in store.barrier_history(execution_id):
-        click.echo(f"  rev {barrier.revision}: {barrier.barrier:<20} {barrier.status}/{barrier.phase}")
+        click.echo(
+            f"  rev {barrier.revision}: {barrier.barrier:<20} {barrier.status}/{barrier.phase}"
+        )
 
 
 @click.command("demo")
-@click.option("--db", "db", default=None, type=click.Path(dir_okay=False), help="Store file (default ./.phronomy/demo.db).")
-@click.option("--resume", is_flag=True, help="Recover the demo execution in this new process and run it to its end.")
-@click.option("--wait-seconds", default=60.0, show_default=True, type=float, help="How long to wait for the execution.")
+@click.option(
+    "--db",
+    "db",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Store file (default ./.phronomy/demo.db).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Recover the demo execution in this new process and run it to its end.",
+)
+@click.option(
+    "--wait-seconds",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="How long to wait for the execution.",
+)
 def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
     """Run the scripted support agent until it suspends for a refund approval, or with
     --resume continue it to its end after `phronomy-fsm approve`."""
     from phronomy_fsm.agent import Agent, AgentRuntime
-    from phronomy_fsm.demo import DEFAULT_DB, DEMO_AGENT_ID, DEMO_INPUT, create_app, printing_listener
+    from phronomy_fsm.demo import (
+        DEFAULT_DB,
+        DEMO_AGENT_ID,
+        DEMO_INPUT,
+        create_app,
+        printing_listener,
+    )
     from phronomy_fsm.errors import NotFoundError
     from phronomy_fsm.store import SqliteBarrierStore
 
@@ -59,18 +83,29 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 
     def on_event(event: Any) -> None:
         listener(event)
-        if event.type in ("approval_required", "recovery_resolution_required", "done", "error", "cancelled", "timeout"):
+        if event.type in (
+            "approval_required",
+            "recovery_resolution_required",
+            "done",
+            "error",
+            "cancelled",
+            "timeout",
+        ):
             settled.set()
 
     try:
         store = SqliteBarrierStore(db)
         app = create_app(DEMO_AGENT_ID, db)
         try:
-            agent = Agent.load(DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app)
+            agent = Agent.load(
+                DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app
+            )
         except NotFoundError:
             if resume:
                 _fail(f"no demo agent in {db}; run `phronomy-fsm demo --db {db}` first")
-            agent = Agent.create(DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app)
+            agent = Agent.create(
+                DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app
+            )
         active = agent.active_execution()
         if resume:
             if active is None:
@@ -105,7 +140,9 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             settled.wait(wait_seconds)
             active = agent.active_execution()
         if active is None or active["state"] != "suspended":
-            _fail(f"the demo execution did not suspend for approval (state: {active and active['state']})")
+            _fail(
+                f"the demo execution did not suspend for approval (state: {active and active['state']})"
+            )
         click.echo(f"execution_id: {active['execution_id']}")
         click.echo(f"approval_request_id: {active['approval_request_id']}")
         click.echo(
@@ -120,7 +157,12 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 
 @click.command("approve")
 @click.argument("execution_id")
-@click.option("--request", "request_id", required=True, help="The approval request id (from the approval_required event).")
+@click.option(
+    "--request",
+    "request_id",
+    required=True,
+    help="The approval request id (from the approval_required event).",
+)
 @click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
 @click.option("--reject", is_flag=True, help="Reject instead of approve.")
 def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
@@ -140,7 +182,12 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
         execution = store.load_execution(execution_id)
         root = store.load_agent(execution.agent_id)
         commit = approval_decision_commit(
-            execution, root, request_id=request_id, approved=not reject, decisions=None, now=SYSTEM_CLOCK.now()
+            execution,
+            root,
+            request_id=request_id,
+            approved=not reject,
+            decisions=None,
+            now=SYSTEM_CLOCK.now(),
         )
         try:
             store.commit(commit)
@@ -157,8 +204,12 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
     finally:
         store.close()
     verb = "rejected" if reject else "approved"
-    click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {commit.execution.revision}")
-    click.echo("the execution continues when its agent is loaded again (e.g. phronomy-fsm demo --resume)")
+    click.echo(
+        f"{verb}: execution {execution_id} (request {request_id}), revision {commit.execution.revision}"
+    )
+    click.echo(
+        "the execution continues when its agent is loaded again (e.g. phronomy-fsm demo --resume)"
+    )
 
 
 def register(main: click.Group) -> None:

@@ -29,7 +29,15 @@ import click
 
 from phronomy_fsm.errors import PhronomyError
 
-RESTING = ("approval_required", "recovery_resolution_required", "done", "handoff", "error", "timeout", "cancelled")
+RESTING = (
+    "approval_required",
+    "recovery_resolution_required",
+    "done",
+    "handoff",
+    "error",
+    "timeout",
+    "cancelled",
+)
 
 
 def _fail(message: str) -> NoReturn:
@@ -44,8 +52,10 @@ def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
         raise click.BadParameter(f"expected MODULE:FACTORY, got {spec!r}", param_hint="--app")
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure is the user's to fix
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--app") from exc
+    except Exception as exc:
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--app"
+        ) from exc
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="--app")
@@ -69,13 +79,29 @@ class _Watcher:
         with self.cond:
             self.cond.notify_all()
 
-    def wait_rest(self, execution_id: str, after: int, timeout: float, stop: Callable[[], bool] = lambda: False) -> Any:
+    def wait_rest(
+        self,
+        execution_id: str,
+        after: int,
+        timeout: float,
+        stop: Callable[[], bool] = lambda: False,
+    ) -> Any:
         with self.cond:
             self.cond.wait_for(
-                lambda: stop() or any(e.execution_id == execution_id and e.type in RESTING for e in self.events[after:]),
+                lambda: (
+                    stop()
+                    or any(
+                        e.execution_id == execution_id and e.type in RESTING
+                        for e in self.events[after:]
+                    )
+                ),
                 timeout,
             )
-            rest = [e for e in self.events[after:] if e.execution_id == execution_id and e.type in RESTING]
+            rest = [
+                e
+                for e in self.events[after:]
+                if e.execution_id == execution_id and e.type in RESTING
+            ]
             return rest[-1] if rest else None
 
 
@@ -93,13 +119,31 @@ def _describe(event: Any) -> dict[str, Any]:
             "allowed_outcomes": payload["allowed_outcomes"],
             "reason": payload["reason"],
         }
-    return {"state": payload.get("status", event.type), "output": payload.get("output"), "error": payload.get("error")}
+    return {
+        "state": payload.get("status", event.type),
+        "output": payload.get("output"),
+        "error": payload.get("error"),
+    }
 
 
 @click.command("recover")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help="Path of the SQLite store file.")
-@click.option("--app", "app", required=True, help="Application factory MODULE:FACTORY (see the module docs).")
-@click.option("--wait-seconds", default=60.0, show_default=True, type=float, help="How long to wait per execution.")
+@click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Path of the SQLite store file.",
+)
+@click.option(
+    "--app", "app", required=True, help="Application factory MODULE:FACTORY (see the module docs)."
+)
+@click.option(
+    "--wait-seconds",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="How long to wait per execution.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
     """Load every agent with an active execution and recover it (issue 6 item 2)."""
@@ -118,16 +162,35 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
         store = SqliteBarrierStore(db)
         active = store.active_executions()
         agents = sorted({e.agent_id for e in active})
-        for agent_id in tqdm(agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents):
+        for agent_id in tqdm(
+            agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents
+        ):
             execution = next(e for e in active if e.agent_id == agent_id)
             mark = len(watcher.events)
             try:
-                agent = Agent.load(agent_id, store=store, runtime=runtime, on_event=watcher, **factory(agent_id, db))
+                agent = Agent.load(
+                    agent_id,
+                    store=store,
+                    runtime=runtime,
+                    on_event=watcher,
+                    **factory(agent_id, db),
+                )
             except PhronomyError as exc:
-                summary.append({"agent_id": agent_id, "execution_id": execution.execution_id, "state": "not_loaded", "error": str(exc)})
+                summary.append(
+                    {
+                        "agent_id": agent_id,
+                        "execution_id": execution.execution_id,
+                        "state": "not_loaded",
+                        "error": str(exc),
+                    }
+                )
                 continue
             rest = watcher.wait_rest(execution.execution_id, mark, wait_seconds)
-            entry = {"agent_id": agent.agent_id, "execution_id": execution.execution_id, **_describe(rest)}
+            entry = {
+                "agent_id": agent.agent_id,
+                "execution_id": execution.execution_id,
+                **_describe(rest),
+            }
             summary.append(entry)
     except PhronomyError as exc:
         _fail(str(exc))
@@ -138,28 +201,57 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
     else:
         click.echo(f"{len(summary)} active execution(s)")
         for entry in summary:
-            extra = {k: v for k, v in entry.items() if k not in ("agent_id", "execution_id", "state")}
-            click.echo(f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} {json.dumps(extra, sort_keys=True) if extra else ''}".rstrip())
+            extra = {
+                k: v for k, v in entry.items() if k not in ("agent_id", "execution_id", "state")
+            }
+            click.echo(
+                f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} {json.dumps(extra, sort_keys=True) if extra else ''}".rstrip()
+            )
     if any(e["state"] == "not_loaded" for e in summary):
         sys.exit(1)
 
 
 def _parse_subject(text: str) -> dict[str, Any]:
     kind, sep, ident = text.partition(":")
-    keys = {"llm_call": "llm_call_id", "tool_invocation": "tool_invocation_id", "execution": "execution_id"}
+    keys = {
+        "llm_call": "llm_call_id",
+        "tool_invocation": "tool_invocation_id",
+        "execution": "execution_id",
+    }
     if not sep or kind not in keys or not ident:
-        raise click.BadParameter("use llm_call:<id>, tool_invocation:<id> or execution:<id>", param_hint="--subject")
+        raise click.BadParameter(
+            "use llm_call:<id>, tool_invocation:<id> or execution:<id>", param_hint="--subject"
+        )
     return {"type": kind, keys[kind]: ident}
 
 
 @click.command("resolve")
 @click.argument("execution_id")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help="Path of the SQLite store file.")
+@click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Path of the SQLite store file.",
+)
 @click.option("--app", "app", required=True, help="Application factory MODULE:FACTORY.")
-@click.option("--expected-revision", required=True, type=int, help="The revision named in the resolution request.")
-@click.option("--subject", required=True, help="llm_call:<id>, tool_invocation:<id> or execution:<id>.")
-@click.option("--outcome", required=True, type=click.Choice(["succeeded", "failed", "not_performed"]))
-@click.option("--result", default=None, help="For succeeded: the result as JSON (or plain text for an LLM answer).")
+@click.option(
+    "--expected-revision",
+    required=True,
+    type=int,
+    help="The revision named in the resolution request.",
+)
+@click.option(
+    "--subject", required=True, help="llm_call:<id>, tool_invocation:<id> or execution:<id>."
+)
+@click.option(
+    "--outcome", required=True, type=click.Choice(["succeeded", "failed", "not_performed"])
+)
+@click.option(
+    "--result",
+    default=None,
+    help="For succeeded: the result as JSON (or plain text for an LLM answer).",
+)
 @click.option("--error", default=None, help="For failed: what went wrong.")
 @click.option("--wait-seconds", default=60.0, show_default=True, type=float)
 def resolve(
@@ -194,10 +286,21 @@ def resolve(
     try:
         store = SqliteBarrierStore(db)
         execution = store.load_execution(execution_id)
-        agent = Agent.load(execution.agent_id, store=store, runtime=runtime, on_event=watcher, **factory(execution.agent_id, db))
+        agent = Agent.load(
+            execution.agent_id,
+            store=store,
+            runtime=runtime,
+            on_event=watcher,
+            **factory(execution.agent_id, db),
+        )
         mark = len(watcher.events)
         task = agent.resolve_async(
-            execution_id, expected_revision=expected_revision, subject=parsed_subject, outcome=outcome, result=value, error=error
+            execution_id,
+            expected_revision=expected_revision,
+            subject=parsed_subject,
+            outcome=outcome,
+            result=value,
+            error=error,
         )
         task.add_done_callback(watcher.poke)
         rest = watcher.wait_rest(execution_id, mark, wait_seconds, stop=task.done)

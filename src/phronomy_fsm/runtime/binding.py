@@ -103,7 +103,18 @@ class Node:
     ``state_completed`` (such an auto state), 2 the general entry procedure.
     """
 
-    __slots__ = ("barrier", "entry", "entry_names", "get", "kind", "mode", "name", "offload", "rows", "timeout")
+    __slots__ = (
+        "barrier",
+        "entry",
+        "entry_names",
+        "get",
+        "kind",
+        "mode",
+        "name",
+        "offload",
+        "rows",
+        "timeout",
+    )
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
@@ -172,13 +183,17 @@ class MachineBinding:
         return f"<MachineBinding {self.machine} ({len(self.nodes)} states)>"
 
 
-def _offload_work(offload: OffloadRow | None, resolve: Callable[[str], Hook]) -> OffloadWorkSpec | None:
+def _offload_work(
+    offload: OffloadRow | None, resolve: Callable[[str], Hook]
+) -> OffloadWorkSpec | None:
     if offload is None:
         return None
     return OffloadWorkSpec(offload.hook, resolve(offload.hook), offload.completed, offload.failed)
 
 
-def _barrier_work(barrier: BarrierRow | None, resolve: Callable[[str], Hook]) -> BarrierWorkSpec | None:
+def _barrier_work(
+    barrier: BarrierRow | None, resolve: Callable[[str], Hook]
+) -> BarrierWorkSpec | None:
     if barrier is None:
         return None
     return BarrierWorkSpec(barrier.name, resolve(barrier.name), barrier)
@@ -257,8 +272,15 @@ def bind_machine(
             row.barrier = _barrier_work(t.barrier, resolve)
             candidates.setdefault((source, t.event), []).append(row)
     for node in nodes.values():
-        simple = not node.entry and node.offload is None and node.barrier is None and node.timeout is None
-        node.mode = 0 if simple and node.kind == EXTERNAL else 1 if simple and node.kind == AUTO else 2
+        simple = (
+            not node.entry
+            and node.offload is None
+            and node.barrier is None
+            and node.timeout is None
+        )
+        node.mode = (
+            0 if simple and node.kind == EXTERNAL else 1 if simple and node.kind == AUTO else 2
+        )
     for (source, event), rows in candidates.items():
         only = rows[0]
         fast = (

@@ -35,7 +35,9 @@ class CancellationToken:
 
     __slots__ = ("_callbacks", "_clock", "_lock", "_reason", "_timed_out", "deadline_monotonic")
 
-    def __init__(self, *, deadline_monotonic: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self, *, deadline_monotonic: float | None = None, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[Cancelled], object]] = []
         self._reason: str | None = None
@@ -59,7 +61,10 @@ class CancellationToken:
         return self._timed_out or self._deadline_passed()
 
     def _deadline_passed(self) -> bool:
-        return self.deadline_monotonic is not None and self._clock.monotonic() >= self.deadline_monotonic
+        return (
+            self.deadline_monotonic is not None
+            and self._clock.monotonic() >= self.deadline_monotonic
+        )
 
     def is_cancelled(self) -> bool:
         """True after an explicit cancel, or once the deadline has passed."""

@@ -98,7 +98,13 @@ class Dispatcher(EventLoop):
     drive it from the calling thread (tests, benchmarks).
     """
 
-    def __init__(self, *, pool: OffloadPool | None = None, clock: Clock = SYSTEM_CLOCK, name: str = "phronomy-dispatcher") -> None:
+    def __init__(
+        self,
+        *,
+        pool: OffloadPool | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        name: str = "phronomy-dispatcher",
+    ) -> None:
         super().__init__(clock=clock, name=name)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else OffloadPool(clock=clock)
@@ -195,12 +201,16 @@ class Dispatcher(EventLoop):
         if event is not None and event not in binding.events:
             raise ValueError(f"machine {binding.machine!r} declares no event {event!r}")
         sid = next(self._ids)
-        session = Session(sid, binding, context, group, on_done, revision, step_limit or binding.step_limit)
+        session = Session(
+            sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
+        )
         self._admitted.add(sid)
         self._post((None, self._begin, (session, at_state, event, payload)))
         return sid
 
-    def start_session_task(self, binding: MachineBinding, context: Any, **kwargs: Any) -> tuple[int, Task[SessionResult]]:
+    def start_session_task(
+        self, binding: MachineBinding, context: Any, **kwargs: Any
+    ) -> tuple[int, Task[SessionResult]]:
         """Like :meth:`start_session`, returning also a :class:`Task` that settles with
         the :class:`SessionResult` (or the session's error)."""
         task: Task[SessionResult] = Task(f"{binding.machine} session")
@@ -325,7 +335,9 @@ class Dispatcher(EventLoop):
                 try:
                     action(s.ctx, payload)
                 except Exception as exc:  # noqa: BLE001
-                    self._hook_failed(s, exc, f"the action of transition {row.index} ({row.action_names[0]})")  # type: ignore[union-attr]
+                    self._hook_failed(
+                        s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
+                    )  # type: ignore[union-attr]
                     continue
             target: Node = row.target  # type: ignore[union-attr,assignment]
             s.node = target
@@ -386,7 +398,9 @@ class Dispatcher(EventLoop):
                 for action in row.actions:
                     action(ctx, payload)
             except Exception as exc:  # noqa: BLE001
-                self._hook_failed(s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})")
+                self._hook_failed(
+                    s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})"
+                )
                 return
         source = s.node
         target = source if row.internal else row.target
@@ -426,7 +440,11 @@ class Dispatcher(EventLoop):
                 for action in node.entry:
                     action(ctx, payload)
             except Exception as exc:  # noqa: BLE001
-                self._hook_failed(s, exc, f"an entry action of state {node.name!r} ({', '.join(node.entry_names)})")
+                self._hook_failed(
+                    s,
+                    exc,
+                    f"an entry action of state {node.name!r} ({', '.join(node.entry_names)})",
+                )
                 return
         offload = (row.offload if row is not None else None) or node.offload
         barrier = (row.barrier if row is not None else None) or node.barrier
@@ -510,11 +528,16 @@ class Dispatcher(EventLoop):
             self.stats.sessions_halted += 1
         if s.on_done is None:
             if error is not None:
-                log.warning("%s: session %s of %s failed: %s", self.name, s.id, s.binding.machine, error)
+                log.warning(
+                    "%s: session %s of %s failed: %s", self.name, s.id, s.binding.machine, error
+                )
             return
         try:
             if error is None:
-                s.on_done(SessionResult(s.id, s.binding.machine, status or FINISHED, s.node.name, s.ctx), None)
+                s.on_done(
+                    SessionResult(s.id, s.binding.machine, status or FINISHED, s.node.name, s.ctx),
+                    None,
+                )
             else:
                 s.on_done(None, error)
         except Exception:
@@ -556,12 +579,18 @@ class Dispatcher(EventLoop):
             work = spec.prepare(s.ctx, payload)
             if type(work) is Settled:
                 if work.error is None:
-                    self._inbox.append((None, self._apply_authorized, (authority, spec.completed, work.value)))
+                    self._inbox.append(
+                        (None, self._apply_authorized, (authority, spec.completed, work.value))
+                    )
                 else:
-                    self._inbox.append((None, self._apply_authorized, (authority, spec.failed, work.error)))
+                    self._inbox.append(
+                        (None, self._apply_authorized, (authority, spec.failed, work.error))
+                    )
                 return
             if not callable(work):
-                raise TypeError(f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable")
+                raise TypeError(
+                    f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable"
+                )
             if crashpoints.ARMED is not None:
                 work = _crash_after(work, f"offload:{spec.name}:after")
         except Exception as exc:  # noqa: BLE001 - a failed preparation is the offload's failure
@@ -571,7 +600,9 @@ class Dispatcher(EventLoop):
         post = self._post
         returned = self._offload_returned
         try:
-            op = self.pool.submit(work, OffloadContext(self, authority), name=spec.name, on_full="raise")
+            op = self.pool.submit(
+                work, OffloadContext(self, authority), name=spec.name, on_full="raise"
+            )
         except BackpressureError as exc:
             self.stats.backpressure += 1
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
@@ -580,7 +611,9 @@ class Dispatcher(EventLoop):
         # one message per operation: physical completion and, if the work ran, its result
         op.add_physical_callback(lambda op: post((None, returned, (group, authority, spec, op))))
 
-    def _offload_returned(self, group: Any, authority: Authority, spec: OffloadWorkSpec, op: Operation) -> None:
+    def _offload_returned(
+        self, group: Any, authority: Authority, spec: OffloadWorkSpec, op: Operation
+    ) -> None:
         self._physical_done(group)
         if op.returned is None:  # never ran (cancelled while queued): nothing to apply
             return
@@ -601,7 +634,9 @@ class Dispatcher(EventLoop):
         try:
             work = spec.prepare(s.ctx, payload)
         except Exception as exc:  # noqa: BLE001 - nothing was written: not committed
-            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=exc))))
+            self._inbox.append(
+                (None, apply, (authority, row, BarrierOutcome("not_committed", error=exc)))
+            )
             return
         group = s.group
         if isinstance(work, BarrierOutcome):  # decided synchronously (e.g. nothing to commit)
@@ -610,7 +645,9 @@ class Dispatcher(EventLoop):
         if isinstance(work, PendingBarrier):  # started elsewhere; it reports once
             self._count_in(group)
             barrier_returned = self._barrier_returned
-            work.subscribe(lambda outcome: post((None, barrier_returned, (group, authority, row, outcome))))
+            work.subscribe(
+                lambda outcome: post((None, barrier_returned, (group, authority, row, outcome)))
+            )
             return
         future = work.future if isinstance(work, Task) else work
         if isinstance(future, cf.Future):
@@ -624,15 +661,21 @@ class Dispatcher(EventLoop):
             future.add_done_callback(future_done)
             return
         if not callable(work):
-            error = TypeError(f"barrier {spec.name!r} returned {type(work).__name__}: expected a callable, a Task or a Future")
-            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=error))))
+            error = TypeError(
+                f"barrier {spec.name!r} returned {type(work).__name__}: expected a callable, a Task or a Future"
+            )
+            self._inbox.append(
+                (None, apply, (authority, row, BarrierOutcome("not_committed", error=error)))
+            )
             return
 
         try:
             op = self.pool.submit(work, name=spec.name, on_full="raise")
         except BackpressureError as exc:
             self.stats.backpressure += 1
-            self._inbox.append((None, apply, (authority, row, BarrierOutcome("not_committed", error=exc))))
+            self._inbox.append(
+                (None, apply, (authority, row, BarrierOutcome("not_committed", error=exc)))
+            )
             return
         self._count_in(group)
 
@@ -642,7 +685,9 @@ class Dispatcher(EventLoop):
 
         op.add_physical_callback(returned)
 
-    def _barrier_returned(self, group: Any, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
+    def _barrier_returned(
+        self, group: Any, authority: Authority, row: Any, outcome: BarrierOutcome
+    ) -> None:
         self._physical_done(group)
         self._apply_barrier(authority, row, outcome)
 
@@ -711,5 +756,6 @@ def _outcome_of(value: Any, error: BaseException | None) -> BarrierOutcome:
     if isinstance(value, BarrierOutcome) and value.outcome in BARRIER_OUTCOMES:
         return value
     return BarrierOutcome(
-        OUTCOME_UNKNOWN, error=TypeError(f"barrier work returned {type(value).__name__}, not a BarrierOutcome")
+        OUTCOME_UNKNOWN,
+        error=TypeError(f"barrier work returned {type(value).__name__}, not a BarrierOutcome"),
     )

@@ -114,14 +114,20 @@ class EventLoop:
                     if self._state == DRAINING and self._idle():
                         self._state = STOPPED
                         self._cond.notify_all()
-                        self._abort(DispatcherStoppedError(f"{self.name} stopped while this was parked"))
+                        self._abort(
+                            DispatcherStoppedError(f"{self.name} stopped while this was parked")
+                        )
                         return
                     if self._state == STOPPED:
                         return
                     self._sleeping = True
                     if not self._inbox:
                         deadline = self._timers.next_deadline()
-                        self._cond.wait(None if deadline is None else max(0.0, deadline - self.clock.monotonic()))
+                        self._cond.wait(
+                            None
+                            if deadline is None
+                            else max(0.0, deadline - self.clock.monotonic())
+                        )
                     self._sleeping = False
         except BaseException as exc:
             self._fail(exc)
@@ -156,7 +162,9 @@ class EventLoop:
         """End whatever is left when the loop stops or fails."""
         self._inbox.clear()
 
-    def run_until_idle(self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0) -> int:
+    def run_until_idle(
+        self, *, wait_for_work: bool = True, timeout_seconds: float | None = 30.0
+    ) -> int:
         """Drive the loop on the calling thread until nothing is left to do.
 
         Args:
@@ -191,7 +199,9 @@ class EventLoop:
                         if not self._inbox:
                             remaining = None if give_up is None else give_up - time.monotonic()
                             if remaining is not None and remaining <= 0:
-                                raise TimeoutError(f"{self.name}: work still in flight after {timeout_seconds} s")
+                                raise TimeoutError(
+                                    f"{self.name}: work still in flight after {timeout_seconds} s"
+                                )
                             self._cond.wait(0.05 if remaining is None else min(0.05, remaining))
                         self._sleeping = False
                     continue
@@ -221,7 +231,9 @@ class EventLoop:
             thread.join(timeout_seconds)
             if thread.is_alive():
                 clean = False
-                self.call_soon(self._abort, DispatcherStoppedError(f"{self.name} stopped before going idle"))
+                self.call_soon(
+                    self._abort, DispatcherStoppedError(f"{self.name} stopped before going idle")
+                )
                 with self._cond:
                     self._state = STOPPED
                     self._cond.notify_all()

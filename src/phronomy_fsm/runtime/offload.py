@@ -176,9 +176,9 @@ class OffloadPool:
         self.queue_size = queue_size
         self._clock = clock
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Operation, Callable[..., Any], tuple[Any, ...]] | None] = (
-            queue.SimpleQueue()
-        )
+        self._queue: queue.SimpleQueue[
+            tuple[Operation, Callable[..., Any], tuple[Any, ...]] | None
+        ] = queue.SimpleQueue()
         self._capacity = max_workers + queue_size
         self._outstanding = 0  # queued + running, guarded by _lock
         self._lock = threading.Lock()
@@ -249,7 +249,9 @@ class OffloadPool:
                 )
             self._outstanding += 1
             self._queued += 1
-            if len(self._threads) < self.max_workers and self._active + self._queued > len(self._threads):
+            if len(self._threads) < self.max_workers and self._active + self._queued > len(
+                self._threads
+            ):
                 thread = threading.Thread(
                     target=self._worker, name=f"{self._name}-{len(self._threads) + 1}", daemon=True
                 )
@@ -261,10 +263,13 @@ class OffloadPool:
                     if self._timers is None:
                         self._timers = TimerService(self._clock, name=f"{self._name}-timers")
             op._timer = self._timers.schedule(
-                timeout_seconds, lambda: op.cancel(f"{name} timed out after {timeout_seconds} s", timed_out=True)
+                timeout_seconds,
+                lambda: op.cancel(f"{name} timed out after {timeout_seconds} s", timed_out=True),
             )
         if cancellation_token is not None:
-            cancellation_token.on_cancel(lambda error: op.cancel(error.reason, timed_out=error.timed_out))
+            cancellation_token.on_cancel(
+                lambda error: op.cancel(error.reason, timed_out=error.timed_out)
+            )
         self._queue.put((op, fn, args))
         return op
 

@@ -90,7 +90,19 @@ class DispatcherStats:
 class Session:
     """One live incarnation of a machine. Touched only on the loop thread."""
 
-    __slots__ = ("binding", "ctx", "group", "id", "limit", "node", "on_done", "op", "revision", "serial", "steps")
+    __slots__ = (
+        "binding",
+        "ctx",
+        "group",
+        "id",
+        "limit",
+        "node",
+        "on_done",
+        "op",
+        "revision",
+        "serial",
+        "steps",
+    )
 
     def __init__(
         self,

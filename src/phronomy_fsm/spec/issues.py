@@ -32,42 +32,102 @@ CODES: dict[str, tuple[Severity, str]] = {
     "SPEC_TOO_LARGE": (Severity.ERROR, "the file exceeds the size limit for specs"),
     "NOT_UTF8": (Severity.ERROR, "the file is not UTF-8 text (binary data?)"),
     "YAML_SYNTAX": (Severity.ERROR, "the file is not valid YAML"),
-    "YAML_UNSUPPORTED": (Severity.ERROR, "a YAML feature specs do not allow (tags, merge keys, too deep, too many nodes)"),
+    "YAML_UNSUPPORTED": (
+        Severity.ERROR,
+        "a YAML feature specs do not allow (tags, merge keys, too deep, too many nodes)",
+    ),
     "EMPTY_SPEC": (Severity.ERROR, "the file holds no document"),
-    "DUPLICATE_KEY": (Severity.ERROR, "a mapping repeats a key (YAML would silently keep the last)"),
+    "DUPLICATE_KEY": (
+        Severity.ERROR,
+        "a mapping repeats a key (YAML would silently keep the last)",
+    ),
     # shape
-    "WRONG_TYPE": (Severity.ERROR, "a value has the wrong type (a list where a mapping belongs, a number where a name belongs, ...)"),
-    "UNKNOWN_KEY": (Severity.ERROR, "a key the format does not define (typo?); the message lists the allowed keys"),
+    "WRONG_TYPE": (
+        Severity.ERROR,
+        "a value has the wrong type (a list where a mapping belongs, a number where a name belongs, ...)",
+    ),
+    "UNKNOWN_KEY": (
+        Severity.ERROR,
+        "a key the format does not define (typo?); the message lists the allowed keys",
+    ),
     "MISSING_KEY": (Severity.ERROR, "a required key is absent"),
     "BAD_VALUE": (Severity.ERROR, "a value outside its allowed set or range"),
     "UNSUPPORTED_FORMAT": (Severity.ERROR, "spec_format is not a version this tool reads"),
     # names
     "INVALID_NAME": (Severity.ERROR, "a name is not an ASCII identifier ([A-Za-z_][A-Za-z0-9_]*)"),
-    "RESERVED_NAME": (Severity.ERROR, "a name is a Python keyword, starts with an underscore, or clashes with the generated API"),
-    "NAME_COLLISION": (Severity.ERROR, "two names become the same generated identifier (they differ only in case)"),
-    "NAME_CLASH": (Severity.ERROR, "one name is used for two kinds of hook (a guard and an action, ...)"),
+    "RESERVED_NAME": (
+        Severity.ERROR,
+        "a name is a Python keyword, starts with an underscore, or clashes with the generated API",
+    ),
+    "NAME_COLLISION": (
+        Severity.ERROR,
+        "two names become the same generated identifier (they differ only in case)",
+    ),
+    "NAME_CLASH": (
+        Severity.ERROR,
+        "one name is used for two kinds of hook (a guard and an action, ...)",
+    ),
     # references
-    "UNKNOWN_STATE": (Severity.ERROR, "a transition, migration or reference names a state that is not declared"),
-    "UNKNOWN_EVENT": (Severity.ERROR, "a transition, timeout, offload or barrier names an event that is not declared"),
+    "UNKNOWN_STATE": (
+        Severity.ERROR,
+        "a transition, migration or reference names a state that is not declared",
+    ),
+    "UNKNOWN_EVENT": (
+        Severity.ERROR,
+        "a transition, timeout, offload or barrier names an event that is not declared",
+    ),
     # machine structure
     "NO_INITIAL_STATE": (Severity.ERROR, "no state is marked initial"),
     "MULTIPLE_INITIAL_STATES": (Severity.ERROR, "more than one state is marked initial"),
     "INITIAL_STATE_KIND": (Severity.ERROR, "the initial state is a wait or final state"),
-    "FINAL_STATE_EXIT": (Severity.ERROR, "a transition leaves a final state, or a final state has entry work"),
+    "FINAL_STATE_EXIT": (
+        Severity.ERROR,
+        "a transition leaves a final state, or a final state has entry work",
+    ),
     "UNREACHABLE_STATE": (Severity.ERROR, "no path leads from the initial state to this state"),
     "TRAP_STATE": (Severity.ERROR, "no path leads from this state to a final state"),
     "NO_FINAL_STATE": (Severity.ERROR, "the machine declares no final state"),
-    "SHADOWED_TRANSITION": (Severity.ERROR, "an earlier row for the same state and event always wins, so this row can never fire"),
-    "AUTO_NOT_EXHAUSTIVE": (Severity.ERROR, "an auto state's state_completed rows can all fail their guards (add an unguarded last row)"),
-    "AUTO_CYCLE": (Severity.ERROR, "a cycle made only of auto states would run forever without outside input"),
-    "STATE_COMPLETED_MISUSE": (Severity.ERROR, "state_completed is used from a non-auto state, or declared with a payload, or posted by a hook"),
+    "SHADOWED_TRANSITION": (
+        Severity.ERROR,
+        "an earlier row for the same state and event always wins, so this row can never fire",
+    ),
+    "AUTO_NOT_EXHAUSTIVE": (
+        Severity.ERROR,
+        "an auto state's state_completed rows can all fail their guards (add an unguarded last row)",
+    ),
+    "AUTO_CYCLE": (
+        Severity.ERROR,
+        "a cycle made only of auto states would run forever without outside input",
+    ),
+    "STATE_COMPLETED_MISUSE": (
+        Severity.ERROR,
+        "state_completed is used from a non-auto state, or declared with a payload, or posted by a hook",
+    ),
     "WAIT_STATE_NO_EXIT": (Severity.ERROR, "a wait state has no transition out of it"),
-    "WORK_CONFLICT": (Severity.ERROR, "a state or transition declares both an offload and a barrier, or work on a state kind that cannot run it"),
-    "OFFLOAD_EVENT_UNHANDLED": (Severity.ERROR, "the state running an offload hook has no transition for its completed or failed event"),
-    "BARRIER_OUTCOME_UNHANDLED": (Severity.ERROR, "a barrier does not name an event for every outcome, or its state has no transition for one"),
-    "TIMEOUT_INVALID": (Severity.ERROR, "a timeout on a state kind that cannot wait, a non-positive duration, or an unhandled timeout event"),
-    "INTERNAL_TRANSITION_WORK": (Severity.ERROR, "an internal transition (no target) declares an offload or barrier"),
-    "DUPLICATE_MIGRATION": (Severity.ERROR, "two migrations apply to the same spec version and sha256"),
+    "WORK_CONFLICT": (
+        Severity.ERROR,
+        "a state or transition declares both an offload and a barrier, or work on a state kind that cannot run it",
+    ),
+    "OFFLOAD_EVENT_UNHANDLED": (
+        Severity.ERROR,
+        "the state running an offload hook has no transition for its completed or failed event",
+    ),
+    "BARRIER_OUTCOME_UNHANDLED": (
+        Severity.ERROR,
+        "a barrier does not name an event for every outcome, or its state has no transition for one",
+    ),
+    "TIMEOUT_INVALID": (
+        Severity.ERROR,
+        "a timeout on a state kind that cannot wait, a non-positive duration, or an unhandled timeout event",
+    ),
+    "INTERNAL_TRANSITION_WORK": (
+        Severity.ERROR,
+        "an internal transition (no target) declares an offload or barrier",
+    ),
+    "DUPLICATE_MIGRATION": (
+        Severity.ERROR,
+        "two migrations apply to the same spec version and sha256",
+    ),
     "UNUSED_EVENT": (Severity.WARNING, "an event is declared but no transition uses it"),
     "MISSING_DESCRIPTION": (Severity.WARNING, "a state or transition has no description"),
 }

@@ -139,7 +139,9 @@ def _guard(value: Any, _: Any) -> GuardRef:
 
 def _renames(value: Any, _: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
-        raise TypeError(f"expected a mapping of old state name to new state name, got {_describe(value)}")
+        raise TypeError(
+            f"expected a mapping of old state name to new state name, got {_describe(value)}"
+        )
     for old, new in value.items():
         if not isinstance(old, str) or not isinstance(new, str):
             raise TypeError("rename_states maps state names (strings) to state names (strings)")
@@ -195,7 +197,15 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(StateKind, _enum_hook(StateKind))
     conv.register_structure_hook(UnhandledPolicy, _enum_hook(UnhandledPolicy))
     conv.register_structure_hook(SourceLoc, lambda value, _: value)
-    for cls in (OffloadSpec, BarrierSpec, TimeoutSpec, EventSpec, StateSpec, TransitionSpec, MigrationSpec):
+    for cls in (
+        OffloadSpec,
+        BarrierSpec,
+        TimeoutSpec,
+        EventSpec,
+        StateSpec,
+        TransitionSpec,
+        MigrationSpec,
+    ):
         overrides: dict[str, Any] = {}
         for field in attrs.fields(cls):
             if field.name in _hidden_fields(cls):
@@ -210,7 +220,16 @@ def _make_converter() -> cattrs.Converter:
 
 #: Keys a user may write, per node kind (for "allowed keys" messages and the schema).
 ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
-    "machine": ("spec_format", "machine", "version", "description", "events", "states", "transitions", "migrations"),
+    "machine": (
+        "spec_format",
+        "machine",
+        "version",
+        "description",
+        "events",
+        "states",
+        "transitions",
+        "migrations",
+    ),
 }
 
 
@@ -394,14 +413,28 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
         column = len(before) - (before.rfind("\n") + 1) + 1
         return LoadResult(
             None,
-            (SpecIssue("YAML_SYNTAX", f"invalid YAML: {exc.reason}", "$", SourceLoc(source_name, line, column)),),
+            (
+                SpecIssue(
+                    "YAML_SYNTAX",
+                    f"invalid YAML: {exc.reason}",
+                    "$",
+                    SourceLoc(source_name, line, column),
+                ),
+            ),
         )
     except (yaml.YAMLError, RecursionError) as exc:
         return LoadResult(None, (SpecIssue("YAML_SYNTAX", f"invalid YAML: {exc}", "$", top),))
     if node is None:
         return LoadResult(
             None,
-            (SpecIssue("EMPTY_SPEC", "the file holds no YAML document; see docs/spec-format.md", "$", top),),
+            (
+                SpecIssue(
+                    "EMPTY_SPEC",
+                    "the file holds no YAML document; see docs/spec-format.md",
+                    "$",
+                    top,
+                ),
+            ),
         )
     try:
         data = reader.read(node, ())
@@ -420,7 +453,12 @@ def _load_decoded(raw: bytes, decoded: str, source_name: str) -> LoadResult:
     return LoadResult(spec, tuple(issues))
 
 
-def load_spec(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES, source_name: str | None = None) -> LoadResult:
+def load_spec(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    source_name: str | None = None,
+) -> LoadResult:
     """Read and parse the spec file at ``path``.
 
     ``source_name`` defaults to ``path`` as given (relative paths stay relative, so
@@ -460,7 +498,12 @@ def _too_large_issue(name: str, size: int, max_bytes: int) -> SpecIssue:
 
 
 def _structure(
-    cls: type, value: Any, path: Path_, located: _Located, issues: list[SpecIssue], hidden: dict[str, Any]
+    cls: type,
+    value: Any,
+    path: Path_,
+    located: _Located,
+    issues: list[SpecIssue],
+    hidden: dict[str, Any],
 ) -> Any:
     if not isinstance(value, dict):
         issues.append(
@@ -487,9 +530,16 @@ def _structure(
 def _nested_locs(obj: Any, path: Path_, located: _Located) -> Any:
     """Give nested offload/barrier/timeout/guard values the location of their key."""
     changes: dict[str, Any] = {}
-    for attr_name, key in (("offload", "offload"), ("barrier", "barrier"), ("timeout", "timeout"), ("guard", "guard")):
+    for attr_name, key in (
+        ("offload", "offload"),
+        ("barrier", "barrier"),
+        ("timeout", "timeout"),
+        ("guard", "guard"),
+    ):
         if hasattr(obj, attr_name) and getattr(obj, attr_name) is not None:
-            changes[attr_name] = attrs.evolve(getattr(obj, attr_name), loc=located.at(path + (key,)))
+            changes[attr_name] = attrs.evolve(
+                getattr(obj, attr_name), loc=located.at(path + (key,))
+            )
     return attrs.evolve(obj, **changes) if changes else obj
 
 
@@ -524,14 +574,21 @@ def _build_machine(
         if key not in data:
             if required:
                 issues.append(
-                    SpecIssue("MISSING_KEY", f"required top-level key {key!r} is missing", "$", located.at(()))
+                    SpecIssue(
+                        "MISSING_KEY",
+                        f"required top-level key {key!r} is missing",
+                        "$",
+                        located.at(()),
+                    )
                 )
                 ok = False
             return default
         try:
             return kind(data[key], None)
         except TypeError as exc:
-            issues.append(SpecIssue("WRONG_TYPE", f"{key}: {exc}", render_path((key,)), located.at((key,))))
+            issues.append(
+                SpecIssue("WRONG_TYPE", f"{key}: {exc}", render_path((key,)), located.at((key,)))
+            )
             ok = False
             return default
 
@@ -586,7 +643,11 @@ def _build_machine(
 
     events: list[EventSpec] = []
     if "events" not in data:
-        issues.append(SpecIssue("MISSING_KEY", "required top-level key 'events' is missing", "$", located.at(())))
+        issues.append(
+            SpecIssue(
+                "MISSING_KEY", "required top-level key 'events' is missing", "$", located.at(())
+            )
+        )
         ok = False
     for name, body in section_map("events").items():
         key = name_key("events", name)
@@ -601,7 +662,11 @@ def _build_machine(
 
     states: list[StateSpec] = []
     if "states" not in data:
-        issues.append(SpecIssue("MISSING_KEY", "required top-level key 'states' is missing", "$", located.at(())))
+        issues.append(
+            SpecIssue(
+                "MISSING_KEY", "required top-level key 'states' is missing", "$", located.at(())
+            )
+        )
         ok = False
     for name, body in section_map("states").items():
         key = name_key("states", name)
@@ -611,14 +676,21 @@ def _build_machine(
         if state is None:
             ok = False
         else:
-            state = _nested_locs(attrs.evolve(state, loc=located.at(("states", name))), ("states", name), located)
+            state = _nested_locs(
+                attrs.evolve(state, loc=located.at(("states", name))), ("states", name), located
+            )
             states.append(state)
 
     transitions: list[TransitionSpec] = []
     raw_transitions = data.get("transitions")
     if "transitions" not in data:
         issues.append(
-            SpecIssue("MISSING_KEY", "required top-level key 'transitions' is missing", "$", located.at(()))
+            SpecIssue(
+                "MISSING_KEY",
+                "required top-level key 'transitions' is missing",
+                "$",
+                located.at(()),
+            )
         )
         ok = False
     elif not isinstance(raw_transitions, list):

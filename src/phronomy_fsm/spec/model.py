@@ -14,7 +14,7 @@ validation issue points at the text that caused it. The format itself is documen
 from __future__ import annotations
 
 import enum
-from typing import Iterator
+from collections.abc import Iterator
 
 import attrs
 

@@ -22,7 +22,6 @@ import attrs
 
 from phronomy_fsm.spec.issues import SpecIssue, sort_issues
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
-from phronomy_fsm.spec.yaml_reader import render_path
 from phronomy_fsm.spec.model import (
     STATE_COMPLETED,
     BarrierSpec,
@@ -34,6 +33,8 @@ from phronomy_fsm.spec.model import (
     TimeoutSpec,
     TransitionSpec,
 )
+from phronomy_fsm.spec.yaml_reader import render_path
+
 
 def _path(section: str, name: str) -> str:
     """The document path of a named state or event, in the loader's notation."""
@@ -41,7 +42,9 @@ def _path(section: str, name: str) -> str:
 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_PAYLOAD_TYPE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\[[A-Za-z0-9_., \[\]|]*\])?\Z")
+_PAYLOAD_TYPE = re.compile(
+    r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\[[A-Za-z0-9_., \[\]|]*\])?\Z"
+)
 
 #: Names a guard, action, offload hook or barrier may not take: they are the parameter
 #: names of every generated Protocol method, or would confuse the generated API.
@@ -68,7 +71,9 @@ class CheckResult:
         return tuple(i for i in self.issues if i.is_error)
 
 
-def check_spec_file(path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES) -> CheckResult:
+def check_spec_file(
+    path: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_BYTES
+) -> CheckResult:
     """Load the spec at ``path`` and validate it; never raises for bad input.
 
     Returns a :class:`CheckResult` with every issue found by the loader and, when a
@@ -130,7 +135,9 @@ class _Validator:
 
     # names -------------------------------------------------------------------
 
-    def check_name(self, name: str, what: str, path: str, loc: SourceLoc, *, hook: bool = False) -> Iterator[SpecIssue]:
+    def check_name(
+        self, name: str, what: str, path: str, loc: SourceLoc, *, hook: bool = False
+    ) -> Iterator[SpecIssue]:
         if not _IDENT.match(name):
             yield self.issue(
                 "INVALID_NAME",
@@ -171,7 +178,9 @@ class _Validator:
                 spec.loc,
             )
         if spec.version < 1:
-            yield self.issue("BAD_VALUE", f"version must be 1 or more, got {spec.version}", "$.version", spec.loc)
+            yield self.issue(
+                "BAD_VALUE", f"version must be 1 or more, got {spec.version}", "$.version", spec.loc
+            )
         for kind, items in (("state", spec.states), ("event", spec.events)):
             seen: dict[str, str] = {}
             for item in items:
@@ -244,7 +253,10 @@ class _Validator:
             for i, source in enumerate(t.sources):
                 if source in seen_sources:
                     yield self.issue(
-                        "BAD_VALUE", f"state {source!r} is listed twice in 'from'", f"{base}.from[{i}]", t.loc
+                        "BAD_VALUE",
+                        f"state {source!r} is listed twice in 'from'",
+                        f"{base}.from[{i}]",
+                        t.loc,
                     )
                 seen_sources.add(source)
                 if source not in self.states:
@@ -273,7 +285,10 @@ class _Validator:
         for path, event, loc in self.work_events():
             if not self.event_known(event):
                 yield self.issue(
-                    "UNKNOWN_EVENT", f"event {event!r} is not declared; declare it under 'events'", path, loc
+                    "UNKNOWN_EVENT",
+                    f"event {event!r} is not declared; declare it under 'events'",
+                    path,
+                    loc,
                 )
 
     def work_events(self) -> Iterator[tuple[str, str, SourceLoc]]:
@@ -288,7 +303,9 @@ class _Validator:
             if timeout:
                 yield f"{owner_path}.timeout.event", timeout.event, timeout.loc
 
-    def work_owners(self) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, TimeoutSpec | None]]:
+    def work_owners(
+        self,
+    ) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, TimeoutSpec | None]]:
         for s in self.spec.states:
             yield _path("states", s.name), s.offload, s.barrier, s.timeout
         for t in self.spec.transitions:
@@ -323,7 +340,10 @@ class _Validator:
                 )
         if not any(s.is_final for s in self.spec.states):
             yield self.issue(
-                "NO_FINAL_STATE", "no state has kind 'final'; every session must be able to end", "$.states", self.spec.loc
+                "NO_FINAL_STATE",
+                "no state has kind 'final'; every session must be able to end",
+                "$.states",
+                self.spec.loc,
             )
 
     def check_finals(self) -> Iterator[SpecIssue]:
@@ -393,7 +413,9 @@ class _Validator:
     def check_work(self) -> Iterator[SpecIssue]:
         for state in self.spec.states:
             base = _path("states", state.name)
-            yield from self.check_work_owner(base, state, state.offload, state.barrier, [state.name], state.loc)
+            yield from self.check_work_owner(
+                base, state, state.offload, state.barrier, [state.name], state.loc
+            )
             if state.timeout is not None:
                 timeout = state.timeout
                 if state.kind not in (StateKind.EXTERNAL, StateKind.WAIT):
@@ -433,7 +455,9 @@ class _Validator:
             target = self.states.get(t.target)
             if target is None:
                 continue
-            yield from self.check_work_owner(base, target, t.offload, t.barrier, [t.target], t.loc, via_transition=True)
+            yield from self.check_work_owner(
+                base, target, t.offload, t.barrier, [t.target], t.loc, via_transition=True
+            )
 
     def check_work_owner(
         self,
@@ -526,7 +550,9 @@ class _Validator:
                 elif row.guard is not None and (row.guard.name, row.guard.negated) in covered:
                     reason = f"an earlier row has the same guard {row.guard.render()!r}"
                 elif any((g, True) in covered and (g, False) in covered for g, _ in covered):
-                    reason = "earlier rows test a guard and its negation, so one of them always wins"
+                    reason = (
+                        "earlier rows test a guard and its negation, so one of them always wins"
+                    )
                 if reason is not None:
                     yield self.issue(
                         "SHADOWED_TRANSITION",
@@ -547,7 +573,9 @@ class _Validator:
                 continue
             rows = self.rows.get((state.name, STATE_COMPLETED), [])
             guards = {(r.guard.name, r.guard.negated) for r in rows if r.guard is not None}
-            exhaustive = any(r.guard is None for r in rows) or any((g, not n) in guards for g, n in guards)
+            exhaustive = any(r.guard is None for r in rows) or any(
+                (g, not n) in guards for g, n in guards
+            )
             if not exhaustive:
                 what = (
                     "has no state_completed transition"
@@ -646,7 +674,9 @@ class _Validator:
                     migration.loc,
                 )
             seen.add(key)
-            if migration.from_sha256 is not None and not re.fullmatch(r"[0-9a-f]{64}", migration.from_sha256):
+            if migration.from_sha256 is not None and not re.fullmatch(
+                r"[0-9a-f]{64}", migration.from_sha256
+            ):
                 yield self.issue(
                     "BAD_VALUE",
                     "from_sha256 must be 64 lowercase hex digits (the sha256 of the old spec file)",
@@ -654,7 +684,9 @@ class _Validator:
                     migration.loc,
                 )
             for old, new in migration.rename_states:
-                yield from self.check_name(old, "state", f"{base}.rename_states.{old}", migration.loc)
+                yield from self.check_name(
+                    old, "state", f"{base}.rename_states.{old}", migration.loc
+                )
                 if new not in self.states:
                     yield self.issue(
                         "UNKNOWN_STATE",
@@ -676,7 +708,10 @@ class _Validator:
         for state in self.spec.states:
             if not state.description.strip():
                 yield self.issue(
-                    "MISSING_DESCRIPTION", f"state {state.name!r} has no description", _path("states", state.name), state.loc
+                    "MISSING_DESCRIPTION",
+                    f"state {state.name!r} has no description",
+                    _path("states", state.name),
+                    state.loc,
                 )
         for t in self.spec.transitions:
             if not t.description.strip():

@@ -118,7 +118,10 @@ class NodeReader:
         if isinstance(node, yaml.MappingNode):
             if node.tag != "tag:yaml.org,2002:map":
                 raise YamlProblem(
-                    "YAML_UNSUPPORTED", f"tag {node.tag!r} is not allowed in specs", path, self.loc(node)
+                    "YAML_UNSUPPORTED",
+                    f"tag {node.tag!r} is not allowed in specs",
+                    path,
+                    self.loc(node),
                 )
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -158,7 +161,10 @@ class NodeReader:
         if isinstance(node, yaml.SequenceNode):
             if node.tag != "tag:yaml.org,2002:seq":
                 raise YamlProblem(
-                    "YAML_UNSUPPORTED", f"tag {node.tag!r} is not allowed in specs", path, self.loc(node)
+                    "YAML_UNSUPPORTED",
+                    f"tag {node.tag!r} is not allowed in specs",
+                    path,
+                    self.loc(node),
                 )
             items = []
             for index, item in enumerate(node.value):
@@ -179,7 +185,9 @@ class NodeReader:
                 self.loc(node),
             )
         if node.tag == "tag:yaml.org,2002:str":
-            return node.value  # what SafeConstructor.construct_yaml_str returns, without its overhead
+            return (
+                node.value
+            )  # what SafeConstructor.construct_yaml_str returns, without its overhead
         try:
             return self._constructor.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:

@@ -55,7 +55,9 @@ class ExecutionStatus(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
-ACTIVE_STATUSES = frozenset({ExecutionStatus.PREPARING, ExecutionStatus.ACTIVE, ExecutionStatus.SUSPENDED})
+ACTIVE_STATUSES = frozenset(
+    {ExecutionStatus.PREPARING, ExecutionStatus.ACTIVE, ExecutionStatus.SUSPENDED}
+)
 TERMINAL_STATUSES = frozenset(
     {
         ExecutionStatus.COMPLETED,
@@ -80,7 +82,12 @@ ALLOWED_STATUS_CHANGES: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     ),
     ExecutionStatus.ACTIVE: frozenset(ExecutionStatus) - {ExecutionStatus.PREPARING},
     ExecutionStatus.SUSPENDED: frozenset(
-        {ExecutionStatus.SUSPENDED, ExecutionStatus.ACTIVE, ExecutionStatus.FAILED, ExecutionStatus.CANCELLED}
+        {
+            ExecutionStatus.SUSPENDED,
+            ExecutionStatus.ACTIVE,
+            ExecutionStatus.FAILED,
+            ExecutionStatus.CANCELLED,
+        }
     ),
     **{status: frozenset({status}) for status in TERMINAL_STATUSES},
 }
@@ -207,7 +214,9 @@ class AgentRecord:
         """Return a copy with ``changes``, ``revision + 1`` and a fresh ``updated_at``."""
         if "revision" in changes:
             raise ValueError("advance() sets the revision itself (current + 1)")
-        return attrs.evolve(self, revision=self.revision + 1, updated_at=now or utc_now(), **changes)
+        return attrs.evolve(
+            self, revision=self.revision + 1, updated_at=now or utc_now(), **changes
+        )
 
 
 @attrs.frozen
@@ -271,7 +280,9 @@ class ExecutionRecord:
                 requested=new_status.value,
             )
         changes["status"] = new_status
-        return attrs.evolve(self, revision=self.revision + 1, updated_at=now or utc_now(), **changes)
+        return attrs.evolve(
+            self, revision=self.revision + 1, updated_at=now or utc_now(), **changes
+        )
 
 
 @attrs.frozen
@@ -429,11 +440,17 @@ def _make_converter() -> cattrs.Converter:
         conv.register_structure_hook(enum_cls, _structure_enum)
     conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
     for cls in RECORD_CLASSES:
-        conv.register_structure_hook(cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True))
+        conv.register_structure_hook(
+            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
+        )
         # JSON-data fields pass through as they are (checked and encoded by orjson);
         # everything else gets cattrs' generated, type-directed unstructuring.
         hints = typing.get_type_hints(cls)
-        overrides = {f.name: override(unstruct_hook=_identity) for f in attrs.fields(cls) if _is_json_data(hints[f.name])}
+        overrides = {
+            f.name: override(unstruct_hook=_identity)
+            for f in attrs.fields(cls)
+            if _is_json_data(hints[f.name])
+        }
         conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))  # type: ignore[arg-type]
     return conv
 
@@ -442,7 +459,9 @@ CONVERTER = _make_converter()
 
 # orjson writes the typed fields (datetimes as RFC 3339 with their offset, enums as
 # their value); :func:`_validate` has checked what orjson would accept silently.
-_ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 _JSON_LEAVES = (str, int, bool, type(None))
 
 
@@ -504,7 +523,9 @@ def _validate(record: Any) -> None:
     for name in stamps:
         stamp = getattr(record, name)
         if stamp.tzinfo is None or stamp.utcoffset() is None:
-            raise SerializationError(f"naive datetime {stamp!r} in {name}: store timezone-aware times only")
+            raise SerializationError(
+                f"naive datetime {stamp!r} in {name}: store timezone-aware times only"
+            )
     for name in data:
         _check_data(getattr(record, name))
     for name in nested:
@@ -548,7 +569,11 @@ def from_json(cls: type[T], text: str | bytes) -> T:
         data = orjson.loads(text)
         return CONVERTER.structure(data, cls)
     except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
+        detail = (
+            "; ".join(cattrs.transform_error(exc))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else str(exc)
+        )
         raise SerializationError(f"cannot decode {cls.__name__}: {detail}") from exc
 
 

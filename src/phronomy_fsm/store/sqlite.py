@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from phronomy_fsm.errors import (
     ConflictError,
@@ -330,12 +330,12 @@ class SqliteBarrierStore(SqliteReads):
                     raise ConflictError(
                         f"agent {agent_id} already exists; load it", agent_id=agent_id
                     ) from None
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, "create_agent")
             try:
                 cur.execute("COMMIT")
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 self._reset_writer()
                 raise self._unknown(exc, record, lost=False)
@@ -357,21 +357,21 @@ class SqliteBarrierStore(SqliteReads):
                 if hook is not None:
                     hook("write", (commit,))
                 receipt = apply_barrier(cur, p, *self._commit_time())
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, "commit")
             try:
                 if hook is not None:
                     hook("commit", (commit,))
                 cur.execute("COMMIT")
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 self._reset_writer()
                 raise self._unknown(exc, commit, lost=False)
         if hook is not None:
             try:
                 hook("committed", (commit,))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 raise self._unknown(exc, commit, lost=True)
         return receipt
 
@@ -423,7 +423,7 @@ class SqliteBarrierStore(SqliteReads):
                 cur.execute("BEGIN IMMEDIATE")
                 now_ms, committed_at = self._commit_time()
                 results, ok = apply_batch(cur, live, now_ms, committed_at, hook)
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 for i in range(len(live)):
                     if i in ok or results[i] is None:
@@ -441,7 +441,7 @@ class SqliteBarrierStore(SqliteReads):
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
                     cur.execute("COMMIT")
-                except BaseException as exc:
+                except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
                     self._reset_writer()
                     for i in ok:
@@ -452,7 +452,7 @@ class SqliteBarrierStore(SqliteReads):
         if ok and hook is not None:
             try:
                 hook("committed", tuple(live[i].commit for i in ok))
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 for i in ok:
                     results[i] = self._unknown(exc, live[i].commit, lost=True)
         for p, result in zip(live, results):
@@ -489,7 +489,7 @@ class SqliteBarrierStore(SqliteReads):
                 cur.execute("BEGIN IMMEDIATE")
                 yield cur
                 cur.execute("COMMIT")
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, operation)
 
@@ -501,7 +501,7 @@ class SqliteBarrierStore(SqliteReads):
         with self._write_lock:
             try:
                 row = self._writer_cursor().execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
-            except BaseException as exc:
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 raise self._failure(exc, "checkpoint")
         return (int(row[0]), int(row[1]), int(row[2]))
 
@@ -521,7 +521,8 @@ class SqliteBarrierStore(SqliteReads):
             except sqlite3.Error:
                 pass
 
-    def __enter__(self) -> SqliteBarrierStore:
+    def __enter__(self) -> Self:
+        """Use the store as a context manager; :meth:`close` on exit."""
         return self
 
     def __exit__(self, *exc_info: object) -> None:
