@@ -36,6 +36,7 @@ from phronomy_fsm.errors import (
     SchemaVersionError,
     StorageError,
 )
+from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.store import schema
 from phronomy_fsm.store._reads import SqliteReads, epoch_ms_to_datetime
 from phronomy_fsm.store._sqlerrors import storage_error
@@ -363,6 +364,7 @@ class SqliteBarrierStore(SqliteReads):
             try:
                 if hook is not None:
                     hook("commit", (commit,))
+                crashpoints.hit(f"barrier:{commit.barrier}:during")
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
@@ -440,6 +442,9 @@ class SqliteBarrierStore(SqliteReads):
                 try:
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
+                    if crashpoints.ARMED is not None:
+                        for i in ok:
+                            crashpoints.hit(f"barrier:{live[i].commit.barrier}:during")
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
