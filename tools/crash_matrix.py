@@ -359,7 +359,8 @@ def summarize(
     checks (``agent_root_inconsistent``), ``killed_runs``, ``not_reached_runs``,
     ``not_wired`` (``during`` points reached by no run while their ``before`` point
     was), ``uncovered`` (other points never killed), ``per_point`` and the first
-    violations. ``per_point[p]``: ``runs`` aiming at ``p`` (first or second crash),
+    violations, and the five ``slowest_processes`` (a hang shows there first).
+    ``per_point[p]``: ``runs`` aiming at ``p`` (first or second crash),
     ``killed`` (runs it killed), ``scenarios``, ``violations``, and for the runs
     killed by ``p`` alone the final ``outcomes`` (status → executions) and the
     ``operator_actions`` recovery took."""
@@ -418,6 +419,19 @@ def summarize(
         "uncovered": uncovered,
         "per_point": per_point,
         "violations": violations[:50],
+        "slowest_processes": sorted(
+            (
+                {
+                    "run": Plan(r["scenario"], tuple(r["crashes"])).label(),
+                    "stage": st["stage"],
+                    "seconds": st["seconds"],
+                    "returncode": st["returncode"],
+                }
+                for r in results
+                for st in r["stages"]
+            ),
+            key=lambda x: -x["seconds"],
+        )[:5],
         "elapsed_seconds": round(elapsed, 1),
     }
 

@@ -141,7 +141,7 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
     assert killed.returncode == -signal.SIGKILL
     assert len(ledger(db)) == 1  # the refund happened, its result was never applied
     parked = run("demo", "--resume", "--db", str(db), check=False)
-    assert parked.returncode == 1 and "needs an operator resolution" in parked.stderr
+    assert parked.returncode == 1 and "needs an operator decision" in parked.stderr and "phronomy-fsm resolve" in parked.stderr
     assert len(ledger(db)) == 1  # not re-sent on restart
     summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
         "recovered"
@@ -159,7 +159,7 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
         "--app",
         APP,
         "--expected-revision",
-        str(summary["revision"] - 1),
+        str(summary["execution_revision"] - 1),
         "--subject",
         f"tool_invocation:{refund['idempotency_key']}",
         "--outcome",
@@ -177,7 +177,7 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
         "--app",
         APP,
         "--expected-revision",
-        str(summary["revision"]),
+        str(summary["execution_revision"]),
         "--subject",
         f"tool_invocation:{refund['idempotency_key']}",
         "--outcome",
@@ -213,7 +213,7 @@ def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: 
         "--app",
         APP,
         "--expected-revision",
-        str(summary["revision"]),
+        str(summary["execution_revision"]),
         "--subject",
         f"llm_call:{summary['subject']['llm_call_id']}",
         "--outcome",

@@ -313,3 +313,24 @@ def test_results_of_a_previous_incarnation_are_dropped(dispatcher: Dispatcher) -
     gate.set()
     dispatcher.run_until_idle()
     assert hooks.records[0] == ("record", "v")
+
+
+def test_offload_work_may_omit_the_context_parameter(dispatcher: Dispatcher) -> None:
+    hooks = WorkHooks()
+    hooks.work = lambda: "no context needed"
+    sid, _ = start(dispatcher, hooks)
+    dispatcher.run_until_idle()
+    assert hooks.records[0] == ("record", "no context needed")
+
+
+def test_an_undeclared_event_says_the_machine_does_not_know_it(dispatcher: Dispatcher) -> None:
+    from phronomy_fsm.errors import UndeclaredEventError
+
+    hooks = WorkHooks()
+    hooks.work = lambda octx: threading.Event().wait(5)
+    sid, results = start(dispatcher, hooks)
+    dispatcher.run_until_idle(wait_for_work=False)
+    dispatcher.post(sid, "paid")
+    dispatcher.run_until_idle(wait_for_work=False)
+    error = results[0][1]
+    assert isinstance(error, UndeclaredEventError) and "not declared by the machine" in str(error)

@@ -46,7 +46,7 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.runtime.tasks import Task
 from phronomy_fsm.store.base import BarrierStore
-from phronomy_fsm.store.records import AgentRecord, ExecutionStatus
+from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, ExecutionStatus
 
 log = logging.getLogger("phronomy_fsm.agent")
 
@@ -106,6 +106,17 @@ class Agent:
             raise ConfigurationError("max_iterations must be at least 1")
         if timeout_seconds is not None and not timeout_seconds > 0:
             raise ConfigurationError("timeout_seconds must be positive (or None)")
+        if not callable(getattr(provider, "complete", None)):
+            raise ConfigurationError(
+                f"provider {provider!r} has no complete(request, *, on_token, cancellation) method; "
+                "pass a ScriptedProvider, an OpenAICompatibleProvider or your own Provider"
+            )
+        for item in tools:
+            if not isinstance(item, Tool):
+                raise ConfigurationError(
+                    f"tools must be Tool objects, got {item!r}; wrap functions with Tool(name, fn, ...) "
+                    "or the @tool decorator"
+                )
         names = [t.name for t in tools]
         duplicates = {n for n in names if names.count(n) > 1}
         if duplicates:
@@ -193,21 +204,22 @@ class Agent:
                     f"agent {agent_id!r} is already live in this process; use Agent.load",
                     agent_id=agent_id,
                 )
-            try:
-                root = store.create_agent(agent_id, now=runtime.now())
-            except ConflictError as exc:
-                raise AgentExistsError(
-                    f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id
-                ) from exc
+            # validate the whole configuration before anything is written
             agent = cls(
                 agent_id,
                 store=store,
                 provider=provider,
-                root=root,
+                root=AgentRecord(agent_id, -1, AgentLifecycle.IDLE, 0, runtime.now(), runtime.now()),
                 history=[],
                 runtime=runtime,
                 **options,
             )
+            try:
+                agent.root = store.create_agent(agent_id, now=runtime.now())
+            except ConflictError as exc:
+                raise AgentExistsError(
+                    f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id
+                ) from exc
             runtime.agents[key] = agent
         return agent
 

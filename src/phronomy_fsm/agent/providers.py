@@ -19,7 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, ToolCall, Usage
-from phronomy_fsm.errors import LLMError
+from phronomy_fsm.errors import ConfigurationError, LLMError
 from phronomy_fsm.runtime.cancellation import CancellationToken
 
 TokenSink = Callable[[str], None]
@@ -105,7 +105,7 @@ class ScriptedProvider:
 
     def __init__(self, script: Sequence[ScriptStep], *, model: str = "scripted") -> None:
         if not script:
-            raise ValueError("a ScriptedProvider needs at least one step")
+            raise ConfigurationError("a ScriptedProvider needs at least one step (a Reply, an error or a callable)")
         self.script = list(script)
         self.model = model
         self.requests: list[LLMRequest] = []

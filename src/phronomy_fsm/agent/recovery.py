@@ -602,7 +602,7 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
     if execution.phase == "recovery_resolved_failed":
         failure = recovery.failure if recovery is not None else None
         ctx.error = RecoveryResolutionError(
-            failure.render() if failure else "resolved as failed", execution_id=ctx.execution_id
+            failure.message if failure else "resolved as failed", execution_id=ctx.execution_id
         )
         return
     for record in commit.journal:

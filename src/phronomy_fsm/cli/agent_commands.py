@@ -14,6 +14,7 @@ not finish; 2 usage. Diagnostics go to stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -116,9 +117,16 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
                     f"`phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}`"
                 )
             if active["state"] == "recovery_required":
+                request = active["recovery"] or {}
+                subject = request.get("subject") or {}
+                kind = subject.get("type", "llm_call")
+                ident = subject.get(f"{kind}_id", "?")
                 _fail(
-                    f"execution {active['execution_id']} needs an operator resolution: {active['recovery']}; "
-                    f"see `phronomy-fsm resolve --help`"
+                    f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.\n"
+                    f"subject: {json.dumps(subject, sort_keys=True)}\n"
+                    f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
+                    f"--app phronomy_fsm.demo:create_app --expected-revision {request.get('execution_revision')} "
+                    f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]"
                 )
             task = agent.recovered
             assert task is not None

@@ -114,10 +114,11 @@ def _describe(event: Any) -> dict[str, Any]:
     if event.type == "recovery_resolution_required":
         return {
             "state": "recovery_required",
-            "revision": payload["execution_revision"],
+            "execution_revision": payload["execution_revision"],
             "subject": payload["subject"],
             "allowed_outcomes": payload["allowed_outcomes"],
             "reason": payload["reason"],
+            "facts": payload["facts"],
         }
     return {
         "state": payload.get("status", event.type),
@@ -279,7 +280,11 @@ def resolve(
         try:
             value = json.loads(result)
         except ValueError:
-            value = result
+            if parsed_subject["type"] != "llm_call":
+                raise click.BadParameter(
+                    "a tool result must be JSON (quote a plain string: '\"text\"')", param_hint="--result"
+                ) from None
+            value = result  # an LLM answer may be plain text
     factory = load_factory(app)
     runtime = AgentRuntime()
     watcher = _Watcher()

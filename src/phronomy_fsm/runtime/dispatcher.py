@@ -356,13 +356,18 @@ class Dispatcher(EventLoop):
             if event in s.binding.ignored:
                 self.stats.ignored += 1
                 return
+            if event in s.binding.events:
+                why = (
+                    f"event {event!r} arrived in state {s.node.name!r}, which declares no transition "
+                    "for it (declare one, or mark the event 'unhandled: ignore')"
+                )
+            else:
+                why = f"event {event!r} is not declared by the machine (declare it under 'events')"
             self._end(
                 s,
                 None,
                 UndeclaredEventError(
-                    f"machine {s.binding.machine!r}: event {event!r} arrived in state {s.node.name!r}, "
-                    "which declares no transition for it (declare one, or mark the event "
-                    "'unhandled: ignore')",
+                    f"machine {s.binding.machine!r}: {why}",
                     machine=s.binding.machine,
                     state=s.node.name,
                     event=event,
@@ -591,6 +596,9 @@ class Dispatcher(EventLoop):
                 raise TypeError(
                     f"offload hook {spec.name!r} returned {type(work).__name__}, not a callable"
                 )
+            code = getattr(work, "__code__", None)
+            if code is not None and code.co_argcount == 0 and not code.co_flags & _VARARGS:
+                work = _without_context(work)  # ``work()`` is accepted as well as ``work(octx)``
             if crashpoints.ARMED is not None:
                 work = _crash_after(work, f"offload:{spec.name}:after")
         except Exception as exc:  # noqa: BLE001 - a failed preparation is the offload's failure
@@ -733,6 +741,18 @@ class Dispatcher(EventLoop):
                 self._hook_failed(s, exc, "the barrier-outcome hook")
                 return
         self._deliver(s, row.event_for(outcome.outcome), outcome)
+
+
+_VARARGS = 0x04  # inspect.CO_VARARGS
+
+
+def _without_context(work: Callable[[], Any]) -> Callable[[Any], Any]:
+    """Adapt offload work written without the context parameter."""
+
+    def call(octx: Any) -> Any:
+        return work()
+
+    return call
 
 
 def _crash_after(work: Callable[[Any], Any], point: str) -> Callable[[Any], Any]:

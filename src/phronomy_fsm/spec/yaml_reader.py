@@ -31,7 +31,10 @@ Path_ = tuple[str | int, ...]
 
 
 class SpecYamlLoader(yaml.SafeLoader):
-    """SafeLoader with YAML 1.2 booleans: only true/false (any case) are booleans."""
+    """SafeLoader with the YAML 1.2 core schema for booleans and numbers: only
+    true/false are booleans (``on``, ``off``, ``yes``, ``no`` stay strings); integers are
+    decimal, ``0o`` octal or ``0x`` hex (``010`` is ten, ``1_000`` is a string); floats
+    are ``1.5``, ``1e3``, ``.5``, ``.inf``, ``.nan``."""
 
 
 #: The same loader on libyaml's C parser when PyYAML was built with it (10-20 times
@@ -44,15 +47,45 @@ if getattr(yaml, "__with_libyaml__", False):  # pragma: no branch
         """CSafeLoader with YAML 1.2 booleans (see :class:`SpecYamlLoader`)."""
 
 
+_YAML11_ONLY = {"tag:yaml.org,2002:bool", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"}
 SpecYamlLoader.yaml_implicit_resolvers = {  # type: ignore[attr-defined]
-    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:bool"]
+    first: [(tag, rx) for tag, rx in resolvers if tag not in _YAML11_ONLY]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _BOOL_RX = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-for _first in "tTfF":
-    SpecYamlLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(
-        0, ("tag:yaml.org,2002:bool", _BOOL_RX)
-    )
+_INT_RX = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_FLOAT_RX = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+for _tag, _rx, _firsts in (  # inserted at the front in turn: int is tried before float
+    ("tag:yaml.org,2002:bool", _BOOL_RX, "tTfF"),
+    ("tag:yaml.org,2002:float", _FLOAT_RX, "-+.0123456789"),
+    ("tag:yaml.org,2002:int", _INT_RX, "-+0123456789"),
+):
+    for _first in _firsts:
+        SpecYamlLoader.yaml_implicit_resolvers.setdefault(_first, []).insert(0, (_tag, _rx))
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    if text.startswith("0x"):
+        return int(text[2:], 16)
+    return int(text, 10)
+
+
+def _construct_float(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> float:
+    text = str(loader.construct_scalar(node)).lower()
+    if text.endswith(".inf"):
+        return float("-inf") if text.startswith("-") else float("inf")
+    if text == ".nan":
+        return float("nan")
+    return float(text)
+
+
+SpecYamlLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+SpecYamlLoader.add_constructor("tag:yaml.org,2002:float", _construct_float)
 if SpecYamlCLoader is not None:
     SpecYamlCLoader.yaml_implicit_resolvers = SpecYamlLoader.yaml_implicit_resolvers  # type: ignore[attr-defined]
 
