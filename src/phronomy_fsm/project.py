@@ -131,8 +131,9 @@ def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectC
     if pyproject is None:
         where = Path(start if start is not None else Path.cwd()).resolve()
         raise ProjectConfigError(
-            f"no {PYPROJECT} found in {where} or its parents; pass the spec paths and --out, or "
-            f"add a [{TABLE}] table to your project's {PYPROJECT}",
+            f"no {PYPROJECT} found in {where} or its parents; add a [{TABLE}] table (specs, out, "
+            f"diagrams) to your project's {PYPROJECT}, or name the files on the command line "
+            "(generate SPEC... --out DIR; diagram SPEC -o PATH)",
             path=None,
             key=None,
             missing=True,

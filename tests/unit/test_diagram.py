@@ -384,11 +384,13 @@ def test_cli_diagram_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         ["diagram"],
         ["diagram", "door.yaml", "--check"],
         ["diagram", "door.yaml", "--all"],
-        ["diagram", "door.yaml", "-o", "door.txt"],
         ["diagram", "door.yaml", "--format", "gif"],
     ):
         result = runner.invoke(main, args)
         assert result.exit_code == 2, (args, result.output)
+    # an unknown -o suffix falls back to DOT, as --help says
+    result = runner.invoke(main, ["diagram", "door.yaml", "-o", "door.txt"])
+    assert result.exit_code == 0 and (tmp_path / "door.txt").read_text().startswith("digraph")
 
 
 def test_cli_diagram_without_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

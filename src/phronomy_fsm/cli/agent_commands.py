@@ -174,8 +174,11 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 @click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
 @click.option("--reject", is_flag=True, help="Reject instead of approve.")
 def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
-    """Record an approval decision durably (one transaction, reference §4.5); the next
-    process that loads the agent continues the execution."""
+    """Record an approval decision durably, in one transaction, without running the
+    agent: the next process that loads the agent (for the demo: `phronomy-fsm demo
+    --resume`) applies it and continues the execution. The request id is in the
+    approval_required event, in `executions show --json`
+    (execution.approval_request.request_id) and in the demo's output."""
     from phronomy_fsm.agent.durable import approval_decision_commit
     from phronomy_fsm.runtime.clock import SYSTEM_CLOCK
     from phronomy_fsm.store import COMMITTED, SqliteBarrierStore
@@ -216,7 +219,8 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
         f"{verb}: execution {execution_id} (request {request_id}), revision {commit.execution.revision}"
     )
     click.echo(
-        "the execution continues when its agent is loaded again (e.g. phronomy-fsm demo --resume)"
+        "the execution continues when its agent is loaded again (Agent.load, `phronomy-fsm recover`, "
+        "or for the demo `phronomy-fsm demo --resume`)"
     )
 
 

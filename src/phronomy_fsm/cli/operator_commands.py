@@ -147,7 +147,14 @@ def _describe(event: Any) -> dict[str, Any]:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
-    """Load every agent with an active execution and recover it (issue 6 item 2)."""
+    """Load every agent with an active execution and recover it: continuations run to
+    their next resting point, suspended executions wait for approval again, and those
+    whose outcome cannot be proven are listed with their resolution request.
+
+    --app names a factory ``MODULE:FACTORY`` with the signature
+    ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword arguments of
+    Agent.load other than store, runtime and on_event (provider, tools, ...); for
+    example phronomy_fsm.demo:create_app."""
     from tqdm import tqdm
 
     from phronomy_fsm.agent import Agent, AgentRuntime
@@ -235,7 +242,12 @@ def _parse_subject(text: str) -> dict[str, Any]:
     type=click.Path(dir_okay=False),
     help="Path of the SQLite store file.",
 )
-@click.option("--app", "app", required=True, help="Application factory MODULE:FACTORY.")
+@click.option(
+    "--app",
+    "app",
+    required=True,
+    help="Application factory MODULE:FACTORY: factory(agent_id, db_path) -> Agent.load keyword arguments.",
+)
 @click.option(
     "--expected-revision",
     required=True,
@@ -246,7 +258,11 @@ def _parse_subject(text: str) -> dict[str, Any]:
     "--subject", required=True, help="llm_call:<id>, tool_invocation:<id> or execution:<id>."
 )
 @click.option(
-    "--outcome", required=True, type=click.Choice(["succeeded", "failed", "not_performed"])
+    "--outcome",
+    required=True,
+    type=click.Choice(["succeeded", "failed", "not_performed"]),
+    help="What happened: succeeded (give --result), failed (give --error) or not_performed "
+    "(ends the execution as failed; nothing is re-sent).",
 )
 @click.option(
     "--result",
@@ -254,7 +270,13 @@ def _parse_subject(text: str) -> dict[str, Any]:
     help="For succeeded: the result as JSON (or plain text for an LLM answer).",
 )
 @click.option("--error", default=None, help="For failed: what went wrong.")
-@click.option("--wait-seconds", default=60.0, show_default=True, type=float)
+@click.option(
+    "--wait-seconds",
+    default=60.0,
+    show_default=True,
+    type=float,
+    help="How long to wait for the execution to come to rest after the resolution.",
+)
 def resolve(
     execution_id: str,
     db: str,

@@ -312,11 +312,7 @@ def diagram_command(
         raise click.UsageError("give a SPEC file, or --all")
     if fmt is None:
         if output is not None:
-            fmt = _SUFFIX_FORMATS.get(output.suffix.lower())
-            if fmt is None:
-                raise click.UsageError(
-                    f"cannot tell the format from {output.name!r}; pass --format"
-                )
+            fmt = _SUFFIX_FORMATS.get(output.suffix.lower(), "dot")
         else:
             fmt = "dot"
     binary = fmt in ("svg", "png")
@@ -337,7 +333,8 @@ def diagram_command(
         result = check_spec_file(spec)
         _echo_issues(result.issues)
         if not result.ok or result.spec is None:
-            _fail(f"{spec}: invalid spec; nothing drawn")
+            unreadable = any(i.code == "FILE_UNREADABLE" for i in result.issues)
+            _fail(f"{spec}: {'cannot read the file' if unreadable else 'invalid spec'}; nothing drawn")
         assert result.spec is not None
         diagram = build_diagram(result.spec)
         if fmt == "mermaid":

@@ -160,6 +160,12 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
         click.echo(f"{key}: {data[key]}")
     if ex.terminal_reason:
         click.echo(f"terminal_reason: {ex.terminal_reason}")
+    if ex.approval_request is not None:
+        decided = ex.approval_request.approved
+        state = "pending" if decided is None else ("approved" if decided else "rejected")
+        click.echo(f"approval_request_id: {ex.approval_request.request_id} ({state})")
+    if ex.pending_llm_call_id:
+        click.echo(f"pending_llm_call_id: {ex.pending_llm_call_id}")
     click.echo(f"barriers ({len(barriers)}):")
     for b in data["barriers"]:
         click.echo(

@@ -169,8 +169,9 @@ def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:
         return None
     if "meta" not in tables:
         raise SchemaVersionError(
-            f"{path} is a SQLite database but not a phronomy_fsm store (no meta table); "
-            "refusing to write to it. Use a separate file for the store.",
+            f"{path} is a SQLite database but not a phronomy_fsm store (no meta table); nothing "
+            "was written. Use a separate file for the store. (Archives written by `phronomy-fsm "
+            "store compact` are plain SQLite files: read them with sqlite3 or sqlite-utils.)",
             path=path,
         )
     rows = dict(
