@@ -390,7 +390,7 @@ def test_cli_diagram_usage_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         assert result.exit_code == 2, (args, result.output)
     # an unknown -o suffix falls back to DOT, as --help says
     result = runner.invoke(main, ["diagram", "door.yaml", "-o", "door.txt"])
-    assert result.exit_code == 0 and (tmp_path / "door.txt").read_text().startswith("digraph")
+    assert result.exit_code == 0 and "digraph" in (tmp_path / "door.txt").read_text()
 
 
 def test_cli_diagram_without_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
