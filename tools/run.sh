@@ -40,8 +40,7 @@ setup() {
       "$PYTHON" -m venv "$VENV"
     fi
   fi
-  "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e ".[test,bench]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
 }
 
 checks() {
