@@ -674,6 +674,14 @@ class _Validator:
                     migration.loc,
                 )
             seen.add(key)
+            if migration.from_version > self.spec.version:
+                yield self.issue(
+                    "BAD_VALUE",
+                    f"migration from version {migration.from_version} is newer than this spec "
+                    f"(version {self.spec.version}); migrations map older specs to this one",
+                    f"{base}.from_version",
+                    migration.loc,
+                )
             if migration.from_sha256 is not None and not re.fullmatch(
                 r"[0-9a-f]{64}", migration.from_sha256
             ):
