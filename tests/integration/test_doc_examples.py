@@ -1,0 +1,37 @@
+"""The examples docs/getting-started.md points at run as written (a user copies them)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+CLI = [sys.executable, "-m", "phronomy_fsm.cli"]
+
+
+def run(args: list[str], cwd: Path) -> str:
+    proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_own_machine_example_validates_generates_draws_and_runs(tmp_path: Path) -> None:
+    shutil.copy(EXAMPLES / "order.yaml", tmp_path)
+    shutil.copy(EXAMPLES / "order_machine.py", tmp_path)
+    run([*CLI, "validate", "order.yaml", "--strict"], tmp_path)
+    run([*CLI, "generate", "order.yaml", "--out", "generated"], tmp_path)
+    run([*CLI, "diagram", "order.yaml", "--format", "svg", "-o", "order.svg"], tmp_path)
+    assert (tmp_path / "order.svg").read_text().lstrip().startswith(("<?xml", "<svg", "<!--"))
+    out = run([sys.executable, "order_machine.py"], tmp_path)
+    assert out.strip() == "finished shipped {'charged': 42.0} ['receipt sent for 42.0']"
+
+
+def test_support_agent_example_runs_twice_on_one_store(tmp_path: Path) -> None:
+    for _ in range(2):  # the second run loads the agent created by the first
+        out = run([sys.executable, str(EXAMPLES / "support_agent.py"), str(tmp_path / "gs.db")], tmp_path)
+        assert out.splitlines()[-1] == "completed I refunded $25.00 for order A1."
+        assert "event: approval_required" in out
+    listing = run([*CLI, "executions", "list", "--db", str(tmp_path / "gs.db"), "--json"], tmp_path)
+    assert listing.count('"status": "completed"') == 2
