@@ -26,8 +26,6 @@ Environment (read at start):
 - ``PHRONOMY_CRASH_TRACE`` — a file to which every crash point reached is appended
   (one name a line, flushed before the point may kill the process), so the harness
   knows what a run reached;
-- ``CRASH_APP_DURING_HOOK=1`` — opt-in: call ``barrier:<name>:during`` from the store's
-  public fault seam (just before COMMIT) until the store calls it itself.
 
 Exit codes: 0 done (nothing left active), 3 something is still active at the deadline,
 2 usage error; a crash point ends the process with SIGKILL (-9).
@@ -46,16 +44,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
+from crash_scenarios import GUARDS, SCENARIOS, AgentDef, Scenario
 
 from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider, Tool
-from phronomy_fsm.agent.tools import Authorization, ToolCallView
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse
 from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.store import SqliteBarrierStore
 
 TRACE_ENV = "PHRONOMY_CRASH_TRACE"
-DURING_HOOK_ENV = "CRASH_APP_DURING_HOOK"
 META = "scenario.json"
 EFFECTS = "effects.jsonl"
 LLM_LOG = "llm.jsonl"
@@ -109,169 +105,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             continue
     return entries
-
-
-# ------------------------------------------------------------------ scenarios
-
-
-@attrs.frozen
-class AgentDef:
-    """One agent of a scenario: its id, its LLM script and its handoff tools.
-
-    ``guarded`` agents also run an input filter, an output filter and an approval
-    policy — each offloaded to the pool, so their ``offload:*:after`` points exist;
-    unguarded agents take the library's shortcut (empty filter chains and tool-level
-    approval are decided without the pool)."""
-
-    agent_id: str
-    script: tuple[Reply, ...]
-    handoffs: dict[str, str] = attrs.field(factory=dict)
-    guarded: bool = False
-
-
-@attrs.frozen
-class Scenario:
-    """A scenario: its agents (the first one is invoked), the input, and how the
-    driver behaves (``approve``: decision on approval requests; ``cancel_on_tool``:
-    cancel once the ``wait_for_cancel`` tool has started; ``timeout_seconds``)."""
-
-    name: str
-    agents: tuple[AgentDef, ...]
-    input: str
-    approve: bool = True
-    cancel_on_tool: bool = False
-    timeout_seconds: float | None = None
-
-    @property
-    def execution_id(self) -> str:
-        """The id of the execution ``run`` starts (deterministic)."""
-        return f"exec-{self.name}"
-
-
-def _call(tool: str, **arguments: Any) -> tuple[str, dict[str, Any]]:
-    return (tool, arguments)
-
-
-SCENARIOS: dict[str, Scenario] = {
-    s.name: s
-    for s in (
-        Scenario(
-            "plain_answer",
-            (AgentDef("plain", (Reply(content="The answer is 42."),)),),
-            "What is the answer?",
-        ),
-        Scenario(
-            "tool_cycle",
-            (
-                AgentDef(
-                    "cycle",
-                    (
-                        Reply(tool_calls=(_call("append_note", ref="cycle-1"),)),
-                        Reply(
-                            content="Noted once.", tool_calls=(_call("append_note", ref="cycle-2"),)
-                        ),
-                        Reply(content="Both notes are written."),
-                    ),
-                    guarded=True,
-                ),
-            ),
-            "Write two notes.",
-        ),
-        Scenario(
-            "parallel_tools",
-            (
-                AgentDef(
-                    "parallel",
-                    (
-                        Reply(
-                            tool_calls=(
-                                _call("append_note", ref="par-a"),
-                                _call("charge", ref="par-b", amount=5),
-                            )
-                        ),
-                        Reply(content="Noted and charged."),
-                    ),
-                ),
-            ),
-            "Note it and charge 5.",
-        ),
-        Scenario(
-            "approval_granted",
-            (
-                AgentDef(
-                    "granted",
-                    (
-                        Reply(tool_calls=(_call("transfer", ref="appr-1", amount=100),)),
-                        Reply(content="Transferred."),
-                    ),
-                    guarded=True,
-                ),
-            ),
-            "Transfer 100.",
-        ),
-        Scenario(
-            "approval_rejected",
-            (
-                AgentDef(
-                    "rejected",
-                    (
-                        Reply(tool_calls=(_call("transfer", ref="rej-1", amount=100),)),
-                        Reply(content="Transferred."),
-                    ),
-                ),
-            ),
-            "Transfer 100.",
-            approve=False,
-        ),
-        Scenario(
-            "cancellation",
-            (
-                AgentDef(
-                    "cancel",
-                    (
-                        Reply(tool_calls=(_call("wait_for_cancel", ref="cancel-1"),)),
-                        Reply(content="Waited."),
-                    ),
-                ),
-            ),
-            "Wait for me.",
-            cancel_on_tool=True,
-        ),
-        Scenario(
-            "timeout",
-            (
-                AgentDef(
-                    "timeout",
-                    (
-                        Reply(tool_calls=(_call("wait_for_cancel", ref="timeout-1"),)),
-                        Reply(content="Waited."),
-                    ),
-                ),
-            ),
-            "Wait too long.",
-            timeout_seconds=1.5,
-        ),
-        Scenario(
-            "handoff",
-            (
-                AgentDef(
-                    "front",
-                    (Reply(tool_calls=(_call("to_billing", message="Refund order 7."),)),),
-                    {"to_billing": "billing"},
-                    guarded=True,
-                ),
-                AgentDef(
-                    "billing",
-                    (
-                        Reply(tool_calls=(_call("append_note", ref="billing-1"),)),
-                        Reply(content="Refund noted."),
-                    ),
-                ),
-            ),
-            "I want a refund for order 7.",
-        ),
-    )
-}
 
 
 # ---------------------------------------------------------------- provider, tools
@@ -388,26 +221,6 @@ def make_tools(
     ]
 
 
-def _normalize_spaces(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _redact(text: str) -> str:
-    return text.replace("secret", "[redacted]")
-
-
-def _policy(view: ToolCallView) -> Authorization:
-    return Authorization.REQUIRE_APPROVAL if view.requires_approval else Authorization.ALLOW
-
-
-#: The options of a guarded agent (see :class:`AgentDef`).
-GUARDS: dict[str, Any] = {
-    "input_filters": (_normalize_spaces,),
-    "output_filters": (_redact,),
-    "approval_policy": _policy,
-}
-
-
 # ------------------------------------------------------------------- operator
 
 
@@ -452,8 +265,6 @@ class Driver:
         self.mode = mode
         self.paths = log_paths(db)
         self.store = SqliteBarrierStore(db)
-        if os.environ.get(DURING_HOOK_ENV) == "1":
-            self.store.install_fault_hook(_during_hook)
         self.runtime = AgentRuntime(max_workers=8, name=f"crash-app-{mode}")
         self.inbox: queue.SimpleQueue[tuple[str, str, Any]] = queue.SimpleQueue()
         self.agents: dict[str, Agent] = {}
@@ -703,15 +514,6 @@ class Driver:
         self.runtime.close(timeout_seconds=5)
         self.store.close()
         return 0 if settled else 3
-
-
-def _during_hook(point: str, commits: tuple[Any, ...]) -> None:
-    """Store fault seam → ``barrier:<name>:during`` (opt-in, see module docstring)."""
-    if point == "commit":
-        for commit in commits:
-            name = getattr(commit, "barrier", None)
-            if name is not None:
-                crashpoints.hit(f"barrier:{name}:during")
 
 
 def install_trace(path: str) -> None:

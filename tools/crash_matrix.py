@@ -31,7 +31,7 @@ Modes:
 Usage::
 
     python tools/crash_matrix.py [--json | --markdown] [--quick] [--jobs N] [--keep-failures DIR]
-                                 [--during-via-fault-hook] [--scenario NAME ...]
+                                 [--scenario NAME ...]
 
 Exit status: 0 when every invariant holds, 1 otherwise, 2 on a usage error.
 """
@@ -59,8 +59,9 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crash_app import DURING_HOOK_ENV, SCENARIOS, TRACE_ENV
+from crash_app import TRACE_ENV
 from crash_checks import EXTRA_CHECKS, INVARIANTS, check_run, snapshot
+from crash_scenarios import SCENARIOS
 
 from phronomy_fsm.runtime import crashpoints
 
@@ -108,9 +109,7 @@ class Plan:
         return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
 
 
-def execute(
-    plan: Plan, *, during_hook: bool = False, keep_failures: Path | None = None
-) -> dict[str, Any]:
+def execute(plan: Plan, *, keep_failures: Path | None = None) -> dict[str, Any]:
     """Run one plan in a fresh temporary folder and check it; the folder is removed
     (or moved under ``keep_failures`` when an invariant fails).
 
@@ -130,7 +129,7 @@ def execute(
         for stage in range(len(plan.crashes) + EXTRA_RECOVERS + 1):
             armed = plan.crashes[stage] if stage < len(plan.crashes) else None
             command = ["run", plan.scenario] if stage == 0 else ["recover"]
-            record = _run_process(folder, db, stage, command, armed, during_hook)
+            record = _run_process(folder, db, stage, command, armed)
             stages.append(record)
             snapshots.append(snapshot(db))
             if record["killed"]:
@@ -181,18 +180,12 @@ def execute(
 
 
 def _run_process(
-    folder: Path, db: Path, stage: int, command: list[str], armed: str | None, during_hook: bool
+    folder: Path, db: Path, stage: int, command: list[str], armed: str | None
 ) -> dict[str, Any]:
     trace = folder / f"trace-{stage}.txt"
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in (crashpoints.ENV, TRACE_ENV, DURING_HOOK_ENV)
-    }
+    env = {k: v for k, v in os.environ.items() if k not in (crashpoints.ENV, TRACE_ENV)}
     env[crashpoints.ENV] = armed or TRACE_ONLY
     env[TRACE_ENV] = str(trace)
-    if during_hook:
-        env[DURING_HOOK_ENV] = "1"
     started = time.monotonic()
     try:
         proc = subprocess.run(
@@ -321,7 +314,6 @@ def run_plans(
     plans: Iterable[Plan],
     *,
     jobs: int,
-    during_hook: bool,
     keep_failures: Path | None,
     progress: Callable[[str], None],
 ) -> list[dict[str, Any]]:
@@ -329,10 +321,7 @@ def run_plans(
     plans = list(plans)
     results: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = [
-            pool.submit(execute, p, during_hook=during_hook, keep_failures=keep_failures)
-            for p in plans
-        ]
+        futures = [pool.submit(execute, p, keep_failures=keep_failures) for p in plans]
         for i, future in enumerate(futures, 1):
             result = future.result()
             results.append(result)
@@ -352,7 +341,6 @@ def summarize(
     results: list[dict[str, Any]],
     *,
     quick: bool,
-    during_hook: bool,
     elapsed: float,
 ) -> dict[str, Any]:
     """The matrix report (the ``--json`` output): the counters of the issue, the extra
@@ -411,7 +399,6 @@ def summarize(
         "runs": len(results),
         **totals,
         "mode": "quick" if quick else "full",
-        "during_via_fault_hook": during_hook,
         "killed_runs": sum(1 for r in results if r["killed_points"]),
         "not_reached_runs": sum(1 for r in results if r["crashes"] and not r["killed_points"]),
         "baseline_runs": sum(1 for r in results if not r["crashes"]),
@@ -492,11 +479,6 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-failures", type=Path, default=None, help="copy the folder of each failing run here"
     )
     parser.add_argument(
-        "--during-via-fault-hook",
-        action="store_true",
-        help="fire barrier:*:during from the store's fault seam (opt-in)",
-    )
-    parser.add_argument(
         "--scenario", action="append", choices=sorted(SCENARIOS), help="limit to these scenarios"
     )
     args = parser.parse_args(argv)
@@ -509,7 +491,6 @@ def main(argv: list[str] | None = None) -> int:
 
     common = {
         "jobs": args.jobs,
-        "during_hook": args.during_via_fault_hook,
         "keep_failures": args.keep_failures,
         "progress": progress,
     }
@@ -523,7 +504,6 @@ def main(argv: list[str] | None = None) -> int:
         scenarios,
         results,
         quick=args.quick,
-        during_hook=args.during_via_fault_hook,
         elapsed=time.monotonic() - started,
     )
     if args.json:

@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crash_app import SCENARIOS, append_jsonl, decide_resolution, log_paths, read_jsonl
+from crash_app import append_jsonl, decide_resolution, log_paths, read_jsonl
 from crash_checks import EXTRA_CHECKS, INVARIANTS, check_run, snapshot
 from crash_matrix import Plan, crash_points, plan_stage_one, plan_stage_two, summarize
+from crash_scenarios import SCENARIOS
 
 from phronomy_fsm.generated import agent_session, execution_admission, tool_invocation
 from phronomy_fsm.runtime import crashpoints
@@ -274,7 +275,10 @@ def _fake_result(
     return {
         "scenario": scenario,
         "crashes": list(crashes),
-        "stages": [{"reached": s, "killed": i < len(killed)} for i, s in enumerate(stages)],
+        "stages": [
+            {"stage": i, "reached": s, "killed": i < len(killed), "seconds": 1.0, "returncode": 0}
+            for i, s in enumerate(stages)
+        ],
         "killed_points": killed,
         "counts": dict.fromkeys(INVARIANTS, 0),
         "violations": [],
@@ -343,7 +347,7 @@ def test_the_report_counts_not_wired_during_points_separately() -> None:
             ["barrier:x:after"],
         ),
     ]
-    report = summarize(points, ["s"], results, quick=True, during_hook=False, elapsed=0.0)
+    report = summarize(points, ["s"], results, quick=True, elapsed=0.0)
     assert report["not_wired"] == ["barrier:x:during"] and report["uncovered"] == []
     assert (report["runs"], report["killed_runs"], report["not_reached_runs"]) == (3, 2, 1)
     row = report["per_point"]["barrier:x:before"]
