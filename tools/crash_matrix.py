@@ -350,8 +350,8 @@ def summarize(
     violations, and the five ``slowest_processes`` (a hang shows there first).
     ``per_point[p]``: ``runs`` aiming at ``p`` (first or second crash),
     ``killed`` (runs it killed), ``scenarios``, ``violations``, and for the runs
-    killed by ``p`` alone the final ``outcomes`` (status → executions) and the
-    ``operator_actions`` recovery took."""
+    whose last crash was ``p`` the final ``outcomes`` (status → executions) and the
+    ``operator_actions`` recovery took after it."""
     totals = dict.fromkeys(INVARIANTS + EXTRA_CHECKS, 0)
     for r in results:
         for k, v in r["counts"].items():
@@ -361,17 +361,17 @@ def summarize(
     for point in points:
         targeting = [r for r in results if any(base_point(c) == point for c in r["crashes"])]
         killed = [r for r in targeting if any(base_point(k) == point for k in r["killed_points"])]
-        single = [r for r in killed if len(r["crashes"]) == 1]
+        last = [r for r in killed if base_point(r["crashes"][-1]) == point]
         per_point[point] = {
             "runs": len(targeting),
             "killed": len(killed),
             "scenarios": sorted({r["scenario"] for r in killed}),
             "violations": sum(sum(r["counts"].values()) for r in targeting),
             "outcomes": dict(
-                Counter(status for r in single for status in r.get("final", {}).values())
+                Counter(status for r in last for status in r.get("final", {}).values())
             ),
             "operator_actions": dict(
-                Counter(x for r in single for x in r.get("operator_actions", []))
+                Counter(x for r in last for x in r.get("operator_actions", []))
             ),
         }
     not_wired = [
@@ -450,7 +450,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         )
 
     lines = [
-        "| crash point | runs | killed | outcomes after recovery (single crash) | operator actions | violations |",
+        "| crash point | runs | killed | outcomes after recovery (last crash here) | operator actions | violations |",
         "|---|---:|---:|---|---|---:|",
     ]
     for point, row in report["per_point"].items():
