@@ -20,15 +20,43 @@ editing the harness):
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sys
 import threading
 
 ENV = "PHRONOMY_CRASH_AT"
 
-_spec = os.environ.get(ENV) or None
-_target, _, _nth = (_spec or "").partition("@")
-ARMED: str | None = _target or None
-_remaining = int(_nth) if _nth.isdigit() and int(_nth) > 0 else 1
+_POINT = re.compile(r"(barrier:[A-Za-z_]\w*:(before|during|after)|offload:[A-Za-z_]\w*:after)")
+
+
+def _parse(spec: str | None) -> tuple[str | None, int]:
+    """``NAME[@N]`` → (point, N). A malformed value is reported on stderr (a typo would
+    otherwise silently never fire) and still armed as written, so a harness that
+    relies on a name the pattern does not know still works."""
+    if not spec:
+        return None, 1
+    target, sep, nth = spec.partition("@")
+    count = 1
+    if sep and not (nth.isdigit() and int(nth) > 0):
+        print(
+            f"phronomy_fsm: {ENV}={spec!r}: the part after '@' must be a positive hit "
+            "count (NAME@N); using the first hit",
+            file=sys.stderr,
+        )
+    elif sep:
+        count = int(nth)
+    if not _POINT.fullmatch(target):
+        print(
+            f"phronomy_fsm: {ENV}={spec!r} is not a crash point name; expected "
+            "barrier:<name>:before|during|after or offload:<hook>:after "
+            "(docs/operations.md, Crash injection)",
+            file=sys.stderr,
+        )
+    return target or None, count
+
+
+ARMED, _remaining = _parse(os.environ.get(ENV))
 _lock = threading.Lock()
 
 
