@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 import jsonschema
+import jsonschema_rs
 
 from phronomy_fsm.agent.types import ToolSpec
 from phronomy_fsm.errors import ConfigurationError
@@ -110,7 +111,17 @@ class Tool:
             raise ConfigurationError(
                 f"tool {self.name!r}: invalid JSON schema: {exc.message}"
             ) from exc
-        object.__setattr__(self, "_validator", jsonschema.Draft202012Validator(self.parameters))
+        # Arguments are checked on the dispatcher loop for every call, so they are
+        # validated by the compiled jsonschema-rs validator (measured 0.15 us against
+        # 22 us for jsonschema's on a one-property schema; tools/bench.py agent); the
+        # schema itself is checked above by jsonschema for its clearer messages.
+        try:
+            validator = jsonschema_rs.Draft202012Validator(self.parameters)
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError) as exc:
+            raise ConfigurationError(
+                f"tool {self.name!r}: JSON schema cannot be compiled: {exc}"
+            ) from exc
+        object.__setattr__(self, "_validator", validator)
 
     def spec(self) -> ToolSpec:
         """What the LLM is told about this tool."""
@@ -123,13 +134,15 @@ class Tool:
             arguments = json.loads(arguments_json) if arguments_json.strip() else {}
         except ValueError as exc:
             return None, f"invalid arguments for tool {self.name!r}: not JSON ({exc})"
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        if errors:
-            details = "; ".join(
-                f"{'/'.join(map(str, e.path)) or '(root)'}: {e.message}" for e in errors[:5]
-            )
-            return None, f"invalid arguments for tool {self.name!r}: {details}"
-        return arguments, None
+        if self._validator.is_valid(arguments):
+            return arguments, None
+        errors = sorted(
+            self._validator.iter_errors(arguments), key=lambda e: list(map(str, e.instance_path))
+        )
+        details = "; ".join(
+            f"{'/'.join(map(str, e.instance_path)) or '(root)'}: {e.message}" for e in errors[:5]
+        )
+        return None, f"invalid arguments for tool {self.name!r}: {details}"
 
 
 def tool(
