@@ -1,7 +1,7 @@
 """Run the `order` machine on the dispatcher (docs/getting-started.md, "Your own machines").
 
-    phronomy-fsm generate docs/examples/order.yaml --out docs/examples/generated
-    python docs/examples/order_machine.py
+phronomy-fsm generate docs/examples/order.yaml --out docs/examples/generated
+python docs/examples/order_machine.py
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """An agent with a tool that needs approval (docs/getting-started.md).
 
-    python docs/examples/support_agent.py [DB_PATH]
+python docs/examples/support_agent.py [DB_PATH]
 """
 
 from __future__ import annotations
@@ -27,7 +27,11 @@ TOOLS = [
         "lookup_order",
         lookup_order,
         "Look an order up by id.",
-        {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
+        {
+            "type": "object",
+            "properties": {"order_id": {"type": "string"}},
+            "required": ["order_id"],
+        },
     ),
     Tool(
         "issue_refund",

@@ -208,20 +208,33 @@ def test_misconfigured_agents_are_refused_with_what_to_do(store: Any, runtime: A
     with pytest.raises(ConfigurationError, match="complete"):
         Agent.create("x", store=store, provider=None, runtime=runtime)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="Tool objects"):
-        Agent.create("y", store=store, provider=ScriptedProvider([Reply(content="x")]), runtime=runtime, tools=[print])  # type: ignore[list-item]
+        Agent.create(
+            "y",
+            store=store,
+            provider=ScriptedProvider([Reply(content="x")]),
+            runtime=runtime,
+            tools=[print],
+        )  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="at least one step"):
         ScriptedProvider([])
     assert store.list_agents() == []
 
 
 @pytest.mark.parametrize("answer", ["requires_approval", None, 42])
-def test_a_policy_answer_that_is_not_a_decision_reaches_the_llm_as_the_tool_error(store: Any, runtime: Any, answer: Any) -> None:
+def test_a_policy_answer_that_is_not_a_decision_reaches_the_llm_as_the_tool_error(
+    store: Any, runtime: Any, answer: Any
+) -> None:
     log: list[Any] = []
     provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="ok")])
     agent = Agent.create(
-        "a", store=store, provider=provider, runtime=runtime, tools=[make_tool(log=log)], approval_policy=lambda view: answer
+        "a",
+        store=store,
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool(log=log)],
+        approval_policy=lambda view: answer,
     )
     assert agent.invoke("go", wait_seconds=10).status == "completed"
     assert log == []  # never ran
-    tool_text = [m.content for m in provider.requests[1].messages if m.role == "tool"][0]
+    tool_text = next(m.content for m in provider.requests[1].messages if m.role == "tool")
     assert "approval policy returned" in tool_text and "require_approval" in tool_text

@@ -141,7 +141,11 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
     assert killed.returncode == -signal.SIGKILL
     assert len(ledger(db)) == 1  # the refund happened, its result was never applied
     parked = run("demo", "--resume", "--db", str(db), check=False)
-    assert parked.returncode == 1 and "needs an operator decision" in parked.stderr and "phronomy-fsm resolve" in parked.stderr
+    assert (
+        parked.returncode == 1
+        and "needs an operator decision" in parked.stderr
+        and "phronomy-fsm resolve" in parked.stderr
+    )
     assert len(ledger(db)) == 1  # not re-sent on restart
     summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
         "recovered"

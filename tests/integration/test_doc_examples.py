@@ -30,7 +30,9 @@ def test_own_machine_example_validates_generates_draws_and_runs(tmp_path: Path) 
 
 def test_support_agent_example_runs_twice_on_one_store(tmp_path: Path) -> None:
     for _ in range(2):  # the second run loads the agent created by the first
-        out = run([sys.executable, str(EXAMPLES / "support_agent.py"), str(tmp_path / "gs.db")], tmp_path)
+        out = run(
+            [sys.executable, str(EXAMPLES / "support_agent.py"), str(tmp_path / "gs.db")], tmp_path
+        )
         assert out.splitlines()[-1] == "completed I refunded $25.00 for order A1."
         assert "event: approval_required" in out
     listing = run([*CLI, "executions", "list", "--db", str(tmp_path / "gs.db"), "--json"], tmp_path)

@@ -318,7 +318,7 @@ def test_results_of_a_previous_incarnation_are_dropped(dispatcher: Dispatcher) -
 def test_offload_work_may_omit_the_context_parameter(dispatcher: Dispatcher) -> None:
     hooks = WorkHooks()
     hooks.work = lambda: "no context needed"
-    sid, _ = start(dispatcher, hooks)
+    start(dispatcher, hooks)
     dispatcher.run_until_idle()
     assert hooks.records[0] == ("record", "no context needed")
 

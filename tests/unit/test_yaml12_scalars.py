@@ -27,7 +27,9 @@ def test_integers(text: str, value: int) -> None:
     assert spec is not None and spec.version == value
 
 
-@pytest.mark.parametrize(("text", "value"), [("1e3", 1000.0), (".5", 0.5), ("2.", 2.0), ("1.5E-1", 0.15)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("1e3", 1000.0), (".5", 0.5), ("2.", 2.0), ("1.5E-1", 0.15)]
+)
 def test_floats(text: str, value: float) -> None:
     spec = load_spec_text(TEMPLATE.format(version=1, seconds=text, name="done")).spec
     assert spec is not None and spec.states[0].timeout.seconds == value

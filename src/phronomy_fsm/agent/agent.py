@@ -209,7 +209,9 @@ class Agent:
                 agent_id,
                 store=store,
                 provider=provider,
-                root=AgentRecord(agent_id, -1, AgentLifecycle.IDLE, 0, runtime.now(), runtime.now()),
+                root=AgentRecord(
+                    agent_id, -1, AgentLifecycle.IDLE, 0, runtime.now(), runtime.now()
+                ),
                 history=[],
                 runtime=runtime,
                 **options,

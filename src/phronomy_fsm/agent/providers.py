@@ -105,7 +105,9 @@ class ScriptedProvider:
 
     def __init__(self, script: Sequence[ScriptStep], *, model: str = "scripted") -> None:
         if not script:
-            raise ConfigurationError("a ScriptedProvider needs at least one step (a Reply, an error or a callable)")
+            raise ConfigurationError(
+                "a ScriptedProvider needs at least one step (a Reply, an error or a callable)"
+            )
         self.script = list(script)
         self.model = model
         self.requests: list[LLMRequest] = []

@@ -304,7 +304,8 @@ def resolve(
         except ValueError:
             if parsed_subject["type"] != "llm_call":
                 raise click.BadParameter(
-                    "a tool result must be JSON (quote a plain string: '\"text\"')", param_hint="--result"
+                    "a tool result must be JSON (quote a plain string: '\"text\"')",
+                    param_hint="--result",
                 ) from None
             value = result  # an LLM answer may be plain text
     factory = load_factory(app)

@@ -334,7 +334,9 @@ def diagram_command(
         _echo_issues(result.issues)
         if not result.ok or result.spec is None:
             unreadable = any(i.code == "FILE_UNREADABLE" for i in result.issues)
-            _fail(f"{spec}: {'cannot read the file' if unreadable else 'invalid spec'}; nothing drawn")
+            _fail(
+                f"{spec}: {'cannot read the file' if unreadable else 'invalid spec'}; nothing drawn"
+            )
         assert result.spec is not None
         diagram = build_diagram(result.spec)
         if fmt == "mermaid":

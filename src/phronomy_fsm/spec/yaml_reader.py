@@ -68,10 +68,8 @@ for _tag, _rx, _firsts in (  # inserted at the front in turn: int is tried befor
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
     text = str(loader.construct_scalar(node))
-    if text.startswith("0o"):
-        return int(text[2:], 8)
-    if text.startswith("0x"):
-        return int(text[2:], 16)
+    if text.startswith(("0o", "0x")):
+        return int(text, 0)
     return int(text, 10)
 
 
