@@ -31,9 +31,10 @@ Modes:
 Usage::
 
     python tools/crash_matrix.py [--json | --markdown] [--quick] [--jobs N] [--keep-failures DIR]
-                                 [--scenario NAME ...]
+                                 [--scenario NAME ...] [--plan SCENARIO:POINT[,POINT] ...]
 
-Exit status: 0 when every invariant holds, 1 otherwise, 2 on a usage error.
+Exit status: 0 when every invariant holds and every app process ran, 1 otherwise, 2 on
+a usage error.
 """
 
 from __future__ import annotations
@@ -109,6 +110,17 @@ class Plan:
         return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
 
 
+def parse_plan(label: str) -> Plan:
+    """The :class:`Plan` of a label as :meth:`Plan.label` writes it
+    (``scenario:point,point``; ``-`` for an unarmed process).
+
+    Raises ValueError for an unknown scenario."""
+    scenario, _, crashes = label.partition(":")
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown scenario {scenario!r}; known: {', '.join(SCENARIOS)}")
+    return Plan(scenario, tuple(None if c == "-" else c for c in crashes.split(",") if c))
+
+
 def execute(plan: Plan, *, keep_failures: Path | None = None) -> dict[str, Any]:
     """Run one plan in a fresh temporary folder and check it; the folder is removed
     (or moved under ``keep_failures`` when an invariant fails).
@@ -154,6 +166,11 @@ def execute(plan: Plan, *, keep_failures: Path | None = None) -> dict[str, Any]:
         for record in stages:
             record.pop("summary", None)
         killed_points = [r["killed_at"] for r in stages if r["killed"]]
+        app_errors = [
+            {"stage": r["stage"], "returncode": r["returncode"], "stderr_tail": r["stderr_tail"]}
+            for r in stages
+            if not r["killed"] and r["returncode"] not in (0, 3)
+        ]
         result = {
             "scenario": plan.scenario,
             "crashes": list(plan.crashes),
@@ -165,9 +182,10 @@ def execute(plan: Plan, *, keep_failures: Path | None = None) -> dict[str, Any]:
             "operator_actions": actions,
             "counts": findings.counts,
             "violations": findings.details,
+            "app_errors": app_errors,
             "kept": None,
         }
-        if not findings.ok and keep_failures is not None:
+        if (not findings.ok or app_errors) and keep_failures is not None:
             target = keep_failures / plan.label().replace(":", "__").replace(",", "+")
             shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -344,7 +362,9 @@ def summarize(
     elapsed: float,
 ) -> dict[str, Any]:
     """The matrix report (the ``--json`` output): the counters of the issue, the extra
-    checks (``agent_root_inconsistent``), ``killed_runs``, ``not_reached_runs``,
+    checks (``agent_root_inconsistent``), ``app_errors`` (app processes that failed
+    otherwise than by the crash point: the run proves nothing; ``app_error_runs``
+    lists them), ``killed_runs``, ``not_reached_runs``,
     ``not_wired`` (``during`` points reached by no run while their ``before`` point
     was), ``uncovered`` (other points never killed), ``per_point`` and the first
     violations, and the five ``slowest_processes`` (a hang shows there first).
@@ -399,6 +419,7 @@ def summarize(
         "runs": len(results),
         **totals,
         "mode": "quick" if quick else "full",
+        "app_errors": sum(len(r.get("app_errors", [])) for r in results),
         "killed_runs": sum(1 for r in results if r["killed_points"]),
         "not_reached_runs": sum(1 for r in results if r["crashes"] and not r["killed_points"]),
         "baseline_runs": sum(1 for r in results if not r["crashes"]),
@@ -406,6 +427,11 @@ def summarize(
         "uncovered": uncovered,
         "per_point": per_point,
         "violations": violations[:50],
+        "app_error_runs": [
+            {"run": Plan(r["scenario"], tuple(r["crashes"])).label(), "kept": r["kept"], **e}
+            for r in results
+            for e in r.get("app_errors", [])
+        ][:10],
         "slowest_processes": sorted(
             (
                 {
@@ -481,6 +507,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--scenario", action="append", choices=sorted(SCENARIOS), help="limit to these scenarios"
     )
+    parser.add_argument(
+        "--plan",
+        action="append",
+        metavar="SCENARIO:POINT[,POINT...]",
+        help="run only these plans (one armed point per process, '-' for none), e.g. a "
+        "failing run's label, to reproduce it",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     points = crash_points()
@@ -494,11 +527,16 @@ def main(argv: list[str] | None = None) -> int:
         "keep_failures": args.keep_failures,
         "progress": progress,
     }
-    baseline_results = run_plans([Plan(s) for s in scenarios], **common)
-    baselines = {r["scenario"]: r for r in baseline_results}
-    stage_one = run_plans(plan_stage_one(points, scenarios, baselines, quick=args.quick), **common)
-    stage_two = run_plans(plan_stage_two(points, stage_one, quick=args.quick), **common)
-    results = baseline_results + stage_one + stage_two
+    if args.plan:
+        results = run_plans([parse_plan(label) for label in args.plan], **common)
+    else:
+        baseline_results = run_plans([Plan(s) for s in scenarios], **common)
+        baselines = {r["scenario"]: r for r in baseline_results}
+        stage_one = run_plans(
+            plan_stage_one(points, scenarios, baselines, quick=args.quick), **common
+        )
+        stage_two = run_plans(plan_stage_two(points, stage_one, quick=args.quick), **common)
+        results = baseline_results + stage_one + stage_two
     report = summarize(
         points,
         scenarios,
@@ -512,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         print(render_markdown(report))
     else:
         print(render_table(report))
-    return 0 if not any(report[k] for k in INVARIANTS + EXTRA_CHECKS) else 1
+    return 0 if not any(report[k] for k in (*INVARIANTS, *EXTRA_CHECKS, "app_errors")) else 1
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from crash_app import append_jsonl, decide_resolution, log_paths, read_jsonl
 from crash_checks import EXTRA_CHECKS, INVARIANTS, check_run, snapshot
-from crash_matrix import Plan, crash_points, plan_stage_one, plan_stage_two, summarize
+from crash_matrix import Plan, crash_points, parse_plan, plan_stage_one, plan_stage_two, summarize
 from crash_scenarios import SCENARIOS
 
 from phronomy_fsm.generated import agent_session, execution_admission, tool_invocation
@@ -365,3 +365,17 @@ def test_every_scenario_of_the_issue_is_defined() -> None:
         "timeout",
         "handoff",
     }
+
+
+def test_a_run_label_parses_back_into_its_plan() -> None:
+    plan = Plan(
+        "tool_cycle", ("barrier:tool_dispatch:during@2", None, "barrier:recovery_resolution:during")
+    )
+    assert (
+        plan.label()
+        == "tool_cycle:barrier:tool_dispatch:during@2,-,barrier:recovery_resolution:during"
+    )
+    assert parse_plan(plan.label()) == plan
+    assert parse_plan("plain_answer:") == Plan("plain_answer")
+    with pytest.raises(ValueError, match="unknown scenario"):
+        parse_plan("nope:barrier:x:before")
