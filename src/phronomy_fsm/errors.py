@@ -189,6 +189,20 @@ class AgentBusyError(StoreError):
     admission map). Wait for it to finish, approve or resolve it, or cancel it."""
 
 
+class AgentOwnedError(AgentBusyError):
+    """Another live process owns the agent: its row in the store's ``agent_owners``
+    table names a process that is still running (or one on another host, whose
+    liveness cannot be checked from here). Nothing was written.
+
+    Attributes: ``agent_id``; ``host``, ``pid`` and ``start_time`` of the owning
+    process; ``claimed_at`` (ISO 8601); ``verifiable`` — False when the owner is on
+    another host (or its liveness cannot be proven), in which case an operator who
+    knows it is gone may take the agent over (``Agent.load(..., takeover=True)``,
+    ``--takeover`` on the operator commands). Stop the owning process (its
+    executions stay durable) or approve/cancel through it. Source: docs/operations.md
+    "Who owns an agent"."""
+
+
 class SerializationError(StoreError):
     """A record could not be encoded or decoded (unknown or missing keys, wrong
     types, non-JSON values)."""

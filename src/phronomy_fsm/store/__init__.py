@@ -14,6 +14,8 @@ records it — all in one transaction, or nothing (issue 4; reference §2, §4.4
 - :mod:`~phronomy_fsm.store.faults` — :class:`FaultInjectingStore` for tests and the
   crash harness.
 - :mod:`~phronomy_fsm.store.compact` — retention.
+- :mod:`~phronomy_fsm.store.ownership` — which process owns an agent (the
+  ``agent_owners`` claim, :class:`AgentClaim`, :class:`OwnerRecord`).
 
 The store imports only ``records`` and ``errors`` from the rest of the package; see
 ``docs/store.md`` for the schema, the error taxonomy and durability settings.
@@ -28,6 +30,7 @@ from phronomy_fsm.store.base import (
     CompactReport,
 )
 from phronomy_fsm.store.faults import Fault, FaultInjectingStore, FaultKind
+from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord, ProcessIdentity
 from phronomy_fsm.store.records import (
     AgentLifecycle,
     AgentRecord,
@@ -47,6 +50,7 @@ __all__ = [
     "DISPOSITIONS",
     "NOT_COMMITTED",
     "SCHEMA_VERSION",
+    "AgentClaim",
     "AgentLifecycle",
     "AgentRecord",
     "BarrierCommit",
@@ -60,5 +64,7 @@ __all__ = [
     "FaultInjectingStore",
     "FaultKind",
     "JournalRecord",
+    "OwnerRecord",
+    "ProcessIdentity",
     "SqliteBarrierStore",
 ]

@@ -11,7 +11,9 @@ Error taxonomy (reference §5.1, ``errors.py``) shared by every backend:
 - :class:`~phronomy_fsm.errors.ConflictError`: a compare-and-set failed (stale
   revision, journal head moved, duplicate id). Nothing was written. Reload and decide.
 - :class:`~phronomy_fsm.errors.AgentBusyError`: the agent already has an active
-  execution. Nothing was written.
+  execution. Nothing was written. Its subclass
+  :class:`~phronomy_fsm.errors.AgentOwnedError`: another live process owns the agent
+  (:meth:`BarrierStore.claim_agent`).
 - :class:`~phronomy_fsm.errors.SerializationError`: a record cannot be encoded or a
   stored body cannot be decoded. Nothing was written.
 - :class:`~phronomy_fsm.errors.StorageError`: transport/storage failure known to have
@@ -33,6 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
 from phronomy_fsm.store.records import (
     AgentRecord,
     BarrierCommit,
@@ -204,6 +207,46 @@ class BarrierStore(Protocol):
         """Remove (or archive, then remove) terminal executions whose last commit is
         older than ``older_than_days`` days, with their barrier rows; keep active
         executions and the whole journal; checkpoint the WAL (issue 4 item 9)."""
+        ...
+
+    def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
+        """Record that this process owns ``agent_id``, in one transaction that checks
+        the current owner and writes the claim (docs/operations.md "Who owns an
+        agent"; the rule is :func:`~phronomy_fsm.store.ownership.decide_claim`):
+
+        - no owner → claimed (fresh random ``owner_token``);
+        - this same process (host, boot, PID namespace, pid, start time) → re-entered:
+          the same token, one more hold (release once per claim);
+        - a process on this host that is gone (no such pid, a zombie, pid reuse seen
+          as another start time, an earlier boot) → taken over (logged at WARNING;
+          ``replaced`` and ``reason`` say from whom and why);
+        - a live process on this host → AgentOwnedError, whatever ``takeover`` says;
+        - a process on another host or PID namespace, or whose liveness cannot be
+          proven → AgentOwnedError (``verifiable=False``) unless ``takeover`` is true.
+
+        Returns an :class:`~phronomy_fsm.store.ownership.AgentClaim`.
+
+        Raises:
+            NotFoundError: no such agent (nothing written).
+            AgentOwnedError: owned by another process (nothing written).
+            StorageError: nothing was written.
+
+        Durability: committed before it returns. Concurrency: racing claimants in any
+        number of processes are serialised; exactly one wins a free agent.
+        """
+        ...
+
+    def release_agent(self, agent_id: str, owner_token: str) -> bool:
+        """Release one claim made by :meth:`claim_agent` (its ``owner_token``): one hold
+        less; the owner row is deleted with the last hold, so another process may
+        claim the agent. Returns False, writing nothing, when no row carries the token
+        (already released, or taken over since). Raises StorageError."""
+        ...
+
+    def agent_owner(self, agent_id: str) -> OwnerRecord | None:
+        """The :class:`~phronomy_fsm.store.ownership.OwnerRecord` of the process owning
+        ``agent_id``, or ``None`` when nobody holds it. A read: writes nothing.
+        Raises StorageError."""
         ...
 
     def close(self) -> None:

@@ -20,7 +20,8 @@ these ways (:class:`FaultKind`):
   an inner store with ``path``; SQLite only).
 
 A :class:`Fault` selects commits by barrier name, by the n-th matching call, and/or a
-predicate. Faults never fire on reads, ``reconcile`` or ``create_agent``.
+predicate. Faults never fire on reads, ``reconcile``, ``create_agent`` or the
+ownership claims (``claim_agent``, ``release_agent``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import attrs
 from phronomy_fsm.errors import OutcomeUnknownError, StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.base import BarrierStore, CompactReport
+from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
 from phronomy_fsm.store.records import (
     AgentRecord,
     BarrierCommit,
@@ -309,6 +311,18 @@ class FaultInjectingStore:
     def compact(self, **options: Any) -> CompactReport:
         """Delegated unchanged."""
         return self.inner.compact(**options)
+
+    def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
+        """Delegated (no faults fire on claims)."""
+        return self.inner.claim_agent(agent_id, takeover=takeover)
+
+    def release_agent(self, agent_id: str, owner_token: str) -> bool:
+        """Delegated (no faults fire on releases)."""
+        return self.inner.release_agent(agent_id, owner_token)
+
+    def agent_owner(self, agent_id: str) -> OwnerRecord | None:
+        """Delegated."""
+        return self.inner.agent_owner(agent_id)
 
     def close(self) -> None:
         """Remove the seam from the inner store and close it."""

@@ -23,6 +23,11 @@ Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_j
   ``executions_log_insert``/``executions_log_update`` from the ``last_barrier`` and
   ``last_digest`` columns written by the same statement that moves the execution.
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
+- ``agent_owners(agent_id PK, host, pid, start_time, boot_id, pid_namespace,
+  owner_token, holds, claimed_epoch_ms)`` (version 2, migration ``0002_agent_owners``):
+  which process owns an agent (``ownership.py``; docs/operations.md "Who owns an
+  agent"). ``start_time``, ``boot_id`` and ``pid_namespace`` are NULL where the
+  platform has no ``/proc``.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -144,6 +149,27 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
     )
     db.execute(
         f"CREATE TRIGGER executions_log_update AFTER UPDATE OF revision ON executions BEGIN {log_row} END"
+    )
+
+
+@MIGRATIONS(name="0002_agent_owners")
+def _m0002_agent_owners(db: sqlite_utils.Database) -> None:
+    # One row per owned agent; no foreign key, so a claim never blocks agent writes.
+    db.table("agent_owners").create(
+        {
+            "agent_id": str,
+            "host": str,
+            "pid": int,
+            "start_time": int,
+            "boot_id": str,
+            "pid_namespace": str,
+            "owner_token": str,
+            "holds": int,
+            "claimed_epoch_ms": int,
+        },
+        pk="agent_id",
+        not_null=["host", "pid", "owner_token", "holds", "claimed_epoch_ms"],
+        strict=True,
     )
 
 

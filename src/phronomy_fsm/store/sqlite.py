@@ -2,9 +2,10 @@
 
 Owns: connections and their policy (WAL, ``BEGIN IMMEDIATE`` for every write, busy
 timeout, ``synchronous``), the compare-and-set writes of one barrier, error mapping
-into the store taxonomy, outcome-unknown reporting and reconciliation, and the reads.
-Schema and migrations live in ``schema.py``; batching in ``group.py``; retention in
-``compact.py``. Must not import the runtime, agent or spec layers.
+into the store taxonomy, outcome-unknown reporting and reconciliation, the reads, and
+the transactions of the per-agent ownership claim. Schema and migrations live in
+``schema.py``; batching in ``group.py``; retention in ``compact.py``; the claim rule in
+``ownership.py``. Must not import the runtime, agent or spec layers.
 
 Connections: one writer connection, used under a lock by whichever thread commits
 (the caller's thread for :meth:`SqliteBarrierStore.commit`, the group-commit thread
@@ -37,7 +38,7 @@ from phronomy_fsm.errors import (
     StorageError,
 )
 from phronomy_fsm.runtime import crashpoints
-from phronomy_fsm.store import schema
+from phronomy_fsm.store import ownership, schema
 from phronomy_fsm.store._reads import SqliteReads, epoch_ms_to_datetime
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store._write import (
@@ -48,6 +49,7 @@ from phronomy_fsm.store._write import (
 )
 from phronomy_fsm.store.base import CompactReport
 from phronomy_fsm.store.group import GroupCommitWriter
+from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
 from phronomy_fsm.store.records import (
     AgentLifecycle,
     AgentRecord,
@@ -341,6 +343,44 @@ class SqliteBarrierStore(SqliteReads):
                 self._reset_writer()
                 raise self._unknown(exc, record, lost=False)
         return record
+
+    # ------------------------------------------------------------------ ownership
+
+    def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
+        """Claim ``agent_id`` for this process in one ``BEGIN IMMEDIATE`` transaction
+        (the rule is in :mod:`~phronomy_fsm.store.ownership`; contract in
+        :meth:`BarrierStore.claim_agent <phronomy_fsm.store.base.BarrierStore.claim_agent>`).
+
+        Raises:
+            NotFoundError: no such agent.
+            AgentOwnedError: a live (or unverifiable, without ``takeover``) process
+                owns it.
+            StorageError: nothing was written (a failing COMMIT is reported as
+                StorageError too: a claim that did commit belongs to this process and
+                goes with it).
+
+        Concurrency: any thread; racing claimants (in any process) are serialised by
+        the write lock, so exactly one of them wins a free agent.
+        """
+        me = ownership.current_process()
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("claim_agent") as cur:
+            return ownership.claim_in_transaction(
+                cur, agent_id, me, takeover=takeover, now_ms=now_ms, path=self.path
+            )
+
+    def release_agent(self, agent_id: str, owner_token: str) -> bool:
+        """Release one claim of this process (see
+        :meth:`BarrierStore.release_agent <phronomy_fsm.store.base.BarrierStore.release_agent>`).
+        Returns False when no row carries ``owner_token``. Raises StorageError."""
+        with self._write_transaction("release_agent") as cur:
+            return ownership.release_in_transaction(cur, agent_id, owner_token)
+
+    def agent_owner(self, agent_id: str) -> OwnerRecord | None:
+        """The process owning ``agent_id``, or ``None``. A read: works on a read-only
+        store and writes nothing. Raises StorageError."""
+        with self._reading("agent_owner") as conn:
+            return ownership.read_owner(conn, agent_id)
 
     def commit(self, commit: BarrierCommit) -> CommitReceipt:
         """Commit one barrier in one ``BEGIN IMMEDIATE`` transaction on the caller's
