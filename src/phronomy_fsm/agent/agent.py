@@ -46,6 +46,7 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.runtime.tasks import Task
 from phronomy_fsm.store.base import BarrierStore
+from phronomy_fsm.store.ownership import AgentClaim
 from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, ExecutionStatus
 
 log = logging.getLogger("phronomy_fsm.agent")
@@ -62,6 +63,15 @@ def _open_store(store: BarrierStore | str) -> BarrierStore:
 
         return SqliteBarrierStore(store)
     return store
+
+
+def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
+    """Release ``claim`` after a failed load; a failure is logged (the row stays until
+    this process ends, then the next claimant takes it over)."""
+    try:
+        store.release_agent(claim.agent_id, claim.owner_token)
+    except Exception as exc:  # noqa: BLE001 - the original error matters more
+        log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
 
 
 def _store_identity(store: BarrierStore) -> Any:
@@ -159,6 +169,9 @@ class Agent:
         self._current: Invocation | None = None
         self._live: dict[str, Invocation] = {}
         self._closed = False
+        # the store claim of this process (docs/operations.md "Who owns an agent");
+        # set by create/load, taken (under the registry lock) by whoever releases it
+        self._claim: AgentClaim | None = None
         self.recovered: Task[AgentResult] | None = None
 
     def __repr__(self) -> str:
@@ -190,8 +203,14 @@ class Agent:
 
         Raises:
             AgentExistsError: the agent already exists (use :meth:`load`).
+            AgentOwnedError: another process claimed the new agent between its
+                creation and this process's claim (it exists; that process owns it).
             ConfigurationError: inconsistent options.
             StoreError: the store failed.
+
+        Ownership: the new agent is claimed for this process in the store (released
+        by :meth:`close` or :meth:`AgentRuntime.close`; see docs/operations.md "Who
+        owns an agent").
         """
         if not isinstance(agent_id, str) or not agent_id:
             raise ConfigurationError("agent_id must be a non-empty string")
@@ -222,6 +241,7 @@ class Agent:
                 raise AgentExistsError(
                     f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id
                 ) from exc
+            runtime.hold_claim(agent, store.claim_agent(agent_id))
             runtime.agents[key] = agent
         return agent
 
@@ -233,6 +253,7 @@ class Agent:
         store: BarrierStore | str,
         provider: Provider,
         runtime: AgentRuntime | None = None,
+        takeover: bool = False,
         **options: Any,
     ) -> Agent:
         """Return the live agent, or load it from the store and recover its active
@@ -240,11 +261,26 @@ class Agent:
         again, a resumable one continues, an unprovable one is announced with a
         ``recovery_resolution_required`` event.
 
+        Args:
+            takeover: take the agent over from an owner whose liveness cannot be
+                checked from here (a process on another host or PID namespace) — only
+                for an operator who knows that process is gone. A live process on this
+                host is never taken over. Keyword-only; default False.
+
         Raises:
             NotFoundError: no such agent.
+            AgentOwnedError: another process that is still running owns the agent
+                (stop it — its executions stay durable — or approve/cancel through
+                it). Nothing was read into this process or written.
             ConfigurationError: the agent is live with another listener, or a recovery
                 needs a listener and none was given.
             StoreError: the store failed.
+
+        Ownership: loading claims the agent for this process in the store before
+        anything is read (docs/operations.md "Who owns an agent"): an owner that is
+        gone (its pid no longer exists or was reused) is taken over; the claim is
+        released by :meth:`close` or :meth:`AgentRuntime.close`. Returning the live
+        object claims nothing.
         """
         from phronomy_fsm.agent.recovery import install_recovered, load_history
 
@@ -260,17 +296,23 @@ class Agent:
                         f"agent {agent_id!r} is already live with another listener; listeners are bound per agent"
                     )
                 return live
-            root = store.load_agent(agent_id)
-            history, active = load_history(store, agent_id)
-            agent = cls(
-                agent_id,
-                store=store,
-                provider=provider,
-                root=root,
-                history=history,
-                runtime=runtime,
-                **options,
-            )
+            claim = store.claim_agent(agent_id, takeover=takeover)  # before any read
+            try:
+                root = store.load_agent(agent_id)
+                history, active = load_history(store, agent_id)
+                agent = cls(
+                    agent_id,
+                    store=store,
+                    provider=provider,
+                    root=root,
+                    history=history,
+                    runtime=runtime,
+                    **options,
+                )
+            except BaseException:
+                _release_quietly(store, claim)
+                raise
+            runtime.hold_claim(agent, claim)
             runtime.agents[key] = agent
         if active is not None:
             try:
@@ -278,15 +320,38 @@ class Agent:
             except BaseException:
                 with runtime.registry_lock:
                     runtime.agents.pop(key, None)
+                runtime.release_claim(agent)
                 raise
         return agent
 
     def close(self) -> None:
         """Refuse new executions and forget the live object (a running execution
-        continues to its end; a suspended one stays durable)."""
+        continues to its end; a suspended one stays durable).
+
+        Ownership: the store claim of this process is released once no execution of
+        this agent is running here — at once when none is, else when the last one is
+        delivered or comes to rest (suspended, or waiting for an operator) with no
+        work of it still in flight. Approving, resolving or cancelling through a
+        closed agent whose claim is gone raises AgentClosedError: load it again.
+        Idempotent; any thread.
+        """
         self._closed = True
         with self.runtime.registry_lock:
             self.runtime.agents.pop((_store_identity(self.store), self.agent_id), None)
+        if not self.runtime.closed:
+            try:
+                self.runtime.dispatcher.call_soon(self.runtime.release_claim_when_idle, self)
+            except Exception:  # noqa: BLE001 - the loop stopped meanwhile: runtime.close releases
+                log.debug("agent %s: loop stopped before close could release", self.agent_id)
+
+    def _check_owned(self) -> None:
+        """Raise AgentClosedError when this object was closed and gave up its claim."""
+        if self._closed and self._claim is None:
+            raise AgentClosedError(
+                f"agent {self.agent_id!r} was closed and no longer owns it in the store; "
+                "load it again (Agent.load) to approve, resolve or cancel",
+                agent_id=self.agent_id,
+            )
 
     # --------------------------------------------------------------- operations
 
@@ -418,7 +483,8 @@ class Agent:
         """Decide a suspended execution's approval request; the task observes the
         execution's terminal outcome (like the original invoke task, reference §4.5).
         A wrong request id, an execution that is not suspended, or a decision already
-        in flight fails only this task with :class:`ApprovalError`."""
+        in flight fails only this task with :class:`ApprovalError`; a closed agent that
+        gave its store claim up fails it with AgentClosedError (load the agent again)."""
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
         decision = ApprovalDecision(
             execution_id,
@@ -447,6 +513,11 @@ class Agent:
         ).result(wait_seconds)
 
     def _approve(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
+        try:
+            self._check_owned()
+        except AgentClosedError as exc:
+            task.fail(exc)
+            return
         ctx = self._live.get(decision.execution_id)
         if ctx is None:
             self._refuse_unowned_approval(decision, task)
@@ -531,9 +602,15 @@ class Agent:
         """Request cancellation of the active execution (or ``execution_id``). Result
         authority is revoked at once; the terminal ``cancelled`` commit follows when
         in-flight work has physically finished. Returns False when there was nothing to
-        cancel (already ending, or waiting for an operator)."""
+        cancel (already ending, or waiting for an operator).
+
+        Raises:
+            AgentClosedError: this object was closed and no longer owns the agent in
+                the store (load it again).
+        """
 
         def run() -> bool:
+            self._check_owned()
             ctx = self._live.get(execution_id) if execution_id is not None else self._current
             if ctx is None:
                 return False
@@ -557,14 +634,24 @@ class Agent:
         what happened to the subject — ``succeeded`` (with ``result``), ``failed``
         (with ``error``) or ``not_performed``. One transaction with read-back; the task
         observes the execution's terminal outcome. ``not_performed`` ends it as failed:
-        nothing is ever re-sent without an operator decision."""
+        nothing is ever re-sent without an operator decision. Through a closed agent
+        that gave its store claim up, the task fails with AgentClosedError."""
         from phronomy_fsm.agent.recovery import begin_resolution
 
         task: Task[AgentResult] = Task(f"{self.agent_id} resolve {execution_id}")
         resolution = Resolution(
             execution_id, expected_revision, dict(subject), outcome, result, error
         )
-        self.runtime.dispatcher.call_soon(begin_resolution, self, resolution, task)
+
+        def begin() -> None:
+            try:
+                self._check_owned()
+            except AgentClosedError as exc:
+                task.fail(exc)
+                return
+            begin_resolution(self, resolution, task)
+
+        self.runtime.dispatcher.call_soon(begin)
         return task
 
     def resolve(

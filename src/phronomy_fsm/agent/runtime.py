@@ -48,6 +48,7 @@ from phronomy_fsm.table import NOT_COMMITTED as OUTCOME_NOT_COMMITTED
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent
     from phronomy_fsm.store.base import BarrierStore
+    from phronomy_fsm.store.ownership import AgentClaim
 
 log = logging.getLogger("phronomy_fsm.agent")
 
@@ -107,6 +108,9 @@ class AgentRuntime:
         self.admission_binding = bind_machine(execution_admission.TABLE, _NoHooks())
         self.agents: dict[tuple[Any, str], Agent] = {}
         self.registry_lock = threading.Lock()
+        #: agents of this runtime whose store claim is not yet released
+        self.claim_holders: set[Agent] = set()
+        self._claims_lock = threading.Lock()  # held only to swap an agent's claim, never for I/O
         self.closed = False
         self.dispatcher.start()
 
@@ -122,14 +126,96 @@ class AgentRuntime:
         """Refuse new executions, let running ones reach a resting point (done,
         suspended for approval, or waiting for an operator — reference §7.1: those do
         not hold a clean shutdown), then stop the loop and the pool. Whatever is left
-        is durable as of its last barrier; load the agent again to recover it."""
+        is durable as of its last barrier; load the agent again to recover it.
+
+        Ownership: then the store claims of this runtime's agents are released (on the
+        calling thread), so another process may load them — unless work was still in
+        flight when the loop stopped (a tool or LLM call that did not return within
+        ``timeout_seconds``): then the claims stay until this process exits, because
+        that work may still have its effect here."""
         self.closed = True
-        self.dispatcher.stop(timeout_seconds=timeout_seconds, wait_for_sessions=False)
+        clean = self.dispatcher.stop(timeout_seconds=timeout_seconds, wait_for_sessions=False)
         self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
+        with self._claims_lock:
+            holders = list(self.claim_holders)
+        if holders and not clean:
+            log.warning(
+                "runtime closed with work still in flight; agents %s stay claimed by this "
+                "process until it exits",
+                sorted(a.agent_id for a in holders),
+            )
+            return
+        for agent in holders:
+            self.release_claim(agent)
 
     def now(self) -> datetime:
         """Wall time for records (aware UTC)."""
         return self.clock.now()
+
+    # ---------------------------------------------------------------- ownership
+
+    def hold_claim(self, agent: Agent, claim: AgentClaim) -> None:
+        """Record that ``agent`` holds ``claim`` (made by Agent.create/load), so that
+        :meth:`close` or :meth:`release_claim` releases it."""
+        with self._claims_lock:
+            agent._claim = claim
+            self.claim_holders.add(agent)
+
+    def release_claim(self, agent: Agent, *, blocking: bool = True) -> None:
+        """Release ``agent``'s store claim (docs/operations.md "Who owns an agent").
+
+        The claim is taken from the agent first, so it is released at most once.
+        ``blocking``: release on the calling thread (never the loop thread); else
+        (loop thread) on the offload pool, or a short-lived thread when the pool has
+        no room. A failing release is logged: the row then stays until this process
+        exits and the next claimant takes it over. Never raises.
+        """
+        with self._claims_lock:
+            claim, agent._claim = agent._claim, None
+            self.claim_holders.discard(agent)
+        if claim is None:
+            return
+        store = agent.store
+
+        def release() -> None:
+            try:
+                store.release_agent(claim.agent_id, claim.owner_token)
+            except Exception as exc:  # noqa: BLE001 - logged; the row goes with the process
+                log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
+
+        if blocking:
+            release()
+            return
+        try:
+            self.pool.submit(release, name="ownership-release", on_full="raise")
+        except Exception:  # noqa: BLE001 - backpressure or shut down: use a thread
+            threading.Thread(target=release, name="phronomy-release", daemon=True).start()
+
+    def release_claim_when_idle(self, agent: Agent) -> None:
+        """Release a closed agent's claim once none of its executions is running here
+        (loop thread): every live execution is delivered, or halted (suspended,
+        waiting for an operator) with no offloaded work of it still in flight
+        (reference §7.5 quiescence). Called by :meth:`Agent.close` and whenever one of
+        its sessions ends; a no-op for an open agent or one without a claim."""
+        if not agent._closed or agent._claim is None:
+            return
+        live = list(agent._live.values())
+        if any(ctx.session_id is not None for ctx in live):
+            return  # called again when that session ends
+        if not live:
+            self.release_claim(agent, blocking=False)
+            return
+        remaining = [len(live)]
+
+        def quiet() -> None:
+            remaining[0] -= 1
+            if remaining[0] == 0 and not any(
+                ctx.session_id is not None for ctx in agent._live.values()
+            ):
+                self.release_claim(agent, blocking=False)
+
+        for ctx in live:
+            self.dispatcher.when_quiescent(ctx.execution_id, quiet)
 
     # ---------------------------------------------------------------- sessions
 
@@ -196,6 +282,8 @@ class AgentRuntime:
         ctx.session_id = None
         if error is not None and self.closed:
             return  # the runtime closed while this session was parked; durable as is
+        if ctx.agent._closed and ctx.agent._claim is not None:
+            self.dispatcher.call_soon(self.release_claim_when_idle, ctx.agent)
         if error is not None:
             log.error("execution %s: session failed: %s; failing closed", ctx.execution_id, error)
             ctx.state = "recovery_required"
