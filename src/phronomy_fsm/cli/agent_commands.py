@@ -3,7 +3,10 @@
 ``demo`` runs the scripted customer-support agent of :mod:`phronomy_fsm.demo` on a
 SQLite store until it suspends for approval, printing ``execution_id: <id>`` and
 ``approval_request_id: <id>`` on lines of their own. ``approve`` records a decision
-durably — the approval-decision barrier, one transaction — without a live agent.
+durably — the approval-decision barrier, one transaction — without a live agent; it
+claims the agent in the store for that transaction and refuses an agent that a running
+process owns (docs/operations.md "Who owns an agent"; ``--takeover`` for an owner on
+another host known to be gone).
 ``demo --resume`` loads the agent in a new process; recovery continues the execution
 from its last barrier to its end and the command prints the answer, the status and the
 barrier history.
@@ -173,15 +176,24 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 )
 @click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
 @click.option("--reject", is_flag=True, help="Reject instead of approve.")
-def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
+@click.option(
+    "--takeover",
+    is_flag=True,
+    help="Take the agent over from an owner whose liveness cannot be checked from here "
+    "(a process on another host); only if you know that process is gone.",
+)
+def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover: bool) -> None:
     """Record an approval decision durably, in one transaction, without running the
     agent: the next process that loads the agent (for the demo: `phronomy-fsm demo
     --resume`) applies it and continues the execution. The request id is in the
     approval_required event, in `executions show --json`
-    (execution.approval_request.request_id) and in the demo's output."""
-    from phronomy_fsm.agent.durable import approval_decision_commit
-    from phronomy_fsm.runtime.clock import SYSTEM_CLOCK
-    from phronomy_fsm.store import COMMITTED, SqliteBarrierStore
+    (execution.approval_request.request_id) and in the demo's output.
+
+    The agent must not be owned by a running process (docs/operations.md "Who owns an
+    agent"): this command claims it for the decision and releases it after; if a live
+    process owns it, nothing is written and the command fails — approve through that
+    process, or stop it first."""
+    from phronomy_fsm.store import SqliteBarrierStore
 
     if not os.path.exists(db):
         _fail(f"no store at {db} (the file does not exist)")
@@ -190,38 +202,61 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool) -> None:
     except PhronomyError as exc:
         _fail(str(exc))
     try:
-        execution = store.load_execution(execution_id)
-        root = store.load_agent(execution.agent_id)
-        commit = approval_decision_commit(
-            execution,
-            root,
-            request_id=request_id,
-            approved=not reject,
-            decisions=None,
-            now=SYSTEM_CLOCK.now(),
-        )
+        owner = store.load_execution(execution_id).agent_id
+        claim = store.claim_agent(owner, takeover=takeover)
         try:
-            store.commit(commit)
-        except OutcomeUnknownError:
-            if store.reconcile(commit) != COMMITTED:
-                raise
-        except ConflictError as exc:
-            raise ApprovalError(
-                f"execution {execution_id} changed while deciding (decided concurrently?): {exc}",
-                execution_id=execution_id,
-            ) from exc
+            revision = _record_decision(store, execution_id, request_id, reject)
+        finally:
+            try:
+                store.release_agent(owner, claim.owner_token)
+            except PhronomyError as exc:  # the claim goes with this process when it exits
+                click.echo(f"warning: could not release the claim on {owner}: {exc}", err=True)
     except PhronomyError as exc:
         _fail(str(exc))
     finally:
         store.close()
     verb = "rejected" if reject else "approved"
-    click.echo(
-        f"{verb}: execution {execution_id} (request {request_id}), revision {commit.execution.revision}"
-    )
+    click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {revision}")
     click.echo(
         "the execution continues when its agent is loaded again (Agent.load, `phronomy-fsm recover`, "
         "or for the demo `phronomy-fsm demo --resume`)"
     )
+
+
+def _record_decision(store: Any, execution_id: str, request_id: str, reject: bool) -> int:
+    """Commit the approval-decision barrier, reading the execution under the caller's
+    claim; return the new revision.
+
+    Raises:
+        ApprovalError: the decision is refused, or the execution changed meanwhile.
+        NotFoundError, StorageError, OutcomeUnknownError (not committed after
+        read-back): nothing was decided.
+    """
+    from phronomy_fsm.agent.durable import approval_decision_commit
+    from phronomy_fsm.runtime.clock import SYSTEM_CLOCK
+    from phronomy_fsm.store import COMMITTED
+
+    execution = store.load_execution(execution_id)
+    root = store.load_agent(execution.agent_id)
+    commit = approval_decision_commit(
+        execution,
+        root,
+        request_id=request_id,
+        approved=not reject,
+        decisions=None,
+        now=SYSTEM_CLOCK.now(),
+    )
+    try:
+        store.commit(commit)
+    except OutcomeUnknownError:
+        if store.reconcile(commit) != COMMITTED:
+            raise
+    except ConflictError as exc:
+        raise ApprovalError(
+            f"execution {execution_id} changed while deciding (decided concurrently?): {exc}",
+            execution_id=execution_id,
+        ) from exc
+    return int(commit.execution.revision)
 
 
 def register(main: click.Group) -> None:

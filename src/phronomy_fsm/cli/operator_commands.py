@@ -11,8 +11,12 @@ next resting point, suspended executions wait for approval again, and executions
 outcome cannot be proven are listed with their resolution request. ``resolve`` answers
 one such request (reference §6.6) and lets the execution continue.
 
-Exit codes: 0 success; 1 a refused resolution, an unloadable app, or a store error; 2
-usage. Diagnostics go to stderr.
+Both refuse an agent that a running process owns (``--takeover`` only overrides an
+owner whose liveness cannot be checked from here; docs/operations.md "Who owns an
+agent").
+
+Exit codes: 0 success; 1 a refused resolution, an agent owned by a running process,
+an unloadable app, or a store error; 2 usage. Diagnostics go to stderr.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
-from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.errors import AgentOwnedError, PhronomyError
 
 RESTING = (
     "approval_required",
@@ -146,7 +150,13 @@ def _describe(event: Any) -> dict[str, Any]:
     help="How long to wait per execution.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
+@click.option(
+    "--takeover",
+    is_flag=True,
+    help="Take agents over from owners whose liveness cannot be checked from here (a "
+    "process on another host); only if you know that process is gone.",
+)
+def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: bool) -> None:
     """Load every agent with an active execution and recover it: continuations run to
     their next resting point, suspended executions wait for approval again, and those
     whose outcome cannot be proven are listed with their resolution request.
@@ -154,7 +164,11 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
     --app names a factory ``MODULE:FACTORY`` with the signature
     ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword arguments of
     Agent.load other than store, runtime and on_event (provider, tools, ...); for
-    example phronomy_fsm.demo:create_app."""
+    example phronomy_fsm.demo:create_app.
+
+    An agent owned by a running process (docs/operations.md "Who owns an agent") is
+    not loaded: an `error:` line names that process, its entry says `not_loaded`, and
+    the command exits 1; nothing of that agent is written."""
     from tqdm import tqdm
 
     from phronomy_fsm.agent import Agent, AgentRuntime
@@ -181,9 +195,12 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
                     store=store,
                     runtime=runtime,
                     on_event=watcher,
+                    takeover=takeover,
                     **factory(agent_id, db),
                 )
             except PhronomyError as exc:
+                if isinstance(exc, AgentOwnedError):  # on its own line, above the bar
+                    tqdm.write(f"error: {exc}", file=sys.stderr)
                 summary.append(
                     {
                         "agent_id": agent_id,
@@ -277,6 +294,12 @@ def _parse_subject(text: str) -> dict[str, Any]:
     type=float,
     help="How long to wait for the execution to come to rest after the resolution.",
 )
+@click.option(
+    "--takeover",
+    is_flag=True,
+    help="Take agents over from owners whose liveness cannot be checked from here (a "
+    "process on another host); only if you know that process is gone.",
+)
 def resolve(
     execution_id: str,
     db: str,
@@ -287,10 +310,12 @@ def resolve(
     result: str | None,
     error: str | None,
     wait_seconds: float,
+    takeover: bool,
 ) -> None:
     """Answer a recovery_resolution_required request: say what happened to the subject.
     One transaction with read-back; not_performed ends the execution as failed (nothing
-    is ever re-sent without an operator decision)."""
+    is ever re-sent without an operator decision). Refused, writing nothing, while a
+    running process owns the agent (docs/operations.md "Who owns an agent")."""
     from phronomy_fsm.agent import Agent, AgentRuntime
     from phronomy_fsm.store import SqliteBarrierStore
 
@@ -319,6 +344,7 @@ def resolve(
             store=store,
             runtime=runtime,
             on_event=watcher,
+            takeover=takeover,
             **factory(execution.agent_id, db),
         )
         mark = len(watcher.events)
