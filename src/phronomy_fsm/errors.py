@@ -19,6 +19,15 @@ from __future__ import annotations
 
 from typing import Any
 
+#: What application code (a hook, guard, action, listener, callback or offloaded work)
+#: may raise that the runtime turns into a failure of that one session, operation or
+#: callback instead of letting it end a shared thread. ``SystemExit`` and
+#: ``KeyboardInterrupt`` are included: raised on a loop or worker thread they can only
+#: come from application code (signals go to the main thread), and ending the shared
+#: dispatcher loop or a pool worker would hang every other agent. ``Cancelled`` and
+#: ``GeneratorExit`` are not: they are control flow.
+HOOK_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+
 
 class PhronomyError(Exception):
     """Root of every error raised on purpose by phronomy_fsm.

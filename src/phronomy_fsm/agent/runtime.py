@@ -30,11 +30,13 @@ from phronomy_fsm.agent.session_hooks import AgentSessionHooks, PreparedCommit
 from phronomy_fsm.agent.tool_hooks import ToolInvocationHooks
 from phronomy_fsm.agent.types import AbortReason, AgentEvent, AgentResult
 from phronomy_fsm.errors import (
+    HOOK_ERRORS,
     AgentBusyError,
     Cancelled,
     ConflictError,
     ExecutionFailedError,
     OutcomeUnknownError,
+    StorageError,
     StoreError,
     StreamCallbackError,
 )
@@ -71,6 +73,18 @@ _ADMISSION_BY_STEP: dict[tuple[str, str], tuple[str, ...]] = {
 
 class _NoHooks:
     """execution_admission declares no hooks."""
+
+
+#: Seconds to wait before each resubmission of a barrier commit that found the database
+#: locked (see :meth:`AgentRuntime.submit_barrier`); with the store's busy timeout on
+#: every attempt, a lock held for up to about 6 * busy_timeout + 3.75 s is ridden out.
+BUSY_RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+def _is_busy(error: BaseException) -> bool:
+    """A StorageError for a database locked by another connection (nothing written)."""
+    code = getattr(error, "sqlite_error", None) if isinstance(error, StorageError) else None
+    return isinstance(code, str) and code.startswith(("SQLITE_BUSY", "SQLITE_LOCKED"))
 
 
 class AgentRuntime:
@@ -391,7 +405,7 @@ class AgentRuntime:
             return None
         try:
             listener(event)
-        except Exception as exc:  # noqa: BLE001 - the application's listener failed
+        except HOOK_ERRORS as exc:
             log.warning("agent %s: listener raised on %s: %r", ctx.agent.agent_id, type_, exc)
             if terminal or type_ in ("approval_required", "recovery_resolution_required"):
                 return exc
@@ -513,13 +527,29 @@ class AgentRuntime:
         :class:`~phronomy_fsm.table.BarrierOutcome` after the store's fsync, a lost
         response having been reconciled by reading back (reference §4.4): ``committed``
         (value: ``prepared``), ``not_committed``, ``conflict``, or ``outcome_unknown``
-        when even the read-back failed."""
+        when even the read-back failed.
+
+        A commit refused because the database stayed locked past the store's busy
+        timeout (another process writing) wrote nothing, so it is submitted again after
+        each delay of :data:`BUSY_RETRY_DELAYS` before it counts as not committed: a
+        passing lock must not park an execution whose effect already happened."""
         revision = prepared.commit.execution.revision
 
         def subscribe(report: Callable[[BarrierOutcome], None]) -> None:
+            delays = iter(BUSY_RETRY_DELAYS)
+
             def settle(error: BaseException | None) -> None:
                 if error is None:
                     report(BarrierOutcome(COMMITTED, revision, prepared))
+                elif _is_busy(error) and (delay := next(delays, None)) is not None:
+                    log.info(
+                        "barrier %s: database locked, retrying in %.2f s",
+                        prepared.commit.barrier,
+                        delay,
+                    )
+                    timer = threading.Timer(delay, submit)
+                    timer.daemon = True
+                    timer.start()
                 elif isinstance(error, OutcomeUnknownError):
                     threading.Thread(
                         target=reconcile, args=(error,), name="phronomy-reconcile", daemon=True
@@ -545,12 +575,15 @@ class AgentRuntime:
                 else:
                     report(BarrierOutcome(CONFLICT, error=error))
 
-            try:
-                future = store.submit(prepared.commit)
-            except BaseException as exc:  # noqa: BLE001 - classified like a commit error
-                settle(exc)
-                return
-            future.add_done_callback(lambda f: settle(f.exception()))
+            def submit() -> None:
+                try:
+                    future = store.submit(prepared.commit)
+                except BaseException as exc:  # noqa: BLE001 - classified like a commit error
+                    settle(exc)
+                    return
+                future.add_done_callback(lambda f: settle(f.exception()))
+
+            submit()
 
         return PendingBarrier(subscribe)
 

@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from phronomy_fsm.errors import Cancelled
+from phronomy_fsm.errors import HOOK_ERRORS, Cancelled
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("phronomy_fsm.runtime")
@@ -82,7 +82,7 @@ class CancellationToken:
         for callback in callbacks:
             try:
                 callback(error)
-            except Exception:
+            except HOOK_ERRORS:
                 log.exception("cancellation callback raised")
         return True
 

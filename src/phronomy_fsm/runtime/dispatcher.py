@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phronomy_fsm.errors import (
+    HOOK_ERRORS,
     BackpressureError,
     DispatcherStoppedError,
     HookError,
@@ -334,7 +335,7 @@ class Dispatcher(EventLoop):
             if action is not None:
                 try:
                     action(s.ctx, payload)
-                except Exception as exc:  # noqa: BLE001
+                except HOOK_ERRORS as exc:
                     self._hook_failed(
                         s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
                     )  # type: ignore[union-attr]
@@ -387,7 +388,7 @@ class Dispatcher(EventLoop):
                 else:
                     self.stats.noops += 1
                     return
-        except Exception as exc:  # noqa: BLE001
+        except HOOK_ERRORS as exc:
             self._hook_failed(s, exc, f"a guard of state {s.node.name!r} on {event!r}")
             return
         self._take(s, row, payload)
@@ -402,7 +403,7 @@ class Dispatcher(EventLoop):
             try:
                 for action in row.actions:
                     action(ctx, payload)
-            except Exception as exc:  # noqa: BLE001
+            except HOOK_ERRORS as exc:
                 self._hook_failed(
                     s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})"
                 )
@@ -418,7 +419,7 @@ class Dispatcher(EventLoop):
         if on_transition is not None:
             try:
                 on_transition(s.ctx, source.name, target.name)  # type: ignore[union-attr]
-            except Exception:
+            except HOOK_ERRORS:
                 log.exception("%s: on_transition of %s raised", self.name, s.binding.machine)
         if row.internal:
             return
@@ -444,7 +445,7 @@ class Dispatcher(EventLoop):
             try:
                 for action in node.entry:
                     action(ctx, payload)
-            except Exception as exc:  # noqa: BLE001
+            except HOOK_ERRORS as exc:
                 self._hook_failed(
                     s,
                     exc,
@@ -501,7 +502,7 @@ class Dispatcher(EventLoop):
         for observer in self._observers:
             try:
                 observer(record)
-            except Exception:
+            except HOOK_ERRORS:
                 log.exception("%s: step observer raised", self.name)
 
     def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
@@ -545,7 +546,7 @@ class Dispatcher(EventLoop):
                 )
             else:
                 s.on_done(None, error)
-        except Exception:
+        except HOOK_ERRORS:
             log.exception("%s: on_done of session %s raised", self.name, s.id)
 
     def _hook_failed(self, s: Session, exc: BaseException, where: str) -> None:
@@ -573,7 +574,7 @@ class Dispatcher(EventLoop):
         for callback in self._quiescence.pop(group, ()):
             try:
                 callback()
-            except Exception:
+            except HOOK_ERRORS:
                 log.exception("%s: quiescence callback raised", self.name)
 
     def _start_offload(self, s: Session, spec: OffloadWorkSpec, payload: Any) -> None:
@@ -601,7 +602,7 @@ class Dispatcher(EventLoop):
                 work = _without_context(work)  # ``work()`` is accepted as well as ``work(octx)``
             if crashpoints.ARMED is not None:
                 work = _crash_after(work, f"offload:{spec.name}:after")
-        except Exception as exc:  # noqa: BLE001 - a failed preparation is the offload's failure
+        except HOOK_ERRORS as exc:
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
             return
         group = s.group
@@ -641,7 +642,7 @@ class Dispatcher(EventLoop):
         crashpoints.hit(f"barrier:{spec.name}:before")
         try:
             work = spec.prepare(s.ctx, payload)
-        except Exception as exc:  # noqa: BLE001 - nothing was written: not committed
+        except HOOK_ERRORS as exc:
             self._inbox.append(
                 (None, apply, (authority, row, BarrierOutcome("not_committed", error=exc)))
             )
@@ -737,7 +738,7 @@ class Dispatcher(EventLoop):
         if settle is not None:
             try:
                 settle(s.ctx, authority.state, outcome)
-            except Exception as exc:  # noqa: BLE001
+            except HOOK_ERRORS as exc:
                 self._hook_failed(s, exc, "the barrier-outcome hook")
                 return
         self._deliver(s, row.event_for(outcome.outcome), outcome)

@@ -22,10 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from phronomy_fsm.errors import DispatcherStoppedError, WrongThreadError
+from phronomy_fsm.errors import HOOK_ERRORS, DispatcherStoppedError, WrongThreadError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.tasks import LOOP_THREADS, Task
-from phronomy_fsm.runtime.timers import TimerQueue
+from phronomy_fsm.runtime.timers import TimerQueue, sleep_seconds
 
 log = logging.getLogger("phronomy_fsm.runtime")
 
@@ -123,11 +123,7 @@ class EventLoop:
                     self._sleeping = True
                     if not self._inbox:
                         deadline = self._timers.next_deadline()
-                        self._cond.wait(
-                            None
-                            if deadline is None
-                            else max(0.0, deadline - self.clock.monotonic())
-                        )
+                        self._cond.wait(sleep_seconds(deadline, self.clock.monotonic()))
                     self._sleeping = False
         except BaseException as exc:
             self._fail(exc)
@@ -277,7 +273,7 @@ class EventLoop:
     def _call_isolated(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         try:
             fn(*args)
-        except Exception:
+        except HOOK_ERRORS:
             log.exception("%s: control message %r raised", self.name, fn)
 
     def _fire_timers(self) -> None:

@@ -313,9 +313,10 @@ class OffloadPool:
             if error is None:
                 op._settle(COMPLETED, value, None)
             else:
+                # Even SystemExit/KeyboardInterrupt from the work is only this operation's
+                # failure: re-raising would end a worker the pool still counts, and
+                # everything queued behind it would wait forever.
                 op._settle(FAILED, None, error)
-            if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                raise error
 
     def _release_slot(self) -> None:
         """One operation left the pool (called with ``_lock`` held)."""

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any, Generic, TypeVar
 
-from phronomy_fsm.errors import Cancelled, TaskTimeoutError, WrongThreadError
+from phronomy_fsm.errors import HOOK_ERRORS, Cancelled, TaskTimeoutError, WrongThreadError
 
 T = TypeVar("T")
 log = logging.getLogger("phronomy_fsm.runtime")
@@ -141,7 +141,7 @@ class Task(Generic[T]):
         def run(_: cf.Future[T]) -> None:
             try:
                 callback(self)
-            except Exception:
+            except HOOK_ERRORS:
                 log.exception("task %s: done callback raised", self.name)
 
         self.future.add_done_callback(run)

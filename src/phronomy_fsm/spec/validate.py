@@ -12,7 +12,6 @@ issue 2's offload-event and hook-name rules. ``docs/spec-format.md`` lists the c
 from __future__ import annotations
 
 import keyword
-import math
 import os
 import re
 from collections import defaultdict, deque
@@ -20,6 +19,7 @@ from collections.abc import Iterable, Iterator
 
 import attrs
 
+from phronomy_fsm.runtime.timers import check_delay
 from phronomy_fsm.spec.issues import SpecIssue, sort_issues
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
 from phronomy_fsm.spec.model import (
@@ -426,12 +426,11 @@ class _Validator:
                         f"{base}.timeout",
                         timeout.loc,
                     )
-                if not (math.isfinite(timeout.seconds) and timeout.seconds > 0):
+                try:
+                    check_delay(timeout.seconds, "timeout seconds")
+                except ValueError as exc:
                     yield self.issue(
-                        "TIMEOUT_INVALID",
-                        f"timeout seconds must be a positive finite number, got {timeout.seconds!r}",
-                        f"{base}.timeout.seconds",
-                        timeout.loc,
+                        "TIMEOUT_INVALID", str(exc), f"{base}.timeout.seconds", timeout.loc
                     )
                 if self.event_known(timeout.event) and not self.handled(state.name, timeout.event):
                     yield self.issue(
