@@ -14,7 +14,9 @@ before any caller is notified (reference §0 rule 2).
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -45,6 +47,7 @@ from phronomy_fsm.errors import (
     InvalidInputError,
 )
 from phronomy_fsm.runtime.tasks import Task
+from phronomy_fsm.runtime.timers import check_delay
 from phronomy_fsm.store.base import BarrierStore
 from phronomy_fsm.store.ownership import AgentClaim
 from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, ExecutionStatus
@@ -57,11 +60,11 @@ TextFilter = Callable[[str], str]
 LISTENER_ERROR_POLICIES = ("report", "fail_task")
 
 
-def _open_store(store: BarrierStore | str) -> BarrierStore:
-    if isinstance(store, str):
+def _open_store(store: BarrierStore | str | os.PathLike[str]) -> BarrierStore:
+    if isinstance(store, str | os.PathLike):
         from phronomy_fsm.store import SqliteBarrierStore
 
-        return SqliteBarrierStore(store)
+        return SqliteBarrierStore(os.fspath(store))
     return store
 
 
@@ -77,6 +80,21 @@ def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
 def _store_identity(store: BarrierStore) -> Any:
     path = getattr(store, "path", None)
     return ("path", str(path)) if path is not None else ("object", id(store))
+
+
+#: What an application-chosen execution id may look like: it is a key in the store and
+#: appears in CLI commands, so no whitespace or control characters, at most 128 chars.
+_EXECUTION_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
+
+
+def _check_execution_id(execution_id: object, agent_id: str) -> None:
+    """Raise InvalidInputError unless ``execution_id`` is a usable id string."""
+    if not isinstance(execution_id, str) or not _EXECUTION_ID.fullmatch(execution_id):
+        raise InvalidInputError(
+            f"execution_id must be a string of 1-128 characters without whitespace or control "
+            f"characters, got {execution_id!r}; leave it out to get a random id",
+            agent_id=agent_id,
+        )
 
 
 class Agent:
@@ -114,8 +132,11 @@ class Agent:
             )
         if max_iterations < 1:
             raise ConfigurationError("max_iterations must be at least 1")
-        if timeout_seconds is not None and not timeout_seconds > 0:
-            raise ConfigurationError("timeout_seconds must be positive (or None)")
+        if timeout_seconds is not None:
+            try:
+                check_delay(timeout_seconds, "timeout_seconds")
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from exc
         if not callable(getattr(provider, "complete", None)):
             raise ConfigurationError(
                 f"provider {provider!r} has no complete(request, *, on_token, cancellation) method; "
@@ -184,7 +205,7 @@ class Agent:
         cls,
         agent_id: str,
         *,
-        store: BarrierStore | str,
+        store: BarrierStore | str | os.PathLike[str],
         provider: Provider,
         runtime: AgentRuntime | None = None,
         **options: Any,
@@ -193,7 +214,8 @@ class Agent:
 
         Args:
             agent_id: a non-empty string.
-            store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite path.
+            store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite file path
+                (str or path-like).
             provider: the LLM provider.
             runtime: the runtime to run on (default: the process-wide one).
             **options: ``tools``, ``approval_policy``, ``on_event``, ``max_iterations``
@@ -250,7 +272,7 @@ class Agent:
         cls,
         agent_id: str,
         *,
-        store: BarrierStore | str,
+        store: BarrierStore | str | os.PathLike[str],
         provider: Provider,
         runtime: AgentRuntime | None = None,
         takeover: bool = False,
@@ -362,8 +384,16 @@ class Agent:
         with the execution's error (``Cancelled`` when cancelled). It stays pending
         through suspension for approval (reference §8.2).
 
+        Args:
+            input: the user's message (a non-empty string).
+            timeout_seconds: a deadline for the whole execution in seconds (0 <
+                seconds ≤ 1e9); default the agent's ``timeout_seconds``.
+            execution_id: an id of your choosing (1-128 characters, no whitespace or
+                control characters) instead of a random one.
+
         Raises:
-            InvalidInputError: ``input`` is not a non-empty string (nothing admitted).
+            InvalidInputError: bad ``input``, ``timeout_seconds`` or ``execution_id``
+                (nothing admitted, nothing written).
         """
         return self._start(input, "invoke", timeout_seconds, execution_id, None)
 
@@ -413,6 +443,13 @@ class Agent:
             )
         if not input.strip():
             raise InvalidInputError("input must not be empty", agent_id=self.agent_id)
+        if timeout_seconds is not None:
+            try:
+                check_delay(timeout_seconds, "timeout_seconds")
+            except ValueError as exc:
+                raise InvalidInputError(str(exc), agent_id=self.agent_id) from exc
+        if execution_id is not None:
+            _check_execution_id(execution_id, self.agent_id)
         task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
         self.runtime.dispatcher.call_soon(
             self._begin,
@@ -484,12 +521,35 @@ class Agent:
         execution's terminal outcome (like the original invoke task, reference §4.5).
         A wrong request id, an execution that is not suspended, or a decision already
         in flight fails only this task with :class:`ApprovalError`; a closed agent that
-        gave its store claim up fails it with AgentClosedError (load the agent again)."""
+        gave its store claim up fails it with AgentClosedError (load the agent again).
+
+        Raises:
+            ApprovalError: an id that is not a string, ``approved`` that is not a bool,
+                or ``decisions`` that is not a mapping of tool_call_id to bool (nothing
+                is sent).
+        """
+        if not isinstance(execution_id, str) or not isinstance(approval_request_id, str):
+            raise ApprovalError(
+                "execution_id and approval_request_id must be strings (from the "
+                "approval_required event or `phronomy-fsm executions show`)",
+                execution_id=execution_id,
+            )
+        if not isinstance(approved, bool):
+            raise ApprovalError(f"approved must be True or False, got {approved!r}")
+        if decisions is not None and not (
+            isinstance(decisions, Mapping)
+            and all(isinstance(k, str) and isinstance(v, bool) for k, v in decisions.items())
+        ):
+            raise ApprovalError(
+                "decisions must map tool_call_id strings to True (approve) or False (reject), "
+                f"got {decisions!r}",
+                execution_id=execution_id,
+            )
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
         decision = ApprovalDecision(
             execution_id,
             approval_request_id,
-            bool(approved),
+            approved,
             dict(decisions) if decisions else None,
         )
         self.runtime.dispatcher.call_soon(self._approve, decision, task)

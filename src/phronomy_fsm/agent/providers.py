@@ -19,10 +19,59 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, ToolCall, Usage
-from phronomy_fsm.errors import ConfigurationError, LLMError
+from phronomy_fsm.errors import ConfigurationError, LLMError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
+from phronomy_fsm.store.records import ensure_json
 
 TokenSink = Callable[[str], None]
+
+
+def check_response(response: LLMResponse) -> None:
+    """Refuse a provider answer the agent could not record, on the worker that got it.
+
+    ``content`` must be a string or None, each tool call's id, name and arguments
+    strings, the usage counts non-negative integers, and all of it storable JSON (valid
+    Unicode, integers within 64 bits): a value the store would refuse at the next
+    barrier would otherwise leave an LLM call whose answer the process holds but cannot
+    make durable (reference §5.1: serialization errors are caught before the commit).
+
+    Raises:
+        LLMError: the answer is malformed; the execution fails with this error.
+    """
+    problem = None
+    if response.content is not None and not isinstance(response.content, str):
+        problem = f"content must be text or null, got {type(response.content).__name__}"
+    elif not isinstance(response.tool_calls, tuple) or not all(
+        isinstance(c, ToolCall)
+        and isinstance(c.id, str)
+        and isinstance(c.name, str)
+        and isinstance(c.arguments_json, str)
+        for c in response.tool_calls
+    ):
+        problem = "tool_calls must be ToolCall(id: str, name: str, arguments_json: str) items"
+    elif not isinstance(response.usage, Usage) or not all(
+        type(n) is int and n >= 0
+        for n in (response.usage.prompt_tokens, response.usage.completion_tokens)
+    ):
+        problem = f"usage must hold non-negative integer token counts, got {response.usage!r}"
+    else:
+        try:
+            ensure_json(
+                [
+                    response.content,
+                    response.model,
+                    response.usage.prompt_tokens,
+                    response.usage.completion_tokens,
+                    [[c.id, c.name, c.arguments_json] for c in response.tool_calls],
+                ]
+            )
+        except SerializationError as exc:
+            problem = f"the answer cannot be recorded: {exc}"
+    if problem is not None:
+        raise LLMError(
+            f"provider answer for call {response.llm_call_id} is malformed: {problem}",
+            llm_call_id=response.llm_call_id,
+        )
 
 
 @runtime_checkable

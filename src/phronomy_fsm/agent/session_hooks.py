@@ -22,6 +22,7 @@ import attrs
 from phronomy_fsm.agent import durable
 from phronomy_fsm.agent.durable import LLMFact
 from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
+from phronomy_fsm.agent.providers import check_response
 from phronomy_fsm.agent.types import AbortReason, LLMRequest, LLMResponse, Message, TokenChunk
 from phronomy_fsm.errors import Cancelled, ContentBlockedError, ExecutionFailedError, LLMError
 from phronomy_fsm.generated import agent_session
@@ -440,6 +441,7 @@ class AgentSessionHooks:
                     f"provider answered {getattr(response, 'llm_call_id', response)!r} for call {request.llm_call_id}",
                     llm_call_id=request.llm_call_id,
                 )
+            check_response(response)
             return response
 
         return work

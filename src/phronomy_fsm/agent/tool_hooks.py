@@ -18,6 +18,8 @@ from phronomy_fsm.agent.tools import (
     normalize_authorization,
     tool_result_text,
 )
+from phronomy_fsm.errors import SerializationError
+from phronomy_fsm.store.records import ensure_json
 from phronomy_fsm.table import Settled
 
 if TYPE_CHECKING:
@@ -68,7 +70,10 @@ class ToolInvocationHooks:
 
     def record_tool_error(self, ctx: ToolInvocation, payload: BaseException) -> None:
         """The tool raised: the error becomes the tool result."""
-        ctx.error = f"{type(payload).__name__}: {payload}"
+        text = f"{type(payload).__name__}: {payload}"
+        # recorded durably: a lone surrogate in an exception message must not fail the
+        # barrier, so it is kept as its escape
+        ctx.error = text.encode("utf-8", "backslashreplace").decode("utf-8")
 
     # offload hooks
 
@@ -114,6 +119,17 @@ class ToolInvocationHooks:
 
         def work(octx: OffloadContext) -> Any:
             parent.cancellation.raise_if_cancelled()
-            return fn(arguments, context)
+            result = fn(arguments, context)
+            try:
+                ensure_json(result)
+            except SerializationError as exc:
+                # The effect happened, but its value cannot be recorded: it becomes the
+                # tool's error (what the LLM sees), never a barrier that fails.
+                raise SerializationError(
+                    f"tool {tool.name!r} returned a value that cannot be recorded ({exc}); "
+                    "return JSON data: dict with string keys, list, str, int, finite "
+                    "float, bool or None"
+                ) from exc
+            return result
 
         return work

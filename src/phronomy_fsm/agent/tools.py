@@ -23,8 +23,9 @@ import jsonschema
 import jsonschema_rs
 
 from phronomy_fsm.agent.types import ToolSpec
-from phronomy_fsm.errors import ConfigurationError
+from phronomy_fsm.errors import ConfigurationError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
+from phronomy_fsm.store.records import ensure_json
 
 DEFAULT_PARAMETERS: dict[str, Any] = {
     "type": "object",
@@ -134,6 +135,10 @@ class Tool:
             arguments = json.loads(arguments_json) if arguments_json.strip() else {}
         except ValueError as exc:
             return None, f"invalid arguments for tool {self.name!r}: not JSON ({exc})"
+        try:
+            ensure_json(arguments)  # e.g. an integer beyond 64 bits, a lone surrogate
+        except SerializationError as exc:
+            return None, f"invalid arguments for tool {self.name!r}: {exc}"
         if self._validator.is_valid(arguments):
             return arguments, None
         errors = sorted(

@@ -469,33 +469,46 @@ def _reject(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON data")
 
 
-def _plan(cls: type) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(datetime fields, JSON-data fields, nested-record fields) of a record class."""
+def _plan(
+    cls: type,
+) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[tuple[str, type], ...]]:
+    """(datetime fields, JSON-data fields, nested-record fields, (name, type) of the
+    plain ``str``/``int`` fields) of a record class."""
     hints = typing.get_type_hints(cls)
-    stamps, data, nested = [], [], []
+    stamps, data, nested, scalars = [], [], [], []
     for f in attrs.fields(cls):
         tp = hints[f.name]
         if tp is datetime:
             stamps.append(f.name)
+        elif tp is str or tp is int:
+            scalars.append((f.name, tp))
         elif _is_json_data(tp):
             data.append(f.name)
         elif any(a in RECORD_CLASSES for a in typing.get_args(tp)) or tp in RECORD_CLASSES:
             nested.append(f.name)
-    return tuple(stamps), tuple(data), tuple(nested)
+    return tuple(stamps), tuple(data), tuple(nested), tuple(scalars)
 
 
 _PLANS = {cls: _plan(cls) for cls in RECORD_CLASSES}
 
 
+#: Deepest nesting of application JSON the store accepts. orjson refuses documents
+#: nested deeper than 255 containers, and application data sits a few levels down in
+#: its record; a structure that contains itself reaches this bound instead of spinning.
+MAX_JSON_DEPTH = 200
+
+
 def _check_data(value: Any) -> None:
     """Application JSON must be exactly JSON: dict/list/tuple/str/int/bool/None and
-    finite floats (orjson alone would write NaN as null and datetimes as text)."""
+    finite floats (orjson alone would write NaN as null and datetimes as text), nested
+    at most :data:`MAX_JSON_DEPTH` deep (which also ends a structure that contains
+    itself)."""
     if type(value) in _JSON_LEAVES:
         return
-    stack = [value]
+    stack = [(value, 1)]
     pop, push = stack.pop, stack.append
     while stack:
-        v = pop()
+        v, depth = pop()
         t = type(v)
         if t is dict:
             items = v.values()
@@ -509,9 +522,32 @@ def _check_data(value: Any) -> None:
             continue
         else:
             raise SerializationError(f"{t.__name__} is not JSON data")
+        if depth > MAX_JSON_DEPTH:
+            raise SerializationError(
+                f"JSON data nested deeper than {MAX_JSON_DEPTH} levels (or containing itself)"
+            )
         for item in items:
             if type(item) not in _JSON_LEAVES:
-                push(item)
+                push((item, depth + 1))
+
+
+def ensure_json(value: Any) -> None:
+    """Raise unless the store can write ``value`` as application JSON data.
+
+    The same rules the store applies to data fields at commit time (dict with string
+    keys, list, tuple, str, int within 64 bits, bool, None, finite float; strings of
+    valid Unicode; at most :data:`MAX_JSON_DEPTH` levels), so a value can be checked
+    where it is produced — a tool's result, a provider's answer — and refused there,
+    before it reaches a barrier.
+
+    Raises:
+        SerializationError: ``value`` is not storable JSON data; the message says why.
+    """
+    _check_data(value)
+    try:
+        orjson.dumps(value, default=_reject, option=_ORJSON_OPTIONS)
+    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+        raise SerializationError(f"not storable as JSON: {exc}") from exc
 
 
 def _validate(record: Any) -> None:
@@ -519,7 +555,15 @@ def _validate(record: Any) -> None:
     plan = _PLANS.get(type(record))
     if plan is None:
         plan = _PLANS[type(record)] = _plan(type(record))
-    stamps, data, nested = plan
+    stamps, data, nested, scalars = plan
+    for name, tp in scalars:
+        # ids and revisions are keys: an int execution id would be written and then
+        # fail every read of the table (cattrs does not check types when unstructuring)
+        if type(getattr(record, name)) is not tp:
+            raise SerializationError(
+                f"{type(record).__name__}.{name} must be {tp.__name__}, got "
+                f"{type(getattr(record, name)).__name__} {getattr(record, name)!r}"
+            )
     for name in stamps:
         stamp = getattr(record, name)
         if stamp.tzinfo is None or stamp.utcoffset() is None:
