@@ -199,8 +199,15 @@ def test_tool_succeeded_marks_the_entry_and_moves_on_when_all_resolved() -> None
         first.execution, {"type": "tool_invocation", "tool_invocation_id": "t2"}, "succeeded", "ok"
     )
     assert second.execution.phase == "recovery_tools_completed"
-    failed = resolve(ex, {"type": "tool_invocation", "tool_invocation_id": "t1"}, "not_performed")
+    failed = resolve(
+        ex,
+        {"type": "tool_invocation", "tool_invocation_id": "t1", "llm_call_id": "llm-1"},
+        "not_performed",
+    )
     assert failed.execution.phase == "recovery_resolved_failed"
+    # the durable error names the tool call, not the LLM call that asked for it
+    message = failed.execution.recovery.failure.message
+    assert message.startswith("tool_invocation t1 not performed") and "llm-1" not in message
 
 
 @pytest.mark.parametrize(

@@ -516,11 +516,10 @@ def resolution_commit(
     failure: ErrorInfo | None = None
     if resolution.outcome in ("failed", "not_performed"):
         phase = "recovery_resolved_failed"
-        what = (
-            subject.get("llm_call_id")
-            or subject.get("tool_invocation_id")
-            or execution.execution_id
-        )
+        # the subject's own id: a tool subject also carries the llm_call_id that asked
+        # for it, so the key is chosen by type
+        key = "tool_invocation_id" if subject.get("type") == "tool_invocation" else "llm_call_id"
+        what = subject.get(key) or execution.execution_id
         failure = (
             ErrorInfo(
                 "RecoveryResolutionError",
