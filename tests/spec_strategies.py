@@ -89,9 +89,27 @@ def load_plain(text: str) -> Any:
     return yaml.load(text, Loader=_SpecYamlLoader)
 
 
+class _Yaml12SafeDumper(yaml.SafeDumper):
+    """PyYAML writes YAML 1.1: it leaves ``0E0`` or ``1e3`` unquoted because they are
+    not 1.1 floats, but the spec reader follows YAML 1.2, where they are. Quote every
+    string the reader would not read back as a string."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if _SpecYamlLoader.resolve(_SpecYamlLoader, yaml.ScalarNode, value, (True, False)) != (
+        "tag:yaml.org,2002:str"
+    ):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
+    return dumper.represent_str(value)
+
+
+_Yaml12SafeDumper.add_representer(str, _represent_str)
+
+
 def dump(data: Any) -> str:
-    """Serialise spec data as YAML (block style, key order kept)."""
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=120)
+    """Serialise spec data as YAML (block style, key order kept) that the YAML 1.2
+    spec reader reads back to the same data."""
+    return yaml.dump(data, Dumper=_Yaml12SafeDumper, sort_keys=False, allow_unicode=True, width=120)
 
 
 REAL_DATA = [load_plain(p.read_text("utf-8")) for p in REAL_SPECS]
