@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ import attrs
 
 from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks, PreparedCommit
+from phronomy_fsm.agent.stores import release_store
 from phronomy_fsm.agent.tool_hooks import ToolInvocationHooks
 from phronomy_fsm.agent.types import AbortReason, AgentEvent, AgentResult
 from phronomy_fsm.errors import (
@@ -36,6 +38,7 @@ from phronomy_fsm.errors import (
     ConflictError,
     ExecutionFailedError,
     OutcomeUnknownError,
+    PhronomyError,
     StorageError,
     StoreError,
     StreamCallbackError,
@@ -132,9 +135,10 @@ class AgentRuntime:
     def default(cls) -> AgentRuntime:
         """The process-wide runtime, created on first use."""
         with cls._default_lock:
-            if cls._default is None or cls._default.closed:
-                cls._default = cls()
-            return cls._default
+            current = cls._default
+            if current is None or current.closed or current.dispatcher.lifecycle == "failed":
+                current = cls._default = cls()
+            return current
 
     def close(self, *, timeout_seconds: float = 10.0) -> None:
         """Refuse new executions, let running ones reach a resting point (done,
@@ -148,7 +152,11 @@ class AgentRuntime:
         ``timeout_seconds``): then the claims stay until this process exits, because
         that work may still have its effect here."""
         self.closed = True
-        clean = self.dispatcher.stop(timeout_seconds=timeout_seconds, wait_for_sessions=False)
+        deadline = time.monotonic() + timeout_seconds
+        self._wait_for_rest(deadline)
+        clean = self.dispatcher.stop(
+            timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
+        )
         self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
         with self._claims_lock:
             holders = list(self.claim_holders)
@@ -161,6 +169,30 @@ class AgentRuntime:
             return
         for agent in holders:
             self.release_claim(agent)
+
+    def _wait_for_rest(self, deadline: float) -> None:
+        """Until ``deadline`` (monotonic seconds), wait for every live execution of this
+        runtime — of open and of closed agents — to be delivered or halted (suspended,
+        waiting for an operator): an answer that is on its way is applied and made
+        durable instead of being dropped by the stopping loop."""
+
+        def resting() -> bool:
+            with self._claims_lock:
+                agents = set(self.claim_holders)
+            with self.registry_lock:
+                agents.update(self.agents.values())
+            return all(ctx.session_id is None for agent in agents for ctx in agent._live.values())
+
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            try:
+                if self.dispatcher.call(resting).result(remaining):
+                    return
+            except PhronomyError:  # the loop stopped or failed, or the deadline passed
+                return
+            time.sleep(min(0.02, max(0.0, deadline - time.monotonic())))
 
     def now(self) -> datetime:
         """Wall time for records (aware UTC)."""
@@ -176,7 +208,9 @@ class AgentRuntime:
             self.claim_holders.add(agent)
 
     def release_claim(self, agent: Agent, *, blocking: bool = True) -> None:
-        """Release ``agent``'s store claim (docs/operations.md "Who owns an agent").
+        """Release ``agent``'s store claim (docs/operations.md "Who owns an agent"),
+        then its lease on a store opened from a path (agent/stores.py: the last lease
+        closes that store).
 
         The claim is taken from the agent first, so it is released at most once.
         ``blocking``: release on the calling thread (never the loop thread); else
@@ -186,8 +220,10 @@ class AgentRuntime:
         """
         with self._claims_lock:
             claim, agent._claim = agent._claim, None
+            lease, agent._store_lease = agent._store_lease, None
             self.claim_holders.discard(agent)
         if claim is None:
+            release_store(lease)
             return
         store = agent.store
 
@@ -196,6 +232,7 @@ class AgentRuntime:
                 store.release_agent(claim.agent_id, claim.owner_token)
             except Exception as exc:  # noqa: BLE001 - logged; the row goes with the process
                 log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
+            release_store(lease)  # a store opened from a path closes with its last agent
 
         if blocking:
             release()
