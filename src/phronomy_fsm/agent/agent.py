@@ -24,6 +24,7 @@ from phronomy_fsm.agent import durable
 from phronomy_fsm.agent.invocation import Invocation
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
+from phronomy_fsm.agent.stores import open_store, release_store, store_identity
 from phronomy_fsm.agent.tools import ApprovalPolicy, Tool
 from phronomy_fsm.agent.types import (
     AbortReason,
@@ -60,14 +61,6 @@ TextFilter = Callable[[str], str]
 LISTENER_ERROR_POLICIES = ("report", "fail_task")
 
 
-def _open_store(store: BarrierStore | str | os.PathLike[str]) -> BarrierStore:
-    if isinstance(store, str | os.PathLike):
-        from phronomy_fsm.store import SqliteBarrierStore
-
-        return SqliteBarrierStore(os.fspath(store))
-    return store
-
-
 def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
     """Release ``claim`` after a failed load; a failure is logged (the row stays until
     this process ends, then the next claimant takes it over)."""
@@ -75,11 +68,6 @@ def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
         store.release_agent(claim.agent_id, claim.owner_token)
     except Exception as exc:  # noqa: BLE001 - the original error matters more
         log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
-
-
-def _store_identity(store: BarrierStore) -> Any:
-    path = getattr(store, "path", None)
-    return ("path", str(path)) if path is not None else ("object", id(store))
 
 
 #: What an application-chosen execution id may look like: it is a key in the store and
@@ -193,6 +181,9 @@ class Agent:
         # the store claim of this process (docs/operations.md "Who owns an agent");
         # set by create/load, taken (under the registry lock) by whoever releases it
         self._claim: AgentClaim | None = None
+        # the lease on a store this process opened from a path (agent/stores.py),
+        # released together with the claim
+        self._store_lease: str | None = None
         self.recovered: Task[AgentResult] | None = None
 
     def __repr__(self) -> str:
@@ -236,9 +227,26 @@ class Agent:
         """
         if not isinstance(agent_id, str) or not agent_id:
             raise ConfigurationError("agent_id must be a non-empty string")
-        store = _open_store(store)
+        store, lease = open_store(store)
+        try:
+            agent = cls._create(agent_id, store, provider, runtime, options)
+        except BaseException:
+            release_store(lease)
+            raise
+        agent._store_lease = lease
+        return agent
+
+    @classmethod
+    def _create(
+        cls,
+        agent_id: str,
+        store: BarrierStore,
+        provider: Provider,
+        runtime: AgentRuntime | None,
+        options: dict[str, Any],
+    ) -> Agent:
         runtime = runtime or AgentRuntime.default()
-        key = (_store_identity(store), agent_id)
+        key = (store_identity(store), agent_id)
         with runtime.registry_lock:
             if key in runtime.agents:
                 raise AgentExistsError(
@@ -306,36 +314,41 @@ class Agent:
         """
         from phronomy_fsm.agent.recovery import install_recovered, load_history
 
-        store = _open_store(store)
-        runtime = runtime or AgentRuntime.default()
-        key = (_store_identity(store), agent_id)
-        with runtime.registry_lock:
-            live = runtime.agents.get(key)
-            if live is not None:
-                listener = options.get("on_event")
-                if listener is not None and listener is not live.on_event:
-                    raise ConfigurationError(
-                        f"agent {agent_id!r} is already live with another listener; listeners are bound per agent"
+        store, lease = open_store(store)
+        try:
+            runtime = runtime or AgentRuntime.default()
+            key = (store_identity(store), agent_id)
+            with runtime.registry_lock:
+                live = runtime.agents.get(key)
+                if live is not None:
+                    listener = options.get("on_event")
+                    if listener is not None and listener is not live.on_event:
+                        raise ConfigurationError(
+                            f"agent {agent_id!r} is already live with another listener; listeners are bound per agent"
+                        )
+                    return live
+                claim = store.claim_agent(agent_id, takeover=takeover)  # before any read
+                try:
+                    root = store.load_agent(agent_id)
+                    history, active = load_history(store, agent_id)
+                    agent = cls(
+                        agent_id,
+                        store=store,
+                        provider=provider,
+                        root=root,
+                        history=history,
+                        runtime=runtime,
+                        **options,
                     )
-                return live
-            claim = store.claim_agent(agent_id, takeover=takeover)  # before any read
-            try:
-                root = store.load_agent(agent_id)
-                history, active = load_history(store, agent_id)
-                agent = cls(
-                    agent_id,
-                    store=store,
-                    provider=provider,
-                    root=root,
-                    history=history,
-                    runtime=runtime,
-                    **options,
-                )
-            except BaseException:
-                _release_quietly(store, claim)
-                raise
-            runtime.hold_claim(agent, claim)
-            runtime.agents[key] = agent
+                except BaseException:
+                    _release_quietly(store, claim)
+                    raise
+                # from here the lease goes with the claim (runtime.release_claim)
+                agent._store_lease, lease = lease, None
+                runtime.hold_claim(agent, claim)
+                runtime.agents[key] = agent
+        finally:
+            release_store(lease)  # not handed to an agent: a live one was returned, or failed
         if active is not None:
             try:
                 install_recovered(agent, active)
@@ -359,7 +372,7 @@ class Agent:
         """
         self._closed = True
         with self.runtime.registry_lock:
-            self.runtime.agents.pop((_store_identity(self.store), self.agent_id), None)
+            self.runtime.agents.pop((store_identity(self.store), self.agent_id), None)
         if not self.runtime.closed:
             try:
                 self.runtime.dispatcher.call_soon(self.runtime.release_claim_when_idle, self)
@@ -778,7 +791,7 @@ class Agent:
         ``invoke(..., execution_id=result.handoff['target_execution_id'])``)."""
         handoff = ctx.handoff or {}
         target = self.runtime.agents.get(
-            (_store_identity(self.store), str(handoff.get("target_agent_id")))
+            (store_identity(self.store), str(handoff.get("target_agent_id")))
         )
         if target is None or target._admission_sid is not None:
             return
