@@ -173,6 +173,45 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
         check=False,
     )
     assert stale.returncode == 1 and "revision" in stale.stderr
+    before = show(db, execution)
+    for bad in ("NaN", "1e999", "NaN"):  # refused results: an error, never a success
+        refused = run(
+            "resolve",
+            execution,
+            "--db",
+            str(db),
+            "--app",
+            APP,
+            "--expected-revision",
+            str(summary["execution_revision"]),
+            "--subject",
+            f"tool_invocation:{refund['idempotency_key']}",
+            "--outcome",
+            "succeeded",
+            "--result",
+            bad,
+            check=False,
+        )
+        assert refused.returncode == 1 and refused.stderr.startswith("error:"), refused
+        assert "Traceback" not in refused.stderr
+    assert show(db, execution)["revision"] == before["revision"]
+    for factory, message in (
+        ("create_app", "no provider configured"),
+        ("not_a_dict", "must return a dict"),
+    ):
+        broken = run(
+            "recover",
+            "--db",
+            str(db),
+            "--app",
+            f"tests.integration.failing_app:{factory}",
+            "--json",
+            check=False,
+        )
+        assert broken.returncode == 1 and "Traceback" not in broken.stderr
+        [entry] = json.loads(broken.stdout)["recovered"]
+        assert entry["state"] == "not_loaded" and message in entry["error"]
+    assert show(db, execution)["revision"] == before["revision"]
     done = run(
         "resolve",
         execution,

@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 import click
 
-from phronomy_fsm.errors import AgentOwnedError, PhronomyError
+from phronomy_fsm.errors import AgentOwnedError, ConfigurationError, PhronomyError
 
 RESTING = (
     "approval_required",
@@ -54,6 +54,9 @@ def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise click.BadParameter(f"expected MODULE:FACTORY, got {spec!r}", param_hint="--app")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        # like `python -m`: the application's module is usually in the working directory
+        sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
@@ -64,6 +67,25 @@ def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
     if not callable(factory):
         raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="--app")
     return factory  # type: ignore[no-any-return]
+
+
+def _call_factory(
+    factory: Callable[[str, str], dict[str, Any]], app: str, agent_id: str, db: str
+) -> dict[str, Any]:
+    """``factory(agent_id, db)``, its failure turned into a ConfigurationError that
+    names the factory (the CLI reports it as one ``error:`` line, not a traceback)."""
+    try:
+        options = factory(agent_id, db)
+    except Exception as exc:  # application code: reported, not re-raised
+        raise ConfigurationError(
+            f"--app {app} failed for agent {agent_id!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(options, dict):
+        raise ConfigurationError(
+            f"--app {app} must return a dict of Agent.load keyword arguments, "
+            f"got {type(options).__name__}"
+        )
+    return options
 
 
 class _Watcher:
@@ -89,23 +111,28 @@ class _Watcher:
         after: int,
         timeout: float,
         stop: Callable[[], bool] = lambda: False,
+        newer_than: int | None = None,
     ) -> Any:
+        """The last resting event of ``execution_id`` among the events from index
+        ``after`` on, waiting up to ``timeout`` s (or until ``stop()``) for one; None if
+        there is none. ``newer_than`` skips resolution requests at or below that
+        execution revision (the announcement that a resolution answers may still be
+        on its way when the resolution is sent)."""
+
+        def resting(e: Any) -> bool:
+            if e.execution_id != execution_id or e.type not in RESTING:
+                return False
+            return not (
+                newer_than is not None
+                and e.type == "recovery_resolution_required"
+                and e.payload["execution_revision"] <= newer_than
+            )
+
         with self.cond:
             self.cond.wait_for(
-                lambda: (
-                    stop()
-                    or any(
-                        e.execution_id == execution_id and e.type in RESTING
-                        for e in self.events[after:]
-                    )
-                ),
-                timeout,
+                lambda: stop() or any(resting(e) for e in self.events[after:]), timeout
             )
-            rest = [
-                e
-                for e in self.events[after:]
-                if e.execution_id == execution_id and e.type in RESTING
-            ]
+            rest = [e for e in self.events[after:] if resting(e)]
             return rest[-1] if rest else None
 
 
@@ -196,7 +223,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                     runtime=runtime,
                     on_event=watcher,
                     takeover=takeover,
-                    **factory(agent_id, db),
+                    **_call_factory(factory, app, agent_id, db),
                 )
             except PhronomyError as exc:
                 if isinstance(exc, AgentOwnedError):  # on its own line, above the bar
@@ -345,7 +372,7 @@ def resolve(
             runtime=runtime,
             on_event=watcher,
             takeover=takeover,
-            **factory(execution.agent_id, db),
+            **_call_factory(factory, app, execution.agent_id, db),
         )
         mark = len(watcher.events)
         task = agent.resolve_async(
@@ -357,7 +384,9 @@ def resolve(
             error=error,
         )
         task.add_done_callback(watcher.poke)
-        rest = watcher.wait_rest(execution_id, mark, wait_seconds, stop=task.done)
+        rest = watcher.wait_rest(
+            execution_id, mark, wait_seconds, stop=task.done, newer_than=expected_revision
+        )
         if rest is None and task.done() and task.error() is not None:
             task.result()  # the resolution was refused: raise why
         click.echo(json.dumps({"execution_id": execution_id, **_describe(rest)}, sort_keys=True))
