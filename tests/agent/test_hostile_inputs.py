@@ -330,3 +330,69 @@ def test_a_passing_database_lock_mid_run_is_ridden_out(
         _assert_store_consistent(store)
     finally:
         store.close()
+
+
+def test_runtime_close_lets_an_llm_answer_in_flight_land(store: SqliteBarrierStore) -> None:
+    """close() waits for the execution to come to rest: the answer that is on its way
+    is applied and committed, and the caller's task settles."""
+    import time
+
+    runtime = AgentRuntime()
+    provider = ScriptedProvider(
+        [Reply(tool_calls=(("t", {}),), delay_seconds=0.3), Reply(content="late but kept")]
+    )
+    agent = Agent.create(
+        "a", store=store, runtime=runtime, provider=provider, tools=[Tool("t", lambda a, c: 1)]
+    )
+    task = agent.invoke_async("hi")
+    deadline = time.monotonic() + 10
+    while not provider.requests and time.monotonic() < deadline:  # the call is in flight
+        time.sleep(0.005)
+    runtime.close(timeout_seconds=10)
+    assert task.result(1).output == "late but kept"
+    [execution] = store.list_executions()
+    assert execution.status.value == "completed"
+    assert store.agent_owner("a") is None  # and the claim is released
+
+
+def test_agents_opened_from_one_path_share_a_store_closed_with_the_last(
+    tmp_path: Any, runtime: AgentRuntime
+) -> None:
+    import os
+    import threading
+    import time
+
+    path = tmp_path / "shared.db"
+
+    def settle() -> tuple[int, int]:
+        """(open file descriptors, threads) once releases queued on the pool ran."""
+        time.sleep(0.2)
+        return len(os.listdir("/proc/self/fd")), threading.active_count()
+
+    a = Agent.create("a", store=path, runtime=runtime, provider=ScriptedProvider([Reply("a")]))
+    b = Agent.create("b", store=str(path), runtime=runtime, provider=ScriptedProvider([Reply("b")]))
+    assert a.store is b.store  # one writer connection for the file
+    assert Agent.load("a", store=path, runtime=runtime, provider=a.provider) is a
+    a.invoke("hi", wait_seconds=20)
+    a.close()
+    assert not a.store._closed  # b still uses it
+    b.close()
+    deadline = time.monotonic() + 10
+    while not b.store._closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert b.store._closed
+    baseline = settle()
+    for i in range(30):  # create, run and close again and again: nothing accumulates
+        agent = Agent.create(
+            f"c{i}", store=path, runtime=runtime, provider=ScriptedProvider([Reply("c")])
+        )
+        agent.invoke("hi", wait_seconds=20)
+        agent.close()
+    fds, threads = settle()
+    assert fds <= baseline[0] + 3 and threads <= baseline[1] + 3, (baseline, fds, threads)
+    reopened = SqliteBarrierStore(path)
+    try:
+        assert len(reopened.list_agents()) == 32
+        assert all(e.status.value == "completed" for e in reopened.list_executions())
+    finally:
+        reopened.close()
