@@ -15,7 +15,7 @@ Subcommands (each prints one JSON summary line on stdout)::
 ``run`` creates the scenario's agents, starts its execution and drives it (approves or
 rejects when asked, cancels, times out, per scenario). ``recover`` loads every agent
 with an active execution, lets the continuations run, approves suspended executions per
-scenario, starts handoff targets that never started, and answers each
+scenario, loads the targets of handoffs that never started (which starts them), and answers each
 ``recovery_resolution_required`` as an operator would: it consults the effects and LLM
 logs and answers ``succeeded`` with the logged result when the effect is known to have
 happened, ``not_performed`` otherwise (for an ``execution`` subject: ``not_performed``).
@@ -46,7 +46,7 @@ from typing import Any
 
 from crash_scenarios import GUARDS, SCENARIOS, AgentDef, Scenario
 
-from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider, Tool
+from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider, Tool, recovery
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse
 from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.store import SqliteBarrierStore
@@ -399,35 +399,27 @@ class Driver:
             }
         )
 
-    def pending_handoffs(self) -> list[tuple[str, str, str]]:
-        """``(target_agent_id, target_execution_id, message)`` of handed-off executions
-        whose target execution does not exist in the store."""
-        known = {e.execution_id for e in self.store.list_executions()}
-        pending = []
-        for execution in self.store.list_executions(status="handed_off"):
-            handoff = execution.metadata.get("handoff") or {}
-            target = handoff.get("target_execution_id")
-            if target and target not in known:
-                arguments = handoff.get("arguments")
-                message = (
-                    arguments.get("message") if isinstance(arguments, dict) else None
-                ) or str(execution.input)
-                pending.append((handoff["target_agent_id"], target, message))
-        return pending
+    def pending_handoffs(self) -> list[tuple[str, str]]:
+        """``(target_agent_id, target_execution_id)`` of handed-off executions whose
+        target execution does not exist in the store (the library's own scan)."""
+        return [
+            (p.target_agent_id, p.target_execution_id)
+            for p in recovery.pending_handoffs(self.store)
+        ]
 
     def start_handoff_targets(self) -> None:
-        """Start handoff targets the crash left unstarted (what the application does,
-        ``Agent._start_handoff_target`` docstring)."""
-        for agent_id, execution_id, message in self.pending_handoffs():
+        """Load the target agents of handoffs a crash acknowledged but never admitted:
+        ``Agent.load`` starts them (the library's recovery, not this app's)."""
+        for agent_id, execution_id in self.pending_handoffs():
+            if agent_id in self.agents:
+                continue  # loaded already: the library starts it when the agent is idle
             try:
-                agent = self.load(agent_id)
-                task = agent.invoke_async(message, execution_id=execution_id)
+                self.load(agent_id)
             except Exception as exc:  # noqa: BLE001 - reported in the summary
                 self.summary["errors"].append(
                     {"execution_id": execution_id, "error": f"{type(exc).__name__}: {exc}"}
                 )
                 continue
-            self.track(task, agent_id, execution_id, "handoff_target")
             self.summary["handoff_targets_started"].append(execution_id)
 
     def load(self, agent_id: str, active_execution_id: str | None = None) -> Agent:

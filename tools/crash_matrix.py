@@ -153,7 +153,7 @@ def execute(plan: Plan, *, keep_failures: Path | None = None) -> dict[str, Any]:
                     f"resolve {r['subject'].get('type')}: {r['outcome']}"
                     for r in summary.get("resolutions", [])
                 ]
-                actions += ["start handoff target"] * len(
+                actions += ["load handoff target agent"] * len(
                     summary.get("handoff_targets_started", [])
                 )
             if summary is not None and summary.get("settled"):
@@ -497,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument(
-        "--markdown", action="store_true", help="print the per-point table as Markdown"
+        "--markdown", action="store_true", help="print the per-point table as Markdown (after the JSON with --json)"
     )
     parser.add_argument("--quick", action="store_true", help="cover every crash point once (CI)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
@@ -546,9 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         print(json.dumps(report, sort_keys=False))
-    elif args.markdown:
+    if args.markdown:
         print(render_markdown(report))
-    else:
+    if not args.json and not args.markdown:
         print(render_table(report))
     return 0 if not any(report[k] for k in (*INVARIANTS, *EXTRA_CHECKS, "app_errors")) else 1
 

@@ -545,6 +545,19 @@ def test_bad_input_and_configuration_are_typed_errors(store: Any, runtime: Any) 
         )
 
 
+def _hand_off_to_billing(store: Any, runtime: Any, message: str = "invoice question") -> Any:
+    """Create agent "front", whose LLM hands off to "billing" with ``message``, and run
+    it; returns its (handed_off) result."""
+    front = Agent.create(
+        "front",
+        store=store,
+        provider=ScriptedProvider([Reply(tool_calls=(("to_billing", {"message": message}),))]),
+        runtime=runtime,
+        handoffs={"to_billing": "billing"},
+    )
+    return front.invoke("I have an invoice question", wait_seconds=10)
+
+
 def test_handoff_ends_handed_off_and_starts_the_target_under_a_deterministic_id(
     store: Any, runtime: Any
 ) -> None:
@@ -554,16 +567,7 @@ def test_handoff_ends_handed_off_and_starts_the_target_under_a_deterministic_id(
         provider=ScriptedProvider([Reply(content="billing here")]),
         runtime=runtime,
     )
-    front = Agent.create(
-        "front",
-        store=store,
-        provider=ScriptedProvider(
-            [Reply(tool_calls=(("to_billing", {"message": "invoice question"}),))]
-        ),
-        runtime=runtime,
-        handoffs={"to_billing": "billing"},
-    )
-    result = front.invoke("I have an invoice question", wait_seconds=10)
+    result = _hand_off_to_billing(store, runtime)
     assert result.status == "handed_off"
     target_id = result.handoff["target_execution_id"]
     assert target_id.startswith("handoff-target-")
@@ -593,3 +597,64 @@ def test_store_is_consistent_after_every_flow(store: Any, runtime: Any) -> None:
         assert_revisions_consistent(store, execution_id)
     messages = [r for r in journal if r.kind in MESSAGE_KINDS]
     assert all(r.context_candidate for r in messages)
+
+
+def _wait_terminal(store: Any, execution_id: str) -> Any:
+    for _ in range(1000):
+        try:
+            execution = store.load_execution(execution_id)
+        except Exception:  # noqa: BLE001 - not admitted yet
+            execution = None
+        if execution is not None and execution.is_terminal:
+            return execution
+        threading.Event().wait(0.01)
+    raise AssertionError(f"{execution_id} did not end")
+
+
+def test_an_acknowledged_handoff_never_admitted_is_started_when_the_target_loads(
+    store: Any, runtime: Any
+) -> None:
+    """As after a crash between the handoff commit and the target's admission: the
+    target agent is not live when the handoff is acknowledged; loading it (here, or
+    after a restart) starts the handoff under its deterministic id, exactly once."""
+    billing = Agent.create(
+        "billing", store=store, provider=ScriptedProvider([Reply("unused")]), runtime=runtime
+    )
+    billing.close()  # not live: nobody starts the target at the handoff
+    result = _hand_off_to_billing(store, runtime)
+    target_id = result.handoff["target_execution_id"]
+    threading.Event().wait(0.2)
+    assert [e.execution_id for e in store.list_executions(agent_id="billing")] == []
+    provider = ScriptedProvider([Reply("billing here")])
+    loaded = Agent.load("billing", store=store, provider=provider, runtime=runtime)
+    done = _wait_terminal(store, target_id)
+    assert done.output == "billing here" and done.agent_id == "billing"
+    assert provider.requests[0].messages[-1].content == "invoice question"
+    loaded.close()
+    # loading again does not start it a second time
+    Agent.load("billing", store=store, provider=ScriptedProvider([Reply("x")]), runtime=runtime)
+    threading.Event().wait(0.2)
+    assert [e.execution_id for e in store.list_executions(agent_id="billing")] == [target_id]
+
+
+def test_a_handoff_to_a_busy_target_waits_for_its_current_execution(
+    store: Any, runtime: Any
+) -> None:
+    billing = Agent.create(
+        "billing",
+        store=store,
+        provider=ScriptedProvider(
+            [
+                lambda request, i: (
+                    Reply("first", delay_seconds=0.3)
+                    if request.messages[-1].content == "keep billing busy"
+                    else Reply(f"second: {request.messages[-1].content}")
+                )
+            ]
+        ),
+        runtime=runtime,
+    )
+    busy = billing.invoke_async("keep billing busy")
+    target_id = _hand_off_to_billing(store, runtime, "queued").handoff["target_execution_id"]
+    assert busy.result(10).output == "first"
+    assert _wait_terminal(store, target_id).output == "second: queued"

@@ -13,12 +13,14 @@ before any caller is notified (reference §0 rule 2).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import queue
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.agent import durable
 from phronomy_fsm.agent.invocation import Invocation
@@ -44,7 +46,6 @@ from phronomy_fsm.errors import (
     ConfigurationError,
     ConflictError,
     ExecutionRehydrationRequiredError,
-    ExecutionTimeoutError,
     InvalidInputError,
 )
 from phronomy_fsm.runtime.tasks import Task
@@ -52,6 +53,9 @@ from phronomy_fsm.runtime.timers import check_delay
 from phronomy_fsm.store.base import BarrierStore
 from phronomy_fsm.store.ownership import AgentClaim
 from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, ExecutionStatus
+
+if TYPE_CHECKING:
+    from phronomy_fsm.agent.recovery import PendingHandoff
 
 log = logging.getLogger("phronomy_fsm.agent")
 
@@ -184,6 +188,8 @@ class Agent:
         # the lease on a store this process opened from a path (agent/stores.py),
         # released together with the claim
         self._store_lease: str | None = None
+        # handoffs to this agent found unstarted at load (loop thread pops them)
+        self._pending_handoffs: collections.deque[PendingHandoff] = collections.deque()
         self.recovered: Task[AgentResult] | None = None
 
     def __repr__(self) -> str:
@@ -312,7 +318,7 @@ class Agent:
         released by :meth:`close` or :meth:`AgentRuntime.close`. Returning the live
         object claims nothing.
         """
-        from phronomy_fsm.agent.recovery import install_recovered, load_history
+        from phronomy_fsm.agent.recovery import install_recovered, load_history, pending_handoffs
 
         store, lease = open_store(store)
         try:
@@ -357,6 +363,11 @@ class Agent:
                     runtime.agents.pop(key, None)
                 runtime.release_claim(agent)
                 raise
+        # handoffs to this agent that a crash acknowledged but never admitted start
+        # now, one after another, under their deterministic ids (reference §4.6)
+        agent._pending_handoffs.extend(pending_handoffs(store, agent_id))
+        if agent._pending_handoffs:
+            runtime.dispatcher.call_soon(agent._next_pending_handoff)
         return agent
 
     def close(self) -> None:
@@ -511,16 +522,12 @@ class Agent:
         ctx.stream_sink = sink
         self._current = ctx
         self._live[ctx.execution_id] = ctx
+        if timeout_seconds is not None:  # durable from admission on (recovery re-arms it)
+            ctx.deadline_at = self.runtime.now() + timedelta(seconds=timeout_seconds)
         self.runtime.start_admission(self)
         self.runtime.start_execution(ctx)
         if timeout_seconds is not None:
-            error = ExecutionTimeoutError(
-                f"execution {ctx.execution_id} ran past {timeout_seconds} s",
-                execution_id=ctx.execution_id,
-            )
-            ctx.timer = self.runtime.dispatcher.call_later(
-                timeout_seconds, self.runtime.abort, ctx, AbortReason("timeout", error)
-            )
+            self.runtime.arm_deadline(ctx, timeout_seconds)
 
     def approve_async(
         self,
@@ -785,30 +792,55 @@ class Agent:
             m for m in ctx.messages[ctx.base_len :] if m.role in ("user", "assistant", "tool")
         )
 
+    def _next_pending_handoff(self) -> None:
+        """Start the oldest pending handoff found at load when this agent is idle (loop
+        thread; called again after each delivery while some remain)."""
+        if self._closed or self._admission_sid is not None or not self._pending_handoffs:
+            return
+        pending = self._pending_handoffs.popleft()
+        log.info(
+            "agent %s: starting handoff %s from execution %s",
+            self.agent_id,
+            pending.target_execution_id,
+            pending.source_execution_id,
+        )
+        self._begin(
+            pending.text,
+            "invoke",
+            Task("handoff target"),
+            self.timeout_seconds,
+            pending.target_execution_id,
+            None,
+        )
+
     def _start_handoff_target(self, ctx: Invocation) -> None:
         """Start the handoff target's execution under its deterministic id when the
-        target agent is live in this runtime (otherwise the application starts it with
-        ``invoke(..., execution_id=result.handoff['target_execution_id'])``)."""
+        target agent is live in this runtime — at once when it is idle, else after its
+        current execution (otherwise loading the target agent starts it, or the
+        application does with ``invoke(..., execution_id=result.handoff[
+        'target_execution_id'])``)."""
+        from phronomy_fsm.agent.recovery import PendingHandoff
+
         handoff = ctx.handoff or {}
         target = self.runtime.agents.get(
             (store_identity(self.store), str(handoff.get("target_agent_id")))
         )
-        if target is None or target._admission_sid is not None:
+        if target is None:
             return
         message = (
             handoff.get("arguments", {}).get("message")
             if isinstance(handoff.get("arguments"), dict)
             else None
         )
-        text = message or (ctx.filtered_input or str(ctx.raw_input))
-        target._begin(
-            text,
-            "invoke",
-            Task("handoff target"),
-            target.timeout_seconds,
-            handoff["target_execution_id"],
-            None,
+        target._pending_handoffs.append(
+            PendingHandoff(
+                ctx.execution_id,
+                target.agent_id,
+                handoff["target_execution_id"],
+                message or (ctx.filtered_input or str(ctx.raw_input)),
+            )
         )
+        target._next_pending_handoff()
 
 
 class EventStream:

@@ -13,6 +13,7 @@ from them, never the objects themselves (reference §0 rule 1).
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.agent.durable import LLMFact, ToolFact
@@ -157,6 +158,9 @@ class Invocation:
         self.listener_detached = False
         self.callback_failure: BaseException | None = None
         self.timer: Any = None
+        #: wall time at which the execution times out (recorded at admission, re-armed
+        #: by recovery); None without a timeout
+        self.deadline_at: datetime | None = None
         self.stream_sink: Any = None
         self.delivered = False
 

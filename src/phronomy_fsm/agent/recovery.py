@@ -22,6 +22,7 @@ migrations or are parked with reason ``spec_changed`` (issue 6 item 4).
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -32,6 +33,7 @@ from phronomy_fsm.agent.types import LLMResponse, Message, Resolution, ToolCall,
 from phronomy_fsm.errors import (
     ConfigurationError,
     ConflictError,
+    NotFoundError,
     RecoveryResolutionError,
 )
 from phronomy_fsm.generated import agent_session
@@ -367,6 +369,10 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
             runtime.start_execution(
                 ctx, at_state=classification.state, event=classification.event, payload=outcome
             )
+        deadline_at = execution.metadata.get("deadline_at")
+        if isinstance(deadline_at, str):  # the deadline survives the crash (admission)
+            ctx.deadline_at = datetime.fromisoformat(deadline_at)
+            runtime.arm_deadline(ctx, (ctx.deadline_at - runtime.now()).total_seconds())
 
     agent.runtime.dispatcher.call(install).result(30)
 
@@ -624,3 +630,57 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
                 child.result = entry.result
                 child.content = tool_result_text(entry.result)
                 child.journaled = True
+
+
+@attrs.frozen
+class PendingHandoff:
+    """A committed handoff whose target execution was never admitted (reference §4.6:
+    the source's terminal commit names a deterministic target id; a crash between the
+    acknowledgement and the target's admission leaves only that record).
+
+    ``text`` is the input the target starts with: the handoff call's ``message``
+    argument, else the source execution's user message."""
+
+    source_execution_id: str
+    target_agent_id: str
+    target_execution_id: str
+    text: str
+
+
+def pending_handoffs(
+    store: BarrierStore, target_agent_id: str | None = None
+) -> list[PendingHandoff]:
+    """Handed-off executions (of any agent) whose target execution does not exist,
+    oldest first; only those targeting ``target_agent_id`` when given.
+
+    Cost: one scan of the ``handed_off`` executions plus one lookup per candidate
+    (compaction removes old ones). Raises StorageError, SerializationError."""
+    found = []
+    for source in store.list_executions(status=ExecutionStatus.HANDED_OFF.value):
+        handoff = source.metadata.get("handoff")
+        if not isinstance(handoff, dict):
+            continue
+        target, target_id = handoff.get("target_agent_id"), handoff.get("target_execution_id")
+        if not isinstance(target, str) or not isinstance(target_id, str):
+            continue
+        if target_agent_id is not None and target != target_agent_id:
+            continue
+        try:
+            store.load_execution(target_id)
+            continue  # admitted already (whatever became of it)
+        except NotFoundError:
+            pass
+        arguments = handoff.get("arguments")
+        message = arguments.get("message") if isinstance(arguments, dict) else None
+        if not isinstance(message, str) or not message.strip():
+            message = next(
+                (
+                    str(r.content.get("content"))
+                    for r in store.read_journal(source.agent_id, execution_id=source.execution_id)
+                    if r.kind == durable.USER_MESSAGE and isinstance(r.content, dict)
+                ),
+                "",
+            )
+        if message.strip():
+            found.append(PendingHandoff(source.execution_id, target, target_id, message))
+    return found

@@ -37,6 +37,7 @@ from phronomy_fsm.errors import (
     Cancelled,
     ConflictError,
     ExecutionFailedError,
+    ExecutionTimeoutError,
     OutcomeUnknownError,
     PhronomyError,
     StorageError,
@@ -267,6 +268,19 @@ class AgentRuntime:
 
         for ctx in live:
             self.dispatcher.when_quiescent(ctx.execution_id, quiet)
+
+    def arm_deadline(self, ctx: Invocation, delay_seconds: float) -> None:
+        """Abort ``ctx`` with :class:`ExecutionTimeoutError` after ``delay_seconds``
+        (loop thread; at once when not positive). Its ``deadline_at`` is durable from
+        admission, so recovery re-arms the rest of it (:func:`install_recovered`)."""
+        deadline = ctx.deadline_at.isoformat() if ctx.deadline_at is not None else "?"
+        error = ExecutionTimeoutError(
+            f"execution {ctx.execution_id} ran past its deadline ({deadline})",
+            execution_id=ctx.execution_id,
+        )
+        ctx.timer = self.dispatcher.call_later(
+            max(0.0, delay_seconds), self.abort, ctx, AbortReason("timeout", error)
+        )
 
     # ---------------------------------------------------------------- sessions
 
@@ -697,5 +711,7 @@ class AgentRuntime:
                 task.fail(error)
             else:
                 task.fail(error)  # type: ignore[arg-type]
+        if agent._pending_handoffs:  # handoffs to this agent that waited for it
+            agent._next_pending_handoff()
         if outcome == "handed_off" and ctx.handoff is not None:
             agent._start_handoff_target(ctx)

@@ -503,6 +503,11 @@ class AgentSessionHooks:
             metadata={
                 "recovery_contract_version": durable.RECOVERY_CONTRACT_VERSION,
                 "preparation_replayable": agent.preparation_replayable,
+                **(
+                    {"deadline_at": ctx.deadline_at.isoformat()}
+                    if ctx.deadline_at is not None
+                    else {}
+                ),
             },
         )
         records = durable.input_records(agent.agent_id, ctx.execution_id, ctx.raw_input, now)

@@ -186,7 +186,9 @@ def _describe(event: Any) -> dict[str, Any]:
 def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: bool) -> None:
     """Load every agent with an active execution and recover it: continuations run to
     their next resting point, suspended executions wait for approval again, and those
-    whose outcome cannot be proven are listed with their resolution request.
+    whose outcome cannot be proven are listed with their resolution request. Agents
+    that a crash left with an acknowledged but never admitted handoff are loaded too,
+    which starts that handoff.
 
     --app names a factory ``MODULE:FACTORY`` with the signature
     ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword arguments of
@@ -199,6 +201,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
     from tqdm import tqdm
 
     from phronomy_fsm.agent import Agent, AgentRuntime
+    from phronomy_fsm.agent.recovery import pending_handoffs
     from phronomy_fsm.store import SqliteBarrierStore
 
     if not os.path.exists(db):
@@ -209,12 +212,16 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
     summary: list[dict[str, Any]] = []
     try:
         store = SqliteBarrierStore(db)
-        active = store.active_executions()
-        agents = sorted({e.agent_id for e in active})
+        # each agent's active execution, or the first handoff to it that a crash
+        # acknowledged but never admitted (loading the agent starts it)
+        waiting = {e.agent_id: e.execution_id for e in store.active_executions()}
+        for pending in pending_handoffs(store):
+            waiting.setdefault(pending.target_agent_id, pending.target_execution_id)
+        agents = sorted(waiting)
         for agent_id in tqdm(
             agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents
         ):
-            execution = next(e for e in active if e.agent_id == agent_id)
+            execution_id = waiting[agent_id]
             mark = len(watcher.events)
             try:
                 agent = Agent.load(
@@ -231,16 +238,16 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                 summary.append(
                     {
                         "agent_id": agent_id,
-                        "execution_id": execution.execution_id,
+                        "execution_id": execution_id,
                         "state": "not_loaded",
                         "error": str(exc),
                     }
                 )
                 continue
-            rest = watcher.wait_rest(execution.execution_id, mark, wait_seconds)
+            rest = watcher.wait_rest(execution_id, mark, wait_seconds)
             entry = {
                 "agent_id": agent.agent_id,
-                "execution_id": execution.execution_id,
+                "execution_id": execution_id,
                 **_describe(rest),
             }
             summary.append(entry)

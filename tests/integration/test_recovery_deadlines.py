@@ -1,0 +1,87 @@
+"""Recovery restores an execution's deadline (a crash-matrix finding: a recovered
+execution used to run without one): it is recorded at admission and re-armed with what
+is left of it. Real processes killed with SIGKILL at the library's crash points, a
+real SQLite file."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
+from phronomy_fsm.errors import ExecutionTimeoutError
+from phronomy_fsm.store import SqliteBarrierStore
+
+CHILD = textwrap.dedent(
+    """
+    import sys
+    from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
+    agent = Agent.create("a", store=sys.argv[1], provider=ScriptedProvider([Reply("fast")]),
+                         timeout_seconds=float(sys.argv[2]))
+    agent.invoke("hi", wait_seconds=30)
+    """
+)
+
+
+def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
+    env = dict(os.environ, PHRONOMY_CRASH_AT=crash_at)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(db), str(timeout_seconds)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+
+
+def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    _killed_child(db, 2.0, "barrier:admission:after")  # admitted, preparation to replay
+    runtime = AgentRuntime()
+    try:
+        started = time.monotonic()
+        agent = Agent.load(
+            "a",
+            store=db,
+            runtime=runtime,
+            provider=ScriptedProvider([Reply("too late", delay_seconds=20)]),
+        )
+        assert agent.recovered is not None
+        with pytest.raises(ExecutionTimeoutError, match="deadline"):
+            agent.recovered.result(15)
+        assert time.monotonic() - started < 10  # the old deadline, not a fresh 20 s call
+    finally:
+        runtime.close(timeout_seconds=5)
+    store = SqliteBarrierStore(db)
+    try:
+        [execution] = store.list_executions()
+        assert execution.status.value == "failed"
+        assert execution.error is not None and execution.error.type == "ExecutionTimeoutError"
+        assert "deadline_at" in execution.metadata
+    finally:
+        store.close()
+
+
+def test_a_deadline_that_passed_while_down_fires_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "agents.db"
+    _killed_child(db, 0.5, "barrier:admission:after")
+    time.sleep(1.0)  # the deadline passes while no process runs the execution
+    runtime = AgentRuntime()
+    try:
+        agent = Agent.load(
+            "a", store=db, runtime=runtime, provider=ScriptedProvider([Reply("never")])
+        )
+        assert agent.recovered is not None
+        with pytest.raises(ExecutionTimeoutError):
+            agent.recovered.result(15)
+    finally:
+        runtime.close(timeout_seconds=5)
