@@ -497,7 +497,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument(
-        "--markdown", action="store_true", help="print the per-point table as Markdown (after the JSON with --json)"
+        "--markdown",
+        action="store_true",
+        help="print the per-point table as Markdown (after the JSON with --json)",
     )
     parser.add_argument("--quick", action="store_true", help="cover every crash point once (CI)")
     parser.add_argument("--jobs", type=int, default=2, help="runs in parallel (default 2)")
