@@ -17,7 +17,7 @@ from phronomy_fsm.errors import SchemaVersionError, StorageError
 from phronomy_fsm.store import SCHEMA_VERSION, SqliteBarrierStore
 from phronomy_fsm.store.schema import KNOWN_MIGRATIONS
 
-from .helpers import admission
+from .helpers import admission, step
 
 
 def _fingerprint(path: Path) -> tuple[str, int, int]:
@@ -194,3 +194,44 @@ def test_concurrent_first_open_of_a_new_file(tmp_path):
     db = sqlite_utils.Database(str(path))
     assert db["_sqlite_migrations"].count == len(KNOWN_MIGRATIONS)
     db.close()
+
+
+def _wal_size(path: Path) -> int:
+    return os.path.getsize(str(path) + "-wal")
+
+
+def test_the_wal_is_grown_once_then_reused_and_nothing_stored_changes(tmp_path):
+    """docs/store.md "Commit latency": a FULL writer grows a small WAL to
+    wal_prewarm_frames frames and checkpoints it, so commits overwrite it."""
+    path = tmp_path / "s.db"
+    store = SqliteBarrierStore(path, wal_prewarm_frames=300)
+    try:
+        agent, ex = admission(store, "a1", "ex-1")
+        page = store._writer.execute("PRAGMA page_size").fetchone()[0]
+        grown = _wal_size(path)
+        assert grown >= 32 + 300 * (page + 24)
+        commit = step(ex)
+        store.commit(commit)
+        # the checkpoint let the writer start over at the beginning: no growth
+        assert _wal_size(path) == grown
+        assert store._writer.execute("PRAGMA user_version").fetchone()[0] == 0
+        assert store.load_execution("ex-1").revision == 1
+        assert store.load_agent("a1") == agent
+    finally:
+        store.close()
+    with SqliteBarrierStore(path, read_only=True) as again:  # everything reads back
+        assert again.load_execution("ex-1") == commit.execution
+        assert [b.barrier for b in again.barrier_history("ex-1")] == [
+            "admission",
+            "provider_barrier",
+        ]
+
+
+def test_wal_prewarm_is_skipped_when_disabled_or_not_full(tmp_path):
+    for name, options in (
+        ("off.db", {"wal_prewarm_frames": 0}),
+        ("n.db", {"synchronous": "NORMAL"}),
+    ):
+        with SqliteBarrierStore(tmp_path / name, **options) as store:
+            admission(store, "a1", "ex-1")
+            assert _wal_size(tmp_path / name) < 100 * 4096, name
