@@ -72,8 +72,10 @@ def test_close_releases_a_suspended_agent_and_the_closed_object_refuses_to_appro
     agent = Agent.create("a", store=store, runtime=runtime, on_event=events, **options)
     agent.invoke_async("refund please")
     request = events.wait_for("approval_required").payload["request"]
+    wait_until(lambda: store.load_execution(request["execution_id"]).status.value == "suspended")
+    wait_until(lambda: all(ctx.session_id is None for ctx in agent._live.values()))
     agent.close()
-    wait_until(lambda: store.agent_owner("a") is None)
+    assert store.agent_owner("a") is None  # released before close returned
     refused = agent.approve_async(request["execution_id"], approval_request_id=request["id"])
     assert isinstance(refused.error(10), AgentClosedError)
     assert store.load_execution(request["execution_id"]).status.value == "suspended"

@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import re
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -375,20 +376,31 @@ class Agent:
         continues to its end; a suspended one stays durable).
 
         Ownership: the store claim of this process is released once no execution of
-        this agent is running here — at once when none is, else when the last one is
-        delivered or comes to rest (suspended, or waiting for an operator) with no
-        work of it still in flight. Approving, resolving or cancelling through a
-        closed agent whose claim is gone raises AgentClosedError: load it again.
-        Idempotent; any thread.
+        this agent is running here — before ``close`` returns when none is (called
+        off the loop thread; waiting at most the store's busy timeout plus a second),
+        else when the last one is delivered or comes to rest (suspended, or waiting
+        for an operator) with no work of it still in flight. Approving, resolving or
+        cancelling through a closed agent whose claim is gone raises
+        AgentClosedError: load it again. Idempotent; any thread.
         """
         self._closed = True
         with self.runtime.registry_lock:
             self.runtime.agents.pop((store_identity(self.store), self.agent_id), None)
-        if not self.runtime.closed:
-            try:
-                self.runtime.dispatcher.call_soon(self.runtime.release_claim_when_idle, self)
-            except Exception:  # noqa: BLE001 - the loop stopped meanwhile: runtime.close releases
-                log.debug("agent %s: loop stopped before close could release", self.agent_id)
+        if self.runtime.closed:
+            return
+        dispatcher = self.runtime.dispatcher
+        settled = None if dispatcher.is_loop_thread() else threading.Event()
+        try:
+            dispatcher.call_soon(
+                self.runtime.release_claim_when_idle,
+                self,
+                None if settled is None else settled.set,
+            )
+        except Exception:  # noqa: BLE001 - the loop stopped meanwhile: runtime.close releases
+            log.debug("agent %s: loop stopped before close could release", self.agent_id)
+            return
+        if settled is not None:
+            settled.wait(getattr(self.store, "busy_timeout_seconds", 5.0) + 1.0)
 
     def _check_owned(self) -> None:
         """Raise AgentClosedError when this object was closed and gave up its claim."""

@@ -208,7 +208,13 @@ class AgentRuntime:
             agent._claim = claim
             self.claim_holders.add(agent)
 
-    def release_claim(self, agent: Agent, *, blocking: bool = True) -> None:
+    def release_claim(
+        self,
+        agent: Agent,
+        *,
+        blocking: bool = True,
+        on_released: Callable[[], object] | None = None,
+    ) -> None:
         """Release ``agent``'s store claim (docs/operations.md "Who owns an agent"),
         then its lease on a store opened from a path (agent/stores.py: the last lease
         closes that store).
@@ -217,7 +223,9 @@ class AgentRuntime:
         ``blocking``: release on the calling thread (never the loop thread); else
         (loop thread) on the offload pool, or a short-lived thread when the pool has
         no room. A failing release is logged: the row then stays until this process
-        exits and the next claimant takes it over. Never raises.
+        exits and the next claimant takes it over. ``on_released()`` is called once
+        the release is over (whatever its outcome; at once when there is no claim).
+        Never raises.
         """
         with self._claims_lock:
             claim, agent._claim = agent._claim, None
@@ -225,6 +233,8 @@ class AgentRuntime:
             self.claim_holders.discard(agent)
         if claim is None:
             release_store(lease)
+            if on_released is not None:
+                on_released()
             return
         store = agent.store
 
@@ -234,6 +244,8 @@ class AgentRuntime:
             except Exception as exc:  # noqa: BLE001 - logged; the row goes with the process
                 log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
             release_store(lease)  # a store opened from a path closes with its last agent
+            if on_released is not None:
+                on_released()
 
         if blocking:
             release()
@@ -243,31 +255,52 @@ class AgentRuntime:
         except Exception:  # noqa: BLE001 - backpressure or shut down: use a thread
             threading.Thread(target=release, name="phronomy-release", daemon=True).start()
 
-    def release_claim_when_idle(self, agent: Agent) -> None:
+    def release_claim_when_idle(
+        self, agent: Agent, on_settled: Callable[[], object] | None = None
+    ) -> None:
         """Release a closed agent's claim once none of its executions is running here
         (loop thread): every live execution is delivered, or halted (suspended,
         waiting for an operator) with no offloaded work of it still in flight
         (reference §7.5 quiescence). Called by :meth:`Agent.close` and whenever one of
-        its sessions ends; a no-op for an open agent or one without a claim."""
-        if not agent._closed or agent._claim is None:
-            return
+        its sessions ends; a no-op for an open agent or one without a claim.
+
+        ``on_settled()`` is called once this call has done what it can at once: after
+        the release when the agent is idle now, else right away (the release then
+        happens later, when its executions come to rest)."""
+        # ``waiting`` holds on_settled while this call runs: a release that happens
+        # synchronously below settles it when done; otherwise it is settled at the end
+        waiting = [on_settled]
+
+        def take_waiter() -> Callable[[], object] | None:
+            waiter, waiting[0] = waiting[0], None
+            return waiter
+
         live = list(agent._live.values())
-        if any(ctx.session_id is not None for ctx in live):
-            return  # called again when that session ends
-        if not live:
-            self.release_claim(agent, blocking=False)
-            return
-        remaining = [len(live)]
+        if (
+            agent._closed
+            and agent._claim is not None
+            and not any(
+                ctx.session_id is not None
+                for ctx in live  # else: called again when it ends
+            )
+        ):
+            if not live:
+                self.release_claim(agent, blocking=False, on_released=take_waiter())
+            else:
+                remaining = [len(live)]
 
-        def quiet() -> None:
-            remaining[0] -= 1
-            if remaining[0] == 0 and not any(
-                ctx.session_id is not None for ctx in agent._live.values()
-            ):
-                self.release_claim(agent, blocking=False)
+                def quiet() -> None:
+                    remaining[0] -= 1
+                    if remaining[0] == 0 and not any(
+                        ctx.session_id is not None for ctx in agent._live.values()
+                    ):
+                        self.release_claim(agent, blocking=False, on_released=take_waiter())
 
-        for ctx in live:
-            self.dispatcher.when_quiescent(ctx.execution_id, quiet)
+                for ctx in live:
+                    self.dispatcher.when_quiescent(ctx.execution_id, quiet)
+        waiter = take_waiter()
+        if waiter is not None:
+            waiter()
 
     def arm_deadline(self, ctx: Invocation, delay_seconds: float) -> None:
         """Abort ``ctx`` with :class:`ExecutionTimeoutError` after ``delay_seconds``
