@@ -142,14 +142,14 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
     assert len(ledger(db)) == 1  # the refund happened, its result was never applied
     parked = run("demo", "--resume", "--db", str(db), check=False)
     assert (
-        parked.returncode == 1
+        parked.returncode == 3  # needs an operator (README "Exit codes")
         and "needs an operator decision" in parked.stderr
         and "phronomy-fsm resolve" in parked.stderr
     )
     assert len(ledger(db)) == 1  # not re-sent on restart
-    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
-        "recovered"
-    ][0]
+    recovered = run("recover", "--db", str(db), "--app", APP, "--json", check=False)
+    assert recovered.returncode == 3, recovered.stderr  # an execution awaits an operator
+    summary = json.loads(recovered.stdout)["recovered"][0]
     assert (
         summary["state"] == "recovery_required" and summary["subject"]["type"] == "tool_invocation"
     )
@@ -244,9 +244,9 @@ def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: 
         "demo", "--resume", "--db", str(db), crash_at="barrier:terminal_commit:before", check=False
     )
     assert killed.returncode == -signal.SIGKILL
-    summary = json.loads(run("recover", "--db", str(db), "--app", APP, "--json").stdout)[
-        "recovered"
-    ][0]
+    recovered = run("recover", "--db", str(db), "--app", APP, "--json", check=False)
+    assert recovered.returncode == 3, recovered.stderr
+    summary = json.loads(recovered.stdout)["recovered"][0]
     assert summary["subject"]["type"] == "llm_call"
     out = run(
         "resolve",

@@ -2,8 +2,8 @@
 
 Commands live in sibling modules by area (specs, store, agents) and are registered on
 :data:`main`. This package is the only place that turns library errors into exit codes:
-0 success, 1 invalid input or a failed check, 2 usage error (click's own). Diagnostics go
-to stderr.
+0 success, 1 invalid input or a failed check, 2 usage error (click's own), 3 an execution
+needs an operator decision (:mod:`phronomy_fsm.cli._common`). Diagnostics go to stderr.
 """
 
 from __future__ import annotations

@@ -19,20 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import threading
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from phronomy_fsm.cli._common import EXIT_NEEDS_OPERATOR, fail
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
 
 _DB_HELP = "Path of the SQLite store file."
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 def _print_history(store: Any, execution_id: str) -> None:
@@ -79,7 +74,7 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 
     db = db or DEFAULT_DB
     if resume and not os.path.exists(db):
-        _fail(f"no store at {db}; run `phronomy-fsm demo --db {db}` first")
+        fail(f"no store at {db}; run `phronomy-fsm demo --db {db}` first")
     os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
     runtime = AgentRuntime()
     listener = printing_listener(click.echo)
@@ -106,16 +101,16 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             )
         except NotFoundError:
             if resume:
-                _fail(f"no demo agent in {db}; run `phronomy-fsm demo --db {db}` first")
+                fail(f"no demo agent in {db}; run `phronomy-fsm demo --db {db}` first")
             agent = Agent.create(
                 DEMO_AGENT_ID, store=store, runtime=runtime, on_event=on_event, **app
             )
         active = agent.active_execution()
         if resume:
             if active is None:
-                _fail("no demo execution is active; run `phronomy-fsm demo` to start one")
+                fail("no demo execution is active; run `phronomy-fsm demo` to start one")
             if active["state"] == "suspended":
-                _fail(
+                fail(
                     f"execution {active['execution_id']} still waits for approval; run "
                     f"`phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}`"
                 )
@@ -124,12 +119,13 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
                 subject = request.get("subject") or {}
                 kind = subject.get("type", "llm_call")
                 ident = subject.get(f"{kind}_id", "?")
-                _fail(
+                fail(
                     f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.\n"
                     f"subject: {json.dumps(subject, sort_keys=True)}\n"
                     f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
                     f"--app phronomy_fsm.demo:create_app --expected-revision {request.get('execution_revision')} "
-                    f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]"
+                    f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]",
+                    EXIT_NEEDS_OPERATOR,
                 )
             task = agent.recovered
             assert task is not None
@@ -151,7 +147,7 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             settled.wait(wait_seconds)
             active = agent.active_execution()
         if active is None or active["state"] != "suspended":
-            _fail(
+            fail(
                 f"the demo execution did not suspend for approval (state: {active and active['state']})"
             )
         click.echo(f"execution_id: {active['execution_id']}")
@@ -161,7 +157,7 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             " [--reject], then phronomy-fsm demo --resume --db " + db
         )
     except PhronomyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         runtime.close(timeout_seconds=5)
 
@@ -196,11 +192,11 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
     from phronomy_fsm.store import SqliteBarrierStore
 
     if not os.path.exists(db):
-        _fail(f"no store at {db} (the file does not exist)")
+        fail(f"no store at {db} (the file does not exist)")
     try:
         store = SqliteBarrierStore(db)
     except PhronomyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         owner = store.load_execution(execution_id).agent_id
         claim = store.claim_agent(owner, takeover=takeover)
@@ -212,7 +208,7 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
             except PhronomyError as exc:  # the claim goes with this process when it exits
                 click.echo(f"warning: could not release the claim on {owner}: {exc}", err=True)
     except PhronomyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         store.close()
     verb = "rejected" if reject else "approved"

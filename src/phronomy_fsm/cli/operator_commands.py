@@ -27,10 +27,11 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from phronomy_fsm.cli._common import EXIT_FAILED, EXIT_NEEDS_OPERATOR, fail
 from phronomy_fsm.errors import AgentOwnedError, ConfigurationError, PhronomyError
 
 RESTING = (
@@ -42,11 +43,6 @@ RESTING = (
     "timeout",
     "cancelled",
 )
-
-
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
 
 
 def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
@@ -197,7 +193,8 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
 
     An agent owned by a running process (docs/operations.md "Who owns an agent") is
     not loaded: an `error:` line names that process, its entry says `not_loaded`, and
-    the command exits 1; nothing of that agent is written."""
+    the command exits 1; nothing of that agent is written. Otherwise it exits 3 when
+    an execution is left in `recovery_required` (answer it with `resolve`), else 0."""
     from tqdm import tqdm
 
     from phronomy_fsm.agent import Agent, AgentRuntime
@@ -205,7 +202,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
     from phronomy_fsm.store import SqliteBarrierStore
 
     if not os.path.exists(db):
-        _fail(f"no store at {db} (the file does not exist)")
+        fail(f"no store at {db} (the file does not exist)")
     factory = load_factory(app)
     runtime = AgentRuntime()
     watcher = _Watcher()
@@ -252,7 +249,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
             }
             summary.append(entry)
     except PhronomyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         runtime.close(timeout_seconds=5)
     if as_json:
@@ -267,7 +264,9 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                 f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} {json.dumps(extra, sort_keys=True) if extra else ''}".rstrip()
             )
     if any(e["state"] == "not_loaded" for e in summary):
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
+    if any(e["state"] == "recovery_required" for e in summary):
+        sys.exit(EXIT_NEEDS_OPERATOR)
 
 
 def _parse_subject(text: str) -> dict[str, Any]:
@@ -354,7 +353,7 @@ def resolve(
     from phronomy_fsm.store import SqliteBarrierStore
 
     if not os.path.exists(db):
-        _fail(f"no store at {db} (the file does not exist)")
+        fail(f"no store at {db} (the file does not exist)")
     parsed_subject = _parse_subject(subject)
     value: Any = None
     if result is not None:
@@ -398,7 +397,7 @@ def resolve(
             task.result()  # the resolution was refused: raise why
         click.echo(json.dumps({"execution_id": execution_id, **_describe(rest)}, sort_keys=True))
     except PhronomyError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         runtime.close(timeout_seconds=5)
 

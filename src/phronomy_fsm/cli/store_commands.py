@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
+from phronomy_fsm.cli._common import fail
 from phronomy_fsm.errors import NotFoundError, PhronomyError
 from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
 from phronomy_fsm.store.sqlite import SqliteBarrierStore
@@ -25,24 +25,19 @@ from phronomy_fsm.store.sqlite import SqliteBarrierStore
 _DB_HELP = "Path of the SQLite store file."
 
 
-def _fail(message: str) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    sys.exit(1)
-
-
 @contextmanager
 def _open_store(db: str, *, read_only: bool) -> Iterator[SqliteBarrierStore]:
     """Open ``db`` (which must exist); map every library error to exit code 1."""
     if not os.path.exists(db):
-        _fail(f"no store at {db} (the file does not exist)")
+        fail(f"no store at {db} (the file does not exist)")
     try:
         store = SqliteBarrierStore(db, read_only=read_only)
     except (PhronomyError, OSError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         yield store
     except (PhronomyError, OSError, ValueError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     finally:
         store.close()
 
@@ -128,7 +123,7 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
         try:
             ex = store.load_execution(execution_id)
         except NotFoundError:
-            _fail(f"no execution {execution_id} in {db}")
+            fail(f"no execution {execution_id} in {db}")
         barriers = store.barrier_history(execution_id)
         journal = store.execution_journal(execution_id)
     data = _summary(ex)
