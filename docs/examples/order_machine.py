@@ -13,9 +13,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent / "generated"))
 
-from order import TABLE, Hooks  # noqa: E402  (the module phronomy-fsm generated)
+from order import TABLE, Hooks
 
-from phronomy_fsm.runtime import Dispatcher, bind_machine  # noqa: E402
+from phronomy_fsm.runtime import Dispatcher, bind_machine
 
 
 class Order:
