@@ -333,9 +333,16 @@ def test_step_records_carry_every_field(dispatcher: Dispatcher, clock: Any) -> N
 
 def test_draining_refuses_new_sessions_but_lets_events_flow() -> None:
     dispatcher = Dispatcher()
-    binding = bind_machine(compile_table(BASIC), Recorder(HOOKS))
+    hooks = Recorder(HOOKS)
+    binding = bind_machine(compile_table(BASIC), hooks)
     dispatcher.start()
     sid, task = dispatcher.start_session_task(binding, None)
+    # 'go' is only declared in 'a': wait until the auto state 'start' has completed
+    # (its state_completed is a queued turn of its own, reference §1.1)
+    for _ in range(10_000):
+        if ("enter_a", None) in hooks.calls:
+            break
+        threading.Event().wait(0.001)
     stopper = threading.Thread(target=dispatcher.stop, kwargs={"timeout_seconds": 5})
     stopper.start()
     # wait until the stop request is visible, then show admission is closed
