@@ -235,3 +235,45 @@ def test_wal_prewarm_is_skipped_when_disabled_or_not_full(tmp_path):
         with SqliteBarrierStore(tmp_path / name, **options) as store:
             admission(store, "a1", "ex-1")
             assert _wal_size(tmp_path / name) < 100 * 4096, name
+
+
+def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_path):
+    """The prewarm writes at synchronous=OFF must not set off an automatic checkpoint
+    (it would copy other connections' FULL commits into the database file without
+    syncing it), must not wait for another writer's lock, and must leave the writer's
+    settings as they were."""
+    from phronomy_fsm.store.sqlite import prewarm_wal
+
+    path = tmp_path / "s.db"
+    with SqliteBarrierStore(path, wal_prewarm_frames=0) as store:
+        admission(store, "a1", "ex-1")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA busy_timeout=60000")
+    page = conn.execute("PRAGMA page_size").fetchone()[0]
+    # more frames than wal_autocheckpoint (1000): an automatic checkpoint during the
+    # prewarm would restart the WAL and keep it near 1000 frames
+    assert prewarm_wal(conn, str(path) + "-wal", 1500)
+    assert _wal_size(path) >= 32 + 1500 * (page + 24)
+    settings = ("synchronous", "busy_timeout", "wal_autocheckpoint")
+    assert [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in settings] == [2, 60000, 1000]
+    assert not prewarm_wal(conn, str(path) + "-wal", 1500)  # large enough: nothing to do
+    conn.close()
+
+    # another writer holds the lock: the prewarm gives up at once instead of waiting
+    # its busy timeout (60 s here) before the first commit waits its own
+    fresh = tmp_path / "f.db"
+    with SqliteBarrierStore(fresh, wal_prewarm_frames=0) as store:
+        admission(store, "a1", "ex-1")
+    holder = sqlite3.connect(fresh, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    conn = sqlite3.connect(fresh, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout=60000")
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        prewarm_wal(conn, str(fresh) + "-wal", 50)
+    assert [conn.execute(f"PRAGMA {name}").fetchone()[0] for name in settings] == [2, 60000, 1000]
+    holder.execute("ROLLBACK")
+    holder.close()
+    conn.close()
+    with SqliteBarrierStore(fresh, read_only=True) as again:
+        assert again.load_execution("ex-1").revision == 0

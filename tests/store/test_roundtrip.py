@@ -17,7 +17,6 @@ import pytest
 
 from phronomy_fsm.errors import SerializationError
 from phronomy_fsm.store import BarrierCommit, ExecutionStatus
-from phronomy_fsm.store._encode import encode
 from phronomy_fsm.store.records import (
     AgentLifecycle,
     AgentRecord,
@@ -65,7 +64,7 @@ def test_zoneinfo_datetimes_at_the_fold_keep_instant_and_offset():
     assert back.created_at.astimezone(UTC) == AMBIGUOUS_FIRST.astimezone(UTC)
     assert back.updated_at.astimezone(UTC) == AMBIGUOUS_SECOND.astimezone(UTC)
     assert back == attrs.evolve(ex, created_at=FIRST_FIXED, updated_at=SECOND_FIXED)
-    assert to_json(back) == to_json(ex) == encode(ex)
+    assert to_json(back) == to_json(ex)
 
 
 def _full_execution() -> ExecutionRecord:
@@ -156,7 +155,6 @@ def test_json_round_trip_is_exact(record):
         if isinstance(value, datetime):
             assert getattr(back, field.name).utcoffset() == value.utcoffset()
     assert to_json(back) == text  # canonical: stable on re-encoding
-    assert encode(record) == text
 
 
 def test_decoding_is_strict():
@@ -225,10 +223,6 @@ def test_multi_megabyte_payload_round_trips(store):
         )
     )
     assert store.read_journal("a1")[0].content == blob
-
-
-def test_the_hot_path_encoder_is_to_json() -> None:
-    assert encode is to_json
 
 
 @pytest.mark.parametrize(

@@ -14,11 +14,9 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from phronomy_fsm.errors import NotFoundError, StorageError
-from phronomy_fsm.store._encode import encode
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
 from phronomy_fsm.store.records import (
@@ -27,15 +25,10 @@ from phronomy_fsm.store.records import (
     BarrierRecord,
     ExecutionRecord,
     JournalRecord,
+    epoch_ms_to_datetime,
     from_json,
+    to_json,
 )
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def epoch_ms_to_datetime(epoch_ms: int) -> datetime:
-    """UTC datetime of an integer epoch in milliseconds (exact, no float rounding)."""
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
 
 
 class SqliteReads:
@@ -201,7 +194,7 @@ class SqliteReads:
             StorageError: the read failed (the caller must fail closed).
             SerializationError: ``commit`` cannot be encoded.
         """
-        intended = encode(commit.execution)
+        intended = to_json(commit.execution)
         with self._reading("reconcile") as conn:
             row = conn.execute(
                 "SELECT revision, body FROM executions WHERE execution_id=?",

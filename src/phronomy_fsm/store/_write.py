@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 from concurrent.futures import Future
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.errors import (
@@ -28,16 +28,15 @@ from phronomy_fsm.errors import (
     NotFoundError,
     PhronomyError,
 )
-from phronomy_fsm.store._encode import encode
 from phronomy_fsm.store.records import (
     ACTIVE_STATUSES,
     ALLOWED_STATUS_CHANGES,
     BarrierCommit,
     CommitReceipt,
     ExecutionRecord,
+    datetime_to_epoch_ms,
+    to_json,
 )
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 INSERT_EXECUTION = (
     "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active, spec_sha256,"
@@ -77,11 +76,6 @@ def _update_sql(new_status: Any) -> str:
 UPDATE_EXECUTION = {status: _update_sql(status) for status in ALLOWED_STATUS_CHANGES}
 
 
-def datetime_to_epoch_ms(value: datetime) -> int:
-    """Epoch milliseconds of a timezone-aware datetime (truncated)."""
-    return (value - _EPOCH) // timedelta(milliseconds=1)
-
-
 class PreparedBarrier:
     """A barrier commit with everything encoded (canonical JSON, digest, parameters).
 
@@ -102,7 +96,7 @@ class PreparedBarrier:
     def __init__(self, commit: BarrierCommit) -> None:
         self.commit = commit
         ex = commit.execution
-        body = encode(ex)
+        body = to_json(ex)
         digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
         status = ex.status
         active = 1 if status in ACTIVE_STATUSES else 0
@@ -138,7 +132,7 @@ class PreparedBarrier:
         if agent is not None:
             base = agent.journal_head - len(commit.journal)
             self.agent_params = (
-                (agent.revision, agent.lifecycle.value, agent.journal_head, encode(agent)),
+                (agent.revision, agent.lifecycle.value, agent.journal_head, to_json(agent)),
                 (agent.agent_id, agent.revision - 1, base),
             )
             if commit.journal:
@@ -151,16 +145,10 @@ class PreparedBarrier:
                             record.record_id,
                             record.execution_id,
                             record.kind,
-                            encode(record, sequence=seq),
+                            to_json(record, sequence=seq),
                         )
                     )
         self.future: Future[CommitReceipt] | None = None
-
-    @property
-    def single_statement(self) -> bool:
-        """True when the barrier is one statement (no agent root, no journal): it is
-        atomic on its own and needs no savepoint in a group-commit batch."""
-        return self.agent_params is None
 
 
 def apply_barrier(
@@ -402,6 +390,8 @@ def apply_batch(
             j = i + 1
         for k in range(i, j):
             p = batch[k]
+            # a barrier with an agent root (and journal) is several statements: it
+            # needs a savepoint; a single statement is atomic on its own
             savepoint = p.agent_params is not None
             if savepoint:
                 cur.execute("SAVEPOINT barrier")

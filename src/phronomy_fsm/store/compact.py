@@ -107,7 +107,7 @@ def compact_store(
     if older_than_days < 0:
         raise ValueError("older_than_days must not be negative")
     cutoff = now - timedelta(days=older_than_days)
-    from phronomy_fsm.store.sqlite import datetime_to_epoch_ms
+    from phronomy_fsm.store.records import datetime_to_epoch_ms
 
     cutoff_ms = datetime_to_epoch_ms(cutoff)
     with store._reading("compact") as conn:

@@ -37,12 +37,13 @@ import os
 import secrets
 import socket
 import sqlite3
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import attrs
 
 from phronomy_fsm.errors import AgentOwnedError, NotFoundError
+from phronomy_fsm.store.records import epoch_ms_to_datetime
 
 log = logging.getLogger("phronomy_fsm.store")
 
@@ -52,7 +53,6 @@ ALIVE = "alive"
 DEAD = "dead"
 UNVERIFIABLE = "unverifiable"
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PROC = "/proc"
 
 
@@ -290,7 +290,7 @@ def _owner_from_row(row: tuple[Any, ...]) -> OwnerRecord:
         ProcessIdentity(host, pid, start_time, boot_id, namespace),
         token,
         holds,
-        _EPOCH + timedelta(milliseconds=claimed_ms),
+        epoch_ms_to_datetime(claimed_ms),
     )
 
 

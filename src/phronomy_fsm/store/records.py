@@ -18,7 +18,7 @@ import enum
 import hashlib
 import math
 import typing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import attrs
@@ -29,6 +29,20 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 from phronomy_fsm.errors import InvalidStatusTransitionError, SerializationError
 
 T = TypeVar("T")
+
+#: The Unix epoch; the store's integer columns hold milliseconds since it.
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def datetime_to_epoch_ms(value: datetime) -> int:
+    """Epoch milliseconds of a timezone-aware datetime (truncated)."""
+    return (value - EPOCH) // timedelta(milliseconds=1)
+
+
+def epoch_ms_to_datetime(epoch_ms: int) -> datetime:
+    """UTC datetime of an integer epoch in milliseconds (exact, no float rounding)."""
+    return EPOCH + timedelta(milliseconds=epoch_ms)
+
 
 JSON = Any
 
@@ -95,12 +109,11 @@ ALLOWED_STATUS_CHANGES: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
 
 class AgentLifecycle(str, enum.Enum):
     """Lifecycle of the agent root (reference §2.7): barriers set it to active,
-    suspended or idle; ``closed`` agents admit nothing."""
+    suspended or idle."""
 
     IDLE = "idle"
     ACTIVE = "active"
     SUSPENDED = "suspended"
-    CLOSED = "closed"
 
 
 # -------------------------------------------------------------------- value types

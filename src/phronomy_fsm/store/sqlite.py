@@ -39,14 +39,9 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.store import ownership, schema
-from phronomy_fsm.store._reads import SqliteReads, epoch_ms_to_datetime
+from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store._write import (
-    PreparedBarrier,
-    apply_barrier,
-    apply_batch,
-    datetime_to_epoch_ms,
-)
+from phronomy_fsm.store._write import PreparedBarrier, apply_barrier, apply_batch
 from phronomy_fsm.store.base import CompactReport
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
@@ -55,6 +50,8 @@ from phronomy_fsm.store.records import (
     AgentRecord,
     BarrierCommit,
     CommitReceipt,
+    datetime_to_epoch_ms,
+    epoch_ms_to_datetime,
     to_json,
 )
 
@@ -84,10 +81,16 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
 
     How: ``frames`` autocommit writes of ``PRAGMA user_version`` (one page each; the
     store keeps its version in ``meta`` and never reads ``user_version``) at
-    ``synchronous=OFF``, then a PASSIVE checkpoint at FULL (which fsyncs the WAL and
-    the database). Nothing the store holds changes, and a crash part way leaves a
-    valid database: each write is a whole transaction. If a reader elsewhere blocks
-    the checkpoint, the WAL simply keeps growing as it would have.
+    ``synchronous=OFF`` with the automatic checkpoint off (a checkpoint at OFF would
+    copy other connections' FULL commits into the database file without syncing it,
+    and the WAL restart would then overwrite their only synced copy), then a PASSIVE
+    checkpoint at the connection's own level (FULL: the WAL is synced before the copy,
+    the database after it). Nothing the store holds changes, and a crash part way
+    leaves a valid database: each write is a whole transaction. The writes do not wait
+    for locks (busy timeout 0 meanwhile): if another connection is writing, the
+    prewarm stops there and the first commit waits its normal busy timeout. If a
+    reader elsewhere blocks the checkpoint, the WAL simply keeps growing as it would
+    have.
 
     Args:
         conn: the writer connection, in autocommit mode, outside any transaction.
@@ -110,13 +113,19 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     except OSError:
         pass  # no WAL yet: SQLite creates it on the first write
     sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    autocheckpoint = conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+    busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("PRAGMA busy_timeout=0")
     conn.execute("PRAGMA synchronous=OFF")
     try:
         for _ in range(frames):
             conn.execute(f"PRAGMA user_version={int(version)}")
     finally:
         conn.execute(f"PRAGMA synchronous={int(sync)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint={int(autocheckpoint)}")
+        conn.execute(f"PRAGMA busy_timeout={int(busy)}")
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
     return True
 
@@ -228,7 +237,7 @@ class SqliteBarrierStore(SqliteReads):
         finally:
             conn.close()
 
-    def _check_or_create_file(self) -> bool:
+    def _check_or_create_file(self) -> None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -239,7 +248,7 @@ class SqliteBarrierStore(SqliteReads):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
             except FileExistsError:
-                return False  # another process created it meanwhile
+                return  # another process created it meanwhile
             except OSError as exc:
                 raise StorageError(
                     f"cannot create the store {self.path}: {exc}", path=self.path
@@ -248,7 +257,7 @@ class SqliteBarrierStore(SqliteReads):
                 os.fchmod(fd, 0o600)
             finally:
                 os.close(fd)
-            return True
+            return
         except OSError as exc:
             raise StorageError(f"cannot open the store {self.path}: {exc}", path=self.path) from exc
         if not stat.S_ISREG(st.st_mode):
@@ -267,7 +276,6 @@ class SqliteBarrierStore(SqliteReads):
                     path=self.path,
                     sqlite_error="SQLITE_NOTADB",
                 )
-        return False
 
     def _connect(self, uri: str) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -293,7 +301,11 @@ class SqliteBarrierStore(SqliteReads):
             try:
                 prewarm_wal(conn, self.path + "-wal", self.wal_prewarm_frames)
             except sqlite3.Error:
-                pass  # an optimisation only: a busy or read-only WAL is used as it is
+                # an optimisation only (another writer holds the lock, a read-only
+                # WAL): start over on a fresh connection, whatever state it left
+                conn.close()
+                conn = self._connect(self._uri)
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
             self._writer = conn
             self._wcur = conn.cursor()
         return self._wcur
@@ -468,7 +480,8 @@ class SqliteBarrierStore(SqliteReads):
             try:
                 if hook is not None:
                     hook("commit", (commit,))
-                crashpoints.hit(f"barrier:{commit.barrier}:during")
+                if crashpoints.ARMED is not None:
+                    crashpoints.hit(f"barrier:{commit.barrier}:during")
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
