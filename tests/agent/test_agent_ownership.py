@@ -51,12 +51,55 @@ def test_close_keeps_the_claim_while_an_execution_runs(store: Any, events: Event
         runtime.dispatcher.call(lambda: None).result(10)  # close's release check has run
         probe = threading.Event()
         runtime.pool.submit(probe.set)
-        assert probe.wait(10)  # a release queued by close would have run before the probe
+        assert probe.wait(10)  # time for a release wrongly started by close to land
         owner = store.agent_owner("a")
         assert owner is not None and owner.process == current_process()
         gate.set()
         assert task.result(10).status == "completed"
         wait_until(lambda: store.agent_owner("a") is None)
+    finally:
+        gate.set()
+        runtime.close(timeout_seconds=5)
+
+
+def test_close_of_an_idle_agent_releases_even_when_every_worker_is_busy(
+    store: Any, events: Events
+) -> None:
+    # the release must not queue behind another agent's long tool call
+    runtime = AgentRuntime(max_workers=1)
+    gate, started = threading.Event(), threading.Event()
+
+    def slow(arguments: Any, context: Any) -> Any:
+        started.set()
+        gate.wait(30)
+        return {"ok": True}
+
+    busy = Agent.create(
+        "busy",
+        store=store,
+        provider=ScriptedProvider(
+            [Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="ok")]
+        ),
+        runtime=runtime,
+        on_event=events,
+        tools=[make_tool(fn=slow)],
+    )
+    idle = Agent.create(
+        "idle",
+        store=store,
+        provider=ScriptedProvider([Reply(content="unused")]),
+        runtime=runtime,
+        on_event=Events(),
+    )
+    try:
+        task = busy.invoke_async("go")
+        assert started.wait(10)
+        assert store.agent_owner("idle") is not None
+        idle.close()
+        assert store.agent_owner("idle") is None  # released before close returned
+        assert store.agent_owner("busy") is not None
+        gate.set()
+        assert task.result(10).status == "completed"
     finally:
         gate.set()
         runtime.close(timeout_seconds=5)

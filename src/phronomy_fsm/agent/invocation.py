@@ -31,7 +31,7 @@ from phronomy_fsm.store.records import ApprovalRequest, ExecutionRecord, Recover
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent
-    from phronomy_fsm.agent.tools import Authorization, Tool
+    from phronomy_fsm.agent.tools import Tool
     from phronomy_fsm.runtime.tasks import Task
 
 #: Child statuses meaning "preflight not settled yet" (still validating or authorizing).
@@ -51,7 +51,6 @@ class ToolInvocation:
 
     __slots__ = (
         "arguments",
-        "authorization",
         "call",
         "content",
         "error",
@@ -84,7 +83,6 @@ class ToolInvocation:
         self.result: Any = None
         self.content: str | None = None
         self.status = "pending"
-        self.authorization: Authorization | None = None
         self.rejected_by: str | None = None
         self.session_id: int | None = None
         self.journaled = False
@@ -127,8 +125,6 @@ class Invocation:
         self.messages: list[Message] = []
         self.base_len = 0
         self.filtered_input: str | None = None
-        self.input_blocked: str | None = None
-        self.output_blocked: str | None = None
         self.output: str | None = None
         self.usage = Usage()
         self.llm_facts: list[LLMFact] = []
@@ -138,7 +134,6 @@ class Invocation:
         self.children: list[ToolInvocation] = []
         self.approval_request: ApprovalRequest | None = None
         self.approval_decision: ApprovalDecision | None = None
-        self.human_rejection = False
         self.resolution: Resolution | None = None
         self.recovery: RecoveryDescriptor | None = None
         self.outcome: str | None = (
@@ -156,7 +151,6 @@ class Invocation:
         self.resolvers: list[Task[Any]] = []
         self.recovery_announcement: dict[str, Any] | None = None
         self.listener_detached = False
-        self.callback_failure: BaseException | None = None
         self.timer: Any = None
         #: wall time at which the execution times out (recorded at admission, re-armed
         #: by recovery); None without a timeout

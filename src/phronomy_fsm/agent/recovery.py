@@ -29,6 +29,7 @@ import attrs
 
 from phronomy_fsm.agent import durable
 from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
+from phronomy_fsm.agent.tools import tool_result_text
 from phronomy_fsm.agent.types import LLMResponse, Message, Resolution, ToolCall, Usage
 from phronomy_fsm.errors import (
     ConfigurationError,
@@ -311,8 +312,6 @@ def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[A
         child.result = entry.result
         child.error = entry.error
         if entry.status == "completed" and entry.result is not None:
-            from phronomy_fsm.agent.tools import tool_result_text
-
             child.content = tool_result_text(entry.result)
         child.journaled = any(
             r.kind == durable.TOOL_MESSAGE and r.tool_invocation_id == entry.tool_invocation_id
@@ -546,7 +545,6 @@ def resolution_commit(
     else:
         tool_id = subject["tool_invocation_id"]
         entry = next(e for e in execution.tool_batch if e.tool_invocation_id == tool_id)
-        from phronomy_fsm.agent.tools import tool_result_text
 
         tool_fact = durable.ToolFact(
             tool_id,
@@ -624,8 +622,6 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
                 and entry.status == "completed"
                 and child.status != "completed"
             ):
-                from phronomy_fsm.agent.tools import tool_result_text
-
                 child.status = "completed"
                 child.result = entry.result
                 child.content = tool_result_text(entry.result)

@@ -221,9 +221,10 @@ class AgentRuntime:
 
         The claim is taken from the agent first, so it is released at most once.
         ``blocking``: release on the calling thread (never the loop thread); else
-        (loop thread) on the offload pool, or a short-lived thread when the pool has
-        no room. A failing release is logged: the row then stays until this process
-        exits and the next claimant takes it over. ``on_released()`` is called once
+        (loop thread) on a short-lived thread of its own, which also retries a store
+        that stays locked after each delay of :data:`BUSY_RETRY_DELAYS`. A failing
+        release is logged: the row then stays until this process exits and the next
+        claimant takes it over. ``on_released()`` is called once
         the release is over (whatever its outcome; at once when there is no claim).
         Never raises.
         """
@@ -238,11 +239,20 @@ class AgentRuntime:
             return
         store = agent.store
 
-        def release() -> None:
-            try:
-                store.release_agent(claim.agent_id, claim.owner_token)
-            except Exception as exc:  # noqa: BLE001 - logged; the row goes with the process
-                log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
+        def release(retry_delays: tuple[float, ...] = ()) -> None:
+            delays = iter(retry_delays)
+            while True:
+                try:
+                    store.release_agent(claim.agent_id, claim.owner_token)
+                    break
+                except Exception as exc:  # noqa: BLE001 - logged; the row goes with the process
+                    delay = next(delays, None) if _is_busy(exc) else None
+                    if delay is None:
+                        log.warning(
+                            "agent %s: could not release its claim: %r", claim.agent_id, exc
+                        )
+                        break
+                    time.sleep(delay)  # a passing lock: try again
             release_store(lease)  # a store opened from a path closes with its last agent
             if on_released is not None:
                 on_released()
@@ -250,10 +260,11 @@ class AgentRuntime:
         if blocking:
             release()
             return
-        try:
-            self.pool.submit(release, name="ownership-release", on_full="raise")
-        except Exception:  # noqa: BLE001 - backpressure or shut down: use a thread
-            threading.Thread(target=release, name="phronomy-release", daemon=True).start()
+        # its own thread, never the offload pool: a release must not queue behind
+        # long tool calls (Agent.close waits for it); a passing lock is retried
+        threading.Thread(
+            target=release, args=(BUSY_RETRY_DELAYS,), name="phronomy-release", daemon=True
+        ).start()
 
     def release_claim_when_idle(
         self, agent: Agent, on_settled: Callable[[], object] | None = None
@@ -410,22 +421,11 @@ class AgentRuntime:
 
     # ------------------------------------------------------------------ children
 
-    def start_child(self, child: ToolInvocation) -> None:
-        """Start a tool invocation session (validation and authorization)."""
-        child.session_id = self.dispatcher.start_session(
-            self.tool_binding,
-            child,
-            group=child.parent.execution_id,
-            on_done=lambda result, error: self._child_done(child, result, error),
-        )
-
-    def resume_child(self, child: ToolInvocation, at_state: str, event: str) -> None:
-        """Resume a halted tool invocation with ``event`` (dispatch, approve, reject, cancel)."""
-        child.status = "running" if event == "dispatch" else "pending"
-        self.start_child_at(child, at_state, event)
-
-    def start_child_at(self, child: ToolInvocation, at_state: str, event: str) -> None:
-        """A new incarnation of a tool invocation session at ``at_state``."""
+    def start_child(
+        self, child: ToolInvocation, at_state: str | None = None, event: str | None = None
+    ) -> None:
+        """Start a tool invocation session: from its initial state (validation and
+        authorization), or as a new incarnation at ``at_state`` fired with ``event``."""
         child.session_id = self.dispatcher.start_session(
             self.tool_binding,
             child,
@@ -434,6 +434,11 @@ class AgentRuntime:
             group=child.parent.execution_id,
             on_done=lambda result, error: self._child_done(child, result, error),
         )
+
+    def resume_child(self, child: ToolInvocation, at_state: str, event: str) -> None:
+        """Resume a halted tool invocation with ``event`` (dispatch, approve, reject, cancel)."""
+        child.status = "running" if event == "dispatch" else "pending"
+        self.start_child(child, at_state, event)
 
     def _child_done(
         self, child: ToolInvocation, result: SessionResult | None, error: BaseException | None
@@ -494,7 +499,6 @@ class AgentRuntime:
             if terminal or type_ in ("approval_required", "recovery_resolution_required"):
                 return exc
             ctx.listener_detached = True
-            ctx.callback_failure = exc
             error = StreamCallbackError(
                 f"the event listener raised on {type_!r}: {exc!r}", execution_id=ctx.execution_id
             )
@@ -714,7 +718,7 @@ class AgentRuntime:
             )
             if outcome == "cancelled" and not isinstance(error, Cancelled):
                 error = Cancelled(str(error) or "cancelled")
-            event_type = {"cancelled": "cancelled"}.get(outcome, "error")
+            event_type = "cancelled" if outcome == "cancelled" else "error"
             if ctx.abort is not None and ctx.abort.kind == "timeout":
                 event_type = "timeout"
             payload = {
@@ -740,8 +744,6 @@ class AgentRuntime:
         for task in waiters:
             if result is not None:
                 task.complete(result)
-            elif isinstance(error, Cancelled):
-                task.fail(error)
             else:
                 task.fail(error)  # type: ignore[arg-type]
         if agent._pending_handoffs:  # handoffs to this agent that waited for it

@@ -305,7 +305,6 @@ class AgentSessionHooks:
         with ``dispatch``, reference §4.3)."""
         for child in ctx.children:
             if child.status == "authorized":
-                child.status = "running"
                 self.runtime.resume_child(child, "authorized", "dispatch")
 
     def record_tool_results(self, ctx: Invocation, payload: Any) -> None:
@@ -344,7 +343,7 @@ class AgentSessionHooks:
         ctx.approvers.clear()
         decisions: dict[str, bool] = execution.metadata.get("approval_decisions", {})
         whole = bool(execution.metadata.get("approval_global", True))
-        ctx.human_rejection = whole and not any(decisions.values())
+        human_rejection = whole and not any(decisions.values())
         for child in ctx.children:
             if child.status == "awaiting_approval":
                 approved = decisions.get(child.tool_invocation_id, False)
@@ -353,7 +352,7 @@ class AgentSessionHooks:
                 self.runtime.resume_child(
                     child, "awaiting_approval", "approve" if approved else "reject"
                 )
-            elif child.status == "authorized" and ctx.human_rejection:
+            elif child.status == "authorized" and human_rejection:
                 child.status = "cancelled"
         ctx.approval_decision = None
 
