@@ -280,3 +280,21 @@ def test_killed_on_the_way_to_suspension_comes_back_waiting(tmp_path: Path, poin
     run("approve", execution, "--request", request, "--db", str(db))
     assert "status: completed" in run("demo", "--resume", "--db", str(db)).stdout
     assert len(ledger(db)) == 1
+
+
+def test_resume_after_a_crash_at_admission_stops_at_the_approval(tmp_path: Path) -> None:
+    # the recovered continuation comes to rest waiting for approval: --resume says so
+    # and names the request instead of waiting for an end that needs a person
+    db = tmp_path / "demo.db"
+    killed = run("demo", "--db", str(db), crash_at="barrier:admission:after", check=False)
+    assert killed.returncode == -signal.SIGKILL
+    resumed = run("demo", "--resume", "--db", str(db), "--wait-seconds", "60")
+    assert "approval_request_id: " in resumed.stdout and "next: phronomy-fsm approve" in (
+        resumed.stdout
+    )
+    execution = next(
+        line.split(": ", 1)[1]
+        for line in resumed.stdout.splitlines()
+        if line.startswith("execution_id: ")
+    )
+    assert show(db, execution)["status"] == "suspended"

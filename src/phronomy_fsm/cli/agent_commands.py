@@ -20,11 +20,11 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
-from phronomy_fsm.cli._common import EXIT_NEEDS_OPERATOR, fail
+from phronomy_fsm.cli._common import EXIT_NEEDS_OPERATOR, fail, open_store
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
 
 _DB_HELP = "Path of the SQLite store file."
@@ -115,22 +115,25 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
                     f"`phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}`"
                 )
             if active["state"] == "recovery_required":
-                request = active["recovery"] or {}
-                subject = request.get("subject") or {}
-                kind = subject.get("type", "llm_call")
-                ident = subject.get(f"{kind}_id", "?")
-                fail(
-                    f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.\n"
-                    f"subject: {json.dumps(subject, sort_keys=True)}\n"
-                    f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
-                    f"--app phronomy_fsm.demo:create_app --expected-revision {request.get('execution_revision')} "
-                    f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]",
-                    EXIT_NEEDS_OPERATOR,
-                )
+                _needs_operator(active, db)
             task = agent.recovered
             assert task is not None
+            # the end, or the continuation comes to rest waiting for someone
+            task.add_done_callback(lambda _: settled.set())
+            settled.wait(wait_seconds)
+            if not task.done():
+                now = agent.active_execution()
+                if now is not None and now["state"] == "recovery_required":
+                    _needs_operator(now, db)
+                if now is not None and now["state"] == "suspended":
+                    _print_approval(now, db)
+                    return
+                fail(
+                    f"execution {active['execution_id']} is still running after {wait_seconds} s; "
+                    "see `phronomy-fsm executions show` and run `phronomy-fsm demo --resume` again"
+                )
             try:
-                result = task.result(wait_seconds)
+                result = task.result(0)
                 click.echo(f"answer: {result.output}" if result.output else "answer: (none)")
                 click.echo(f"status: {result.status}")
             except PhronomyError as exc:
@@ -146,20 +149,44 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             click.echo(f"recovered execution {active['execution_id']}; continuing it")
             settled.wait(wait_seconds)
             active = agent.active_execution()
+        if active is not None and active["state"] == "recovery_required":
+            _needs_operator(active, db)
         if active is None or active["state"] != "suspended":
             fail(
                 f"the demo execution did not suspend for approval (state: {active and active['state']})"
             )
-        click.echo(f"execution_id: {active['execution_id']}")
-        click.echo(f"approval_request_id: {active['approval_request_id']}")
-        click.echo(
-            f"next: phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}"
-            " [--reject], then phronomy-fsm demo --resume --db " + db
-        )
+        _print_approval(active, db)
     except PhronomyError as exc:
         fail(str(exc))
     finally:
         runtime.close(timeout_seconds=5)
+
+
+def _print_approval(active: dict[str, Any], db: str) -> None:
+    """The suspended demo execution's ids and the commands that continue it."""
+    click.echo(f"execution_id: {active['execution_id']}")
+    click.echo(f"approval_request_id: {active['approval_request_id']}")
+    click.echo(
+        f"next: phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}"
+        " [--reject], then phronomy-fsm demo --resume --db " + db
+    )
+
+
+def _needs_operator(active: dict[str, Any], db: str) -> NoReturn:
+    """Exit 3 with the resolution request of an execution in recovery_required and the
+    ``resolve`` command that answers it (reference §6.6)."""
+    request = active["recovery"] or {}
+    subject = request.get("subject") or {}
+    kind = subject.get("type", "llm_call")
+    ident = subject.get(f"{kind}_id", "?")
+    fail(
+        f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.\n"
+        f"subject: {json.dumps(subject, sort_keys=True)}\n"
+        f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
+        f"--app phronomy_fsm.demo:create_app --expected-revision {request.get('execution_revision')} "
+        f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]",
+        EXIT_NEEDS_OPERATOR,
+    )
 
 
 @click.command("approve")
@@ -189,15 +216,7 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
     agent"): this command claims it for the decision and releases it after; if a live
     process owns it, nothing is written and the command fails — approve through that
     process, or stop it first."""
-    from phronomy_fsm.store import SqliteBarrierStore
-
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
-    try:
-        store = SqliteBarrierStore(db)
-    except PhronomyError as exc:
-        fail(str(exc))
-    try:
+    with open_store(db) as store:
         owner = store.load_execution(execution_id).agent_id
         claim = store.claim_agent(owner, takeover=takeover)
         try:
@@ -207,10 +226,6 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
                 store.release_agent(owner, claim.owner_token)
             except PhronomyError as exc:  # the claim goes with this process when it exits
                 click.echo(f"warning: could not release the claim on {owner}: {exc}", err=True)
-    except PhronomyError as exc:
-        fail(str(exc))
-    finally:
-        store.close()
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {revision}")
     click.echo(

@@ -31,7 +31,7 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import EXIT_FAILED, EXIT_NEEDS_OPERATOR, fail
+from phronomy_fsm.cli._common import EXIT_FAILED, EXIT_NEEDS_OPERATOR, fail, require_store_file
 from phronomy_fsm.errors import AgentOwnedError, ConfigurationError, PhronomyError
 
 RESTING = (
@@ -201,8 +201,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
     from phronomy_fsm.agent.recovery import pending_handoffs
     from phronomy_fsm.store import SqliteBarrierStore
 
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
+    require_store_file(db)
     factory = load_factory(app)
     runtime = AgentRuntime()
     watcher = _Watcher()
@@ -352,8 +351,7 @@ def resolve(
     from phronomy_fsm.agent import Agent, AgentRuntime
     from phronomy_fsm.store import SqliteBarrierStore
 
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
+    require_store_file(db)
     parsed_subject = _parse_subject(subject)
     value: Any = None
     if result is not None:

@@ -25,9 +25,11 @@ import sys
 import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
+from phronomy_fsm.cli._common import fail
 from phronomy_fsm.errors import PhronomyError, ProjectConfigError, SpecError
 from phronomy_fsm.project import ProjectConfig, find_pyproject, load_project_config
 from phronomy_fsm.spec.issues import SpecIssue
@@ -70,9 +72,8 @@ def _echo_issues(issues: Iterable[SpecIssue]) -> None:
         click.echo(render_issue(issue), err=True)
 
 
-def _fail(message: str) -> None:
-    click.echo(f"error: {one_line(message)}", err=True)
-    raise click.exceptions.Exit(1)
+def _fail(message: str) -> NoReturn:
+    fail(one_line(message))
 
 
 @contextlib.contextmanager

@@ -10,36 +10,15 @@ execution not found, storage error); 2 usage (click). Diagnostics go to stderr a
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import fail
-from phronomy_fsm.errors import NotFoundError, PhronomyError
+from phronomy_fsm.cli._common import fail, open_store
+from phronomy_fsm.errors import NotFoundError
 from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
-from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
 _DB_HELP = "Path of the SQLite store file."
-
-
-@contextmanager
-def _open_store(db: str, *, read_only: bool) -> Iterator[SqliteBarrierStore]:
-    """Open ``db`` (which must exist); map every library error to exit code 1."""
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
-    try:
-        store = SqliteBarrierStore(db, read_only=read_only)
-    except (PhronomyError, OSError, ValueError) as exc:
-        fail(str(exc))
-    try:
-        yield store
-    except (PhronomyError, OSError, ValueError) as exc:
-        fail(str(exc))
-    finally:
-        store.close()
 
 
 def _json_of(record: Any) -> Any:
@@ -83,7 +62,7 @@ def list_command(
     db: str, status: str | None, agent_id: str | None, limit: int | None, as_json: bool
 ) -> None:
     """List executions (oldest first) with their status, phase and revision."""
-    with _open_store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         rows = store.list_executions(agent_id=agent_id, status=status, limit=limit)
     if as_json:
         _emit_json([_summary(ex) for ex in rows])
@@ -119,7 +98,7 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
     active, created_at, updated_at, barriers (list), journal (list) and execution
     (the full stored record).
     """
-    with _open_store(db, read_only=True) as store:
+    with open_store(db, read_only=True) as store:
         try:
             ex = store.load_execution(execution_id)
         except NotFoundError:
@@ -197,7 +176,7 @@ def store_group() -> None:
 def compact_command(db: str, older_than_days: float, archive: str | None, as_json: bool) -> None:
     """Remove (or archive) old terminal executions and their barrier rows; active
     executions and the agents' journals are kept; the WAL is checkpointed (TRUNCATE)."""
-    with _open_store(db, read_only=False) as store:
+    with open_store(db, read_only=False) as store:
         report = store.compact(older_than_days=older_than_days, archive_path=archive)
     if as_json:
         _emit_json(report.to_dict())
