@@ -28,7 +28,7 @@ import jinja2
 
 from phronomy_fsm.errors import GenerationError, SpecError
 from phronomy_fsm.spec.issues import SpecIssue
-from phronomy_fsm.spec.model import STATE_COMPLETED, BarrierSpec, EventSpec, MachineSpec, StateKind
+from phronomy_fsm.spec.model import BarrierSpec, MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file, validate_spec
 
 TEMPLATE_NAME = "machine.py.j2"
@@ -210,16 +210,7 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
     in the header (relative, posix form).
     """
     used_rows: set[str] = {"EventRow", "MachineTable", "StateRow", "TransitionRow"}
-    events = list(spec.events)
-    if STATE_COMPLETED not in {e.name for e in events} and any(
-        s.kind is StateKind.AUTO for s in spec.states
-    ):
-        events.insert(
-            0,
-            EventSpec(
-                STATE_COMPLETED, description="posted by the engine after an auto state's entry work"
-            ),
-        )
+    events = spec.effective_events()
 
     state_rows = []
     for state in spec.states:
@@ -298,18 +289,7 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
             )
         )
 
-    guards = sorted({t.guard.name for t in spec.transitions if t.guard})
-    actions = sorted(
-        {a for t in spec.transitions for a in t.actions} | {a for s in spec.states for a in s.entry}
-    )
-    offloads = sorted(
-        {s.offload.hook for s in spec.states if s.offload}
-        | {t.offload.hook for t in spec.transitions if t.offload}
-    )
-    barriers = sorted(
-        {s.barrier.name for s in spec.states if s.barrier}
-        | {t.barrier.name for t in spec.transitions if t.barrier}
-    )
+    guards, actions, offloads, barriers = spec.hook_names()
     hooks = []
     uses = _hook_uses(spec)
     for names, returns, role in (

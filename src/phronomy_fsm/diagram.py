@@ -42,8 +42,6 @@ RECOVERY_STATE = "recovery_required"
 
 #: Image formats :func:`render_image` produces through the ``dot`` binary.
 IMAGE_FORMATS = ("svg", "png")
-#: Every format the ``diagram`` command accepts.
-FORMATS = ("dot", "svg", "png", "mermaid")
 
 #: Node fill and border per state kind (DOT colours; Mermaid reuses them).
 _KIND_STYLE: dict[StateKind, dict[str, str]] = {
@@ -507,7 +505,7 @@ def render_mermaid(diagram: Diagram, *, with_actions: bool = True) -> str:
     if diagram.initial is not None:
         out.append(f"    [*] --> {mermaid_id(diagram.initial)}")
     for edge in diagram.edges:
-        label = " / ".join(edge.label_lines(with_actions=with_actions)[:1])
+        label = edge.title
         if with_actions and edge.actions:
             label += " do " + ", ".join(edge.actions)
         out.append(

@@ -37,9 +37,6 @@ from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.model import MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file
 
-#: Suffixes written per machine, in the order they are produced.
-SUFFIXES = (".dot", ".mmd", ".svg")
-
 
 @attrs.frozen
 class DiagramFile:
@@ -136,7 +133,7 @@ def write_diagrams(
             current = _read(path)
             reason = "missing" if current is None else "" if current == data else "differs"
             if reason:
-                pending.append((path, functools.partial(bytes, data)))
+                pending.append((path, _constant(data)))
             files.append(DiagramFile(spec.machine, path, bool(reason), reason))
         path = out / f"{spec.machine}.svg"
         current = _read(path)
@@ -160,6 +157,11 @@ def write_diagrams(
         for path, data in contents:
             _write(path, data)
     return DiagramReport(tuple(files), tuple(issues))
+
+
+def _constant(data: bytes) -> Callable[[], bytes]:
+    """A producer of already-rendered bytes (no copy)."""
+    return lambda: data
 
 
 def _read(path: Path) -> bytes | None:

@@ -78,11 +78,6 @@ class GenerationError(PhronomyError):
     error, an unwritable output folder)."""
 
 
-class StaleOutputError(PhronomyError):
-    """``generate --check`` or the diagram freshness check found checked-in output that
-    differs from what the specs produce now; ``paths`` lists the stale files."""
-
-
 class ProjectConfigError(PhronomyError):
     """The ``[tool.phronomy_fsm]`` table of a ``pyproject.toml`` is missing, unreadable
     or malformed (``path`` names the file, ``key`` the offending key when there is one),
@@ -277,10 +272,6 @@ class RecoveryResolutionError(AgentError):
 class LLMError(AgentError):
     """The LLM provider failed (HTTP error, protocol error, timeout, malformed tool-call
     JSON). Drives the session to ``failed``."""
-
-
-class ToolError(AgentError):
-    """A tool failed, was unknown, or received invalid arguments."""
 
 
 class InvalidInputError(AgentError):

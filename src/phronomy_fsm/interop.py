@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.errors import MissingDependencyError
-from phronomy_fsm.spec.model import STATE_COMPLETED, EventSpec, MachineSpec, StateKind
+from phronomy_fsm.spec.model import STATE_COMPLETED, MachineSpec
 from phronomy_fsm.table import (
     FINAL,
     BarrierRow,
@@ -72,16 +72,8 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
     spec has auto states and does not declare ``state_completed``, the event is added
     first, as the generator does. Raises ``IndexError`` when no state is initial.
     """
-    events = list(spec.events)
-    if STATE_COMPLETED not in {e.name for e in events} and any(
-        s.kind is StateKind.AUTO for s in spec.states
-    ):
-        events.insert(
-            0,
-            EventSpec(
-                STATE_COMPLETED, description="posted by the engine after an auto state's entry work"
-            ),
-        )
+    events = spec.effective_events()
+    guards, actions, offload_hooks, barrier_names = spec.hook_names()
 
     def offload(o: Any) -> OffloadRow | None:
         return OffloadRow(o.hook, o.completed, o.failed) if o is not None else None
@@ -118,8 +110,6 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
         )
         for t in spec.transitions
     )
-    offloads = [s.offload for s in states] + [t.offload for t in transitions_]
-    barriers = [s.barrier for s in states] + [t.barrier for t in transitions_]
     return MachineTable(
         machine=spec.machine,
         version=spec.version,
@@ -128,14 +118,10 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
         states=states,
         events=tuple(EventRow(e.name, e.payload, e.unhandled.value, e.description) for e in events),
         transitions=transitions_,
-        guards=tuple(sorted({t.guard for t in transitions_ if t.guard})),
-        actions=tuple(
-            sorted(
-                {a for t in transitions_ for a in t.actions} | {a for s in states for a in s.entry}
-            )
-        ),
-        offload_hooks=tuple(sorted({o.hook for o in offloads if o is not None})),
-        barriers=tuple(sorted({b.name for b in barriers if b is not None})),
+        guards=guards,
+        actions=actions,
+        offload_hooks=offload_hooks,
+        barriers=barrier_names,
         migrations=tuple(
             MigrationRow(m.from_version, m.from_sha256, m.rename_states) for m in spec.migrations
         ),

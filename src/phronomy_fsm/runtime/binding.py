@@ -48,14 +48,12 @@ class Row:
         "internal",
         "negated",
         "offload",
-        "source",
         "target",
     )
 
     def __init__(self) -> None:
         self.index = 0
         self.event = ""
-        self.source = ""
         self.target: Node | None = None
         self.guard: Hook | None = None
         self.guard_name: str | None = None
@@ -259,7 +257,6 @@ def bind_machine(
             row = Row()
             row.index = t.index
             row.event = t.event
-            row.source = source
             row.internal = t.target is None
             row.target = None if t.target is None else nodes[t.target]
             if t.guard is not None:

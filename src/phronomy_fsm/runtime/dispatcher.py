@@ -269,10 +269,6 @@ class Dispatcher(EventLoop):
         s = self.session(session_id)
         return Authority(s.id, s.revision, s.node.name, s.serial, s.op)
 
-    def set_revision(self, session_id: int, revision: int) -> None:
-        """Record the durable revision a session is at (loop thread only)."""
-        self.session(session_id).revision = revision
-
     def live_sessions(self) -> int:
         """How many sessions are live (any thread; approximate off-loop)."""
         return len(self._sessions)
@@ -639,7 +635,8 @@ class Dispatcher(EventLoop):
         row = spec.row
         post = self._post
         apply = self._apply_barrier
-        crashpoints.hit(f"barrier:{spec.name}:before")
+        if crashpoints.ARMED is not None:
+            crashpoints.hit(f"barrier:{spec.name}:before")
         try:
             work = spec.prepare(s.ctx, payload)
         except HOOK_ERRORS as exc:
@@ -721,7 +718,8 @@ class Dispatcher(EventLoop):
         self._deliver(s, event, payload)
 
     def _apply_barrier(self, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
-        crashpoints.hit(f"barrier:{row.name}:after")
+        if crashpoints.ARMED is not None:
+            crashpoints.hit(f"barrier:{row.name}:after")
         s = self._authoritative(authority)
         if s is None:
             if outcome.outcome == "committed":

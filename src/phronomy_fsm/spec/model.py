@@ -18,12 +18,10 @@ from collections.abc import Iterator
 
 import attrs
 
-#: The one event the engine posts by itself: an ``auto`` state posts it to its own
-#: session through the queue after its entry work (reference §1.1).
-STATE_COMPLETED = "state_completed"
-
-#: Barrier outcomes, in the order every barrier declares them (ARCHITECTURE.md "Specs").
-BARRIER_OUTCOMES: tuple[str, ...] = ("committed", "not_committed", "conflict", "outcome_unknown")
+# STATE_COMPLETED (the one event the engine posts by itself, reference §1.1) and
+# BARRIER_OUTCOMES (in the order every barrier declares them) are defined once, in the
+# runtime contract the generated code imports; re-exported here for the spec layer.
+from phronomy_fsm.table import BARRIER_OUTCOMES, STATE_COMPLETED
 
 #: Offload outcomes: the hook's return value or its exception, each posted as an event.
 OFFLOAD_OUTCOMES: tuple[str, ...] = ("completed", "failed")
@@ -259,3 +257,40 @@ class MachineSpec:
     def transitions_from(self, state: str) -> tuple[TransitionSpec, ...]:
         """The rows leaving ``state``, in table order."""
         return tuple(t for t in self.transitions if state in t.sources)
+
+    @property
+    def implicit_state_completed(self) -> bool:
+        """True when the spec has auto states but does not declare ``state_completed``:
+        the engine's own event is then added (reference §1.1)."""
+        return all(e.name != STATE_COMPLETED for e in self.events) and any(
+            s.kind is StateKind.AUTO for s in self.states
+        )
+
+    def effective_events(self) -> tuple[EventSpec, ...]:
+        """The declared events, with ``state_completed`` first when it is implicit
+        (:attr:`implicit_state_completed`) — the events the generated table holds."""
+        if not self.implicit_state_completed:
+            return self.events
+        implicit = EventSpec(
+            STATE_COMPLETED, description="posted by the engine after an auto state's entry work"
+        )
+        return (implicit, *self.events)
+
+    def hook_names(
+        self,
+    ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+        """``(guards, actions, offload_hooks, barriers)``: every name the application
+        implements, each sorted and without duplicates (entry actions count as actions)."""
+        guards = {t.guard.name for t in self.transitions if t.guard}
+        actions = {a for t in self.transitions for a in t.actions}
+        actions |= {a for s in self.states for a in s.entry}
+        offloads = {s.offload.hook for s in self.states if s.offload}
+        offloads |= {t.offload.hook for t in self.transitions if t.offload}
+        barriers = {s.barrier.name for s in self.states if s.barrier}
+        barriers |= {t.barrier.name for t in self.transitions if t.barrier}
+        return (
+            tuple(sorted(guards)),
+            tuple(sorted(actions)),
+            tuple(sorted(offloads)),
+            tuple(sorted(barriers)),
+        )

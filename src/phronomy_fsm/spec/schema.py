@@ -32,6 +32,7 @@ import attrs
 from phronomy_fsm.spec.loader import ALLOWED_KEYS
 from phronomy_fsm.spec.model import (
     BARRIER_OUTCOMES,
+    OFFLOAD_OUTCOMES,
     BarrierSpec,
     EventSpec,
     MigrationSpec,
@@ -174,8 +175,7 @@ VALUE_SCHEMAS: dict[str, dict[str, Any]] = {
     },
     "offload": {
         "hook": {"$ref": "#/$defs/name"},
-        "completed": {"$ref": "#/$defs/name"},
-        "failed": {"$ref": "#/$defs/name"},
+        **{outcome: {"$ref": "#/$defs/name"} for outcome in OFFLOAD_OUTCOMES},
     },
     "barrier": {
         "name": {"$ref": "#/$defs/name"},

@@ -100,14 +100,11 @@ class _Validator:
         self.spec = spec
         self.states = {s.name: s for s in spec.states}
         self.events = {e.name: e for e in spec.events}
-        self.auto_declared = STATE_COMPLETED not in self.events and any(
-            s.kind is StateKind.AUTO for s in spec.states
-        )
+        self.auto_declared = spec.implicit_state_completed
         self.rows: dict[tuple[str, str], list[TransitionSpec]] = defaultdict(list)
         for t in spec.transitions:
             for source in t.sources:
                 self.rows[(source, t.event)].append(t)
-        self.bad_states: set[str] = set()
 
     # helpers -----------------------------------------------------------------
 
