@@ -224,9 +224,8 @@ class AgentRuntime:
         (loop thread) on a short-lived thread of its own, which also retries a store
         that stays locked after each delay of :data:`BUSY_RETRY_DELAYS`. A failing
         release is logged: the row then stays until this process exits and the next
-        claimant takes it over. ``on_released()`` is called once
-        the release is over (whatever its outcome; at once when there is no claim).
-        Never raises.
+        claimant takes it over. ``on_released()`` is called once the release is over
+        (whatever its outcome; at once when there is no claim). Never raises.
         """
         with self._claims_lock:
             claim, agent._claim = agent._claim, None
