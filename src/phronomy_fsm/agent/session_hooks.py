@@ -539,38 +539,37 @@ class AgentSessionHooks:
 
     def tool_dispatch(self, ctx: Invocation, payload: Any) -> Any:
         """The tool barrier: the LLM response and the authorised batch (§4.3)."""
-        now = self.runtime.now()
-        execution = ctx.execution
-        assert execution is not None
-        records, facts, finished = self._pending_records(ctx, now)
-        updated = execution.advance(
-            now=now,
+        return self._dispatch_barrier(
+            ctx,
+            "tool_dispatch",
             phase="dispatching_tools",
             pending_llm_call_id=None,
             tool_batch=durable.batch_entries(ctx.children),
-            recovery=None,
         )
-        commit = durable.make_commit(
-            "tool_dispatch", updated, execution.revision, ctx.agent.root, records, now
-        )
-        return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
     def provider_dispatch(self, ctx: Invocation, payload: Any) -> Any:
         """The provider barrier: tool results and a fresh pending LLM-call id (§4.2)."""
+        assert ctx.execution is not None
+        return self._dispatch_barrier(
+            ctx,
+            "provider_dispatch",
+            phase="calling_llm",
+            pending_llm_call_id=durable.new_id(),
+            llm_call_count=ctx.execution.llm_call_count + 1,
+            tool_batch=(),
+        )
+
+    def _dispatch_barrier(self, ctx: Invocation, barrier: str, **changes: Any) -> Any:
+        """A barrier before an external effect: the execution advanced by ``changes``
+        (clearing any recovery descriptor) with the journal records and LLM facts not
+        yet durable, in one commit with the agent root (reference §4.2, §4.3)."""
         now = self.runtime.now()
         execution = ctx.execution
         assert execution is not None
         records, facts, finished = self._pending_records(ctx, now)
-        updated = execution.advance(
-            now=now,
-            phase="calling_llm",
-            pending_llm_call_id=durable.new_id(),
-            llm_call_count=execution.llm_call_count + 1,
-            tool_batch=(),
-            recovery=None,
-        )
+        updated = execution.advance(now=now, recovery=None, **changes)
         commit = durable.make_commit(
-            "provider_dispatch", updated, execution.revision, ctx.agent.root, records, now
+            barrier, updated, execution.revision, ctx.agent.root, records, now
         )
         return self._submit(ctx, PreparedCommit(commit, facts, finished))
 
