@@ -12,6 +12,7 @@ import sqlite_utils
 
 from phronomy_fsm.errors import NotFoundError, StorageError
 from phronomy_fsm.store import BarrierCommit
+from phronomy_fsm.store.records import ExecutionStatus
 
 from .helpers import T0, admission, finish, new_execution, step_with_journal
 
@@ -99,3 +100,31 @@ def test_compact_rejects_bad_arguments(aged, tmp_path):
     assert store.load_execution("ex-old").is_terminal  # nothing removed when archiving failed
     with pytest.raises(StorageError):
         store.compact(older_than_days=7, archive_path=store.path, now=clock.now)
+
+
+def test_compact_keeps_a_handoff_whose_target_was_never_admitted(aged):
+    # the handed_off source is the only record of a handoff recovery must still start
+    store, clock = aged
+    clock.now = T0
+    _agent, ex = admission(store, "a3", "ex-source")
+    handoff = {"target_agent_id": "a4", "target_execution_id": "ex-target", "arguments": {}}
+    source = ex.advance(
+        now=T0,
+        status=ExecutionStatus.ACTIVE,
+        phase="calling_llm",
+        metadata={**ex.metadata, "handoff": handoff},
+    )
+    store.commit(BarrierCommit("handoff", source, ex.revision))
+    store.commit(finish(source, store.load_agent("a3"), ExecutionStatus.HANDED_OFF))
+    clock.now = T0 + timedelta(days=30)
+    report = store.compact(older_than_days=7, now=clock.now)
+    assert (report.removed_executions, report.kept_pending_handoffs) == (1, 1)  # ex-old only
+    kept = store.load_execution("ex-source")
+    assert kept.status is ExecutionStatus.HANDED_OFF and kept.metadata["handoff"] == handoff
+    # once the target exists, the source is ordinary history
+    store.create_agent("a4", now=T0)
+    store.commit(BarrierCommit("admission", new_execution("a4", "ex-target"), None))
+    again = store.compact(older_than_days=7, now=clock.now)
+    assert (again.removed_executions, again.kept_pending_handoffs) == (1, 0)
+    with pytest.raises(NotFoundError):
+        store.load_execution("ex-source")

@@ -188,7 +188,13 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
             if report.archive_path
             else ""
         )
-        + f"; kept {report.kept_journal_records} journal records; WAL checkpoint {list(report.wal_checkpoint)}"
+        + f"; kept {report.kept_journal_records} journal records"
+        + (
+            f" and {report.kept_pending_handoffs} handed-off executions whose handoff is not started yet"
+            if report.kept_pending_handoffs
+            else ""
+        )
+        + f"; WAL checkpoint {list(report.wal_checkpoint)}"
     )
 
 

@@ -71,6 +71,8 @@ class CompactReport:
         wal_checkpoint: ``(busy, wal_frames, checkpointed_frames)`` of the final
             ``wal_checkpoint(TRUNCATE)``; ``busy == 1`` means a reader prevented the
             truncation (the WAL is truncated on a later checkpoint).
+        kept_pending_handoffs: eligible ``handed_off`` executions kept because their
+            target execution does not exist yet (recovery still has to start it).
     """
 
     cutoff: datetime
@@ -80,6 +82,7 @@ class CompactReport:
     archive_path: str | None
     kept_journal_records: int
     wal_checkpoint: tuple[int, int, int]
+    kept_pending_handoffs: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the cutoff as ISO 8601)."""

@@ -5,7 +5,9 @@ Owns the compaction policy behind ``phronomy-fsm store compact``:
 - **Eligible**: executions that are not active (a terminal status, reference §2.2)
   whose last commit (``updated_epoch_ms``, the store's commit time) is older than
   ``older_than_days``. Active executions (preparing/active/suspended) are never
-  touched, however old.
+  touched, however old, and neither is a ``handed_off`` execution whose target
+  execution does not exist yet: it is the only durable record of a handoff that
+  recovery must still start (docs/operations.md, "Handoffs after a crash").
 - **Removed**: the execution row and its barrier-log rows, in chunks of
   :data:`CHUNK` executions, each chunk one ``BEGIN IMMEDIATE`` transaction. A row is
   only deleted if it is still inactive and at the revision that was selected (and,
@@ -47,6 +49,17 @@ CHUNK = 500
 _EXECUTION_COLUMNS = "execution_id, agent_id, revision, status, phase, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
 _BARRIER_COLUMNS = "execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
 _JOURNAL_COLUMNS = "agent_id, sequence, record_id, execution_id, kind, body"
+
+
+#: Terminal executions whose last commit is older than the cutoff (one ``?``).
+_ELIGIBLE = "e.active = 0 AND e.updated_epoch_ms < ?"
+#: A handed-off execution whose target execution has not been admitted yet.
+_PENDING_HANDOFF = (
+    "e.status = 'handed_off'"
+    " AND json_extract(e.body, '$.metadata.handoff.target_execution_id') IS NOT NULL"
+    " AND NOT EXISTS (SELECT 1 FROM executions t WHERE t.execution_id ="
+    " json_extract(e.body, '$.metadata.handoff.target_execution_id'))"
+)
 
 
 def _open_archive(path: str, store_path: str) -> sqlite_utils.Database:
@@ -112,10 +125,14 @@ def compact_store(
     cutoff_ms = datetime_to_epoch_ms(cutoff)
     with store._reading("compact") as conn:
         candidates = conn.execute(
-            "SELECT execution_id, revision FROM executions WHERE active = 0 AND updated_epoch_ms < ?"
-            " ORDER BY execution_id",
+            f"SELECT execution_id, revision FROM executions e WHERE {_ELIGIBLE}"
+            f" AND NOT ({_PENDING_HANDOFF}) ORDER BY execution_id",
             (cutoff_ms,),
         ).fetchall()
+        kept_handoffs = conn.execute(
+            f"SELECT count(*) FROM executions e WHERE {_ELIGIBLE} AND {_PENDING_HANDOFF}",
+            (cutoff_ms,),
+        ).fetchone()[0]
     archive = None
     removed = removed_barriers = archived = kept_journal = 0
     try:
@@ -155,6 +172,7 @@ def compact_store(
         archive_path=str(Path(archive_path).absolute()) if archive_path else None,
         kept_journal_records=kept_journal,
         wal_checkpoint=checkpoint,
+        kept_pending_handoffs=kept_handoffs,
     )
 
 
