@@ -298,3 +298,26 @@ def test_resume_after_a_crash_at_admission_stops_at_the_approval(tmp_path: Path)
         if line.startswith("execution_id: ")
     )
     assert show(db, execution)["status"] == "suspended"
+
+
+def test_recover_reports_an_execution_another_process_finished_meanwhile(tmp_path: Path) -> None:
+    # this recover lists the approved execution as active, then (in its --app factory)
+    # another recover finishes it: loading finds nothing to continue, so it reports the
+    # stored outcome at once instead of waiting --wait-seconds for events
+    db = tmp_path / "demo.db"
+    execution, request = start_demo(db)
+    run("approve", execution, "--request", request, "--db", str(db))
+    out = run(
+        "recover",
+        "--db",
+        str(db),
+        "--app",
+        "tests.integration.racing_app:create_app",
+        "--wait-seconds",
+        "600",  # a wait for events that never come would hit run()'s 120 s timeout
+        "--json",
+    )
+    [entry] = json.loads(out.stdout)["recovered"]
+    assert entry["execution_id"] == execution and entry["state"] == "completed"
+    assert show(db, execution)["status"] == "completed"
+    assert len(ledger(db)) == 1  # the refund ran once

@@ -32,7 +32,12 @@ from typing import Any
 import click
 
 from phronomy_fsm.cli._common import EXIT_FAILED, EXIT_NEEDS_OPERATOR, fail, require_store_file
-from phronomy_fsm.errors import AgentOwnedError, ConfigurationError, PhronomyError
+from phronomy_fsm.errors import (
+    AgentOwnedError,
+    ConfigurationError,
+    NotFoundError,
+    PhronomyError,
+)
 
 RESTING = (
     "approval_required",
@@ -210,9 +215,11 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
         store = SqliteBarrierStore(db)
         # each agent's active execution, or the first handoff to it that a crash
         # acknowledged but never admitted (loading the agent starts it)
-        waiting = {e.agent_id: e.execution_id for e in store.active_executions()}
+        active_ids = {e.agent_id: e.execution_id for e in store.active_executions()}
+        waiting = dict(active_ids)
         for pending in pending_handoffs(store):
             waiting.setdefault(pending.target_agent_id, pending.target_execution_id)
+        handoff_targets = set(waiting.values()) - set(active_ids.values())
         agents = sorted(waiting)
         for agent_id in tqdm(
             agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents
@@ -240,13 +247,22 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                     }
                 )
                 continue
-            rest = watcher.wait_rest(execution_id, mark, wait_seconds)
-            entry = {
-                "agent_id": agent.agent_id,
-                "execution_id": execution_id,
-                **_describe(rest),
-            }
-            summary.append(entry)
+            active = agent.active_execution()
+            # no longer active once loaded: it ended here already, or another process
+            # recovered it meanwhile; either way there is nothing to wait for
+            ended = execution_id not in handoff_targets and (
+                active is None or active["execution_id"] != execution_id
+            )
+            rest = watcher.wait_rest(execution_id, mark, 0 if ended else wait_seconds)
+            if rest is None and ended:
+                try:
+                    state = store.load_execution(execution_id).status.value
+                except NotFoundError:  # compacted meanwhile
+                    state = "removed"
+                described = {"state": state, "note": "ended before this process loaded it"}
+            else:
+                described = _describe(rest)
+            summary.append({"agent_id": agent.agent_id, "execution_id": execution_id, **described})
     except PhronomyError as exc:
         fail(str(exc))
     finally:
