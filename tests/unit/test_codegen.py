@@ -332,3 +332,29 @@ def test_generated_modules_import_in_the_package() -> None:
         module = importlib.import_module(f"phronomy_fsm.generated.{machine}")
         assert module.MACHINE == machine
         assert module.TABLE.initial in {s.value for s in module.State}
+
+
+def test_generate_reports_orphaned_modules_of_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _project(tmp_path)
+    monkeypatch.chdir(project)
+    runner = CliRunner()
+    assert runner.invoke(main, ["generate"]).exit_code == 0
+    out = project / "src" / "pkg" / "generated"
+    # a machine that was renamed or whose spec was removed leaves its module behind
+    (out / "old_machine.py").write_text((out / "tool_invocation.py").read_text())
+    (out / "helpers.py").write_text("# hand-written, not generated\n")
+    check = runner.invoke(main, ["generate", "--check"])
+    assert check.exit_code == 1
+    assert "src/pkg/generated/old_machine.py: orphan" in check.stderr
+    assert "helpers.py" not in check.stderr + check.stdout
+    assert "error: 0 generated module(s) out of date, 1 orphan(s)" in check.stderr
+    again = runner.invoke(main, ["generate"])
+    assert again.exit_code == 0 and "old_machine.py: orphan" in again.stderr
+    assert (out / "old_machine.py").exists()  # reported, never deleted
+    # a run on some specs only cannot know what the others produce: no orphan report
+    some = runner.invoke(
+        main, ["generate", "fsm_specs/tool_invocation.yaml", "--out", str(out), "--check"]
+    )
+    assert some.exit_code == 0 and "orphan" not in some.stderr

@@ -225,7 +225,9 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
     pyproject.toml, and 'out') of the nearest pyproject.toml above the current
     directory. Output is deterministic; unchanged modules are not rewritten. Headers
     name the spec relative to the project root, so the result does not depend on the
-    folder you run from.
+    folder you run from. With the project's specs, a generated module in the output
+    folder that no spec produces any more is reported as an orphan (to delete; --check
+    then fails).
     """
     from phronomy_fsm.codegen import generate
 
@@ -236,7 +238,7 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
         spec_paths: list[Path] = list(specs) if specs else config.spec_paths()  # type: ignore[union-attr]
         out_dir = out if out is not None else _require(config, "out")  # type: ignore[arg-type]
         root = config.root if config is not None else _project_root()
-        report = generate(spec_paths, out_dir, check=check, base=root)
+        report = generate(spec_paths, out_dir, check=check, base=root, find_orphans=not specs)
     _echo_issues(report.issues)
     if not report.ok:
         _fail(f"{sum(1 for i in report.issues if i.is_error)} spec error(s); nothing was written")
@@ -252,8 +254,14 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
                 click.echo(f"{shown}: up to date")
         else:
             click.echo(f"{shown}: {'written' if file.changed else 'unchanged'}")
-    if check and report.stale:
-        _fail(f"{len(report.stale)} generated module(s) out of date")
+    for orphan in report.orphans:
+        click.echo(f"{_shown(orphan)}: orphan (no spec generates it any more); delete it", err=True)
+    if check and (report.stale or report.orphans):
+        _fail(
+            f"{len(report.stale)} generated module(s) out of date, {len(report.orphans)} orphan(s)"
+            if report.orphans
+            else f"{len(report.stale)} generated module(s) out of date"
+        )
 
 
 # ------------------------------------------------------------------------ diagram
