@@ -49,6 +49,28 @@ def start_demo(db: Path) -> tuple[str, str]:
     return execution, request
 
 
+def resolve_cli(
+    db: Path, execution: str, revision: Any, subject: str, outcome: str, *extra: str, **kw: Any
+) -> subprocess.CompletedProcess[str]:
+    """``phronomy-fsm resolve`` of ``execution`` with the demo app."""
+    return run(
+        "resolve",
+        execution,
+        "--db",
+        str(db),
+        "--app",
+        APP,
+        "--expected-revision",
+        str(revision),
+        "--subject",
+        subject,
+        "--outcome",
+        outcome,
+        *extra,
+        **kw,
+    )
+
+
 def ledger(db: Path) -> list[dict[str, Any]]:
     path = db.with_name(db.stem + "-refunds.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -155,18 +177,11 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
     )
     refund = ledger(db)[0]
     assert summary["subject"]["tool_invocation_id"] == refund["idempotency_key"]
-    stale = run(
-        "resolve",
+    stale = resolve_cli(
+        db,
         execution,
-        "--db",
-        str(db),
-        "--app",
-        APP,
-        "--expected-revision",
         str(summary["execution_revision"] - 1),
-        "--subject",
         f"tool_invocation:{refund['idempotency_key']}",
-        "--outcome",
         "succeeded",
         "--result",
         "{}",
@@ -175,18 +190,11 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
     assert stale.returncode == 1 and "revision" in stale.stderr
     before = show(db, execution)
     for bad in ("NaN", "1e999", "NaN"):  # refused results: an error, never a success
-        refused = run(
-            "resolve",
+        refused = resolve_cli(
+            db,
             execution,
-            "--db",
-            str(db),
-            "--app",
-            APP,
-            "--expected-revision",
             str(summary["execution_revision"]),
-            "--subject",
             f"tool_invocation:{refund['idempotency_key']}",
-            "--outcome",
             "succeeded",
             "--result",
             bad,
@@ -212,18 +220,11 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
         [entry] = json.loads(broken.stdout)["recovered"]
         assert entry["state"] == "not_loaded" and message in entry["error"]
     assert show(db, execution)["revision"] == before["revision"]
-    done = run(
-        "resolve",
+    done = resolve_cli(
+        db,
         execution,
-        "--db",
-        str(db),
-        "--app",
-        APP,
-        "--expected-revision",
         str(summary["execution_revision"]),
-        "--subject",
         f"tool_invocation:{refund['idempotency_key']}",
-        "--outcome",
         "succeeded",
         "--result",
         json.dumps({"refund_id": refund["refund_id"], "amount": refund["amount"]}),
@@ -248,18 +249,11 @@ def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: 
     assert recovered.returncode == 3, recovered.stderr
     summary = json.loads(recovered.stdout)["recovered"][0]
     assert summary["subject"]["type"] == "llm_call"
-    out = run(
-        "resolve",
+    out = resolve_cli(
+        db,
         execution,
-        "--db",
-        str(db),
-        "--app",
-        APP,
-        "--expected-revision",
         str(summary["execution_revision"]),
-        "--subject",
         f"llm_call:{summary['subject']['llm_call_id']}",
-        "--outcome",
         "not_performed",
     ).stdout
     assert json.loads(out)["state"] == "failed"

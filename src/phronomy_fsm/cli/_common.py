@@ -23,6 +23,30 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1  #: invalid input, a refused operation or a failed check
 EXIT_NEEDS_OPERATOR = 3  #: recovery parked an execution for an operator decision
 
+#: ``--db PATH``: the store file every store and operator command needs.
+db_option = click.option(
+    "--db",
+    "db",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Path of the SQLite store file.",
+)
+#: ``--app MODULE:FACTORY``: the application factory of ``recover`` and ``resolve``.
+app_option = click.option(
+    "--app",
+    "app",
+    required=True,
+    help="Application factory MODULE:FACTORY: factory(agent_id, db_path) -> Agent.load "
+    "keyword arguments (see docs/operations.md).",
+)
+#: ``--takeover``: override an owner whose liveness cannot be checked (docs/operations.md).
+takeover_option = click.option(
+    "--takeover",
+    is_flag=True,
+    help="Take the agent(s) over from an owner whose liveness cannot be checked from here "
+    "(a process on another host); only if you know that process is gone.",
+)
+
 
 def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with ``code``."""

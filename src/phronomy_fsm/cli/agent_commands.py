@@ -25,10 +25,14 @@ from typing import Any, NoReturn
 
 import click
 
-from phronomy_fsm.cli._common import EXIT_NEEDS_OPERATOR, fail, open_store
+from phronomy_fsm.cli._common import (
+    EXIT_NEEDS_OPERATOR,
+    db_option,
+    fail,
+    open_store,
+    takeover_option,
+)
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
-
-_DB_HELP = "Path of the SQLite store file."
 
 
 def _print_history(store: Any, execution_id: str) -> None:
@@ -195,14 +199,9 @@ def _needs_operator(active: dict[str, Any], db: str) -> NoReturn:
     required=True,
     help="The approval request id (from the approval_required event).",
 )
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@db_option
 @click.option("--reject", is_flag=True, help="Reject instead of approve.")
-@click.option(
-    "--takeover",
-    is_flag=True,
-    help="Take the agent over from an owner whose liveness cannot be checked from here "
-    "(a process on another host); only if you know that process is gone.",
-)
+@takeover_option
 def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover: bool) -> None:
     """Record an approval decision durably, in one transaction, without running the
     agent: the next process that loads the agent (for the demo: `phronomy-fsm demo

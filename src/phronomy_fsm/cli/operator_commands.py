@@ -31,7 +31,15 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import EXIT_FAILED, EXIT_NEEDS_OPERATOR, fail, require_store_file
+from phronomy_fsm.cli._common import (
+    EXIT_FAILED,
+    EXIT_NEEDS_OPERATOR,
+    app_option,
+    db_option,
+    fail,
+    require_store_file,
+    takeover_option,
+)
 from phronomy_fsm.errors import (
     AgentOwnedError,
     ConfigurationError,
@@ -160,16 +168,8 @@ def _describe(event: Any) -> dict[str, Any]:
 
 
 @click.command("recover")
-@click.option(
-    "--db",
-    "db",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="Path of the SQLite store file.",
-)
-@click.option(
-    "--app", "app", required=True, help="Application factory MODULE:FACTORY (see the module docs)."
-)
+@db_option
+@app_option
 @click.option(
     "--wait-seconds",
     default=60.0,
@@ -178,12 +178,7 @@ def _describe(event: Any) -> dict[str, Any]:
     help="How long to wait per execution.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option(
-    "--takeover",
-    is_flag=True,
-    help="Take agents over from owners whose liveness cannot be checked from here (a "
-    "process on another host); only if you know that process is gone.",
-)
+@takeover_option
 def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: bool) -> None:
     """Load every agent with an active execution and recover it: continuations run to
     their next resting point, suspended executions wait for approval again, and those
@@ -300,19 +295,8 @@ def _parse_subject(text: str) -> dict[str, Any]:
 
 @click.command("resolve")
 @click.argument("execution_id")
-@click.option(
-    "--db",
-    "db",
-    required=True,
-    type=click.Path(dir_okay=False),
-    help="Path of the SQLite store file.",
-)
-@click.option(
-    "--app",
-    "app",
-    required=True,
-    help="Application factory MODULE:FACTORY: factory(agent_id, db_path) -> Agent.load keyword arguments.",
-)
+@db_option
+@app_option
 @click.option(
     "--expected-revision",
     required=True,
@@ -342,12 +326,7 @@ def _parse_subject(text: str) -> dict[str, Any]:
     type=float,
     help="How long to wait for the execution to come to rest after the resolution.",
 )
-@click.option(
-    "--takeover",
-    is_flag=True,
-    help="Take agents over from owners whose liveness cannot be checked from here (a "
-    "process on another host); only if you know that process is gone.",
-)
+@takeover_option
 def resolve(
     execution_id: str,
     db: str,

@@ -14,11 +14,9 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import fail, open_store
+from phronomy_fsm.cli._common import db_option, fail, open_store
 from phronomy_fsm.errors import NotFoundError
 from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
-
-_DB_HELP = "Path of the SQLite store file."
 
 
 def _json_of(record: Any) -> Any:
@@ -48,7 +46,7 @@ def executions() -> None:
 
 
 @executions.command("list")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@db_option
 @click.option(
     "--status",
     type=click.Choice([s.value for s in ExecutionStatus]),
@@ -89,7 +87,7 @@ def list_command(
 
 @executions.command("show")
 @click.argument("execution_id")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def show_command(execution_id: str, db: str, as_json: bool) -> None:
     """Show one execution: status, phase, revision, barrier history and journal records.
@@ -157,7 +155,7 @@ def store_group() -> None:
 
 
 @store_group.command("compact")
-@click.option("--db", "db", required=True, type=click.Path(dir_okay=False), help=_DB_HELP)
+@db_option
 @click.option(
     "--older-than-days",
     "older_than_days",
