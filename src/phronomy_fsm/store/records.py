@@ -442,73 +442,12 @@ def _is_json_data(tp: Any) -> bool:
     return tp is Any or tp == dict[str, Any]
 
 
-def _make_converter() -> cattrs.Converter:
-    conv = cattrs.Converter(forbid_extra_keys=True)
-    conv.register_structure_hook(datetime, _structure_datetime)
-    conv.register_unstructure_hook(datetime, _identity)  # orjson writes it (after _validate)
-    conv.register_structure_hook(str, _strict(str, "a string"))
-    conv.register_structure_hook(int, _strict(int, "an integer"))
-    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
-    for enum_cls in (ExecutionStatus, AgentLifecycle):
-        conv.register_structure_hook(enum_cls, _structure_enum)
-    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
-    for cls in RECORD_CLASSES:
-        conv.register_structure_hook(
-            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
-        )
-        # JSON-data fields pass through as they are (checked and encoded by orjson);
-        # everything else gets cattrs' generated, type-directed unstructuring.
-        hints = typing.get_type_hints(cls)
-        overrides = {
-            f.name: override(unstruct_hook=_identity)
-            for f in attrs.fields(cls)
-            if _is_json_data(hints[f.name])
-        }
-        conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))  # type: ignore[arg-type]
-    return conv
-
-
-CONVERTER = _make_converter()
-
-# orjson writes the typed fields (datetimes as RFC 3339 with their offset, enums as
-# their value); :func:`_validate` has checked what orjson would accept silently.
-_ORJSON_OPTIONS = (
-    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
-)
-_JSON_LEAVES = (str, int, bool, type(None))
-
-
-def _reject(value: Any) -> Any:
-    raise TypeError(f"{type(value).__name__} is not JSON data")
-
-
-def _plan(
-    cls: type,
-) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[tuple[str, type], ...]]:
-    """(datetime fields, JSON-data fields, nested-record fields, (name, type) of the
-    plain ``str``/``int`` fields) of a record class."""
-    hints = typing.get_type_hints(cls)
-    stamps, data, nested, scalars = [], [], [], []
-    for f in attrs.fields(cls):
-        tp = hints[f.name]
-        if tp is datetime:
-            stamps.append(f.name)
-        elif tp is str or tp is int:
-            scalars.append((f.name, tp))
-        elif _is_json_data(tp):
-            data.append(f.name)
-        elif any(a in RECORD_CLASSES for a in typing.get_args(tp)) or tp in RECORD_CLASSES:
-            nested.append(f.name)
-    return tuple(stamps), tuple(data), tuple(nested), tuple(scalars)
-
-
-_PLANS = {cls: _plan(cls) for cls in RECORD_CLASSES}
-
-
 #: Deepest nesting of application JSON the store accepts. orjson refuses documents
 #: nested deeper than 255 containers, and application data sits a few levels down in
 #: its record; a structure that contains itself reaches this bound instead of spinning.
 MAX_JSON_DEPTH = 200
+
+_JSON_LEAVES = (str, int, bool, type(None))
 
 
 def _check_data(value: Any) -> None:
@@ -544,6 +483,123 @@ def _check_data(value: Any) -> None:
                 push((item, depth + 1))
 
 
+def _unstructure_data(value: Any) -> Any:
+    """JSON-data fields pass through as they are, once checked (orjson encodes them)."""
+    if type(value) not in _JSON_LEAVES:
+        _check_data(value)
+    return value
+
+
+def _unstructure_key(owner: str, name: str, kind: type) -> Any:
+    """A plain ``str``/``int`` field passes through, once its exact type is checked:
+    ids and revisions are keys, and an int execution id would be written and then fail
+    every read of the table (cattrs does not check types when unstructuring)."""
+
+    def hook(value: Any) -> Any:
+        if type(value) is not kind:
+            raise SerializationError(
+                f"{owner}.{name} must be {kind.__name__}, got {type(value).__name__} {value!r}"
+            )
+        return value
+
+    return hook
+
+
+def _unstructure_stamp(name: str) -> Any:
+    """A datetime field passes through (orjson writes it as RFC 3339 with its offset),
+    once checked to be timezone-aware."""
+
+    def hook(value: datetime) -> datetime:
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise SerializationError(
+                f"naive datetime {value!r} in {name}: store timezone-aware times only"
+            )
+        return value
+
+    return hook
+
+
+def _unstructure_optional_record(nested: Any) -> Any:
+    def hook(value: Any) -> Any:
+        return None if value is None else nested(value)
+
+    return hook
+
+
+def _unstructure_record_tuple(nested: Any) -> Any:
+    def hook(value: Any) -> list[Any]:
+        return [nested(item) for item in value]
+
+    return hook
+
+
+def _unstructure_overrides(conv: cattrs.Converter, cls: type) -> dict[str, Any]:
+    """The per-field hooks that make cattrs' generated unstructure function check what
+    orjson would otherwise accept silently, in the same single pass over the record.
+
+    Optional scalars pass through as they are (orjson writes ``None`` as null), and
+    optional or repeated nested records call their class's generated hook directly
+    instead of dispatching on the value's type at run time (this is the commit path,
+    see ``docs/store.md`` "Commit latency")."""
+    hints = typing.get_type_hints(cls)
+    overrides = {}
+    for f in attrs.fields(cls):
+        tp = hints[f.name]
+        args = typing.get_args(tp)
+        if tp is str or tp is int:
+            hook = _unstructure_key(cls.__name__, f.name, tp)
+        elif tp is datetime:
+            hook = _unstructure_stamp(f.name)
+        elif _is_json_data(tp):
+            hook = _unstructure_data
+        elif tp in (str | None, bool | None):
+            hook = _identity
+        elif len(args) == 2 and args[1] is type(None) and args[0] in RECORD_CLASSES:
+            hook = _unstructure_optional_record(conv.get_unstructure_hook(args[0]))
+        elif typing.get_origin(tp) is tuple and args[0] in RECORD_CLASSES:
+            hook = _unstructure_record_tuple(conv.get_unstructure_hook(args[0]))
+        else:
+            continue
+        overrides[f.name] = override(unstruct_hook=hook)
+    return overrides
+
+
+def _make_converter() -> cattrs.Converter:
+    conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_structure_hook(datetime, _structure_datetime)
+    conv.register_structure_hook(str, _strict(str, "a string"))
+    conv.register_structure_hook(int, _strict(int, "an integer"))
+    conv.register_structure_hook(bool, _strict(bool, "a boolean"))
+    for enum_cls in (ExecutionStatus, AgentLifecycle):
+        conv.register_structure_hook(enum_cls, _structure_enum)
+    conv.register_structure_hook_func(lambda t: t is Any, lambda v, _: v)
+    for cls in RECORD_CLASSES:
+        conv.register_structure_hook(
+            cls, make_dict_structure_fn(cls, conv, _cattrs_forbid_extra_keys=True)
+        )
+        # cattrs' generated, type-directed unstructuring, with the checks folded in
+        conv.register_unstructure_hook(
+            cls,
+            make_dict_unstructure_fn(cls, conv, **_unstructure_overrides(conv, cls)),  # type: ignore[arg-type]
+        )
+    return conv
+
+
+CONVERTER = _make_converter()
+
+# orjson writes the typed fields (datetimes as RFC 3339 with their offset, enums as
+# their value); the unstructure hooks have checked what orjson would accept silently.
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+#: The generated unstructure function of each record class, looked up once.
+_UNSTRUCTURE = {cls: CONVERTER.get_unstructure_hook(cls) for cls in RECORD_CLASSES}
+
+
+def _reject(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
 def ensure_json(value: Any) -> None:
     """Raise unless the store can write ``value`` as application JSON data.
 
@@ -563,36 +619,6 @@ def ensure_json(value: Any) -> None:
         raise SerializationError(f"not storable as JSON: {exc}") from exc
 
 
-def _validate(record: Any) -> None:
-    """Aware datetimes in typed fields, exact JSON in data fields, recursively."""
-    plan = _PLANS.get(type(record))
-    if plan is None:
-        plan = _PLANS[type(record)] = _plan(type(record))
-    stamps, data, nested, scalars = plan
-    for name, tp in scalars:
-        # ids and revisions are keys: an int execution id would be written and then
-        # fail every read of the table (cattrs does not check types when unstructuring)
-        if type(getattr(record, name)) is not tp:
-            raise SerializationError(
-                f"{type(record).__name__}.{name} must be {tp.__name__}, got "
-                f"{type(getattr(record, name)).__name__} {getattr(record, name)!r}"
-            )
-    for name in stamps:
-        stamp = getattr(record, name)
-        if stamp.tzinfo is None or stamp.utcoffset() is None:
-            raise SerializationError(
-                f"naive datetime {stamp!r} in {name}: store timezone-aware times only"
-            )
-    for name in data:
-        _check_data(getattr(record, name))
-    for name in nested:
-        value = getattr(record, name)
-        if value is None:
-            continue
-        for item in value if type(value) is tuple else (value,):
-            _validate(item)
-
-
 def to_json(record: Any, **replace: Any) -> str:
     """Encode an attrs record as canonical JSON: sorted keys, compact, UTF-8 text,
     datetimes as ISO 8601 with microseconds and offset (orjson does the writing).
@@ -605,8 +631,8 @@ def to_json(record: Any, **replace: Any) -> str:
             bytes, an integer beyond 64 bits...), or a datetime is naive.
     """
     try:
-        _validate(record)
-        data = CONVERTER.unstructure(record)
+        unstructure = _UNSTRUCTURE.get(type(record)) or CONVERTER.get_unstructure_hook(type(record))
+        data = unstructure(record)
         if replace:
             data.update(replace)
         return orjson.dumps(data, default=_reject, option=_ORJSON_OPTIONS).decode("utf-8")
