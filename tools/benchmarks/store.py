@@ -24,6 +24,13 @@ disk), in interleaved rounds whose medians are reported:
   each — every execution submits its next barrier from the done-callback of the
   previous one — which measures the group-commit writer without the cost of waking 64
   OS threads per batch.
+- ``sqlite_ceiling`` (extra): the store's own statements for the same barriers (the
+  revision-checked UPDATE whose trigger writes the barrier-log row; for the group, the
+  store's multi-row UPDATE of 64 executions per transaction), run on a bare ``sqlite3``
+  connection at FULL with every parameter encoded before timing — what SQLite itself
+  can do on this disk with this schema, with no Python layer (no encoding, no futures,
+  no threads). A ratio the store cannot reach even here is out of reach of any Python
+  layer above it.
 
 ``fsync_per_second`` is the median of fsync measurements taken before and after every
 mode in every round; ``ratios`` divide the medians (as the targets are stated);
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sqlite3
 import statistics
 import tempfile
 import threading
@@ -50,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store._write import UPDATE_EXECUTION, PreparedBarrier, bulk_update_sql
 from phronomy_fsm.store.records import (
     AgentLifecycle,
     BarrierCommit,
@@ -58,6 +67,7 @@ from phronomy_fsm.store.records import (
     JournalRecord,
     ToolBatchEntry,
 )
+from phronomy_fsm.store.sqlite import WAL_PREWARM_FRAMES, prewarm_wal
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -312,6 +322,65 @@ class _Pipelined(_Group):
         return len(chains) * per_writer / elapsed
 
 
+class _Ceiling:
+    """The store's statements on a bare sqlite3 connection (FULL, prewarmed WAL),
+    parameters encoded before timing: the SQLite ceiling for this schema and disk."""
+
+    def __init__(self, folder: Path, writers: int) -> None:
+        folder.mkdir(exist_ok=True)
+        path = folder / "ceiling.db"
+        with SqliteBarrierStore(path, synchronous="FULL") as store:
+            self.currents = [_new_execution(store, f"agent-{i}") for i in range(writers)]
+        self.conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
+        self.conn.execute("PRAGMA synchronous=FULL")
+        prewarm_wal(self.conn, f"{path}-wal", WAL_PREWARM_FRAMES)
+
+    def _prepared(self, per_execution: int, executions: int) -> list[list[PreparedBarrier]]:
+        start_at = datetime.now(UTC)
+        chains = [_chain(cur, per_execution, start_at) for cur in self.currents[:executions]]
+        for i, chain in enumerate(chains):
+            self.currents[i] = chain[-1].execution
+        return [[PreparedBarrier(c) for c in chain] for chain in chains]
+
+    def single(self, count: int) -> float:
+        """One barrier per transaction, one execution."""
+        (chain,) = self._prepared(count, 1)
+        rows = [(UPDATE_EXECUTION[p.commit.execution.status], p.execution_params) for p in chain]
+        execute = self.conn.execute
+        now_ms = time.time_ns() // 1_000_000
+        start = time.perf_counter()
+        for sql, (prefix, suffix) in rows:
+            execute("BEGIN IMMEDIATE")
+            execute(sql, prefix + (now_ms,) + suffix)
+            execute("COMMIT")
+        return count / (time.perf_counter() - start)
+
+    def group(self, per_writer: int) -> float:
+        """One transaction per round: every execution's next barrier in one multi-row
+        UPDATE (the store's group path for plain barriers)."""
+        chains = self._prepared(per_writer, len(self.currents))
+        sql = bulk_update_sql(len(chains))
+        now_ms = time.time_ns() // 1_000_000
+        batches = []
+        for k in range(per_writer):
+            params: list[Any] = [now_ms]
+            for chain in chains:
+                (revision, status, phase, body), (barrier, digest, eid, expected, agent) = chain[
+                    k
+                ].execution_params
+                params += (eid, revision, status, phase, body, barrier, digest, expected, agent)
+            batches.append(params)
+        execute = self.conn.execute
+        start = time.perf_counter()
+        for params in batches:
+            execute("BEGIN IMMEDIATE")
+            cur = execute(sql, params)
+            if cur.rowcount != len(chains):
+                raise RuntimeError("the ceiling batch did not apply every barrier")
+            execute("COMMIT")
+        return per_writer * len(chains) / (time.perf_counter() - start)
+
+
 def run(args: Any) -> dict[str, Any]:
     """Run the interleaved rounds; return the figures and ratios (medians)."""
     folder, same_device = _bench_dir(args.dir)
@@ -321,12 +390,15 @@ def run(args: Any) -> dict[str, Any]:
         full_journal = _Single(folder, "FULL", journal=True)
         group = _Group(folder, args.writers)
         pipelined = _Pipelined(folder / "pipelined", args.writers)
+        ceiling = _Ceiling(folder / "ceiling", args.writers)
         # Warm up: grow the WAL once and let a checkpoint cycle happen.
         full.run(300)
         normal.run(300)
         full_journal.run(100)
         group.run(5)
         pipelined.run(5)
+        ceiling.single(300)
+        ceiling.group(5)
         samples: dict[str, list[float]] = {
             k: []
             for k in (
@@ -337,6 +409,8 @@ def run(args: Any) -> dict[str, Any]:
                 "full_journal",
                 "group",
                 "pipelined",
+                "ceiling_single",
+                "ceiling_group",
             )
         }
         batches_before = group.store._group.batches
@@ -350,6 +424,8 @@ def run(args: Any) -> dict[str, Any]:
             "pipelined": lambda: pipelined.run(args.group_commits),
             "normal": lambda: normal.run(args.commits),
             "full_journal": lambda: full_journal.run(args.commits // 2),
+            "ceiling_single": lambda: ceiling.single(args.commits),
+            "ceiling_group": lambda: ceiling.group(args.group_commits),
         }
         for _ in range(args.rounds):
             # fsync is measured right before and after every mode; the paired ratio
@@ -367,6 +443,7 @@ def run(args: Any) -> dict[str, Any]:
         items = group.store._group.items - items_before
         for s in (full, normal, full_journal, group, pipelined):
             s.store.close()
+        ceiling.conn.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in samples.items()}
@@ -398,6 +475,16 @@ def run(args: Any) -> dict[str, Any]:
                 statistics.median(paired["full_handoff"]), 3
             ),
             "single_full_with_journal": round(statistics.median(paired["full_journal"]), 3),
+        },
+        "sqlite_ceiling": {
+            "what": "the store's statements on a bare sqlite3 connection, parameters "
+            "encoded before timing (no Python layer)",
+            "single_full": round(med["ceiling_single"], 1),
+            "group_full_64": round(med["ceiling_group"], 1),
+            "paired_ratios_vs_adjacent_fsync": {
+                "single_full": round(statistics.median(paired["ceiling_single"]), 3),
+                "group_full_64": round(statistics.median(paired["ceiling_group"]), 3),
+            },
         },
         "group_mean_batch": round(items / batches, 1) if batches else None,
         "rounds": args.rounds,
