@@ -19,8 +19,9 @@ violations of six invariants:
 - ``stuck`` — an execution left active that neither waits for an approval nor was
   announced to the operator (``recovery_resolution_required``) by the last process;
 - ``journal_inconsistent`` — journal sequences not 1..n, journal head != count, a
-  journal record of an unknown execution, barrier revisions not 0..n, or the last
-  barrier's status, phase or digest not matching the execution record.
+  journal record of an unknown execution, barrier revisions not 0..n, a barrier-log row
+  the execution's chain does not reach, or the last barrier's status, phase or digest
+  not matching the execution record.
 
 One more check is reported beside them (:data:`EXTRA_CHECKS`):
 ``agent_root_inconsistent`` — the agent root's lifecycle is not ``idle`` when none of
@@ -41,7 +42,13 @@ import attrs
 from crash_app import log_paths, read_jsonl
 
 from phronomy_fsm.store import SqliteBarrierStore
-from phronomy_fsm.store.records import TERMINAL_STATUSES, digest, to_json
+from phronomy_fsm.store.records import (
+    TERMINAL_STATUSES,
+    BarrierRecord,
+    digest,
+    epoch_ms_to_datetime,
+    to_json,
+)
 
 INVARIANTS = (
     "lost",
@@ -123,6 +130,24 @@ def _ns(when: Any) -> int:
     return int(when.timestamp() * 1_000_000) * 1000
 
 
+def _all_barrier_rows(
+    store: SqliteBarrierStore, executions: dict[str, Any]
+) -> dict[str, list[BarrierRecord]]:
+    """Every row of the barrier log, by execution and revision — read as an auditor
+    would, by scanning the table rather than walking each execution's chain, so a row
+    the store did not link (or a broken link) is still seen."""
+    histories: dict[str, list[BarrierRecord]] = {eid: [] for eid in executions}
+    with store._reading("crash checks") as conn:
+        rows = conn.execute(
+            "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
+            " FROM barriers ORDER BY execution_id, revision"
+        ).fetchall()
+    for eid, rev, barrier, ms, dig, status, phase in rows:
+        record = BarrierRecord(eid, rev, barrier, epoch_ms_to_datetime(ms), dig, status, phase)
+        histories.setdefault(eid, []).append(record)
+    return histories
+
+
 def check_run(
     db: str | Path,
     *,
@@ -158,9 +183,19 @@ def check_run(
         executions = {e.execution_id: e for e in store.list_executions()}
         journal = {a.agent_id: store.read_journal(a.agent_id) for a in store.list_agents()}
         agents = {a.agent_id: a for a in store.list_agents()}
-        histories = {eid: store.barrier_history(eid) for eid in executions}
+        histories = _all_barrier_rows(store, executions)
+        chains = {eid: store.barrier_history(eid) for eid in executions}
     finally:
         store.close()
+    for eid, chain in chains.items():
+        if chain != histories.get(eid, []):
+            findings.add(
+                "journal_inconsistent",
+                "the execution's barrier chain does not link every row of its barrier log",
+                execution_id=eid,
+                chain=[b.revision for b in chain],
+                rows=[b.revision for b in histories.get(eid, [])],
+            )
     _check_lost(findings, executions, snapshots, effects, acks)
     _check_double_terminal(findings, executions, histories, snapshots)
     _check_duplicate_effects(findings, effects)

@@ -379,3 +379,15 @@ def test_a_run_label_parses_back_into_its_plan() -> None:
     assert parse_plan("plain_answer:") == Plan("plain_answer")
     with pytest.raises(ValueError, match="unknown scenario"):
         parse_plan("nope:barrier:x:before")
+
+
+def test_a_barrier_row_the_chain_does_not_reach_is_inconsistent(
+    app_run: Any, tmp_path: Path
+) -> None:
+    db = finished(app_run, tmp_path, "plain_answer")
+    sql(db, "UPDATE barriers SET previous_seq = NULL WHERE revision = 2")
+    findings = check_run(db, snapshots=[], last_summary=None)
+    assert nonzero(findings) == {"journal_inconsistent": 1}
+    (detail,) = findings.details
+    assert detail["message"].startswith("the execution's barrier chain does not link")
+    assert detail["chain"] == [2] and detail["rows"] == [0, 1, 2]

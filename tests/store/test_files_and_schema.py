@@ -277,3 +277,119 @@ def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_
     conn.close()
     with SqliteBarrierStore(fresh, read_only=True) as again:
         assert again.load_execution("ex-1").revision == 0
+
+
+def _version_2_store(path: Path) -> None:
+    """A store as phronomy_fsm wrote it at schema version 2: migrations 0001 and 0002,
+    with the barrier log keyed by (execution_id, revision), filled through the same
+    write statements the store uses (they did not change)."""
+    from datetime import timedelta
+
+    from sqlite_utils.migrations import Migrations
+
+    from phronomy_fsm.store import schema
+    from phronomy_fsm.store._write import PreparedBarrier, apply_barrier
+    from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, BarrierCommit, to_json
+
+    from .helpers import T0, new_execution
+
+    v2 = Migrations(schema.MIGRATIONS.name)
+    for migration in schema.MIGRATIONS._migrations[:2]:
+        v2(name=migration.name)(migration.fn)
+    db = sqlite_utils.Database(str(path))
+    v2.apply(db)
+    db.execute(
+        "INSERT INTO meta(key, value) VALUES ('schema_version', '2'), ('application', 'phronomy_fsm')"
+    )
+    for agent_id in ("a1", "a2"):
+        db.execute(
+            "INSERT INTO agents(agent_id, revision, lifecycle, journal_head, body,"
+            " created_epoch_ms, updated_epoch_ms) VALUES (?, 0, 'idle', 0, ?, 0, 0)",
+            (agent_id, to_json(AgentRecord(agent_id, 0, AgentLifecycle.IDLE, 0, T0, T0))),
+        )
+    one, two = new_execution("a1", "ex-1"), new_execution("a2", "ex-2")
+    # interleaved, as concurrent executions commit
+    commits = [BarrierCommit("admission", one, None), BarrierCommit("admission", two, None)]
+    commits += [step(one), step(two)]
+    commits += [step(commits[2].execution, "tool_barrier", phase="dispatching_tools")]
+    cur = db.conn.cursor()
+    for i, commit in enumerate(commits):
+        at = T0 + timedelta(seconds=i)
+        apply_barrier(cur, PreparedBarrier(commit), int(at.timestamp() * 1000), at)
+    db.conn.commit()
+    db.close()
+
+
+def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row(tmp_path):
+    from phronomy_fsm.store.schema import BARRIER_CHAIN
+
+    from .helpers import T0
+
+    path = tmp_path / "v2.db"
+    _version_2_store(path)
+    with sqlite3.connect(path) as old:
+        before = old.execute(
+            "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
+            " FROM barriers ORDER BY committed_epoch_ms"
+        ).fetchall()
+    assert len(before) == 5
+    with SqliteBarrierStore(path) as store:
+        history = {eid: store.barrier_history(eid) for eid in ("ex-1", "ex-2")}
+        assert [(b.revision, b.barrier) for b in history["ex-1"]] == [
+            (0, "admission"),
+            (1, "provider_barrier"),
+            (2, "tool_barrier"),
+        ]
+        assert [(b.revision, b.barrier) for b in history["ex-2"]] == [
+            (0, "admission"),
+            (1, "provider_barrier"),
+        ]
+        assert history["ex-1"][0].committed_at == T0.replace(microsecond=123000)  # ms in the log
+        # new barriers continue each chain
+        ex2 = store.load_execution("ex-2")
+        store.commit(step(ex2, "tool_barrier", phase="dispatching_tools"))
+        assert [b.revision for b in store.barrier_history("ex-2")] == [0, 1, 2]
+        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2]
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT seq, execution_id, revision, barrier, committed_epoch_ms, digest, status,"
+            " phase, previous_seq FROM barriers ORDER BY seq"
+        ).fetchall()
+        assert [r[1:8] for r in rows[:5]] == before  # commit order, nothing changed
+        assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]
+        # each row points at the previous barrier of its own execution
+        assert [r[8] for r in rows] == [None, None, 1, 2, 3, 4]
+        assert db.execute(
+            "SELECT execution_id, last_barrier_seq FROM executions ORDER BY execution_id"
+        ).fetchall() == [("ex-1", 5), ("ex-2", 6)]
+        assert db.execute(f"{BARRIER_CHAIN} SELECT count(*) FROM chain", ("ex-1",)).fetchone() == (
+            3,
+        )
+
+
+def test_a_batch_of_barriers_shares_the_last_page_of_the_log(tmp_path):
+    """64 executions committed in one group-commit transaction append 64 consecutive
+    rows: the log's rows of a batch are neighbours, whatever the execution ids."""
+    with SqliteBarrierStore(tmp_path / "s.db") as store:
+        executions = [admission(store, f"a{i}", f"ex-{i:02d}")[1] for i in range(64)]
+        futures = [store.submit(step(ex)) for ex in reversed(executions)]
+        for future in futures:
+            future.result(10)
+        seqs = [store.barrier_history(ex.execution_id)[-1] for ex in executions]
+        assert all(b.revision == 1 for b in seqs)
+    with sqlite3.connect(tmp_path / "s.db") as db:
+        last = db.execute("SELECT seq FROM barriers WHERE revision = 1 ORDER BY seq").fetchall()
+        assert [s for (s,) in last] == list(range(65, 129))
+
+
+def test_a_damaged_barrier_chain_ends_the_walk(tmp_path):
+    """A row whose previous_seq points forward (hand-edited, corrupted) cannot make the
+    history walk loop: the chain stops there."""
+    with SqliteBarrierStore(tmp_path / "s.db") as store:
+        _, ex = admission(store, "a", "ex-1")
+        for _ in range(3):
+            store.commit(step(ex))
+            ex = store.load_execution("ex-1")
+        with sqlite3.connect(tmp_path / "s.db") as db:
+            db.execute("UPDATE barriers SET previous_seq = 4 WHERE revision = 2")
+        assert [b.revision for b in store.barrier_history("ex-1")] == [2, 3]

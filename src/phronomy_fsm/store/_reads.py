@@ -29,6 +29,7 @@ from phronomy_fsm.store.records import (
     from_json,
     to_json,
 )
+from phronomy_fsm.store.schema import BARRIER_CHAIN
 
 
 class SqliteReads:
@@ -170,11 +171,13 @@ class SqliteReads:
         return [from_json(JournalRecord, body) for (body,) in rows]
 
     def barrier_history(self, execution_id: str) -> list[BarrierRecord]:
-        """The barrier log of ``execution_id`` by revision (empty when unknown)."""
+        """The barrier log of ``execution_id`` by revision (empty when unknown), found
+        by walking its chain back from ``executions.last_barrier_seq`` (``schema.py``)."""
         with self._reading("barrier_history") as conn:
             rows = conn.execute(
-                "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
-                " FROM barriers WHERE execution_id = ? ORDER BY revision",
+                f"{BARRIER_CHAIN} SELECT execution_id, revision, barrier, committed_epoch_ms,"
+                " digest, status, phase FROM barriers WHERE seq IN (SELECT seq FROM chain)"
+                " ORDER BY revision",
                 (execution_id,),
             ).fetchall()
         return [

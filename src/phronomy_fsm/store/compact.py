@@ -39,6 +39,7 @@ import sqlite_utils
 from phronomy_fsm.errors import StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.base import CompactReport
+from phronomy_fsm.store.schema import BARRIER_CHAIN
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
@@ -89,6 +90,22 @@ def _open_archive(path: str, store_path: str) -> sqlite_utils.Database:
                 f"CREATE TABLE IF NOT EXISTS journal ({_JOURNAL_COLUMNS}, PRIMARY KEY (agent_id, sequence))"
             )
     return db
+
+
+def _barrier_seqs(conn: sqlite3.Connection | sqlite3.Cursor, execution_id: str) -> list[tuple[int]]:
+    """The ``seq`` of every barrier-log row of ``execution_id`` (its chain)."""
+    return conn.execute(f"{BARRIER_CHAIN} SELECT seq FROM chain", (execution_id,)).fetchall()
+
+
+def _barrier_rows(conn: sqlite3.Connection, execution_id: str) -> list[dict[str, Any]]:
+    """The barrier-log rows of ``execution_id`` (its chain) as column dicts."""
+    cur = conn.execute(
+        f"{BARRIER_CHAIN} SELECT {_BARRIER_COLUMNS} FROM barriers"
+        " WHERE seq IN (SELECT seq FROM chain)",
+        (execution_id,),
+    )
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
 def _rows(conn: sqlite3.Connection, sql: str, ids: list[str]) -> list[dict[str, Any]]:
@@ -145,6 +162,7 @@ def compact_store(
                 archived += _archive_chunk(store, archive, ids)
             with store._write_transaction("compact") as cur:
                 for eid, revision in chunk:
+                    seqs = _barrier_seqs(cur, eid)  # the chain starts at the execution row
                     cur.execute(
                         "DELETE FROM executions WHERE execution_id = ? AND revision = ? AND active = 0"
                         " AND updated_epoch_ms < ?",
@@ -152,8 +170,8 @@ def compact_store(
                     )
                     if cur.rowcount == 1:
                         removed += 1
-                        cur.execute("DELETE FROM barriers WHERE execution_id = ?", (eid,))
-                        removed_barriers += cur.rowcount
+                        cur.executemany("DELETE FROM barriers WHERE seq = ?", seqs)
+                        removed_barriers += len(seqs)
                         row = cur.execute(
                             "SELECT count(*) FROM journal WHERE execution_id = ?", (eid,)
                         ).fetchone()
@@ -185,9 +203,7 @@ def _archive_chunk(
             f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE execution_id IN ({{marks}})",
             ids,
         )
-        barriers = _rows(
-            conn, f"SELECT {_BARRIER_COLUMNS} FROM barriers WHERE execution_id IN ({{marks}})", ids
-        )
+        barriers = [row for eid in ids for row in _barrier_rows(conn, eid)]
         journal = _rows(
             conn, f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE execution_id IN ({{marks}})", ids
         )

@@ -12,16 +12,22 @@ Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_j
 - ``agents(agent_id PK, revision, lifecycle, journal_head, body, created_epoch_ms,
   updated_epoch_ms)``
 - ``executions(execution_id PK, agent_id, revision, status, phase, active, spec_sha256,
-  body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)`` with the partial unique index
+  body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest,
+  last_barrier_seq)`` with the partial unique index
   ``executions_one_active ON executions(agent_id) WHERE active = 1`` (reference §5.2,
   one active execution per agent) and ``executions_by_agent(agent_id, created_epoch_ms)``.
 - ``journal(agent_id, sequence, record_id, execution_id, kind, body)``; unique
   ``(agent_id, sequence)`` and ``(agent_id, record_id)``; index on ``execution_id``.
-- ``barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,
-  phase)``, primary key ``(execution_id, revision)``, WITHOUT ROWID (one page write
-  per barrier on the hot path). Rows are inserted by the triggers
+- ``barriers(seq INTEGER PRIMARY KEY, execution_id, revision, barrier,
+  committed_epoch_ms, digest, status, phase, previous_seq)`` (version 3, migration
+  ``0003_barrier_log_in_commit_order``): appended in commit order, so the barriers of
+  one group-commit transaction share a page. Rows are inserted by the triggers
   ``executions_log_insert``/``executions_log_update`` from the ``last_barrier`` and
-  ``last_digest`` columns written by the same statement that moves the execution.
+  ``last_digest`` columns written by the same statement that moves the execution; the
+  trigger links the row to the execution's previous one (``previous_seq``) and stores
+  its ``seq`` in ``executions.last_barrier_seq``, and :data:`BARRIER_CHAIN` walks that
+  chain back. (Versions 1–2 kept it WITHOUT ROWID keyed by ``(execution_id,
+  revision)``.)
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
 - ``agent_owners(agent_id PK, host, pid, start_time, boot_id, pid_namespace,
   owner_token, holds, claimed_epoch_ms)`` (version 2, migration ``0002_agent_owners``):
@@ -41,7 +47,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -171,6 +177,65 @@ def _m0002_agent_owners(db: sqlite_utils.Database) -> None:
         not_null=["host", "pid", "owner_token", "holds", "claimed_epoch_ms"],
         strict=True,
     )
+
+
+#: Walks an execution's barrier log from its newest row back along ``previous_seq``
+#: (one ``?``: the execution id); ``SELECT seq FROM chain`` then names its rows. UNION,
+#: not UNION ALL, and the strictly decreasing step end the walk on a damaged chain.
+BARRIER_CHAIN = (
+    "WITH RECURSIVE chain(seq) AS ("
+    " SELECT last_barrier_seq FROM executions"
+    " WHERE execution_id = ? AND last_barrier_seq IS NOT NULL"
+    " UNION SELECT b.previous_seq FROM barriers b JOIN chain c ON b.seq = c.seq"
+    " WHERE b.previous_seq IS NOT NULL AND b.previous_seq < b.seq)"
+)
+
+
+@MIGRATIONS(name="0003_barrier_log_in_commit_order")
+def _m0003_barrier_log_in_commit_order(db: sqlite_utils.Database) -> None:
+    # Why: clustered by (execution_id, revision), the barrier log put the barriers of 64
+    # executions committed together on 64 different pages (about 135 WAL frames per
+    # group-commit transaction, docs/store.md "Performance"). Appended in commit order
+    # (rowid ``seq``) they share the last page; an execution finds its rows through
+    # ``executions.last_barrier_seq`` and each row's ``previous_seq`` (BARRIER_CHAIN).
+    # Revisions cannot repeat: the compare-and-set raises them by exactly one.
+    db.execute("ALTER TABLE executions ADD COLUMN last_barrier_seq INTEGER")
+    db.execute(
+        "CREATE TABLE barriers_by_seq ("
+        " seq INTEGER PRIMARY KEY, execution_id TEXT NOT NULL, revision INTEGER NOT NULL,"
+        " barrier TEXT NOT NULL, committed_epoch_ms INTEGER NOT NULL, digest TEXT NOT NULL,"
+        " status TEXT NOT NULL, phase TEXT NOT NULL, previous_seq INTEGER) STRICT"
+    )
+    db.execute(
+        "INSERT INTO barriers_by_seq"
+        " SELECT seq, execution_id, revision, barrier, committed_epoch_ms, digest, status,"
+        " phase, lag(seq) OVER (PARTITION BY execution_id ORDER BY revision) FROM ("
+        "  SELECT row_number() OVER (ORDER BY committed_epoch_ms, execution_id, revision)"
+        "  AS seq, * FROM barriers)"
+    )
+    db.execute(
+        "UPDATE executions SET last_barrier_seq = last.seq FROM ("
+        " SELECT execution_id, max(seq) AS seq FROM barriers_by_seq GROUP BY execution_id"
+        ") AS last WHERE executions.execution_id = last.execution_id"
+    )
+    db.execute("DROP TRIGGER executions_log_insert")
+    db.execute("DROP TRIGGER executions_log_update")
+    db.execute("DROP TABLE barriers")
+    db.execute("ALTER TABLE barriers_by_seq RENAME TO barriers")
+    # The same statement that moves the execution appends its log row and links it, so
+    # no revision is ever committed without its log row. The inner UPDATE does not
+    # touch ``revision``, so it fires no trigger.
+    for event, previous in (("INSERT", "NULL"), ("UPDATE OF revision", "old.last_barrier_seq")):
+        name = "insert" if event == "INSERT" else "update"
+        db.execute(
+            f"CREATE TRIGGER executions_log_{name} AFTER {event} ON executions BEGIN"
+            " INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest,"
+            " status, phase, previous_seq) VALUES (new.execution_id, new.revision,"
+            f" new.last_barrier, new.updated_epoch_ms, new.last_digest, new.status, new.phase,"
+            f" {previous});"
+            " UPDATE executions SET last_barrier_seq = last_insert_rowid()"
+            " WHERE rowid = new.rowid; END"
+        )
 
 
 #: Migration names this code knows, in order.
