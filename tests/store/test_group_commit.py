@@ -205,3 +205,108 @@ def test_mixed_batch_keeps_submission_order(store_factory):
     assert [e.execution_id for e in store.active_executions("solo")] == ["ex-second"]
     assert store.load_execution("ex-first").status.value == "cancelled"
     assert len(store.read_journal("solo")) == 1
+
+
+def test_a_run_with_agent_roots_and_journals_fails_only_the_refused_barrier(store_factory):
+    """Barriers that carry an agent root and journal records are applied as one run
+    (one statement per table); an agent whose root moved meanwhile, and a journal
+    record id used twice, are each refused alone, and nothing of theirs is written."""
+    from .helpers import journal, step_with_journal
+
+    store = _full_batch_store(store_factory, 6)
+    pairs = [admission(store, f"agent-{i}", f"ex-{i}") for i in range(6)]
+    commits = [step_with_journal(ex, agent, count=2) for agent, ex in pairs]
+    # agent 2's root moves outside the batch: its barrier expects the old revision
+    agent2 = pairs[2][0]
+    store.commit(step_with_journal(pairs[2][1], agent2, count=1, barrier="outside", phase="moved"))
+    # barrier 4 reuses a record id that agent 4 already has in its journal
+    taken = journal("agent-4", "ex-4", record_id="rec-taken")
+    agent4, ex4 = pairs[4]
+    first = step_with_journal(ex4, agent4, count=0)
+    store.commit(
+        BarrierCommit(
+            first.barrier,
+            first.execution,
+            first.expected_revision,
+            agent=agent4.advance(journal_head=1),
+            journal=(taken,),
+        )
+    )
+    ex4 = store.load_execution("ex-4")
+    agent4 = store.load_agent("agent-4")
+    nxt = step_with_journal(ex4, agent4, count=1)
+    commits[4] = BarrierCommit(
+        nxt.barrier,
+        nxt.execution,
+        nxt.expected_revision,
+        agent=nxt.agent,
+        journal=(journal("agent-4", "ex-4", record_id="rec-taken", content={"again": True}),),
+    )
+    futures = [store.submit(c) for c in commits]
+    outcomes: list[Any] = []
+    for f in futures:
+        try:
+            outcomes.append(f.result(timeout=60))
+        except ConflictError as exc:
+            outcomes.append(exc)
+    assert [type(o).__name__ for o in outcomes] == [
+        "CommitReceipt",
+        "CommitReceipt",
+        "ConflictError",
+        "CommitReceipt",
+        "ConflictError",
+        "CommitReceipt",
+    ]
+    for i in (0, 1, 3, 5):
+        assert outcomes[i].journal_sequences == (1, 2)
+        assert store.load_execution(f"ex-{i}") == commits[i].execution
+        assert store.load_agent(f"agent-{i}") == commits[i].agent
+        assert [r.record_id for r in store.read_journal(f"agent-{i}")] == [
+            r.record_id for r in commits[i].journal
+        ]
+    # the refused ones: execution, root and journal exactly as before the batch
+    assert store.load_execution("ex-2").phase == "moved"
+    assert [r.content for r in store.read_journal("agent-2")] == [{"n": 0}]
+    assert store.load_execution("ex-4") == ex4
+    assert store.load_agent("agent-4") == agent4
+    assert [r.record_id for r in store.read_journal("agent-4")] == ["rec-taken"]
+
+
+def test_barriers_with_roots_and_journals_share_one_statement_per_table(store_factory, monkeypatch):
+    from phronomy_fsm.store import _write
+
+    from .helpers import step_with_journal
+
+    runs: list[tuple[int, bool]] = []
+    original = _write._apply_run
+
+    def spy(cur: Any, run: list[Any], now_ms: int) -> bool:
+        applied = original(cur, run, now_ms)
+        runs.append((len(run), applied))
+        return applied
+
+    monkeypatch.setattr(_write, "_apply_run", spy)
+    store = _full_batch_store(store_factory, 6)
+    pairs = [admission(store, f"agent-{i}", f"ex-{i}") for i in range(6)]
+    statements: list[str] = []
+    store._writer.set_trace_callback(statements.append)
+    commits = [step_with_journal(ex, agent, count=3) for agent, ex in pairs]
+    receipts = [f.result(timeout=60) for f in [store.submit(c) for c in commits]]
+    assert [r.journal_sequences for r in receipts] == [(1, 2, 3)] * 6
+    assert runs == [(6, True)]
+
+    # (the trace repeats a statement for its trigger steps and executemany rows)
+    def kind(sql: str) -> str:
+        words = sql.replace("(", " ").split()
+        return " ".join(words[:3] if words[0] == "INSERT" else words[:2])
+
+    assert list(dict.fromkeys(map(kind, statements))) == [
+        "BEGIN IMMEDIATE",
+        "SAVEPOINT run",
+        "UPDATE executions",
+        "UPDATE agents",
+        "INSERT INTO journal",
+        "RELEASE run",
+        "COMMIT",
+    ]
+    assert all(len(store.read_journal(f"agent-{i}")) == 3 for i in range(6))
