@@ -279,7 +279,7 @@ def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_
         assert again.load_execution("ex-1").revision == 0
 
 
-def _version_2_store(path: Path) -> None:
+def _version_2_store(path: Path, seconds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> None:
     """A store as phronomy_fsm wrote it at schema version 2: migrations 0001 and 0002,
     with the barrier log keyed by (execution_id, revision), filled through the same
     write statements the store uses (they did not change)."""
@@ -314,7 +314,7 @@ def _version_2_store(path: Path) -> None:
     commits += [step(commits[2].execution, "tool_barrier", phase="dispatching_tools")]
     cur = db.conn.cursor()
     for i, commit in enumerate(commits):
-        at = T0 + timedelta(seconds=i)
+        at = T0 + timedelta(seconds=seconds[i])
         apply_barrier(cur, PreparedBarrier(commit), int(at.timestamp() * 1000), at)
     db.conn.commit()
     db.close()
@@ -393,3 +393,31 @@ def test_a_damaged_barrier_chain_ends_the_walk(tmp_path):
         with sqlite3.connect(tmp_path / "s.db") as db:
             db.execute("UPDATE barriers SET previous_seq = 4 WHERE revision = 2")
         assert [b.revision for b in store.barrier_history("ex-1")] == [2, 3]
+
+
+def test_a_clock_that_stepped_back_does_not_break_the_migrated_chain(tmp_path):
+    """Version 2 ordered nothing by time; if the clock stepped back between two
+    barriers of one execution, the migrated log must still link every revision in
+    order (a later revision with an earlier commit time)."""
+    path = tmp_path / "v2.db"
+    # ex-1's revision 2 was committed "before" everything else (clock stepped back)
+    _version_2_store(path, seconds=(10, 11, 12, 13, 1))
+    with SqliteBarrierStore(path) as store:
+        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2]
+        assert [b.revision for b in store.barrier_history("ex-2")] == [0, 1]
+        ex1 = store.load_execution("ex-1")
+        store.commit(step(ex1, "provider_barrier"))
+        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2, 3]
+    with sqlite3.connect(path) as db:
+        for eid in ("ex-1", "ex-2"):
+            seqs = [
+                seq
+                for (seq,) in db.execute(
+                    "SELECT seq FROM barriers WHERE execution_id = ? ORDER BY revision", (eid,)
+                )
+            ]
+            assert seqs == sorted(seqs)
+        assert db.execute(
+            "SELECT e.revision = b.revision FROM executions e JOIN barriers b"
+            " ON b.seq = e.last_barrier_seq WHERE e.execution_id = 'ex-1'"
+        ).fetchone() == (1,)

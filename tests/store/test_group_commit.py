@@ -310,3 +310,20 @@ def test_barriers_with_roots_and_journals_share_one_statement_per_table(store_fa
         "COMMIT",
     ]
     assert all(len(store.read_journal(f"agent-{i}")) == 3 for i in range(6))
+
+
+@pytest.mark.parametrize("size", [0, 1001])
+def test_a_batch_size_sqlite_cannot_bind_is_refused_up_front(store_factory, size):
+    with pytest.raises(ValueError, match="group_max_batch must be between 1 and 1000"):
+        store_factory(group_max_batch=size)
+
+
+def test_the_largest_batch_commits_in_one_transaction(store_factory):
+    """1,000 barriers (the most a batch may hold) bind 9,001 parameters in one
+    multi-row UPDATE, within SQLite's default limit."""
+    store = _full_batch_store(store_factory, 1000)
+    executions = _agents(store, 1000)
+    batches = store._group.batches
+    futures = [store.submit(step(ex)) for ex in executions]
+    assert {f.result(timeout=120).revision for f in futures} == {1}
+    assert store._group.batches == batches + 1

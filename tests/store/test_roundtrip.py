@@ -265,3 +265,44 @@ def test_naive_datetime_is_refused_and_nothing_is_written(store):
     with pytest.raises(SerializationError):
         store.commit(BarrierCommit("provider_barrier", naive, 0))
     assert store.load_execution("ex-1") == ex
+
+
+ENTRY = ToolBatchEntry("t-1", "call-1", "lookup", "llm-1", {"q": 1}, "authorized")
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"approval_request": {"request_id": "r"}},  # a dict where a record belongs
+        {"recovery": "unresolved"},
+        {"error": ValueError("boom")},
+        {"tool_batch": [ENTRY]},  # a list: records hold tuples
+        {"tool_batch": ({"tool_invocation_id": "t-1"},)},
+        {"created_at": "2026-01-01T00:00:00+00:00"},  # text where a datetime belongs
+        {"updated_at": 1_767_225_600},
+    ],
+    ids=lambda c: f"{next(iter(c))}={type(next(iter(c.values()))).__name__}",
+)
+def test_a_wrongly_typed_field_is_a_serialization_error_for_that_barrier_only(
+    changes, store_factory
+):
+    """Encoding refuses a value of the wrong type with SerializationError (never a raw
+    AttributeError), and in a group-commit batch it fails only its own barrier."""
+    store = store_factory(group_max_batch=2, group_window_seconds=30.0)
+    _, one = admission(store, "a1", "ex-1")
+    _, two = admission(store, "a2", "ex-2")
+    bad = attrs.evolve(one.advance(now=T0, status=ExecutionStatus.ACTIVE), **changes)
+    with pytest.raises(SerializationError):
+        to_json(bad)
+    with pytest.raises(SerializationError):
+        store.commit(BarrierCommit("provider_barrier", bad, 0))
+    good = two.advance(now=T0, status=ExecutionStatus.ACTIVE)
+    futures = [
+        store.submit(BarrierCommit("provider_barrier", good, 0)),
+        store.submit(BarrierCommit("provider_barrier", bad, 0)),
+    ]
+    assert futures[0].result(timeout=30).revision == 1
+    with pytest.raises(SerializationError):
+        futures[1].result(timeout=30)
+    assert store.load_execution("ex-1") == one
+    assert store.load_execution("ex-2") == good

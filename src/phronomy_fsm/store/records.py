@@ -507,9 +507,13 @@ def _unstructure_key(owner: str, name: str, kind: type) -> Any:
 
 def _unstructure_stamp(name: str) -> Any:
     """A datetime field passes through (orjson writes it as RFC 3339 with its offset),
-    once checked to be timezone-aware."""
+    once checked to be a timezone-aware datetime."""
 
     def hook(value: datetime) -> datetime:
+        if not isinstance(value, datetime):
+            raise SerializationError(
+                f"{name} must be a datetime, got {type(value).__name__} {value!r}"
+            )
         if value.tzinfo is None or value.utcoffset() is None:
             raise SerializationError(
                 f"naive datetime {value!r} in {name}: store timezone-aware times only"
@@ -519,16 +523,39 @@ def _unstructure_stamp(name: str) -> Any:
     return hook
 
 
-def _unstructure_optional_record(nested: Any) -> Any:
+def _wrong_record(name: str, cls: type, value: Any) -> SerializationError:
+    return SerializationError(
+        f"{name} must hold {cls.__name__} records, got {type(value).__name__} {value!r:.80}"
+    )
+
+
+def _unstructure_optional_record(name: str, cls: type, nested: Any) -> Any:
+    """``cls | None``: ``None``, or exactly a ``cls`` (its generated hook, called
+    directly instead of dispatching on the value's type at run time)."""
+
     def hook(value: Any) -> Any:
-        return None if value is None else nested(value)
+        if value is None:
+            return None
+        if type(value) is not cls:
+            raise _wrong_record(name, cls, value)
+        return nested(value)
 
     return hook
 
 
-def _unstructure_record_tuple(nested: Any) -> Any:
+def _unstructure_record_tuple(name: str, cls: type, nested: Any) -> Any:
+    """``tuple[cls, ...]``: exactly a tuple of ``cls`` (records are immutable; a list
+    inside one could change after it was checked), written as a JSON array."""
+
     def hook(value: Any) -> list[Any]:
-        return [nested(item) for item in value]
+        if type(value) is not tuple:
+            raise _wrong_record(name, cls, value)
+        out = []
+        for item in value:
+            if type(item) is not cls:
+                raise _wrong_record(name, cls, item)
+            out.append(nested(item))
+        return out
 
     return hook
 
@@ -555,9 +582,9 @@ def _unstructure_overrides(conv: cattrs.Converter, cls: type) -> dict[str, Any]:
         elif tp in (str | None, bool | None):
             hook = _identity
         elif len(args) == 2 and args[1] is type(None) and args[0] in RECORD_CLASSES:
-            hook = _unstructure_optional_record(conv.get_unstructure_hook(args[0]))
+            hook = _unstructure_optional_record(f.name, args[0], conv.get_unstructure_hook(args[0]))
         elif typing.get_origin(tp) is tuple and args[0] in RECORD_CLASSES:
-            hook = _unstructure_record_tuple(conv.get_unstructure_hook(args[0]))
+            hook = _unstructure_record_tuple(f.name, args[0], conv.get_unstructure_hook(args[0]))
         else:
             continue
         overrides[f.name] = override(unstruct_hook=hook)
@@ -638,7 +665,7 @@ def to_json(record: Any, **replace: Any) -> str:
         return orjson.dumps(data, default=_reject, option=_ORJSON_OPTIONS).decode("utf-8")
     except SerializationError:
         raise
-    except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+    except (TypeError, ValueError, AttributeError, orjson.JSONEncodeError) as exc:
         raise SerializationError(f"cannot encode {type(record).__name__}: {exc}") from exc
 
 

@@ -206,12 +206,17 @@ def _m0003_barrier_log_in_commit_order(db: sqlite_utils.Database) -> None:
         " barrier TEXT NOT NULL, committed_epoch_ms INTEGER NOT NULL, digest TEXT NOT NULL,"
         " status TEXT NOT NULL, phase TEXT NOT NULL, previous_seq INTEGER) STRICT"
     )
+    # Commit order is approximated by the commit time, but a clock that stepped back
+    # (NTP, a resumed VM) must not reorder one execution's revisions: each row sorts at
+    # the latest commit time of its execution up to its revision, so ``seq`` rises with
+    # the revision within every execution and the chain below is never inverted.
     db.execute(
         "INSERT INTO barriers_by_seq"
         " SELECT seq, execution_id, revision, barrier, committed_epoch_ms, digest, status,"
         " phase, lag(seq) OVER (PARTITION BY execution_id ORDER BY revision) FROM ("
-        "  SELECT row_number() OVER (ORDER BY committed_epoch_ms, execution_id, revision)"
-        "  AS seq, * FROM barriers)"
+        "  SELECT row_number() OVER (ORDER BY sort_ms, execution_id, revision) AS seq, *"
+        "  FROM (SELECT *, max(committed_epoch_ms) OVER (PARTITION BY execution_id"
+        "   ORDER BY revision ROWS UNBOUNDED PRECEDING) AS sort_ms FROM barriers))"
     )
     db.execute(
         "UPDATE executions SET last_barrier_seq = last.seq FROM ("

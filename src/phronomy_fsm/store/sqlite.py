@@ -35,6 +35,7 @@ from phronomy_fsm.errors import (
     OutcomeUnknownError,
     PhronomyError,
     SchemaVersionError,
+    SerializationError,
     StorageError,
 )
 from phronomy_fsm.runtime import crashpoints
@@ -62,6 +63,10 @@ from phronomy_fsm.store.records import (
 FaultHook = Callable[[str, tuple[BarrierCommit, ...]], None]
 
 _SYNCHRONOUS = ("FULL", "NORMAL")
+
+#: Largest ``group_max_batch``: nine bound parameters per barrier in a batch's
+#: multi-row UPDATE must stay under SQLite's default limit of 32,766.
+MAX_GROUP_BATCH = 1000
 
 #: Frames the WAL is grown to before the first FULL commit: SQLite's default
 #: ``wal_autocheckpoint`` (1000 pages), so the WAL is reused, never grown, in steady state.
@@ -143,7 +148,9 @@ class SqliteBarrierStore(SqliteReads):
             lock before failing with StorageError.
         group_window_seconds: extra wait for a group-commit batch to fill (0: flush as
             soon as the writer is idle).
-        group_max_batch: most barriers per group-commit transaction.
+        group_max_batch: most barriers per group-commit transaction, 1 to
+            :data:`MAX_GROUP_BATCH` (a batch's multi-row statements must stay within
+            SQLite's default limit of 32,766 bound parameters).
         clock: returns the current timezone-aware time (commit times, defaults); the
             system clock when ``None``.
         read_only: open an existing, current store for reading only (nothing is
@@ -180,6 +187,10 @@ class SqliteBarrierStore(SqliteReads):
             raise ValueError(f"synchronous must be FULL or NORMAL, not {synchronous!r}")
         if busy_timeout_seconds < 0:
             raise ValueError("busy_timeout_seconds must not be negative")
+        if not 1 <= group_max_batch <= MAX_GROUP_BATCH:
+            raise ValueError(
+                f"group_max_batch must be between 1 and {MAX_GROUP_BATCH}, not {group_max_batch}"
+            )
         self.path = str(Path(path).absolute())
         self.synchronous = sync
         self.busy_timeout_seconds = float(busy_timeout_seconds)
@@ -528,6 +539,13 @@ class SqliteBarrierStore(SqliteReads):
                 p = PreparedBarrier(commit)
             except PhronomyError as exc:
                 future.set_exception(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - fails this barrier alone, typed
+                error = SerializationError(
+                    f"cannot encode the barrier: {type(exc).__name__}: {exc}"
+                )
+                error.__cause__ = exc
+                future.set_exception(error)
                 continue
             p.future = future
             live.append(p)
