@@ -167,3 +167,36 @@ def test_compact_removes_old_terminal_and_archives(db, tmp_path):
     assert archive.exists()
     again = run("store", "compact", "--db", db, "--older-than-days", "7")
     assert again.exit_code == 0 and again.stdout.startswith("removed 0 executions")
+
+
+def test_migrate_brings_a_version_2_store_to_the_current_schema(tmp_path):
+    """A read-only command refuses an older store and names `store migrate`; after it,
+    the same command reads every barrier."""
+    from phronomy_fsm.store import SCHEMA_VERSION
+    from tests.store.test_files_and_schema import _version_2_store
+
+    path = tmp_path / "v2.db"
+    _version_2_store(path)
+    runner = CliRunner()
+    refused = runner.invoke(main, ["executions", "show", "ex-1", "--db", str(path), "--json"])
+    assert refused.exit_code == 1
+    assert f"phronomy-fsm store migrate --db {path}" in refused.stderr
+    migrated = runner.invoke(main, ["store", "migrate", "--db", str(path)])
+    assert migrated.exit_code == 0, migrated.output
+    assert migrated.stdout.strip() == f"schema version 2 -> {SCHEMA_VERSION}"
+    shown = runner.invoke(main, ["executions", "show", "ex-1", "--db", str(path), "--json"])
+    assert shown.exit_code == 0, shown.output
+    assert [b["revision"] for b in json.loads(shown.stdout)["barriers"]] == [0, 1, 2]
+    again = runner.invoke(main, ["store", "migrate", "--db", str(path)])
+    assert again.stdout.strip() == f"schema version {SCHEMA_VERSION} (already current)"
+
+
+def test_migrate_refuses_what_is_not_a_store_and_writes_nothing(tmp_path):
+    runner = CliRunner()
+    missing = runner.invoke(main, ["store", "migrate", "--db", str(tmp_path / "nope.db")])
+    assert missing.exit_code == 1 and not (tmp_path / "nope.db").exists()
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"not a database at all" * 10)
+    bad = runner.invoke(main, ["store", "migrate", "--db", str(junk)])
+    assert bad.exit_code == 1 and "Traceback" not in bad.output
+    assert junk.read_bytes() == b"not a database at all" * 10

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import db_option, fail, open_store
-from phronomy_fsm.errors import NotFoundError
+from phronomy_fsm.cli._common import db_option, fail, open_store, require_store_file
+from phronomy_fsm.errors import NotFoundError, PhronomyError
 from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
 
 
@@ -194,6 +194,47 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
         )
         + f"; WAL checkpoint {list(report.wal_checkpoint)}"
     )
+
+
+@store_group.command("migrate")
+@db_option
+@click.option(
+    "--busy-timeout-seconds",
+    "busy_timeout",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="How long to wait for other processes' writes (a large migration holds the lock).",
+)
+def migrate_command(db: str, busy_timeout: float) -> None:
+    """Bring an existing store to this version's schema (one transaction; nothing else
+    is written) and print the schema version before and after. A store that is
+    already current is left as it is. Read-only commands refuse an older store until
+    this (or any command that writes) has run; see docs/store.md "Schema"."""
+    import sqlite3
+
+    from phronomy_fsm.store import schema
+    from phronomy_fsm.store.sqlite import SqliteBarrierStore
+
+    require_store_file(db)
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            before = schema.inspect_version(conn, db)
+    except sqlite3.Error as exc:
+        fail(f"cannot read {db}: {exc}")
+    except PhronomyError as exc:
+        fail(str(exc))
+    if before is None:
+        fail(f"{db} is an empty database, not a phronomy_fsm store; nothing was written")
+    try:
+        SqliteBarrierStore(db, busy_timeout_seconds=busy_timeout, wal_prewarm_frames=0).close()
+    except (PhronomyError, OSError, ValueError) as exc:
+        fail(str(exc))
+    after = schema.SCHEMA_VERSION
+    if before == after:
+        click.echo(f"schema version {after} (already current)")
+    else:
+        click.echo(f"schema version {before} -> {after}")
 
 
 def register(main: click.Group) -> None:

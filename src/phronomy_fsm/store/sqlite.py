@@ -233,7 +233,8 @@ class SqliteBarrierStore(SqliteReads):
                 if version != schema.SCHEMA_VERSION:
                     raise SchemaVersionError(
                         f"{self.path} has schema version {version}, this code needs "
-                        f"{schema.SCHEMA_VERSION}; open it read-write once to migrate it",
+                        f"{schema.SCHEMA_VERSION}; open it read-write once to migrate it "
+                        f"(`phronomy-fsm store migrate --db {self.path}`)",
                         path=self.path,
                     )
                 return
