@@ -85,6 +85,11 @@ def render() -> str:
         "",
         "Generated from the docstrings by `python tools/gen_api_docs.py`; do not edit.",
         "",
+        "Docstrings cite where a behaviour comes from: *reference §N* is a section of the",
+        "behaviour reference of phronomy 0.27 (the Ruby framework this library re-implements),",
+        "kept with the design documents beside the repository; *issue N item M* is the",
+        "project's design issue that specified it. The user-facing documents are in `docs/`.",
+        "",
     ]
     for module in public_modules():
         lines += [f"## `{module.__name__}`", "", _doc(module), ""]

@@ -101,7 +101,8 @@ def test_main_job_sequence_across_three_processes(tmp_path: Path) -> None:
 def test_rejection_from_another_process(tmp_path: Path) -> None:
     db = tmp_path / "demo.db"
     execution, request = start_demo(db)
-    run("approve", execution, "--request", request, "--db", str(db), "--reject")
+    decided = run("approve", execution, "--request", request, "--db", str(db), "--reject").stdout
+    assert "the execution ends as rejected when its agent is loaded again" in decided
     out = run("demo", "--resume", "--db", str(db)).stdout
     assert "status: rejected" in out
     assert ledger(db) == []

@@ -167,6 +167,7 @@ def test_compact_removes_old_terminal_and_archives(db, tmp_path):
     assert archive.exists()
     again = run("store", "compact", "--db", db, "--older-than-days", "7")
     assert again.exit_code == 0 and again.stdout.startswith("removed 0 executions")
+    assert again.stdout.rstrip().endswith("; WAL truncated")
 
 
 def test_migrate_brings_a_version_2_store_to_the_current_schema(tmp_path):

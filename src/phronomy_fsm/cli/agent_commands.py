@@ -225,9 +225,10 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
                 click.echo(f"warning: could not release the claim on {owner}: {exc}", err=True)
     verb = "rejected" if reject else "approved"
     click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {revision}")
+    what = "ends as rejected" if reject else "continues"
     click.echo(
-        "the execution continues when its agent is loaded again (Agent.load, `phronomy-fsm recover`, "
-        "or for the demo `phronomy-fsm demo --resume`)"
+        f"the execution {what} when its agent is loaded again (Agent.load, "
+        "`phronomy-fsm recover`, or for the demo `phronomy-fsm demo --resume`)"
     )
 
 

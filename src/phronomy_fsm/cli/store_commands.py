@@ -1,4 +1,5 @@
-"""``phronomy-fsm executions list|show`` and ``phronomy-fsm store compact`` (issue 4 items 9-10).
+"""``phronomy-fsm executions list|show``, ``store compact`` and ``store migrate`` (issue 4
+items 9-10; ``docs/store.md``).
 
 A thin click layer over :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`. Read
 commands open the store read-only and never create a missing file. Exit codes: 0
@@ -10,6 +11,7 @@ execution not found, storage error); 2 usage (click). Diagnostics go to stderr a
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import click
@@ -192,7 +194,11 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
             if report.kept_pending_handoffs
             else ""
         )
-        + f"; WAL checkpoint {list(report.wal_checkpoint)}"
+        + (
+            "; WAL truncated"
+            if report.wal_checkpoint[0] == 0
+            else "; WAL not truncated (a reader holds an old snapshot; run compact again later)"
+        )
     )
 
 
@@ -217,11 +223,19 @@ def migrate_command(db: str, busy_timeout: float) -> None:
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
     require_store_file(db)
+    path = os.path.abspath(db)
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
-            before = schema.inspect_version(conn, db)
-    except sqlite3.Error as exc:
-        fail(f"cannot read {db}: {exc}")
+        with open(path, "rb") as fh:
+            header = fh.read(len(schema.SQLITE_HEADER))
+        if header and header != schema.SQLITE_HEADER:
+            fail(f"{path} is not a SQLite database (bad header); nothing was written")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            before = schema.inspect_version(conn, path)
+        finally:
+            conn.close()
+    except (sqlite3.Error, OSError) as exc:
+        fail(f"cannot read {path}: {exc}; nothing was written")
     except PhronomyError as exc:
         fail(str(exc))
     if before is None:
