@@ -15,6 +15,7 @@ statement (one round trip, no savepoint needed).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 from concurrent.futures import Future
@@ -51,7 +52,6 @@ INSERT_JOURNAL = (
     "INSERT INTO journal(agent_id, sequence, record_id, execution_id, kind, body)"
     " VALUES (?,?,?,?,?,?)"
 )
-_INSERT_JOURNAL_ROWS: dict[int, str] = {}
 #: Most journal rows per INSERT statement (6 parameters each; SQLite allows 32,766).
 JOURNAL_ROWS_PER_STATEMENT = 1000
 
@@ -66,12 +66,18 @@ def insert_journal(cur: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> None:
     record id (nothing of that statement is written)."""
     for start in range(0, len(rows), JOURNAL_ROWS_PER_STATEMENT):
         chunk = rows[start : start + JOURNAL_ROWS_PER_STATEMENT]
-        sql = _INSERT_JOURNAL_ROWS.get(len(chunk))
-        if sql is None:
-            sql = _INSERT_JOURNAL_ROWS[len(chunk)] = INSERT_JOURNAL.replace(
-                "(?,?,?,?,?,?)", ",".join(["(?,?,?,?,?,?)"] * len(chunk))
-            )
-        cur.execute(sql, [value for row in chunk for value in row])
+        cur.execute(_insert_journal_sql(len(chunk)), [value for row in chunk for value in row])
+
+
+def _values(width: int, rows: int) -> str:
+    """``rows`` parenthesised groups of ``width`` placeholders, comma-separated."""
+    group = "(" + ",".join("?" * width) + ")"
+    return ",".join([group] * rows)
+
+
+@functools.cache
+def _insert_journal_sql(rows: int) -> str:
+    return INSERT_JOURNAL.replace("(?,?,?,?,?,?)", _values(6, rows))
 
 
 def _update_sql(new_status: Any) -> str:
@@ -320,48 +326,38 @@ _ALLOWED_PAIRS = ",".join(
     for old, allowed in ALLOWED_STATUS_CHANGES.items()
     for new in sorted(allowed)
 )
-_BULK_SQL: dict[int, str] = {}
 
 
+@functools.cache
 def bulk_update_sql(rows: int) -> str:
     """One ``UPDATE ... FROM (VALUES ...)`` that applies ``rows`` plain barriers (each
     with the same CAS and status rule as :data:`UPDATE_EXECUTION`). Parameters: the
     commit time, then per row ``execution_id, revision, status, phase, body, barrier,
     digest, expected_revision, agent_id``. Only for barriers that leave the execution
     active (``active`` is not written; see :func:`_update_sql`)."""
-    sql = _BULK_SQL.get(rows)
-    if sql is None:
-        values = ",".join(["(?,?,?,?,?,?,?,?,?)"] * rows)
-        sql = _BULK_SQL[rows] = (
-            "UPDATE executions SET revision=v.column2, status=v.column3, phase=v.column4,"
-            " body=v.column5, updated_epoch_ms=?, last_barrier=v.column6,"
-            f" last_digest=v.column7 FROM (VALUES {values}) AS v"
-            " WHERE executions.execution_id=v.column1 AND executions.revision=v.column8"
-            " AND executions.agent_id=v.column9"
-            f" AND (executions.status || '>' || v.column3) IN ({_ALLOWED_PAIRS})"
-        )
-    return sql
+    return (
+        "UPDATE executions SET revision=v.column2, status=v.column3, phase=v.column4,"
+        " body=v.column5, updated_epoch_ms=?, last_barrier=v.column6,"
+        f" last_digest=v.column7 FROM (VALUES {_values(9, rows)}) AS v"
+        " WHERE executions.execution_id=v.column1 AND executions.revision=v.column8"
+        " AND executions.agent_id=v.column9"
+        f" AND (executions.status || '>' || v.column3) IN ({_ALLOWED_PAIRS})"
+    )
 
 
-_BULK_AGENT_SQL: dict[int, str] = {}
-
-
+@functools.cache
 def bulk_agent_sql(rows: int) -> str:
     """One ``UPDATE ... FROM (VALUES ...)`` that applies ``rows`` agent-root
     compare-and-sets (as :data:`UPDATE_AGENT`). Parameters: the commit time, then per
     row ``agent_id, revision, lifecycle, journal_head, body, expected_revision,
     expected_journal_head``."""
-    sql = _BULK_AGENT_SQL.get(rows)
-    if sql is None:
-        values = ",".join(["(?,?,?,?,?,?,?)"] * rows)
-        sql = _BULK_AGENT_SQL[rows] = (
-            "UPDATE agents SET revision=v.column2, lifecycle=v.column3,"
-            " journal_head=v.column4, body=v.column5, updated_epoch_ms=?"
-            f" FROM (VALUES {values}) AS v"
-            " WHERE agents.agent_id=v.column1 AND agents.revision=v.column6"
-            " AND agents.journal_head=v.column7"
-        )
-    return sql
+    return (
+        "UPDATE agents SET revision=v.column2, lifecycle=v.column3,"
+        " journal_head=v.column4, body=v.column5, updated_epoch_ms=?"
+        f" FROM (VALUES {_values(7, rows)}) AS v"
+        " WHERE agents.agent_id=v.column1 AND agents.revision=v.column6"
+        " AND agents.journal_head=v.column7"
+    )
 
 
 def _bulk_row(p: PreparedBarrier) -> tuple[Any, ...]:
