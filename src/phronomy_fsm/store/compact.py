@@ -99,18 +99,22 @@ def _barrier_seqs(conn: sqlite3.Connection | sqlite3.Cursor, execution_id: str) 
 
 def _barrier_rows(conn: sqlite3.Connection, execution_id: str) -> list[dict[str, Any]]:
     """The barrier-log rows of ``execution_id`` (its chain) as column dicts."""
-    cur = conn.execute(
-        f"{BARRIER_CHAIN} SELECT {_BARRIER_COLUMNS} FROM barriers"
-        " WHERE seq IN (SELECT seq FROM chain)",
-        (execution_id,),
+    return _dicts(
+        conn.execute(
+            f"{BARRIER_CHAIN} SELECT {_BARRIER_COLUMNS} FROM barriers"
+            " WHERE seq IN (SELECT seq FROM chain)",
+            (execution_id,),
+        )
     )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
 def _rows(conn: sqlite3.Connection, sql: str, ids: list[str]) -> list[dict[str, Any]]:
     marks = ",".join("?" * len(ids))
-    cur = conn.execute(sql.format(marks=marks), ids)
+    return _dicts(conn.execute(sql.format(marks=marks), ids))
+
+
+def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """The rows of an executed query as column-name dicts."""
     names = [d[0] for d in cur.description]
     return [dict(zip(names, row)) for row in cur.fetchall()]
 
