@@ -139,7 +139,7 @@ def _all_barrier_rows(
     histories: dict[str, list[BarrierRecord]] = {eid: [] for eid in executions}
     with store._reading("crash checks") as conn:
         rows = conn.execute(
-            "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
+            "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, state"
             " FROM barriers ORDER BY execution_id, revision"
         ).fetchall()
     for eid, rev, barrier, ms, dig, status, phase in rows:

@@ -107,7 +107,7 @@ def test_a_second_terminal_barrier_is_double_terminal(app_run: Any, tmp_path: Pa
     db = finished(app_run, tmp_path, "plain_answer")
     sql(
         db,
-        "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, phase) VALUES (?,?,?,?,?,?,?)",
+        "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status, state) VALUES (?,?,?,?,?,?,?)",
         "exec-plain_answer",
         3,
         "terminal_commit",
@@ -206,7 +206,7 @@ def test_journal_gaps_and_barrier_log_mismatches_are_journal_inconsistent(
     other = tmp_path / "other"
     other.mkdir()
     db2 = finished(app_run, other, "plain_answer")
-    sql(db2, "UPDATE barriers SET phase = 'calling_llm' WHERE revision = 2")
+    sql(db2, "UPDATE barriers SET state = 'calling_llm' WHERE revision = 2")
     assert check_run(db2, snapshots=[], last_summary=None).counts["journal_inconsistent"] == 1
     sql(db2, "DELETE FROM barriers WHERE revision = 1")
     messages = [d["message"] for d in check_run(db2, snapshots=[], last_summary=None).details]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+from typing import Any
 import stat
 import threading
 from pathlib import Path
@@ -288,7 +289,6 @@ def _version_2_store(path: Path, seconds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> 
     from sqlite_utils.migrations import Migrations
 
     from phronomy_fsm.store import schema
-    from phronomy_fsm.store._write import PreparedBarrier, apply_barrier
     from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, BarrierCommit, to_json
 
     from .helpers import T0, new_execution
@@ -315,9 +315,54 @@ def _version_2_store(path: Path, seconds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> 
     cur = db.conn.cursor()
     for i, commit in enumerate(commits):
         at = T0 + timedelta(seconds=seconds[i])
-        apply_barrier(cur, PreparedBarrier(commit), int(at.timestamp() * 1000), at)
+        write_version_2_barrier(cur, commit, int(at.timestamp() * 1000))
     db.conn.commit()
     db.close()
+
+
+def write_version_2_barrier(cur: sqlite3.Cursor, commit: Any, now_ms: int) -> None:
+    """One barrier as the version 1-3 code wrote it (frozen here: the store's own
+    statements follow the current schema)."""
+    from phronomy_fsm.store.records import ACTIVE_STATUSES, datetime_to_epoch_ms, digest, to_json
+
+    ex = commit.execution
+    body = to_json(ex)
+    if commit.expected_revision is None:
+        cur.execute(
+            "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active,"
+            " spec_sha256, body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                ex.execution_id,
+                ex.agent_id,
+                ex.revision,
+                ex.status.value,
+                ex.phase,
+                1 if ex.status in ACTIVE_STATUSES else 0,
+                ex.spec_sha256,
+                body,
+                datetime_to_epoch_ms(ex.created_at),
+                now_ms,
+                commit.barrier,
+                digest(body),
+            ),
+        )
+    else:
+        cur.execute(
+            "UPDATE executions SET revision=?, status=?, phase=?, active=?, body=?,"
+            " updated_epoch_ms=?, last_barrier=?, last_digest=? WHERE execution_id=?",
+            (
+                ex.revision,
+                ex.status.value,
+                ex.phase,
+                1 if ex.status in ACTIVE_STATUSES else 0,
+                body,
+                now_ms,
+                commit.barrier,
+                digest(body),
+                ex.execution_id,
+            ),
+        )
 
 
 def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row(tmp_path):
@@ -353,7 +398,7 @@ def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row
     with sqlite3.connect(path) as db:
         rows = db.execute(
             "SELECT seq, execution_id, revision, barrier, committed_epoch_ms, digest, status,"
-            " phase, previous_seq FROM barriers ORDER BY seq"
+            " state, previous_seq FROM barriers ORDER BY seq"
         ).fetchall()
         assert [r[1:8] for r in rows[:5]] == before  # commit order, nothing changed
         assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]

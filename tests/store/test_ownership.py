@@ -175,12 +175,13 @@ def test_a_version_1_store_is_migrated_and_keeps_its_data(tmp_path: Path) -> Non
         admission(store, "a1", "ex-1")
         assert store.claim_agent("a1").reentered is False
     db = sqlite_utils.Database(str(path))
-    assert SCHEMA_VERSION == 3
-    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+    assert SCHEMA_VERSION == 4
+    assert db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("4",)
     assert [r["name"] for r in db["_sqlite_migrations"].rows] == [
         "0001_initial",
         "0002_agent_owners",
         "0003_barrier_log_in_commit_order",
+        "0004_generic_executions",
     ]
     assert db["agent_owners"].count == 1 and db["executions"].count == 1
     db.close()

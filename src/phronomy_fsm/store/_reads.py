@@ -118,7 +118,7 @@ class SqliteReads:
         where: list[str] = []
         params: list[Any] = []
         if agent_id is not None:
-            where.append("agent_id = ?")
+            where.append("exclusive_key = ?")
             params.append(agent_id)
         if status is not None:
             where.append("status = ?")
@@ -176,7 +176,7 @@ class SqliteReads:
         with self._reading("barrier_history") as conn:
             rows = conn.execute(
                 f"{BARRIER_CHAIN} SELECT execution_id, revision, barrier, committed_epoch_ms,"
-                " digest, status, phase FROM barriers WHERE seq IN (SELECT seq FROM chain)"
+                " digest, status, state FROM barriers WHERE seq IN (SELECT seq FROM chain)"
                 " ORDER BY revision",
                 (execution_id,),
             ).fetchall()

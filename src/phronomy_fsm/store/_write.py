@@ -40,9 +40,9 @@ from phronomy_fsm.store.records import (
 )
 
 INSERT_EXECUTION = (
-    "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active, spec_sha256,"
-    " body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)"
-    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
+    "INSERT INTO executions(machine, execution_id, exclusive_key, revision, status, state, active,"
+    " spec_sha256, body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)"
+    " VALUES ('agent_session',?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 UPDATE_AGENT = (
     "UPDATE agents SET revision=?, lifecycle=?, journal_head=?, body=?, updated_epoch_ms=?"
@@ -84,7 +84,7 @@ def _update_sql(new_status: Any) -> str:
     """The CAS update for a move to ``new_status``: the stored status must be one that
     may precede it (reference §2.2), so a forbidden change writes nothing.
 
-    ``active`` is written (as the ``?`` after ``phase``) only when ``new_status`` is
+    ``active`` is written (as the ``?`` after ``state``, the agent's phase) only when ``new_status`` is
     terminal: before an active status the stored ``active`` is already 1, and leaving
     it out of the SET list spares a write of the partial index on every barrier.
     """
@@ -94,9 +94,9 @@ def _update_sql(new_status: Any) -> str:
     status_list = ",".join(f"'{s}'" for s in sources)
     active = "" if new_status in ACTIVE_STATUSES else " active=?,"
     return (
-        f"UPDATE executions SET revision=?, status=?, phase=?,{active} body=?,"
+        f"UPDATE executions SET revision=?, status=?, state=?,{active} body=?,"
         " updated_epoch_ms=?, last_barrier=?, last_digest=?"
-        f" WHERE execution_id=? AND revision=? AND agent_id=? AND status IN ({status_list})"
+        f" WHERE execution_id=? AND revision=? AND exclusive_key=? AND status IN ({status_list})"
     )
 
 
@@ -243,7 +243,7 @@ def classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
             agent_id=ex.agent_id,
         )
     row = cur.execute(
-        "SELECT execution_id FROM executions WHERE agent_id=? AND active=1", (ex.agent_id,)
+        "SELECT execution_id FROM executions WHERE exclusive_key=? AND active=1", (ex.agent_id,)
     ).fetchone()
     if row is not None:
         return AgentBusyError(
@@ -265,7 +265,8 @@ def classify_update(cur: sqlite3.Cursor, commit: BarrierCommit) -> PhronomyError
     InvalidStatusTransitionError."""
     ex = commit.execution
     row = cur.execute(
-        "SELECT revision, agent_id, status FROM executions WHERE execution_id=?", (ex.execution_id,)
+        "SELECT revision, exclusive_key, status FROM executions WHERE execution_id=?",
+        (ex.execution_id,),
     ).fetchone()
     if row is None:
         return NotFoundError(
@@ -336,11 +337,11 @@ def bulk_update_sql(rows: int) -> str:
     digest, expected_revision, agent_id``. Only for barriers that leave the execution
     active (``active`` is not written; see :func:`_update_sql`)."""
     return (
-        "UPDATE executions SET revision=v.column2, status=v.column3, phase=v.column4,"
+        "UPDATE executions SET revision=v.column2, status=v.column3, state=v.column4,"
         " body=v.column5, updated_epoch_ms=?, last_barrier=v.column6,"
         f" last_digest=v.column7 FROM (VALUES {_values(9, rows)}) AS v"
         " WHERE executions.execution_id=v.column1 AND executions.revision=v.column8"
-        " AND executions.agent_id=v.column9"
+        " AND executions.exclusive_key=v.column9"
         f" AND (executions.status || '>' || v.column3) IN ({_ALLOWED_PAIRS})"
     )
 

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 #: Executions removed per write transaction.
 CHUNK = 500
 
-_EXECUTION_COLUMNS = "execution_id, agent_id, revision, status, phase, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
-_BARRIER_COLUMNS = "execution_id, revision, barrier, committed_epoch_ms, digest, status, phase"
+_EXECUTION_COLUMNS = "execution_id, machine, exclusive_key, parent_execution_id, revision, status, state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
+_BARRIER_COLUMNS = "execution_id, revision, barrier, committed_epoch_ms, digest, status, state"
 _JOURNAL_COLUMNS = "agent_id, sequence, record_id, execution_id, kind, body"
 
 

@@ -47,7 +47,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -241,6 +241,86 @@ def _m0003_barrier_log_in_commit_order(db: sqlite_utils.Database) -> None:
             " UPDATE executions SET last_barrier_seq = last_insert_rowid()"
             " WHERE rowid = new.rowid; END"
         )
+
+
+@MIGRATIONS(name="0004_generic_executions")
+def _m0004_generic_executions(db: sqlite_utils.Database) -> None:
+    # Why: the durable engine runs executions of any machine (docs/semantics.md). The
+    # executions table was the agent's: agent_id NOT NULL and a free "phase". It is
+    # rebuilt with the machine, the state of the durable point, an optional exclusive
+    # key (at most one active execution per key; the agent uses its agent id), the
+    # parent of a child execution, the deadline of a waiting execution, and the lease
+    # columns (owner worker and fencing token). Existing rows are agent executions.
+    db.execute(
+        "CREATE TABLE executions_v4 ("
+        " execution_id TEXT PRIMARY KEY, machine TEXT NOT NULL, exclusive_key TEXT,"
+        " parent_execution_id TEXT, revision INTEGER NOT NULL, status TEXT NOT NULL,"
+        " state TEXT NOT NULL, active INTEGER NOT NULL, spec_sha256 TEXT NOT NULL,"
+        " body TEXT NOT NULL, created_epoch_ms INTEGER NOT NULL,"
+        " updated_epoch_ms INTEGER NOT NULL, deadline_epoch_ms INTEGER, owner_id TEXT,"
+        " fence INTEGER NOT NULL DEFAULT 0, last_barrier TEXT NOT NULL,"
+        " last_digest TEXT NOT NULL, last_barrier_seq INTEGER) STRICT"
+    )
+    db.execute(
+        "INSERT INTO executions_v4(execution_id, machine, exclusive_key, revision, status,"
+        " state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms,"
+        " last_barrier, last_digest, last_barrier_seq)"
+        " SELECT execution_id, 'agent_session', agent_id, revision, status, phase, active,"
+        " spec_sha256, body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest,"
+        " last_barrier_seq FROM executions"
+    )
+    db.execute("DROP TABLE executions")  # its indexes and triggers go with it
+    db.execute("ALTER TABLE executions_v4 RENAME TO executions")
+    db.execute("ALTER TABLE barriers RENAME COLUMN phase TO state")
+    db.execute(
+        "CREATE UNIQUE INDEX executions_one_active ON executions(exclusive_key)"
+        " WHERE active = 1 AND exclusive_key IS NOT NULL"
+    )
+    db.execute("CREATE INDEX executions_by_key ON executions(exclusive_key, created_epoch_ms)")
+    db.execute("CREATE INDEX executions_by_created ON executions(created_epoch_ms)")
+    db.execute("CREATE INDEX executions_by_machine ON executions(machine, status)")
+    db.execute(
+        "CREATE INDEX executions_by_parent ON executions(parent_execution_id)"
+        " WHERE parent_execution_id IS NOT NULL"
+    )
+    db.execute("CREATE INDEX executions_by_owner ON executions(owner_id) WHERE active = 1")
+    for event, previous in (("INSERT", "NULL"), ("UPDATE OF revision", "old.last_barrier_seq")):
+        name = "insert" if event == "INSERT" else "update"
+        db.execute(
+            f"CREATE TRIGGER executions_log_{name} AFTER {event} ON executions BEGIN"
+            " INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest,"
+            " status, state, previous_seq) VALUES (new.execution_id, new.revision,"
+            " new.last_barrier, new.updated_epoch_ms, new.last_digest, new.status, new.state,"
+            f" {previous});"
+            " UPDATE executions SET last_barrier_seq = last_insert_rowid()"
+            " WHERE rowid = new.rowid; END"
+        )
+    # The durable inbox: one row per signal, consumed by the commit that applies it.
+    db.execute(
+        "CREATE TABLE signals (seq INTEGER PRIMARY KEY, signal_id TEXT NOT NULL UNIQUE,"
+        " execution_id TEXT NOT NULL, kind TEXT NOT NULL, event TEXT, body TEXT NOT NULL,"
+        " created_epoch_ms INTEGER NOT NULL, consumed_revision INTEGER, outcome TEXT) STRICT"
+    )
+    db.execute(
+        "CREATE INDEX signals_pending ON signals(execution_id, seq) WHERE consumed_revision IS NULL"
+    )
+    # Application records added to commits, per execution in commit order.
+    db.execute(
+        "CREATE TABLE execution_journal (execution_id TEXT NOT NULL, revision INTEGER NOT NULL,"
+        " position INTEGER NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL,"
+        " PRIMARY KEY (execution_id, revision, position)) WITHOUT ROWID, STRICT"
+    )
+    # Workers (runtimes) and their leases; executions.owner_id names one of them.
+    db.execute(
+        "CREATE TABLE workers (worker_id TEXT PRIMARY KEY, body TEXT NOT NULL,"
+        " heartbeat_epoch_ms INTEGER NOT NULL, lease_expires_epoch_ms INTEGER NOT NULL) STRICT"
+    )
+    # Machines registered by runtimes: the compiled table, for operator tools.
+    db.execute(
+        "CREATE TABLE machines (machine TEXT NOT NULL, spec_sha256 TEXT NOT NULL,"
+        " body TEXT NOT NULL, registered_epoch_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (machine, spec_sha256)) WITHOUT ROWID, STRICT"
+    )
 
 
 #: Migration names this code knows, in order.
