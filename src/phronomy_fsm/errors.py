@@ -235,6 +235,90 @@ class OutcomeUnknownError(StoreError):
     ``committed`` / ``not_committed`` / ``conflict`` (reference §4.4, §5.3)."""
 
 
+# --- durable engine ---------------------------------------------------------------
+
+
+class ContextSerializationError(SerializationError):
+    """An execution's context is not storable as JSON (or a stored context no longer
+    fits its declared type). ``machine`` names the machine and ``path`` the offending
+    part (``$.lines[2].price``). The barrier that met it is not committed
+    (docs/semantics.md, "The context")."""
+
+
+class LeaseLostError(ConflictError):
+    """A commit was refused because the worker no longer holds the execution: its
+    lease expired, or another worker claimed it since (the fencing token moved on).
+    Nothing was written; the worker must drop its live copy of the execution
+    (docs/semantics.md, "Leases and fencing")."""
+
+
+class DurableError(PhronomyError):
+    """Base of the durable engine's errors that are not store errors."""
+
+
+class InvalidIdError(DurableError):
+    """An id given by the caller (``field``: ``execution_id``, ``signal_id``...) is not
+    acceptable: 1-128 printable characters without whitespace or control/format
+    characters (docs/semantics.md, "Ids"). Nothing was written."""
+
+
+class RuntimeClosedError(DurableError):
+    """The durable runtime closed (or was never started) before the execution
+    finished; ``execution_id`` lives on in the store with ``status``. Start a runtime
+    with its machine and call ``recover()`` (or ``phronomy-fsm recover``) to continue
+    it."""
+
+
+class UnknownMachineError(DurableError):
+    """No machine of this name is registered with the runtime (``machine``); register
+    it (``DurableRuntime.register``) or run the application that does."""
+
+
+class ExecutionExistsError(DurableError):
+    """An execution with this id exists already and runs another machine
+    (``execution_id``, ``machine``); starting the same id with the same machine
+    returns the existing execution instead (docs/semantics.md, "Starting")."""
+
+
+class ExecutionFinishedError(DurableError):
+    """The execution has finished (``status``); it takes no more signals,
+    resolutions or cancels."""
+
+
+class ExecutionOwnedError(DurableError):
+    """A live worker (``worker_id``, lease until ``lease_expires_at``) owns the
+    execution; this process must not run it. Send it a signal instead (any process
+    may), or wait until that worker stops or its lease passes."""
+
+
+class SignalRefusedError(DurableError):
+    """A signal was refused before anything was written: the event is not declared
+    by the machine, is one the engine posts itself, the payload is not JSON, or the
+    expected revision is stale (``reason``)."""
+
+
+class ResolutionError(DurableError):
+    """An operator resolution was refused before anything was written: the execution
+    is not waiting for one, the revision is stale, the outcome is not allowed, or the
+    result/error does not fit (``reason``); nothing was written."""
+
+
+class EffectFailedError(DurableError):
+    """Delivered as the payload of an effect's failed event when an operator resolved
+    it as ``failed``; ``effect`` names it and the message is the operator's text."""
+
+
+class EffectNotPerformedError(DurableError):
+    """Delivered as the payload of an effect's failed event when an operator resolved
+    it as ``not_performed``: it did not happen and will not be sent again."""
+
+
+class ReplayDivergedError(DurableError):
+    """Recovery replayed from the last barrier and did not reach the effect it
+    expected (``expected``, ``reached``): the code between a barrier and its effect is
+    not deterministic. The execution is parked in ``recovery_required``."""
+
+
 # --- agent layer ------------------------------------------------------------------
 
 

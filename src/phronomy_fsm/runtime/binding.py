@@ -73,12 +73,16 @@ class Row:
 
 
 class OffloadWorkSpec:
-    """A resolved offload: the preparing hook and its two outcome events."""
+    """A resolved offload: the preparing hook, its two outcome events and its declared
+    effect kind (``pure``, ``idempotent`` or ``at_most_once``)."""
 
-    __slots__ = ("completed", "failed", "name", "prepare")
+    __slots__ = ("completed", "effect", "failed", "name", "prepare")
 
-    def __init__(self, name: str, prepare: Hook, completed: str, failed: str) -> None:
+    def __init__(
+        self, name: str, prepare: Hook, completed: str, failed: str, effect: str = "at_most_once"
+    ) -> None:
         self.name, self.prepare, self.completed, self.failed = name, prepare, completed, failed
+        self.effect = effect
 
 
 class BarrierWorkSpec:
@@ -186,7 +190,13 @@ def _offload_work(
 ) -> OffloadWorkSpec | None:
     if offload is None:
         return None
-    return OffloadWorkSpec(offload.hook, resolve(offload.hook), offload.completed, offload.failed)
+    return OffloadWorkSpec(
+        offload.hook,
+        resolve(offload.hook),
+        offload.completed,
+        offload.failed,
+        getattr(offload, "effect", "at_most_once"),
+    )
 
 
 def _barrier_work(
@@ -197,6 +207,25 @@ def _barrier_work(
     return BarrierWorkSpec(barrier.name, resolve(barrier.name), barrier)
 
 
+def is_protocol_stub(hooks: Any, name: str) -> bool:
+    """True when ``hooks.name`` is inherited from a ``typing.Protocol`` class (the
+    generated ``Hooks`` Protocol's own ``...`` stub) rather than implemented."""
+    for cls in type(hooks).__mro__:
+        if name in vars(cls):
+            return bool(getattr(cls, "_is_protocol", False))
+    return False
+
+
+def _missing(table: MachineTable, hooks: Any, optional: frozenset[str]) -> list[str]:
+    missing = []
+    for name in table.hook_names():
+        if name in optional:
+            continue
+        if not callable(getattr(hooks, name, None)) or is_protocol_stub(hooks, name):
+            missing.append(name)
+    return missing
+
+
 def bind_machine(
     table: MachineTable,
     hooks: Any,
@@ -204,6 +233,8 @@ def bind_machine(
     step_limit: int = DEFAULT_STEP_LIMIT,
     on_transition: Callable[[Any, str, str], None] | None = None,
     on_barrier_outcome: Callable[[Any, str, Any], None] | None = None,
+    optional: frozenset[str] = frozenset(),
+    fast_path: bool = True,
 ) -> MachineBinding:
     """Resolve every hook of ``table`` on ``hooks`` and compile the state nodes.
 
@@ -222,21 +253,34 @@ def bind_machine(
             loop thread when an authoritative barrier outcome arrives, *before* its event
             is delivered — the place to apply a committed record to live state so that
             guards and actions of every row see it. A raising hook ends the session.
+        optional: hook names that may be absent (resolved to ``None``); the durable
+            runtime supplies barrier work itself (docs/semantics.md, "Barriers").
+        fast_path: False keeps every row off the dispatcher's inlined fast path (the
+            durable runtime's step hook must see every transition).
 
     Raises:
-        MissingHookError: hooks are missing or not callable; ``missing`` lists them all.
+        MissingHookError: hooks are missing, not callable, or only the generated
+            Protocol's own stub (a hooks class that subclasses ``Hooks`` and forgets
+            one); ``missing`` lists them all.
         ValueError: the table is inconsistent (an unknown kind or state name) — tables
             from the code generator never are.
     """
-    missing = [name for name in table.hook_names() if not callable(getattr(hooks, name, None))]
+    missing = _missing(table, hooks, optional)
     if missing:
         raise MissingHookError(
             f"{type(hooks).__name__} lacks {len(missing)} hook(s) required by machine "
-            f"{table.machine!r}: {', '.join(missing)} (implement the generated Hooks Protocol)",
+            f"{table.machine!r}: {', '.join(missing)} (implement every method of the generated "
+            "Hooks Protocol; inheriting its stub is not enough)",
             machine=table.machine,
             missing=tuple(missing),
         )
-    resolve = lambda name: getattr(hooks, name)
+
+    def resolve(name: str) -> Any:
+        if name in optional and (
+            not callable(getattr(hooks, name, None)) or is_protocol_stub(hooks, name)
+        ):
+            return None
+        return getattr(hooks, name)
 
     nodes: dict[str, Node] = {}
     for state in table.states:
@@ -281,7 +325,8 @@ def bind_machine(
     for (source, event), rows in candidates.items():
         only = rows[0]
         fast = (
-            on_transition is None
+            fast_path
+            and on_transition is None
             and len(rows) == 1
             and only.guard is None
             and not only.internal
@@ -305,4 +350,5 @@ __all__ = [
     "Node",
     "Row",
     "bind_machine",
+    "is_protocol_stub",
 ]

@@ -60,11 +60,15 @@ from phronomy_fsm.runtime.binding import (
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.loop import DRAINING, FAILED, EventLoop
 from phronomy_fsm.runtime.offload import OffloadPool, Operation
+from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.session import (
+    PARKED,
     Authority,
     DispatcherStats,
+    EffectStart,
     OffloadContext,
     Session,
+    SessionDriver,
     SessionResult,
     StepRecord,
 )
@@ -94,6 +98,8 @@ class Dispatcher(EventLoop):
             default bounds is created (and owned) if omitted.
         clock: the clock for timers and step records.
         name: the loop thread's name.
+        faults: crash points to honour (tests and the crash harness; see
+            :mod:`phronomy_fsm.runtime.faults`).
 
     Use :meth:`start` to run the loop on its own thread, or :meth:`run_until_idle` to
     drive it from the calling thread (tests, benchmarks).
@@ -105,8 +111,10 @@ class Dispatcher(EventLoop):
         pool: OffloadPool | None = None,
         clock: Clock = SYSTEM_CLOCK,
         name: str = "phronomy-dispatcher",
+        faults: FaultPlan | None = None,
     ) -> None:
         super().__init__(clock=clock, name=name)
+        self.faults = faults
         self._own_pool = pool is None
         self.pool = pool if pool is not None else OffloadPool(clock=clock)
         self._sessions: dict[int, Session] = {}
@@ -170,6 +178,7 @@ class Dispatcher(EventLoop):
         revision: int | None = None,
         on_done: Callable[[SessionResult | None, BaseException | None], None] | None = None,
         step_limit: int | None = None,
+        driver: SessionDriver | None = None,
     ) -> int:
         """Create a session and queue its start; return its id (incarnation). Thread-safe.
 
@@ -186,6 +195,8 @@ class Dispatcher(EventLoop):
             on_done: called on the loop thread as ``on_done(result, None)`` when the
                 session finishes or halts, or ``on_done(None, error)`` when it fails.
             step_limit: overrides the binding's step limit.
+            driver: the durable runtime's hooks into this session (barriers, effects,
+                steps); ``None`` for a plain in-memory session.
 
         Raises:
             DispatcherStoppedError: the dispatcher is draining, stopped or failed.
@@ -205,6 +216,7 @@ class Dispatcher(EventLoop):
         session = Session(
             sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
         )
+        session.driver = driver
         self._admitted.add(sid)
         self._post((None, self._begin, (session, at_state, event, payload)))
         return sid
@@ -285,6 +297,24 @@ class Dispatcher(EventLoop):
             callback()
         else:
             self._quiescence.setdefault(group, []).append(callback)
+
+    def halt(self, session_id: int) -> bool:
+        """End a live session as ``halted`` where it stands (its ``on_done`` gets a
+        :class:`SessionResult` with status ``halted`` and its current state); the
+        authority of its work in flight is revoked. Loop thread only. Returns False
+        when no such session is live."""
+        self._assert_loop()
+        s = self._sessions.get(session_id)
+        if s is None:
+            return False
+        self._end(s, HALTED, None)
+        return True
+
+    def _crash_point(self, point: str) -> None:
+        if self.faults is not None:
+            self.faults.hit(point)
+        elif crashpoints.ARMED is not None:
+            crashpoints.hit(point)
 
     # ----------------------------------------------------------------- loop
 
@@ -409,6 +439,15 @@ class Dispatcher(EventLoop):
         if not row.internal:
             s.node = target  # type: ignore[assignment]
             s.serial += 1
+        driver = s.driver
+        if driver is not None:
+            try:
+                driver.step(s, source.name, target.name)  # type: ignore[union-attr]
+            except HOOK_ERRORS as exc:
+                self._hook_failed(s, exc, "the durable runtime's step hook")
+                return
+            if s.id not in self._admitted:  # the driver halted it
+                return
         if self._observers:
             self._observe(s, row, source.name, target.name)  # type: ignore[union-attr]
         on_transition = s.binding.on_transition
@@ -454,6 +493,8 @@ class Dispatcher(EventLoop):
             self._start_offload(s, offload, payload)
         elif barrier is not None:
             self._start_barrier(s, barrier, payload)
+        if s.driver is not None and s.id not in self._admitted:
+            return  # the durable runtime stopped the session while starting its work
         if node.timeout is not None:
             seconds, event = node.timeout
             serial = s.serial
@@ -577,6 +618,21 @@ class Dispatcher(EventLoop):
         op_id = next(self._op_ids)
         s.op = op_id
         authority = Authority(s.id, s.revision, s.node.name, s.serial, op_id)
+        effect: EffectStart | None = None
+        if s.driver is not None:
+            try:
+                decision = s.driver.offload(s, spec, payload)
+            except HOOK_ERRORS as exc:
+                self._hook_failed(s, exc, f"the durable runtime's effect hook ({spec.name})")
+                return
+            if decision is PARKED:
+                return
+            if type(decision) is Settled:
+                event = spec.completed if decision.error is None else spec.failed
+                value = decision.value if decision.error is None else decision.error
+                self._inbox.append((None, self._apply_authorized, (authority, event, value)))
+                return
+            effect = decision
         try:
             work = spec.prepare(s.ctx, payload)
             if type(work) is Settled:
@@ -596,8 +652,8 @@ class Dispatcher(EventLoop):
             code = getattr(work, "__code__", None)
             if code is not None and code.co_argcount == 0 and not code.co_flags & _VARARGS:
                 work = _without_context(work)  # ``work()`` is accepted as well as ``work(octx)``
-            if crashpoints.ARMED is not None:
-                work = _crash_after(work, f"offload:{spec.name}:after")
+            if self.faults is not None or crashpoints.ARMED is not None:
+                work = _crash_after(work, f"offload:{spec.name}:after", self._crash_point)
         except HOOK_ERRORS as exc:
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
             return
@@ -606,7 +662,7 @@ class Dispatcher(EventLoop):
         returned = self._offload_returned
         try:
             op = self.pool.submit(
-                work, OffloadContext(self, authority), name=spec.name, on_full="raise"
+                work, OffloadContext(self, authority, effect), name=spec.name, on_full="raise"
             )
         except BackpressureError as exc:
             self.stats.backpressure += 1
@@ -635,10 +691,14 @@ class Dispatcher(EventLoop):
         row = spec.row
         post = self._post
         apply = self._apply_barrier
-        if crashpoints.ARMED is not None:
-            crashpoints.hit(f"barrier:{spec.name}:before")
+        self._crash_point(f"barrier:{spec.name}:before")
         try:
-            work = spec.prepare(s.ctx, payload)
+            driver = s.driver
+            work = (
+                spec.prepare(s.ctx, payload)
+                if driver is None
+                else driver.barrier(s, spec, payload)
+            )
         except HOOK_ERRORS as exc:
             self._inbox.append(
                 (None, apply, (authority, row, BarrierOutcome("not_committed", error=exc)))
@@ -718,8 +778,7 @@ class Dispatcher(EventLoop):
         self._deliver(s, event, payload)
 
     def _apply_barrier(self, authority: Authority, row: Any, outcome: BarrierOutcome) -> None:
-        if crashpoints.ARMED is not None:
-            crashpoints.hit(f"barrier:{row.name}:after")
+        self._crash_point(f"barrier:{row.name}:after")
         s = self._authoritative(authority)
         if s is None:
             if outcome.outcome == "committed":
@@ -754,12 +813,14 @@ def _without_context(work: Callable[[], Any]) -> Callable[[Any], Any]:
     return call
 
 
-def _crash_after(work: Callable[[Any], Any], point: str) -> Callable[[Any], Any]:
-    """Wrap offload work so the armed crash point fires right after it returns."""
+def _crash_after(
+    work: Callable[[Any], Any], point: str, hit: Callable[[str], None]
+) -> Callable[[Any], Any]:
+    """Wrap offload work so the crash point fires right after it returns."""
 
     def wrapped(octx: Any) -> Any:
         value = work(octx)
-        crashpoints.hit(point)
+        hit(point)
         return value
 
     return wrapped

@@ -9,7 +9,7 @@ sessions. Reference §7.6 (the authority a result must still match) and issue 3 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from phronomy_fsm.runtime.binding import MachineBinding, Node
 
@@ -87,12 +87,48 @@ class DispatcherStats:
         return {name: getattr(self, name) for name in self.__slots__}
 
 
+class EffectStart(NamedTuple):
+    """What a session driver says about an effect it lets start: its declared
+    ``kind`` (``pure``, ``idempotent``, ``at_most_once``), its idempotency ``key`` and
+    its ``attempt`` (docs/semantics.md, "Effects"). Handed to the work as
+    ``octx.effect``."""
+
+    kind: str
+    key: str
+    attempt: int = 1
+
+
+#: Returned by :meth:`SessionDriver.offload` when the effect must not start: the
+#: driver has halted the session itself (recovery parks it for an operator).
+PARKED = object()
+
+
+class SessionDriver(Protocol):
+    """What a durable runtime adds to a session (the dispatcher calls it on the loop
+    thread; see :mod:`phronomy_fsm.durable.runtime`). Plain sessions have none."""
+
+    def barrier(self, session: Session, spec: Any, payload: Any) -> Any:
+        """Build and start the barrier's commit; return the barrier work."""
+        ...
+
+    def offload(self, session: Session, spec: Any, payload: Any) -> Any:
+        """Decide about an offload about to start: ``None`` (start it as usual), an
+        :class:`EffectStart`, a ``Settled`` outcome to post instead of running it, or
+        :data:`PARKED`."""
+        ...
+
+    def step(self, session: Session, source: str, target: str) -> None:
+        """Called after every transition the session takes."""
+        ...
+
+
 class Session:
     """One live incarnation of a machine. Touched only on the loop thread."""
 
     __slots__ = (
         "binding",
         "ctx",
+        "driver",
         "group",
         "id",
         "limit",
@@ -125,6 +161,7 @@ class Session:
         self.op = 0
         self.on_done = on_done
         self.limit = limit
+        self.driver: SessionDriver | None = None
 
     @property
     def state(self) -> str:
@@ -137,16 +174,28 @@ class OffloadContext:
 
     Attributes:
         authority: what the result must still match when it comes back.
+        effect: the :class:`EffectStart` of a durable execution's effect, else None.
         cancellation: set when the session leaves the state early (cancel, timeout);
             work may poll ``is_stale()`` or the token to stop early, but is never
             interrupted.
     """
 
-    __slots__ = ("_dispatcher", "authority")
+    __slots__ = ("_dispatcher", "authority", "effect")
 
-    def __init__(self, dispatcher: Dispatcher, authority: Authority) -> None:
+    def __init__(
+        self, dispatcher: Dispatcher, authority: Authority, effect: EffectStart | None = None
+    ) -> None:
         self._dispatcher = dispatcher
         self.authority = authority
+        #: for an effect of a durable execution: its kind, idempotency key and attempt
+        self.effect = effect
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The effect's idempotency key (``None`` outside a durable execution):
+        stable across restarts, the same on a re-run after a crash
+        (docs/semantics.md, "Idempotency keys")."""
+        return None if self.effect is None else self.effect.key
 
     def emit(self, event: str, payload: Any = None) -> None:
         """Post ``event`` to the session, applied only while this work is still

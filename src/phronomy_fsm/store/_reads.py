@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import NotFoundError, StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
@@ -197,6 +198,8 @@ class SqliteReads:
             StorageError: the read failed (the caller must fail closed).
             SerializationError: ``commit`` cannot be encoded.
         """
+        if type(commit) is DurableCommit:
+            return self.reconcile_durable(commit)  # type: ignore[attr-defined,no-any-return]
         intended = to_json(commit.execution)
         with self._reading("reconcile") as conn:
             row = conn.execute(

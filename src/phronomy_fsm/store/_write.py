@@ -29,6 +29,7 @@ from phronomy_fsm.errors import (
     NotFoundError,
     PhronomyError,
 )
+from phronomy_fsm.store._durable import apply_durable
 from phronomy_fsm.store.records import (
     ACTIVE_STATUSES,
     ALLOWED_STATUS_CHANGES,
@@ -383,6 +384,8 @@ def _run_end(batch: list[PreparedBarrier], i: int) -> int:
     j = i
     while j < len(batch):
         q = batch[j]
+        if type(q) is not PreparedBarrier:
+            break
         ex = q.commit.execution
         if not (q.updating and ex.is_active):
             break
@@ -467,15 +470,19 @@ def apply_batch(
         j = max(j, i + 1)
         for k in range(i, j):
             p = batch[k]
-            # a barrier with an agent root (and journal) is several statements: it
-            # needs a savepoint; a single statement is atomic on its own
-            savepoint = p.agent_params is not None
+            # a barrier with an agent root (and journal), or an engine commit, is
+            # several statements: it needs a savepoint; one statement is atomic alone
+            durable = type(p) is not PreparedBarrier
+            savepoint = durable or p.agent_params is not None
             if savepoint:
                 cur.execute("SAVEPOINT barrier")
             try:
                 if hook is not None:
                     hook("write", (p.commit,))
-                results[k] = apply_barrier(cur, p, now_ms, committed_at)
+                if durable:
+                    results[k] = apply_durable(cur, p, now_ms, committed_at)
+                else:
+                    results[k] = apply_barrier(cur, p, now_ms, committed_at)
                 ok.append(k)
             except PhronomyError as exc:
                 if savepoint:

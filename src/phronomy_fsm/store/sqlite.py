@@ -39,7 +39,10 @@ from phronomy_fsm.errors import (
     StorageError,
 )
 from phronomy_fsm.runtime import crashpoints
+from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store import ownership, schema
+from phronomy_fsm.durable.records import DurableCommit
+from phronomy_fsm.store._durable import PreparedDurable, SqliteDurable, apply_durable
 from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store._write import PreparedBarrier, apply_barrier, apply_batch
@@ -135,7 +138,14 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     return True
 
 
-class SqliteBarrierStore(SqliteReads):
+def _prepare(commit: Any) -> Any:
+    """The prepared form of an agent barrier or an engine commit (encoded bodies)."""
+    if type(commit) is DurableCommit:
+        return PreparedDurable(commit)
+    return PreparedBarrier(commit)
+
+
+class SqliteBarrierStore(SqliteReads, SqliteDurable):
     """A :class:`~phronomy_fsm.store.base.BarrierStore` on one SQLite file.
 
     Args:
@@ -159,6 +169,8 @@ class SqliteBarrierStore(SqliteReads):
             many frames when the writer connection opens (about 4 MiB and 25 ms for
             the default), so FULL commits overwrite the WAL instead of growing it;
             see :func:`prewarm_wal`. 0 disables.
+        faults: crash points to honour (``barrier:<name>:during``, inside the
+            transaction before COMMIT); tests and the crash harness only.
 
     Raises:
         StorageError: the file is not a SQLite database, cannot be created or opened,
@@ -181,6 +193,7 @@ class SqliteBarrierStore(SqliteReads):
         clock: Callable[[], datetime] | None = None,
         read_only: bool = False,
         wal_prewarm_frames: int = WAL_PREWARM_FRAMES,
+        faults: FaultPlan | None = None,
     ) -> None:
         sync = synchronous.upper()
         if sync not in _SYNCHRONOUS:
@@ -206,6 +219,7 @@ class SqliteBarrierStore(SqliteReads):
         self._readers_lock = threading.Lock()
         self._closed = False
         self._fault_hook: FaultHook | None = None
+        self.faults = faults
         self._group = GroupCommitWriter(
             self._flush_batch,
             self._fail_item,
@@ -341,6 +355,12 @@ class SqliteBarrierStore(SqliteReads):
         except sqlite3.Error:
             self._reset_writer()  # closing the connection rolls back
 
+    def _crash_point(self, point: str) -> None:
+        if self.faults is not None:
+            self.faults.hit(point)
+        elif crashpoints.ARMED is not None:
+            crashpoints.hit(point)
+
     def install_fault_hook(self, hook: FaultHook | None) -> None:
         """Install (or remove, with ``None``) the fault-injection seam (see
         :data:`FaultHook`). For tests and the crash harness only; used by
@@ -470,14 +490,17 @@ class SqliteBarrierStore(SqliteReads):
         with self._reading("agent_owner") as conn:
             return ownership.read_owner(conn, agent_id)
 
-    def commit(self, commit: BarrierCommit) -> CommitReceipt:
+    def commit(self, commit: Any) -> Any:
         """Commit one barrier in one ``BEGIN IMMEDIATE`` transaction on the caller's
-        thread (see :meth:`BarrierStore.commit` for the contract and errors).
+        thread (see :meth:`BarrierStore.commit` for the contract and errors). An
+        engine :class:`~phronomy_fsm.durable.records.DurableCommit` is accepted too
+        and returns a :class:`~phronomy_fsm.durable.records.DurableReceipt`
+        (``docs/semantics.md``).
 
         Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
         Concurrency: any thread; writers are serialised on the writer connection.
         """
-        p = PreparedBarrier(commit)
+        p = _prepare(commit)
         hook = self._fault_hook
         with self._write_lock:
             try:
@@ -485,15 +508,17 @@ class SqliteBarrierStore(SqliteReads):
                 cur.execute("BEGIN IMMEDIATE")
                 if hook is not None:
                     hook("write", (commit,))
-                receipt = apply_barrier(cur, p, *self._commit_time())
+                if type(p) is PreparedDurable:
+                    receipt = apply_durable(cur, p, *self._commit_time())
+                else:
+                    receipt = apply_barrier(cur, p, *self._commit_time())
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, "commit")
             try:
                 if hook is not None:
                     hook("commit", (commit,))
-                if crashpoints.ARMED is not None:
-                    crashpoints.hit(f"barrier:{commit.barrier}:during")
+                self._crash_point(f"barrier:{commit.barrier}:during")
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
@@ -506,8 +531,9 @@ class SqliteBarrierStore(SqliteReads):
                 raise self._unknown(exc, commit, lost=True)
         return receipt
 
-    def submit(self, commit: BarrierCommit) -> Future[CommitReceipt]:
-        """Queue ``commit`` for group commit; see :meth:`BarrierStore.submit`.
+    def submit(self, commit: Any) -> Future[Any]:
+        """Queue ``commit`` (an agent barrier or an engine DurableCommit) for group
+        commit; see :meth:`BarrierStore.submit`.
 
         Returns at once; encoding and every statement run on the group-commit thread
         (a SerializationError comes back in the future). Durability: the future
@@ -537,7 +563,7 @@ class SqliteBarrierStore(SqliteReads):
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled before the writer took it: never written
             try:
-                p = PreparedBarrier(commit)
+                p = _prepare(commit)
             except PhronomyError as exc:
                 future.set_exception(exc)
                 continue
@@ -578,9 +604,8 @@ class SqliteBarrierStore(SqliteReads):
                 try:
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
-                    if crashpoints.ARMED is not None:
-                        for i in ok:
-                            crashpoints.hit(f"barrier:{live[i].commit.barrier}:during")
+                    for i in ok:
+                        self._crash_point(f"barrier:{live[i].commit.barrier}:during")
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()

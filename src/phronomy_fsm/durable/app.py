@@ -1,0 +1,154 @@
+"""Applications of the durable engine, as operator tools and the crash harness load them.
+
+An application module exposes a **factory** ``factory(db_path: str) -> DurableApp``
+(named on the command line as ``--app MODULE:FACTORY``). The :class:`DurableApp` lists
+its machines — what ``phronomy-fsm recover`` needs to resume executions — and,
+optionally, what the crash-injection harness needs to drive it: scenarios that start
+executions, how a person answers a waiting execution, how an operator answers one in
+``recovery_required`` (from the application's own record of what happened outside),
+and that record of effects, which the harness checks (``docs/operations.md``, "The
+crash-injection matrix").
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.durable.records import ExecutionRecord
+from phronomy_fsm.durable.types import Machine
+from phronomy_fsm.errors import ConfigurationError
+
+
+@attrs.frozen
+class EffectEntry:
+    """One effect as the application recorded it outside the store: the execution,
+    the effect (offload hook) name, its kind, its idempotency key and attempt."""
+
+    execution_id: str
+    effect: str
+    kind: str
+    key: str
+    attempt: int = 1
+    result: Any = None
+
+
+@attrs.frozen
+class Answer:
+    """A reply the harness (or a scripted person) sends: a signal ``event`` with
+    ``payload``, or an operator resolution ``outcome`` with ``result``/``error``."""
+
+    event: str | None = None
+    payload: Any = None
+    outcome: str | None = None
+    result: Any = None
+    error: str | None = None
+
+
+@attrs.frozen
+class Scenario:
+    """How the crash harness drives one run.
+
+    Args:
+        start: starts the run's executions on a runtime; returns their ids (use fixed
+            ids, so a restarted run finds them).
+        on_waiting: for an execution in ``waiting``, the signal a person sends
+            (``None``: leave it waiting).
+    """
+
+    start: Callable[[Any], Sequence[str]]
+    on_waiting: Callable[[ExecutionRecord], Answer | None] = lambda record: None
+
+
+@attrs.frozen
+class DurableApp:
+    """What an application gives the operator tools and the crash harness.
+
+    Args:
+        machines: the machines it runs (``recover`` registers them).
+        scenarios: named :class:`Scenario` objects for the crash harness.
+        operator: for an execution in ``recovery_required``, what an operator who
+            knows the truth answers (from ``effects``); the harness calls it.
+        effects: reads the application's record of effects that really happened.
+    """
+
+    machines: tuple[Machine, ...]
+    scenarios: Mapping[str, Scenario] = attrs.field(factory=dict)
+    operator: Callable[[ExecutionRecord], Answer | None] | None = None
+    effects: Callable[[], Sequence[EffectEntry]] | None = None
+
+
+def load_app(spec: str, db_path: str) -> DurableApp:
+    """Import ``MODULE:FACTORY`` and call ``factory(db_path)``.
+
+    The module is imported with the working directory on ``sys.path`` (as ``python
+    -m`` does).
+
+    Raises:
+        ConfigurationError: malformed spec, import failure, a factory that does not
+            take the store path, or one that does not return a DurableApp (the
+            message names the factory and what to fix).
+    """
+    factory = load_factory(spec)
+    try:
+        inspect.signature(factory).bind(db_path)
+    except TypeError as exc:
+        raise ConfigurationError(
+            f"--app {spec}: a durable application factory takes the store path, "
+            f"factory(db_path) -> DurableApp ({exc})"
+        ) from exc
+    try:
+        app = factory(db_path)
+    except Exception as exc:  # application code: reported, not re-raised
+        raise ConfigurationError(f"--app {spec} failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(app, DurableApp):
+        raise ConfigurationError(
+            f"--app {spec} returned {type(app).__name__}, not a phronomy_fsm.durable.app.DurableApp"
+        )
+    return app
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """Import ``MODULE:FACTORY`` and return the callable.
+
+    Raises ConfigurationError naming what is wrong."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigurationError(f"--app expects MODULE:FACTORY, got {spec!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ConfigurationError(f"--app {spec}: cannot import {module_name!r}: {exc}") from exc
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise ConfigurationError(f"--app {spec}: {module_name!r} has no callable {attr!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+def is_durable_factory(factory: Callable[..., Any]) -> bool:
+    """True when ``factory`` takes one positional argument (the store path), the
+    durable application's contract; agent factories take ``(agent_id, db_path)``."""
+    try:
+        inspect.signature(factory).bind("db")
+    except TypeError:
+        return False
+    return True
+
+
+__all__ = [
+    "Answer",
+    "DurableApp",
+    "EffectEntry",
+    "Scenario",
+    "is_durable_factory",
+    "load_app",
+    "load_factory",
+]

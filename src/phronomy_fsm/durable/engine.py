@@ -1,0 +1,1099 @@
+"""The loop side of the durable runtime: the one owner of every live execution.
+
+:class:`Engine` runs on the dispatcher's loop thread and owns each
+:class:`LiveExecution` (its context, last committed record, lease fence, inbox, replay
+plan and waiters). It implements the rules of ``docs/semantics.md``:
+
+- **Barriers**: the engine commits each barrier itself — state, context, revision + 1,
+  the effects it announces, the signals consumed since the last commit, and what the
+  application's barrier hook adds (journal entries, children) — in one transaction,
+  through the store's group commit with reconciliation of a lost response.
+- **Engine commits**: entering a wait state (``@wait``, with its timer's deadline) or
+  a final state (``@final``), parking for an operator (``@recovery``), applying a
+  resolution (``@resolution``) and cancelling (``@cancel``) are commits too.
+- **Effects**: every non-pure offload is started with its idempotency key. While an
+  execution is being **replayed** after a restart (from its last barrier), the first
+  effect it reaches decides: ``pure`` runs again, ``idempotent`` runs again with the
+  same key, ``at_most_once`` parks the execution in ``recovery_required``; a committed
+  resolution is applied there instead of running the effect.
+- **Fail closed**: entering the machine's ``fail_closed`` state, or an engine commit
+  whose outcome is not ``committed``, drops the live copy and recovers the execution
+  from the store exactly as a restart would.
+- **Signals**: each execution's inbox is delivered in order to the first signal whose
+  event the current (non-auto) state handles (others wait); delivered signals are
+  consumed by the next commit, so after a crash they are delivered again.
+
+Everything here runs on the loop thread; :class:`~phronomy_fsm.durable.runtime.DurableRuntime`
+is the thread-safe facade. Must not import the store or agent layers.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import attrs
+import orjson
+
+from phronomy_fsm.durable.commits import submit_with_reconciliation
+from phronomy_fsm.durable.context import ContextCodec
+from phronomy_fsm.durable.keys import child_execution_id, idempotency_key
+from phronomy_fsm.durable.machines import MachineFacts, effect_kind
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
+    EffectKind,
+    EffectRef,
+    ErrorInfo,
+    ExecutionRecord,
+    ExecutionStatus,
+    Fence,
+    RecoveryInfo,
+    ResolutionInfo,
+    ResolutionOutcome,
+    SignalKind,
+    SignalRecord,
+)
+from phronomy_fsm.durable.types import (
+    BarrierRecords,
+    DurableEvent,
+    DurableEventKind,
+    ExecutionResult,
+    Machine,
+)
+from phronomy_fsm.errors import (
+    HOOK_ERRORS,
+    ContextSerializationError,
+    EffectFailedError,
+    EffectNotPerformedError,
+    LeaseLostError,
+    ReplayDivergedError,
+    RuntimeClosedError,
+)
+from phronomy_fsm.runtime.binding import AUTO, FINAL, WAIT, MachineBinding, is_protocol_stub
+from phronomy_fsm.runtime.session import PARKED, EffectStart, Session, SessionResult
+from phronomy_fsm.runtime.tasks import Task
+from phronomy_fsm.table import COMMITTED, BarrierOutcome, Settled
+
+log = logging.getLogger("phronomy_fsm.durable")
+
+#: Outcomes an operator may give for an effect whose outcome is unknown.
+EFFECT_OUTCOMES = tuple(o.value for o in ResolutionOutcome)
+#: Outcomes for the execution as a whole (spec changed, context unreadable).
+EXECUTION_OUTCOMES = (ResolutionOutcome.FAILED.value,)
+#: Seconds between attempts to read an execution back after an unproven outcome.
+READBACK_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
+
+
+def resolution_problem(record: ExecutionRecord, signal: SignalRecord) -> str | None:
+    """Why a resolution signal cannot be applied to ``record`` now, or ``None``.
+
+    The rules (``docs/semantics.md``, "Operator resolution"): the execution is in
+    ``recovery_required``; the signal names its current revision; the outcome is one
+    of the recovery's allowed outcomes; ``succeeded`` carries a result (JSON), and
+    ``failed`` an error text; other outcomes carry neither."""
+    info = record.recovery
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    if record.status is not ExecutionStatus.RECOVERY_REQUIRED or info is None:
+        return f"execution {record.execution_id} is {record.status.value}, not recovery_required"
+    if signal.expected_revision != record.revision:
+        return (
+            f"execution {record.execution_id} is at revision {record.revision}, not "
+            f"{signal.expected_revision}"
+        )
+    outcome = payload.get("outcome")
+    if outcome not in info.allowed_outcomes:
+        return f"outcome {outcome!r} is not allowed; allowed: {', '.join(info.allowed_outcomes)}"
+    has_result = payload.get("result") is not None
+    has_error = bool(payload.get("error"))
+    if outcome == ResolutionOutcome.SUCCEEDED.value and not has_result:
+        return "outcome 'succeeded' needs a result"
+    if outcome == ResolutionOutcome.FAILED.value and not has_error:
+        return "outcome 'failed' needs an error text"
+    if outcome != ResolutionOutcome.SUCCEEDED.value and has_result:
+        return f"outcome {outcome!r} takes no result"
+    if outcome != ResolutionOutcome.FAILED.value and has_error:
+        return f"outcome {outcome!r} takes no error text"
+    return None
+
+
+class Registration:
+    """A registered machine: its binding, facts, context codec and record hooks."""
+
+    __slots__ = ("binding", "codec", "facts", "machine", "record_hooks")
+
+    def __init__(self, machine: Machine, binding: MachineBinding) -> None:
+        self.machine = machine
+        self.binding = binding
+        self.facts = MachineFacts(machine.table, machine.final_status)
+        self.codec = ContextCodec(machine.context_type, machine.name)
+        hooks = machine.hooks
+        self.record_hooks: dict[str, Any] = {
+            name: getattr(hooks, name)
+            for name in machine.table.barriers
+            if callable(getattr(hooks, name, None)) and not is_protocol_stub(hooks, name)
+        }
+
+
+class Replay:
+    """Set while a recovered execution re-runs from its last barrier, until it reaches
+    its first non-pure effect, a barrier, a wait or a final state."""
+
+    __slots__ = ("resolution",)
+
+    def __init__(self, resolution: Any = None) -> None:
+        self.resolution = resolution
+
+
+class LiveExecution:
+    """The live state of one execution in this process (loop thread only).
+
+    Attributes: ``execution_id``; ``reg`` (its machine); ``record`` (as last
+    committed); ``ctx`` (the decoded context, ``None`` while it waits); ``fence``;
+    ``session_id`` (while a session runs); ``state`` (current live state);
+    ``pending`` (undelivered inbox signals, in order); ``delivered`` (seqs consumed by
+    the next commit); ``replay``; ``parked`` (why it is being parked); ``halting``
+    (why its session is being stopped); ``waiters`` (tasks settled when it finishes);
+    ``timer``; ``signal_in_flight``; ``committing`` (an engine commit is in flight).
+    """
+
+    __slots__ = (
+        "committing",
+        "ctx",
+        "delivered",
+        "execution_id",
+        "fence",
+        "halting",
+        "parked",
+        "pending",
+        "reg",
+        "record",
+        "replay",
+        "session_id",
+        "signal_in_flight",
+        "state",
+        "timer",
+        "waiters",
+    )
+
+    def __init__(self, reg: Registration, record: ExecutionRecord, fence: Fence) -> None:
+        self.execution_id = record.execution_id
+        self.reg = reg
+        self.record = record
+        self.ctx: Any = None
+        self.fence = fence
+        self.session_id: int | None = None
+        self.state = record.state
+        self.pending: list[SignalRecord] = []
+        self.delivered: list[int] = []
+        self.replay: Replay | None = None
+        self.parked: RecoveryInfo | None = None
+        self.halting: str | None = None
+        self.waiters: list[Task[ExecutionResult]] = []
+        self.timer: Any = None
+        self.signal_in_flight = False
+        self.committing = False
+
+    def __repr__(self) -> str:
+        return f"<LiveExecution {self.execution_id} {self.state} r{self.record.revision}>"
+
+
+class _Driver:
+    """The :class:`~phronomy_fsm.runtime.session.SessionDriver` of one execution."""
+
+    __slots__ = ("engine", "live")
+
+    def __init__(self, engine: Engine, live: LiveExecution) -> None:
+        self.engine = engine
+        self.live = live
+
+    def barrier(self, session: Session, spec: Any, payload: Any) -> Any:
+        return self.engine.barrier(self.live, session, spec, payload)
+
+    def offload(self, session: Session, spec: Any, payload: Any) -> Any:
+        return self.engine.offload(self.live, session, spec, payload)
+
+    def step(self, session: Session, source: str, target: str) -> None:
+        self.engine.step(self.live, session, source, target)
+
+
+@attrs.frozen
+class _Committed:
+    """``BarrierOutcome.value`` of a committed engine barrier."""
+
+    live: LiveExecution
+    commit: DurableCommit
+
+
+class Engine:
+    """The loop-thread owner of live executions (see the module docstring).
+
+    Args:
+        runtime: the facade (gives the store, dispatcher, clock, faults, listeners,
+            worker id and the registry of machines).
+    """
+
+    def __init__(self, runtime: Any) -> None:
+        self.rt = runtime
+        self.live: dict[str, LiveExecution] = {}
+        self.commits_in_flight = 0
+        self.closing = False
+
+    # ------------------------------------------------------------------ helpers
+
+    def now(self) -> datetime:
+        return self.rt.clock.now()
+
+    def emit(
+        self, what: DurableEventKind, live: LiveExecution, record: Any = None, **detail: Any
+    ) -> None:
+        """Tell the listeners (their errors are logged, never raised)."""
+        listeners = self.rt.listeners
+        if not listeners:
+            return
+        event = DurableEvent(what, live.execution_id, live.reg.machine.name, record, detail)
+        for listener in listeners:
+            try:
+                listener(event)
+            except HOOK_ERRORS:
+                log.exception("durable listener raised on %s", what.value)
+
+    def crash_point(self, point: str) -> None:
+        faults = self.rt.faults
+        if faults is not None:
+            faults.hit(point)
+
+    def encode(self, live: LiveExecution) -> orjson.Fragment:
+        """The live context as a JSON fragment (raises ContextSerializationError)."""
+        return orjson.Fragment(live.reg.codec.encode(live.ctx))
+
+    def context(self, live: LiveExecution) -> Any:
+        """The decoded context (decoded from the record on first use)."""
+        if live.ctx is None:
+            data = live.record.context
+            if isinstance(data, orjson.Fragment):
+                data = orjson.loads(data.contents)
+            live.ctx = live.reg.codec.decode(data)
+        return live.ctx
+
+    def next_record(self, live: LiveExecution, **changes: Any) -> ExecutionRecord:
+        """The record after ``live.record``: revision + 1, fresh ``updated_at``."""
+        return attrs.evolve(
+            live.record, revision=live.record.revision + 1, updated_at=self.now(), **changes
+        )
+
+    def start_session(
+        self,
+        live: LiveExecution,
+        *,
+        at_state: str | None = None,
+        event: str | None = None,
+        payload: Any = None,
+    ) -> None:
+        """Start (or resume) the execution's session on the dispatcher."""
+        reg = live.reg
+        ctx = self.context(live)
+        live.halting = None
+        live.session_id = self.rt.dispatcher.start_session(
+            reg.binding,
+            ctx,
+            at_state=at_state,
+            event=event,
+            payload=payload,
+            group=live.execution_id,
+            revision=live.record.revision,
+            on_done=lambda result, error: self.session_done(live, result, error),
+            step_limit=reg.machine.step_limit,
+            driver=_Driver(self, live),
+        )
+        if at_state is not None:
+            live.state = at_state
+
+    # ------------------------------------------------------------------ barriers
+
+    def barrier(self, live: LiveExecution, session: Session, spec: Any, payload: Any) -> Any:
+        """The work of a spec barrier: build the commit and submit it."""
+        state = session.node.name
+        replay = live.replay
+        if replay is not None:
+            live.replay = None
+            if replay.resolution is not None:
+                self.park_diverged(live, session, replay.resolution.subject, f"barrier {spec.name}")
+                return BarrierOutcome(
+                    "not_committed", error=ReplayDivergedError("replay reached a barrier")
+                )
+        records = BarrierRecords()
+        hook = live.reg.record_hooks.get(spec.name)
+        if hook is not None:
+            added = hook(session.ctx, payload)
+            if added is not None:
+                if not isinstance(added, BarrierRecords):
+                    raise TypeError(
+                        f"barrier hook {spec.name!r} returned {type(added).__name__}; return "
+                        "BarrierRecords or None (docs/semantics.md, 'Barriers')"
+                    )
+                records = added
+        try:
+            context = self.encode(live)
+            children = self.child_records(live, records, session)
+        except ContextSerializationError as exc:
+            return BarrierOutcome("not_committed", error=exc)
+        facts = live.reg.facts
+        record = self.next_record(
+            live,
+            state=state,
+            point=DurablePoint.BARRIER,
+            point_revision=live.record.revision + 1,
+            status=ExecutionStatus.RUNNING,
+            resume_event=spec.row.committed,
+            context=context,
+            pending_effects=facts.announced.get(state, ()),
+            deadline_at=None,
+            recovery=None,
+            resolution=None,
+        )
+        commit = DurableCommit(
+            spec.name,
+            record,
+            live.record.revision,
+            live.fence,
+            consume_signals=tuple(live.delivered),
+            children=tuple(c for c, _ in children),
+            journal=records.journal,
+        )
+        return submit_with_reconciliation(
+            self.rt.store, commit, value=_Committed(live, commit), name=spec.name
+        )
+
+    def child_records(
+        self, live: LiveExecution, records: BarrierRecords, session: Session
+    ) -> list[tuple[ExecutionRecord, Registration]]:
+        """The records of the children a barrier starts (revision 0, point start)."""
+        out = []
+        revision = live.record.revision + 1
+        for index, child in enumerate(records.children):
+            reg = self.rt.registration(child.machine)
+            reg.codec.check(child.context)
+            context = orjson.Fragment(reg.codec.encode(child.context))
+            now = self.now()
+            table = reg.machine.table
+            record = ExecutionRecord(
+                execution_id=child.execution_id
+                or child_execution_id(live.execution_id, revision, index),
+                machine=table.machine,
+                spec_version=table.version,
+                spec_sha256=table.spec_sha256,
+                state=table.initial,
+                point=DurablePoint.START,
+                status=ExecutionStatus.RUNNING,
+                revision=0,
+                created_at=now,
+                updated_at=now,
+                context=context,
+                parent_execution_id=live.execution_id,
+                notify_event=child.notify_event,
+                labels=dict(child.labels),
+            )
+            out.append((record, reg))
+        return out
+
+    def barrier_outcome(self, ctx: Any, state: str, outcome: BarrierOutcome) -> None:
+        """The binding's ``on_barrier_outcome``: apply a committed barrier to the live
+        execution before its event is delivered."""
+        value = outcome.value
+        if outcome.outcome != COMMITTED or not isinstance(value, _Committed):
+            return
+        live, commit = value.live, value.commit
+        live.record = commit.execution
+        del live.delivered[: len(commit.consume_signals)]
+        self.emit(DurableEventKind.COMMITTED, live, commit.execution, barrier=commit.barrier)
+        for child in commit.children:
+            reg = self.rt.registration(child.machine)
+            child_live = LiveExecution(reg, child, Fence(live.fence.worker_id, 1))
+            self.live[child.execution_id] = child_live
+            self.emit(DurableEventKind.STARTED, child_live, child)
+            self.start_session(child_live)
+
+    # ------------------------------------------------------------------ effects
+
+    def offload(self, live: LiveExecution, session: Session, spec: Any, payload: Any) -> Any:
+        """Decide about an offload about to start (see the module docstring)."""
+        kind = EffectKind(spec.effect)
+        if kind is EffectKind.PURE:
+            return None
+        key = idempotency_key(live.execution_id, live.record.point_revision, spec.name)
+        replay = live.replay
+        if replay is not None:
+            live.replay = None
+            ref = EffectRef(spec.name, kind, session.node.name, key)
+            resolution = replay.resolution
+            if resolution is not None:
+                subject = resolution.subject
+                if subject is None or subject.effect != spec.name or subject.key != key:
+                    self.park_diverged(live, session, subject, f"effect {spec.name} (key {key})")
+                    return PARKED
+                outcome = resolution.outcome
+                if outcome is ResolutionOutcome.SUCCEEDED:
+                    return Settled(resolution.result)
+                if outcome is ResolutionOutcome.FAILED:
+                    return Settled(
+                        error=EffectFailedError(
+                            resolution.error or "failed", effect=spec.name, key=key
+                        )
+                    )
+                if outcome is ResolutionOutcome.NOT_PERFORMED:
+                    return Settled(
+                        error=EffectNotPerformedError(
+                            f"{spec.name} was not performed (operator resolution); it is not "
+                            "sent again",
+                            effect=spec.name,
+                            key=key,
+                        )
+                    )
+                return self.effect_start(live, spec.name, kind, key, subject.attempt + 1)
+            if kind is EffectKind.AT_MOST_ONCE:
+                self.park(
+                    live,
+                    session,
+                    RecoveryInfo(
+                        reason=(
+                            f"the at_most_once effect {spec.name} may or may not have run "
+                            "before the process stopped"
+                        ),
+                        subject=ref,
+                        allowed_outcomes=EFFECT_OUTCOMES,
+                        detected_at=self.now(),
+                    ),
+                )
+                return PARKED
+        return self.effect_start(live, spec.name, kind, key, 1)
+
+    def effect_start(
+        self, live: LiveExecution, name: str, kind: EffectKind, key: str, attempt: int
+    ) -> EffectStart:
+        self.crash_point(f"effect:{name}:before")
+        self.emit(
+            DurableEventKind.EFFECT_STARTED,
+            live,
+            effect=name,
+            kind=kind.value,
+            key=key,
+            attempt=attempt,
+        )
+        return EffectStart(kind.value, key, attempt)
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, live: LiveExecution, session: Session, source: str, target: str) -> None:
+        """After every transition: fail closed, or deliver the next signal."""
+        live.state = target
+        facts = live.reg.facts
+        if target == facts.fail_closed and target != source:
+            self.halt(live, "fail_closed")
+            return
+        if session.binding.nodes[target].kind != AUTO and not live.signal_in_flight:
+            self.deliver_next(live, target)
+
+    def halt(self, live: LiveExecution, why: str) -> None:
+        """Stop the execution's session where it stands (``why`` is remembered for
+        :meth:`session_done`)."""
+        live.halting = why
+        sid = live.session_id
+        if sid is not None:
+            self.rt.dispatcher.halt(sid)
+
+    # ------------------------------------------------------------------ signals
+
+    def add_signals(self, live: LiveExecution, signals: list[SignalRecord]) -> None:
+        """Queue signals read from the inbox (duplicates ignored) and act on them."""
+        known = {s.seq for s in live.pending} | set(live.delivered)
+        for signal in signals:
+            if signal.seq in known or signal.consumed_revision is not None:
+                continue
+            known.add(signal.seq)
+            live.pending.append(signal)
+        live.pending.sort(key=lambda s: s.seq)
+        self.react(live)
+
+    def react(self, live: LiveExecution) -> None:
+        """Act on pending signals now if the execution can take one."""
+        if live.committing or self.closing:
+            return
+        for signal in list(live.pending):
+            if signal.kind is SignalKind.CANCEL:
+                live.pending.remove(signal)
+                self.cancel(live, signal)
+                return
+        status = live.record.status
+        if live.session_id is None and status is ExecutionStatus.RECOVERY_REQUIRED:
+            for signal in list(live.pending):
+                if signal.kind is SignalKind.RESOLUTION:
+                    live.pending.remove(signal)
+                    self.apply_resolution(live, signal)
+                    return
+            return
+        if live.session_id is None and status is ExecutionStatus.WAITING:
+            self.deliver_next(live, live.record.state)
+            return
+        if live.session_id is not None and not live.signal_in_flight:
+            node = live.reg.binding.nodes.get(live.state)
+            if node is not None and node.kind != AUTO:
+                self.deliver_next(live, live.state)
+
+    def deliver_next(self, live: LiveExecution, state: str) -> None:
+        """Deliver the first pending event signal that ``state`` handles."""
+        handled = live.reg.facts.handled.get(state, frozenset())
+        for signal in live.pending:
+            if signal.kind in (SignalKind.EVENT, SignalKind.CHILD) and signal.event in handled:
+                break
+        else:
+            return
+        live.pending.remove(signal)
+        live.delivered.append(signal.seq)
+        if live.session_id is None:  # waiting: resume the wait state with it
+            if live.timer is not None:
+                live.timer.cancel()
+                live.timer = None
+            self.emit(DurableEventKind.RESUMED, live, event=signal.event, signal_id=signal.signal_id)
+            self.start_session(live, at_state=state, event=signal.event, payload=signal.payload)
+            return
+        live.signal_in_flight = True
+        self.rt.dispatcher.post(live.session_id, signal.event, signal.payload)
+        self.rt.dispatcher.call_soon(self.signal_done, live)
+
+    def signal_done(self, live: LiveExecution) -> None:
+        live.signal_in_flight = False
+        if live.session_id is not None and live.pending:
+            node = live.reg.binding.nodes.get(live.state)
+            if node is not None and node.kind is not AUTO:
+                self.deliver_next(live, live.state)
+
+    # ------------------------------------------------------------------ session end
+
+    def session_done(
+        self, live: LiveExecution, result: SessionResult | None, error: BaseException | None
+    ) -> None:
+        """The session ended: commit what its end means (see the module docstring)."""
+        live.session_id = None
+        live.signal_in_flight = False
+        halting, live.halting = live.halting, None
+        if halting == "superseded":
+            return
+        if halting == "fail_closed":
+            self.recover_from_store(live, "the machine entered its fail_closed state")
+            return
+        if halting == "cancel":
+            return  # the cancel path commits when the execution is quiescent
+        if live.parked is not None:
+            self.commit_parked(live)
+            return
+        if error is not None:
+            self.rt.dispatcher.when_quiescent(
+                live.execution_id, lambda: self.commit_failed(live, error)
+            )
+            return
+        assert result is not None
+        live.state = result.state
+        kind = live.reg.binding.nodes[result.state].kind
+        if kind == FINAL:
+            self.commit_final(live, result.state)
+        elif kind == WAIT:
+            self.commit_wait(live, result.state)
+        else:  # halted elsewhere (by the engine): nothing to commit
+            log.debug("execution %s halted in %s", live.execution_id, result.state)
+
+    def engine_commit(
+        self,
+        live: LiveExecution,
+        barrier: str,
+        record: ExecutionRecord,
+        *,
+        consume: tuple[int, ...] = (),
+        consume_outcome: str = "consumed",
+        send_signals: tuple[SignalRecord, ...] = (),
+        on_committed: Callable[[], None],
+    ) -> None:
+        """Commit an engine barrier; on ``committed`` run ``on_committed`` (loop
+        thread), on anything else recover the execution from the store."""
+        commit = DurableCommit(
+            barrier,
+            record,
+            live.record.revision,
+            live.fence,
+            consume_signals=consume,
+            consume_outcome=consume_outcome,
+            send_signals=send_signals,
+        )
+        self.crash_point(f"barrier:{barrier}:before")
+        live.committing = True
+        self.commits_in_flight += 1
+
+        def report(outcome: BarrierOutcome) -> None:
+            self.rt.dispatcher.call_soon(settle, outcome)
+
+        def settle(outcome: BarrierOutcome) -> None:
+            self.commits_in_flight -= 1
+            live.committing = False
+            self.crash_point(f"barrier:{barrier}:after")
+            if outcome.outcome == COMMITTED:
+                live.record = record
+                del live.delivered[: len(consume)]
+                self.emit(DurableEventKind.COMMITTED, live, record, barrier=barrier)
+                on_committed()
+                return
+            log.warning(
+                "execution %s: commit %s %s (%r); recovering it from the store",
+                live.execution_id,
+                barrier,
+                outcome.outcome,
+                outcome.error,
+            )
+            self.recover_from_store(live, f"commit {barrier} {outcome.outcome}")
+
+        try:
+            submit_with_reconciliation(self.rt.store, commit, name=barrier).subscribe(report)
+        except BaseException:
+            self.commits_in_flight -= 1
+            live.committing = False
+            raise
+
+    def commit_wait(self, live: LiveExecution, state: str) -> None:
+        """Halted in a wait state: commit it (with its timer's deadline), then wait."""
+        live.replay = None
+        timeout = live.reg.facts.states[state].timeout
+        deadline = None if timeout is None else self.now() + timedelta(seconds=timeout.seconds)
+        try:
+            context = self.encode(live)
+        except ContextSerializationError as exc:
+            self.commit_failed(live, exc)
+            return
+        record = self.next_record(
+            live,
+            state=state,
+            point=DurablePoint.WAIT,
+            point_revision=live.record.revision + 1,
+            status=ExecutionStatus.WAITING,
+            resume_event=None,
+            context=context,
+            pending_effects=(),
+            deadline_at=deadline,
+            recovery=None,
+            resolution=None,
+        )
+
+        def committed() -> None:
+            self.emit(DurableEventKind.WAITING, live, record, state=state)
+            self.arm_timer(live)
+            self.react(live)
+
+        self.engine_commit(
+            live, "@wait", record, consume=tuple(live.delivered), on_committed=committed
+        )
+
+    def arm_timer(self, live: LiveExecution) -> None:
+        """Arm the timer of a waiting execution from its stored deadline."""
+        record = live.record
+        if record.deadline_at is None:
+            return
+        timeout = live.reg.facts.states[record.state].timeout
+        if timeout is None:
+            return
+        delay = max(0.0, (record.deadline_at - self.now()).total_seconds())
+        revision = record.revision
+
+        def fire() -> None:
+            live.timer = None
+            if (
+                live.record.revision != revision
+                or live.session_id is not None
+                or live.committing
+                or self.live.get(live.execution_id) is not live
+            ):
+                return
+            self.emit(DurableEventKind.RESUMED, live, event=timeout.event, timer=True)
+            self.start_session(live, at_state=record.state, event=timeout.event)
+
+        live.timer = self.rt.dispatcher.call_later(delay, fire)
+
+    def commit_final(self, live: LiveExecution, state: str) -> None:
+        """Reached a final state: commit it, tell the parent, settle the waiters."""
+        live.replay = None
+        try:
+            context = self.encode(live)
+        except ContextSerializationError as exc:
+            self.commit_failed(live, exc)
+            return
+        status = live.reg.facts.final_status.get(state, ExecutionStatus.COMPLETED)
+        record = self.next_record(
+            live,
+            state=state,
+            point=DurablePoint.FINAL,
+            point_revision=live.record.revision + 1,
+            status=status,
+            resume_event=None,
+            context=context,
+            pending_effects=(),
+            deadline_at=None,
+            recovery=None,
+            resolution=None,
+        )
+        self.finish(live, "@final", record)
+
+    def commit_failed(self, live: LiveExecution, error: BaseException) -> None:
+        """An application error ended the session: commit ``failed`` with the error
+        (after every effect of the execution has physically finished)."""
+        if self.live.get(live.execution_id) is not live or live.committing:
+            return
+        try:
+            context: Any = self.encode(live)
+        except (ContextSerializationError, *HOOK_ERRORS):
+            context = live.record.context
+        info = ErrorInfo.from_exception(error)
+        cause = error.__cause__
+        if cause is not None:
+            info = ErrorInfo(info.type, info.message, {"cause": f"{type(cause).__name__}: {cause}"})
+        record = self.next_record(
+            live,
+            state=live.state,
+            point=DurablePoint.FINAL,
+            status=ExecutionStatus.FAILED,
+            resume_event=None,
+            context=context,
+            pending_effects=(),
+            deadline_at=None,
+            error=info,
+        )
+        log.warning("execution %s failed: %s", live.execution_id, info.render())
+        self.finish(live, "@final", record)
+
+    def finish(self, live: LiveExecution, barrier: str, record: ExecutionRecord) -> None:
+        """Commit a finished record (with the parent's notification) and settle."""
+        send: tuple[SignalRecord, ...] = ()
+        if record.parent_execution_id is not None and record.notify_event is not None:
+            send = (self.child_signal(record),)
+
+        def committed() -> None:
+            self.emit(DurableEventKind.FINISHED, live, record, status=record.status.value)
+            self.settle(live, record)
+            for signal in send:  # a parent live here hears at once
+                parent = self.live.get(signal.execution_id)
+                if parent is not None:
+                    self.rt.refresh_signals(parent)
+
+        self.engine_commit(
+            live, barrier, record, consume=tuple(live.delivered), send_signals=send, on_committed=committed
+        )
+
+    def child_signal(self, record: ExecutionRecord) -> SignalRecord:
+        """The signal telling a parent that its child ``record`` finished."""
+        context = record.context
+        if isinstance(context, orjson.Fragment):
+            context = orjson.loads(context.contents)
+        return SignalRecord(
+            signal_id=f"child-done:{record.execution_id}",
+            execution_id=record.parent_execution_id or "",
+            kind=SignalKind.CHILD,
+            created_at=self.now(),
+            event=record.notify_event,
+            payload={
+                "child_execution_id": record.execution_id,
+                "machine": record.machine,
+                "status": record.status.value,
+                "state": record.state,
+                "context": context,
+            },
+            sender=f"execution:{record.execution_id}",
+        )
+
+    def settle(self, live: LiveExecution, record: ExecutionRecord) -> None:
+        """The execution finished durably: drop it and settle its waiters."""
+        if live.timer is not None:
+            live.timer.cancel()
+        self.live.pop(live.execution_id, None)
+        result = ExecutionResult.from_record(record, live.ctx)
+        for task in live.waiters:
+            task.complete(result)
+        live.waiters.clear()
+        if live.pending:
+            dropped = [s.seq for s in live.pending]
+            live.pending.clear()
+            self.rt.drop_signals(live.execution_id, dropped, f"dropped: finished in {record.state}")
+
+    # ------------------------------------------------------------------ parking
+
+    def park(self, live: LiveExecution, session: Session, info: RecoveryInfo) -> None:
+        """Stop the session and commit ``recovery_required`` (the durable context and
+        replay origin are kept as they were)."""
+        live.parked = info
+        self.halt(live, "park")
+        live.halting = None
+
+    def park_diverged(self, live: LiveExecution, session: Session, expected: Any, reached: str) -> None:
+        error = ReplayDivergedError(
+            f"recovery replayed execution {live.execution_id} and reached {reached} instead of "
+            f"{getattr(expected, 'effect', expected)} (key {getattr(expected, 'key', '-')}); the "
+            "code between a barrier and its effect must be deterministic",
+            expected=getattr(expected, "effect", None),
+            reached=reached,
+        )
+        self.park(
+            live,
+            session,
+            RecoveryInfo(
+                reason=str(error),
+                subject=expected,
+                allowed_outcomes=EFFECT_OUTCOMES if expected is not None else EXECUTION_OUTCOMES,
+                detected_at=self.now(),
+            ),
+        )
+
+    def commit_parked(self, live: LiveExecution) -> None:
+        """Commit ``recovery_required`` with ``live.parked``; the session is gone."""
+        info, live.parked = live.parked, None
+        assert info is not None
+        live.replay = None
+        live.delivered.clear()  # not consumed: read back from the inbox once parked
+        live.ctx = None  # the durable context stands; decode it again when resolved
+        live.state = live.record.state
+        record = self.next_record(
+            live, status=ExecutionStatus.RECOVERY_REQUIRED, recovery=info, resolution=None
+        )
+
+        def committed() -> None:
+            log.warning(
+                "execution %s needs an operator: %s", live.execution_id, info.reason
+            )
+            self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=info.reason)
+            self.rt.refresh_signals(live)
+
+        self.engine_commit(live, "@recovery", record, on_committed=committed)
+
+    def apply_resolution(self, live: LiveExecution, signal: SignalRecord) -> None:
+        """Apply an operator's resolution signal to a parked execution: commit it,
+        then replay from the last durable point with the answer (or finish the
+        execution ``failed`` when the subject is the execution itself)."""
+        record = live.record
+        info = record.recovery
+        payload = signal.payload if isinstance(signal.payload, dict) else {}
+        problem = resolution_problem(record, signal)
+        if problem is not None or info is None:
+            self.rt.drop_signals(
+                live.execution_id, [signal.seq], f"rejected: {problem or 'nothing to resolve'}"
+            )
+            return
+        outcome = ResolutionOutcome(payload["outcome"])
+        if info.subject is None:
+            failed = self.next_record(
+                live,
+                point=DurablePoint.FINAL,
+                status=ExecutionStatus.FAILED,
+                resume_event=None,
+                recovery=None,
+                pending_effects=(),
+                error=ErrorInfo("ResolvedFailed", str(payload.get("error") or info.reason)),
+            )
+            live.delivered = [signal.seq]
+            self.finish(live, "@resolution", failed)
+            return
+        resolution = ResolutionInfo(
+            outcome=outcome,
+            subject=info.subject,
+            resolved_at=self.now(),
+            signal_id=signal.signal_id,
+            result=payload.get("result"),
+            error=payload.get("error"),
+        )
+        resumed = self.next_record(
+            live, status=ExecutionStatus.RUNNING, recovery=None, resolution=resolution
+        )
+
+        def committed() -> None:
+            self.install(live, resumed, list(live.pending))
+
+        self.engine_commit(
+            live, "@resolution", resumed, consume=(signal.seq,), on_committed=committed
+        )
+
+    # ------------------------------------------------------------------ cancel
+
+    def cancel(self, live: LiveExecution, signal: SignalRecord) -> None:
+        """Cancel: stop the session, wait until nothing of it runs, commit cancelled."""
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        if live.session_id is not None:
+            self.halt(live, "cancel")
+
+        def commit() -> None:
+            if self.live.get(live.execution_id) is not live:
+                return
+            record = self.next_record(
+                live,
+                point=DurablePoint.FINAL,
+                status=ExecutionStatus.CANCELLED,
+                state=live.state,
+                resume_event=None,
+                pending_effects=(),
+                deadline_at=None,
+                recovery=None,
+                resolution=None,
+                error=ErrorInfo(
+                    "Cancelled",
+                    str((signal.payload or {}).get("reason", "cancelled"))
+                    if isinstance(signal.payload, dict)
+                    else "cancelled",
+                ),
+            )
+            live.delivered = [signal.seq]
+            self.finish(live, "@cancel", record)
+
+        self.rt.dispatcher.when_quiescent(live.execution_id, commit)
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover_from_store(self, live: LiveExecution, why: str) -> None:
+        """Forget the live copy and recover the execution from the store, as a
+        restart would (retrying the read with backoff)."""
+        if live.session_id is not None:
+            self.halt(live, "superseded")
+        live.replay = None
+        live.parked = None
+        live.delivered.clear()
+        live.ctx = None
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        self.rt.readback(live, why)
+
+    def reinstall(
+        self,
+        live: LiveExecution,
+        record: ExecutionRecord,
+        owner: tuple[str | None, int],
+        signals: list[SignalRecord],
+    ) -> None:
+        """Install what the store holds for an execution this runtime claimed."""
+        worker, token = owner
+        if worker != live.fence.worker_id or token != live.fence.token:
+            self.release(
+                live,
+                LeaseLostError(
+                    f"execution {live.execution_id} is now owned by worker {worker}; this "
+                    "runtime dropped it",
+                    execution_id=live.execution_id,
+                    owner_id=worker,
+                ),
+            )
+            return
+        self.install(live, record, signals)
+
+    def release(self, live: LiveExecution, error: BaseException) -> None:
+        """Drop an execution this runtime no longer owns; its waiters fail."""
+        self.live.pop(live.execution_id, None)
+        if live.timer is not None:
+            live.timer.cancel()
+        self.emit(DurableEventKind.RELEASED, live, reason=str(error))
+        for task in live.waiters:
+            task.fail(error)
+        live.waiters.clear()
+
+    def install(self, live: LiveExecution, record: ExecutionRecord, signals: list[SignalRecord]) -> None:
+        """Make ``record`` (just read from the store) the live execution and resume
+        it per ``docs/semantics.md`` "Recovery" (loop thread)."""
+        self.live[live.execution_id] = live
+        facts = live.reg.facts
+        renames = facts.rename_for(record.spec_version, record.spec_sha256)
+        live.record = record
+        live.ctx = None
+        live.pending = []
+        live.delivered = []
+        live.parked = None
+        live.replay = None
+        if record.is_finished:
+            self.settle(live, record)
+            return
+        if renames is None:
+            self.park_record(
+                live,
+                f"spec_changed: the execution started under {record.machine} spec version "
+                f"{record.spec_version} (sha256 {record.spec_sha256[:12]}...), this runtime runs "
+                f"version {facts.table.version} and declares no migration for it",
+            )
+            return
+        if renames:
+            record = attrs.evolve(
+                record,
+                state=renames.get(record.state, record.state),
+                spec_version=facts.table.version,
+                spec_sha256=facts.table.spec_sha256,
+            )
+            live.record = record
+        live.state = record.state
+        try:
+            self.context(live)
+        except ContextSerializationError as exc:
+            self.park_record(live, f"context_unreadable: {exc}")
+            return
+        for signal in signals:
+            if signal.consumed_revision is None:
+                live.pending.append(signal)
+        if record.status is ExecutionStatus.WAITING:
+            self.arm_timer(live)
+            self.react(live)
+            return
+        if record.status is ExecutionStatus.RECOVERY_REQUIRED:
+            self.react(live)
+            return
+        live.replay = Replay(record.resolution)
+        if record.point is DurablePoint.START:
+            self.start_session(live)
+        elif record.point is DurablePoint.BARRIER and record.resume_event is not None:
+            outcome = BarrierOutcome(COMMITTED, record.revision)
+            self.start_session(
+                live, at_state=record.state, event=record.resume_event, payload=outcome
+            )
+        else:
+            self.park_record(
+                live, f"not_resumable: point {record.point.value} with status {record.status.value}"
+            )
+
+    def park_record(self, live: LiveExecution, reason: str) -> None:
+        """Park an execution that cannot be resumed at all (the operator may only end
+        it): ``recovery_required`` with no effect as the subject."""
+        if live.record.status is ExecutionStatus.RECOVERY_REQUIRED and live.record.recovery is not None:
+            self.react(live)
+            return
+        live.parked = RecoveryInfo(reason, None, EXECUTION_OUTCOMES, self.now())
+        self.commit_parked(live)
+
+    # ------------------------------------------------------------------ shutdown
+
+    def at_rest(self) -> bool:
+        """True when no execution runs a session or waits for a commit."""
+        return self.commits_in_flight == 0 and all(
+            live.session_id is None for live in self.live.values()
+        )
+
+    def detach_all(self) -> None:
+        """The runtime is closing: fail every waiter with RuntimeClosedError (the
+        executions live on in the store)."""
+        for live in list(self.live.values()):
+            error = RuntimeClosedError(
+                f"the runtime closed before execution {live.execution_id} finished; it lives on "
+                f"in the store (status {live.record.status.value}, state {live.record.state}); "
+                "start a runtime with its machine and call recover() (or phronomy-fsm recover) "
+                "to continue it",
+                execution_id=live.execution_id,
+                status=live.record.status.value,
+            )
+            for task in live.waiters:
+                task.fail(error)
+            live.waiters.clear()
+            if live.timer is not None:
+                live.timer.cancel()
+        self.live.clear()
+
+
+__all__ = ["Engine", "LiveExecution", "Registration", "Replay"]

@@ -1,0 +1,123 @@
+"""What the durable engine needs from a store: the :class:`ExecutionStore` protocol.
+
+The engine (:mod:`phronomy_fsm.durable.runtime`) programs against this protocol only;
+:class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` implements it, and every backend
+must pass the store conformance suite (``tests/store``). Every method is synchronous
+and thread-safe, raises only errors of the store taxonomy (``docs/store.md``), and must
+not be called on the dispatcher's loop thread (they block on I/O).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from phronomy_fsm.durable.records import (
+    BarrierLogRecord,
+    DurableCommit,
+    DurableReceipt,
+    ExecutionRecord,
+    JournalEntry,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+)
+
+
+@runtime_checkable
+class ExecutionStore(Protocol):
+    """Durable storage of engine executions, their inbox, leases and machines."""
+
+    def submit(self, commit: DurableCommit) -> Future[DurableReceipt]:
+        """Queue ``commit`` for group commit; the future is set after COMMIT (or with
+        the typed refusal: NotFoundError, ConflictError, LeaseLostError,
+        AgentBusyError, ExecutionFinishedError, SerializationError, StorageError,
+        OutcomeUnknownError). Durability: set only once durable."""
+        ...
+
+    def reconcile(self, commit: DurableCommit) -> str:
+        """After OutcomeUnknownError: ``committed``, ``not_committed`` or
+        ``conflict`` by reading back. Raises StorageError."""
+        ...
+
+    def load_record(self, execution_id: str) -> ExecutionRecord:
+        """The stored execution. Raises NotFoundError, SerializationError, StorageError."""
+        ...
+
+    def list_records(self, **filters: Any) -> list[ExecutionRecord]:
+        """Executions by machine, status, exclusive key, parent, activity, owner."""
+        ...
+
+    def execution_rows(self, **filters: Any) -> list[dict[str, Any]]:
+        """Column summaries of every execution (engine and agent rows)."""
+        ...
+
+    def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:
+        """The barrier log by revision (empty when unknown)."""
+        ...
+
+    def journal_entries(self, execution_id: str) -> list[JournalEntry]:
+        """The application records of one execution, in commit order."""
+        ...
+
+    def send_signal(self, signal: SignalRecord) -> SignalRecord:
+        """Write to the inbox after checking the execution (exists, active, at the
+        expected revision); a signal id sent before returns the stored one."""
+        ...
+
+    def pending_signals(self, execution_id: str) -> list[SignalRecord]:
+        """Unconsumed signals of one execution, in order."""
+        ...
+
+    def list_signals(self, execution_id: str) -> list[SignalRecord]:
+        """Every signal of one execution, in order."""
+        ...
+
+    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
+        """Unconsumed signals of any execution above ``seq``, in order."""
+        ...
+
+    def last_signal_seq(self) -> int:
+        """The highest signal sequence number so far."""
+        ...
+
+    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+        """Consume signals without applying them (rejected or dropped)."""
+        ...
+
+    def register_worker(self, worker: WorkerRecord) -> None:
+        """Insert or replace a worker row with its lease."""
+        ...
+
+    def renew_lease(self, worker_id: str, now: datetime, lease_expires_at: datetime) -> bool:
+        """Heartbeat; False when the worker row is gone."""
+        ...
+
+    def retire_worker(self, worker_id: str) -> None:
+        """End a worker's lease now."""
+        ...
+
+    def execution_owner(self, execution_id: str) -> tuple[str | None, int, int | None]:
+        """``(owner worker, fencing token, owner's lease expiry epoch ms)``."""
+        ...
+
+    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+        """Take an active execution whose owner is none, self or dead; the new
+        fencing token, or None."""
+        ...
+
+    def claimable_executions(self, machines: tuple[str, ...], *, limit: int = 1000) -> list[tuple[str, str]]:
+        """Active executions of ``machines`` with no live owner."""
+        ...
+
+    def register_machine(self, record: MachineRecord) -> None:
+        """Keep a machine's compiled table (idempotent)."""
+        ...
+
+    def load_machine(self, machine: str, spec_sha256: str | None = None) -> MachineRecord:
+        """A registered table. Raises NotFoundError."""
+        ...
+
+
+__all__ = ["ExecutionStore"]

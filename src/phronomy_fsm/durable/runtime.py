@@ -1,0 +1,686 @@
+"""The durable runtime: run executions of any generated machine so they survive crashes.
+
+A :class:`DurableRuntime` owns a dispatcher (one loop thread), a bounded offload pool,
+a store, and a **worker** identity with a lease. Its machines are registered once
+(:class:`~phronomy_fsm.durable.types.Machine`: generated table, hooks, context type).
+Then:
+
+- :meth:`DurableRuntime.start` commits a new execution (revision 0) and runs it;
+- every barrier of the spec, every wait and final state is a commit
+  (:mod:`phronomy_fsm.durable.engine`);
+- :meth:`DurableRuntime.recover` claims the executions of its machines that no live
+  worker owns and resumes each from its last commit (replay from a barrier, wait again,
+  or park for an operator) — never a blind re-send;
+- :meth:`DurableRuntime.signal`, :meth:`resolve` and :meth:`cancel` write to an
+  execution's durable inbox (any process may; :mod:`phronomy_fsm.durable.operations`),
+  and the owner consumes each entry in order, exactly once.
+
+The rules are in ``docs/semantics.md``; ``docs/getting-started.md`` ("Your own
+machines") shows a complete example.
+
+Concurrency: every public method may be called from any thread except the loop
+thread (they block on store I/O); the live executions are owned by the loop thread.
+Two threads run beside the loop: the watcher (lease heartbeat and inbox polling) and
+short-lived read-back threads after an unproven outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from datetime import timedelta
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import orjson
+
+from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
+from phronomy_fsm.durable.keys import check_id, new_execution_id
+from phronomy_fsm.durable.machines import table_to_json
+from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
+    ExecutionRecord,
+    ExecutionStatus,
+    Fence,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+)
+from phronomy_fsm.durable.types import (
+    DurableEvent,
+    DurableEventKind,
+    ExecutionResult,
+    Machine,
+    RecoveryReport,
+)
+from phronomy_fsm.errors import (
+    ConflictError,
+    DurableError,
+    ExecutionExistsError,
+    NotFoundError,
+    OutcomeUnknownError,
+    PhronomyError,
+    RuntimeClosedError,
+    TaskTimeoutError,
+    UnknownMachineError,
+)
+from phronomy_fsm.runtime import Dispatcher, OffloadPool, bind_machine
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
+from phronomy_fsm.runtime.tasks import Task
+from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
+
+log = logging.getLogger("phronomy_fsm.durable")
+
+Listener = Callable[[DurableEvent], None]
+
+#: Default lease of a worker, in seconds: a dead worker's executions are claimable
+#: by others once it has passed (heartbeats renew it every third of it).
+DEFAULT_LEASE_SECONDS = 10.0
+#: Default interval of the inbox poll, in seconds.
+DEFAULT_POLL_SECONDS = 0.05
+
+
+class ExecutionHandle:
+    """A handle on one execution, live in this runtime or not.
+
+    Attributes: ``execution_id``; ``created`` (False when :meth:`DurableRuntime.start`
+    found the execution existing and returned it instead).
+    """
+
+    __slots__ = ("_runtime", "created", "execution_id")
+
+    def __init__(self, runtime: DurableRuntime, execution_id: str, *, created: bool = True) -> None:
+        self._runtime = runtime
+        self.execution_id = execution_id
+        self.created = created
+
+    def __repr__(self) -> str:
+        return f"<ExecutionHandle {self.execution_id}>"
+
+    def record(self) -> ExecutionRecord:
+        """The execution as stored now (a store read). Raises NotFoundError."""
+        return self._runtime.store.load_record(self.execution_id)  # type: ignore[no-any-return]
+
+    def result(self, timeout_seconds: float | None = None) -> ExecutionResult:
+        """Wait until the execution finishes; return how (whatever its status:
+        completed, failed or cancelled — check ``result.status``).
+
+        Raises:
+            TaskTimeoutError: not finished within ``timeout_seconds`` (it goes on).
+            RuntimeClosedError: the runtime closed first (the execution lives on).
+            LeaseLostError: another worker took the execution over.
+        """
+        return self._runtime.wait(self.execution_id, timeout_seconds)
+
+
+class DurableRuntime:
+    """Runs durable executions of registered machines (see the module docstring).
+
+    Args:
+        store: the store (for example
+            :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`); the runtime does
+            not close it unless ``own_store``.
+        machines: machines to register at once.
+        max_workers / queue_size: the offload pool's bounds (effects, filters).
+        clock: the clock of timers, records and leases (a manual clock in tests).
+        lease_seconds: this worker's lease; heartbeats renew it every third of it.
+        poll_seconds: how often the inbox is polled for signals from other processes.
+        faults: crash points (tests and the crash harness only).
+        listeners: called with every :class:`DurableEvent`, on the loop thread.
+        name: thread-name prefix and the worker's name.
+        own_store: close ``store`` in :meth:`close`.
+
+    Raises:
+        StorageError: the worker cannot be registered in the store.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        *,
+        machines: Iterable[Machine] = (),
+        max_workers: int = 16,
+        queue_size: int = 1024,
+        clock: Clock = SYSTEM_CLOCK,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        faults: FaultPlan | None = None,
+        listeners: Iterable[Listener] = (),
+        name: str = "phronomy-durable",
+        own_store: bool = False,
+    ) -> None:
+        if lease_seconds <= 0 or poll_seconds <= 0:
+            raise ValueError("lease_seconds and poll_seconds must be positive")
+        self.store = store
+        self.clock = clock
+        self.faults = faults
+        self.listeners: list[Listener] = list(listeners)
+        self.lease_seconds = float(lease_seconds)
+        self.poll_seconds = float(poll_seconds)
+        self.name = name
+        self._own_store = own_store
+        self._registrations: dict[str, Registration] = {}
+        self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
+        self.dispatcher = Dispatcher(pool=self.pool, clock=clock, name=f"{name}-loop", faults=faults)
+        self.engine = Engine(self)
+        me = current_process()
+        self.worker_id = f"{me.host[:40]}-{me.pid}-{os.urandom(4).hex()}"
+        now = clock.now()
+        self.worker = WorkerRecord(
+            worker_id=self.worker_id,
+            host=me.host,
+            pid=me.pid,
+            name=name,
+            started_at=now,
+            heartbeat_at=now,
+            lease_expires_at=now + _seconds(lease_seconds),
+            start_time=me.start_time,
+            boot_id=me.boot_id,
+            pid_namespace=me.pid_namespace,
+        )
+        self._closed = False
+        self._stop = threading.Event()
+        self._last_seq = 0
+        for machine in machines:
+            self.register(machine)
+        store.register_worker(self.worker)
+        self._last_seq = store.last_signal_seq()
+        self.dispatcher.start()
+        self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
+        self._watcher.start()
+
+    def __enter__(self) -> DurableRuntime:
+        """Use the runtime as a context manager: :meth:`close` on exit."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ machines
+
+    def register(self, machine: Machine) -> None:
+        """Register a machine: bind its hooks once and record its table in the store.
+
+        Raises:
+            MissingHookError: a guard, action or offload hook is missing, or is only
+                the generated Protocol's stub (barrier hooks are optional).
+            TypeError: the context type is not an attrs class, msgspec Struct or dict.
+            ValueError: ``final_status`` names a state that is not final.
+            DurableError: a machine of this name is registered already.
+            StorageError: the table could not be recorded.
+        """
+        if machine.name in self._registrations:
+            raise DurableError(f"machine {machine.name!r} is registered already", machine=machine.name)
+        table = machine.table
+        binding = bind_machine(
+            table,
+            machine.hooks,
+            step_limit=machine.step_limit,
+            optional=frozenset(table.barriers),
+            fast_path=False,
+            on_barrier_outcome=self.engine.barrier_outcome,
+        )
+        registration = Registration(machine, binding)
+        self.store.register_machine(
+            MachineRecord(
+                machine=table.machine,
+                spec_version=table.version,
+                spec_sha256=table.spec_sha256,
+                table=table_to_json(table),
+                registered_at=self.clock.now(),
+            )
+        )
+        self._registrations[machine.name] = registration
+
+    def registration(self, name: str) -> Registration:
+        """The registration of machine ``name``. Raises UnknownMachineError."""
+        try:
+            return self._registrations[name]
+        except KeyError:
+            raise UnknownMachineError(
+                f"machine {name!r} is not registered with this runtime (registered: "
+                f"{', '.join(sorted(self._registrations)) or 'none'})",
+                machine=name,
+            ) from None
+
+    @property
+    def machines(self) -> tuple[str, ...]:
+        """The names of the registered machines, sorted."""
+        return tuple(sorted(self._registrations))
+
+    # ------------------------------------------------------------------ executions
+
+    def start(
+        self,
+        machine: str,
+        context: Any,
+        *,
+        execution_id: str | None = None,
+        exclusive_key: str | None = None,
+        labels: dict[str, Any] | None = None,
+    ) -> ExecutionHandle:
+        """Start a durable execution of ``machine`` with ``context``.
+
+        The execution is committed at revision 0 (state: the initial state) before
+        anything runs; then it runs here. Starting an id that exists already returns
+        the existing execution (``handle.created`` is False; the given context is
+        ignored) when it runs the same machine (``docs/semantics.md``, "Starting").
+
+        Args:
+            machine: a registered machine's name.
+            context: an instance of the machine's context type (the runtime keeps its
+                own decoded copy; later changes to this object are not seen).
+            execution_id: 1-128 printable characters without whitespace (default: a
+                random id).
+            exclusive_key: at most one active execution per key (e.g. a customer id).
+            labels: free JSON labels shown by operator tools.
+
+        Raises:
+            UnknownMachineError, InvalidIdError, ContextSerializationError (naming the
+            field path; nothing written), ExecutionExistsError (the id runs another
+            machine), AgentBusyError (the exclusive key has an active execution),
+            RuntimeClosedError, StorageError.
+
+        Durability: the start is committed before this returns.
+        """
+        self._check_open()
+        reg = self.registration(machine)
+        eid = new_execution_id() if execution_id is None else check_id(execution_id)
+        reg.codec.check(context)
+        encoded = reg.codec.encode(context)
+        table = reg.machine.table
+        now = self.clock.now()
+        record = ExecutionRecord(
+            execution_id=eid,
+            machine=table.machine,
+            spec_version=table.version,
+            spec_sha256=table.spec_sha256,
+            state=table.initial,
+            point=DurablePoint.START,
+            status=ExecutionStatus.RUNNING,
+            revision=0,
+            created_at=now,
+            updated_at=now,
+            context=orjson.Fragment(encoded),
+            exclusive_key=exclusive_key,
+            labels=dict(labels or {}),
+        )
+        fence = Fence(self.worker_id, 1)
+        commit = DurableCommit("@start", record, None, fence)
+        if self.faults is not None:
+            self.faults.hit("barrier:@start:before")
+        try:
+            self._commit_now(commit)
+        except ConflictError:
+            existing = self.store.load_record(eid)
+            if existing.machine != machine:
+                raise ExecutionExistsError(
+                    f"execution {eid} exists and runs machine {existing.machine!r}, not {machine!r}",
+                    execution_id=eid,
+                    machine=existing.machine,
+                ) from None
+            return ExecutionHandle(self, eid, created=False)
+        if self.faults is not None:
+            self.faults.hit("barrier:@start:after")
+        live = LiveExecution(reg, record, fence)
+        live.ctx = reg.codec.decode(orjson.loads(encoded))
+
+        def install() -> None:
+            self.engine.live[eid] = live
+            self.engine.emit(DurableEventKind.STARTED, live, record)
+            self.engine.start_session(live)
+
+        self.dispatcher.call_soon(install)
+        return ExecutionHandle(self, eid)
+
+    def _commit_now(self, commit: DurableCommit) -> None:
+        """Commit synchronously on the calling thread, a lost response reconciled."""
+        try:
+            self.store.submit(commit).result()
+        except OutcomeUnknownError:
+            disposition = self.store.reconcile(commit)
+            if disposition == COMMITTED:
+                return
+            if disposition == NOT_COMMITTED:
+                raise
+            raise ConflictError(
+                f"execution {commit.execution.execution_id}: the start's outcome was lost and "
+                "something else is stored",
+                execution_id=commit.execution.execution_id,
+            ) from None
+
+    def handle(self, execution_id: str) -> ExecutionHandle:
+        """A handle on an existing execution. Raises NotFoundError, InvalidIdError."""
+        check_id(execution_id)
+        self.store.load_record(execution_id)
+        return ExecutionHandle(self, execution_id, created=False)
+
+    def wait(self, execution_id: str, timeout_seconds: float | None = None) -> ExecutionResult:
+        """Wait for ``execution_id`` to finish (see :meth:`ExecutionHandle.result`)."""
+        task: Task[ExecutionResult | None] = self.dispatcher.call(self._waiter, execution_id)
+        inner = task.result(timeout_seconds)
+        if isinstance(inner, Task):
+            return inner.result(timeout_seconds)  # type: ignore[no-any-return]
+        return self._poll_finished(execution_id, timeout_seconds)
+
+    def _waiter(self, execution_id: str) -> Task[ExecutionResult] | None:
+        live = self.engine.live.get(execution_id)
+        if live is None:
+            return None
+        task: Task[ExecutionResult] = Task(f"execution {execution_id}")
+        live.waiters.append(task)
+        return task
+
+    def _poll_finished(self, execution_id: str, timeout_seconds: float | None) -> ExecutionResult:
+        deadline = None if timeout_seconds is None else time.monotonic() + timeout_seconds
+        delay = 0.01
+        while True:
+            record = self.store.load_record(execution_id)
+            if record.is_finished:
+                return ExecutionResult.from_record(record)
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TaskTimeoutError(
+                    f"execution {execution_id} did not finish within {timeout_seconds} s "
+                    f"(status {record.status.value}); it goes on",
+                    execution_id=execution_id,
+                )
+            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+
+    # ------------------------------------------------------------------ inbox
+
+    def signal(
+        self,
+        execution_id: str,
+        event: str,
+        payload: Any = None,
+        *,
+        expected_revision: int | None = None,
+        signal_id: str | None = None,
+    ) -> SignalRecord:
+        """Send ``event`` to an execution (see
+        :func:`phronomy_fsm.durable.operations.send_signal` for the rules and errors);
+        when this runtime owns it, it reacts at once."""
+        live_table = self._table_of(execution_id)
+        signal = send_signal(
+            self.store,
+            execution_id,
+            event,
+            payload,
+            expected_revision=expected_revision,
+            signal_id=signal_id,
+            sender=f"worker:{self.worker_id}",
+            table=live_table,
+        )
+        self._wake(signal)
+        return signal
+
+    def resolve(
+        self,
+        execution_id: str,
+        *,
+        expected_revision: int,
+        outcome: str,
+        result: Any = None,
+        error: str | None = None,
+        signal_id: str | None = None,
+    ) -> SignalRecord:
+        """Answer an execution in ``recovery_required`` (see
+        :func:`phronomy_fsm.durable.operations.request_resolution`)."""
+        signal = request_resolution(
+            self.store,
+            execution_id,
+            expected_revision=expected_revision,
+            outcome=outcome,
+            result=result,
+            error=error,
+            signal_id=signal_id,
+            sender=f"worker:{self.worker_id}",
+        )
+        self._wake(signal)
+        return signal
+
+    def cancel(self, execution_id: str, *, reason: str = "cancelled") -> SignalRecord:
+        """Cancel an execution (see
+        :func:`phronomy_fsm.durable.operations.request_cancel`)."""
+        signal = request_cancel(
+            self.store, execution_id, reason=reason, sender=f"worker:{self.worker_id}"
+        )
+        self._wake(signal)
+        return signal
+
+    def _table_of(self, execution_id: str) -> Any:
+        try:
+            record = self.store.load_record(execution_id)
+        except PhronomyError:
+            return None
+        reg = self._registrations.get(record.machine)
+        if reg is None or reg.machine.table.spec_sha256 != record.spec_sha256:
+            return None
+        return reg.machine.table
+
+    def _wake(self, signal: SignalRecord) -> None:
+        if not self._closed:
+            self.dispatcher.call_soon(self._signals_arrived, [signal])
+
+    def _signals_arrived(self, signals: list[SignalRecord]) -> None:
+        by_execution: dict[str, list[SignalRecord]] = {}
+        for signal in signals:
+            by_execution.setdefault(signal.execution_id, []).append(signal)
+        for execution_id, items in by_execution.items():
+            live = self.engine.live.get(execution_id)
+            if live is not None:
+                self.engine.add_signals(live, items)
+
+    def refresh_signals(self, live: LiveExecution) -> None:
+        """Read ``live``'s pending signals from the store (off the loop), then queue
+        them (loop thread)."""
+        execution_id = live.execution_id
+
+        def read() -> None:
+            try:
+                signals = self.store.pending_signals(execution_id)
+            except PhronomyError as exc:
+                log.warning("execution %s: could not read its inbox: %r", execution_id, exc)
+                return
+            if signals and not self._closed:
+                self.dispatcher.call_soon(self._signals_arrived, signals)
+
+        threading.Thread(target=read, name=f"{self.name}-inbox", daemon=True).start()
+
+    def drop_signals(self, execution_id: str, seqs: list[int], outcome: str) -> None:
+        """Mark signals consumed without applying them (``outcome`` says why), off
+        the loop."""
+
+        def write() -> None:
+            try:
+                self.store.close_signals(execution_id, seqs, outcome)
+            except PhronomyError as exc:
+                log.warning("execution %s: could not close signals %s: %r", execution_id, seqs, exc)
+
+        threading.Thread(target=write, name=f"{self.name}-inbox", daemon=True).start()
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> RecoveryReport:
+        """Claim and resume every active execution of the registered machines that no
+        live worker owns (``docs/semantics.md``, "Recovery"): executions in flight are
+        replayed from their last barrier, waiting ones wait again with their timers
+        re-armed, parked ones wait for an operator. Returns what was found.
+
+        Raises: RuntimeClosedError, StorageError (some executions may have been
+        claimed and resumed already).
+        """
+        self._check_open()
+        self.retire_dead_workers()
+        claimed: list[tuple[str, str]] = []
+        for execution_id, _machine in self.store.claimable_executions(self.machines):
+            token = self.store.claim_execution(execution_id, self.worker_id)
+            if token is None:
+                continue
+            record = self.store.load_record(execution_id)
+            signals = self.store.pending_signals(execution_id)
+            claimed.append((execution_id, record.status.value))
+            self._install(record, Fence(self.worker_id, token), signals)
+        owned: list[tuple[str, str]] = []
+        unknown: list[tuple[str, str]] = []
+        registered = set(self.machines)
+        for row in self.store.execution_rows():
+            if not row["active"] or row["execution_id"] in dict(claimed):
+                continue
+            if row["machine"] not in registered:
+                if row["machine"] != "agent_session":
+                    unknown.append((row["execution_id"], row["machine"]))
+            elif row["owner_id"] not in (None, self.worker_id):
+                owned.append((row["execution_id"], row["owner_id"]))
+        return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
+
+    def retire_dead_workers(self) -> list[str]:
+        """End the lease of every worker whose process is provably gone on this host
+        (no such pid, pid reused, an earlier boot), so its executions can be claimed
+        at once instead of after its lease. Returns their ids. Raises StorageError."""
+        me = current_process()
+        now_ms = int(self.clock.now().timestamp() * 1000)
+        retired = []
+        for worker, _heartbeat, expires in self.store.list_workers():
+            if worker.worker_id == self.worker_id or expires < now_ms:
+                continue
+            identity = ProcessIdentity(
+                worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
+            )
+            verdict, reason = probe_owner(identity, me)
+            if verdict == DEAD:
+                log.warning("worker %s is gone (%s); ending its lease", worker.worker_id, reason)
+                self.store.retire_worker(worker.worker_id)
+                retired.append(worker.worker_id)
+        return retired
+
+    def _install(self, record: ExecutionRecord, fence: Fence, signals: list[SignalRecord]) -> None:
+        reg = self.registration(record.machine)
+        live = LiveExecution(reg, record, fence)
+
+        def install() -> None:
+            old = self.engine.live.get(record.execution_id)
+            if old is not None:
+                live.waiters.extend(old.waiters)
+                old.waiters.clear()
+            self.engine.install(live, record, signals)
+            self.refresh_signals(live)
+
+        self.dispatcher.call_soon(install)
+
+    def readback(self, live: LiveExecution, why: str) -> None:
+        """Read an execution back after an unproven outcome, with backoff (off the
+        loop), then reinstall what the store holds (loop thread)."""
+        execution_id = live.execution_id
+        log.info("execution %s: reading it back from the store (%s)", execution_id, why)
+
+        def read() -> None:
+            for delay in READBACK_DELAYS + (READBACK_DELAYS[-1],) * 1000:
+                if self._stop.wait(delay):
+                    return
+                try:
+                    record = self.store.load_record(execution_id)
+                    owner, token, _ = self.store.execution_owner(execution_id)
+                    signals = self.store.pending_signals(execution_id)
+                except NotFoundError as exc:
+                    self.dispatcher.call_soon(self.engine.release, live, exc)
+                    return
+                except PhronomyError as exc:
+                    log.warning("execution %s: read-back failed (%r); retrying", execution_id, exc)
+                    continue
+                self.dispatcher.call_soon(self.engine.reinstall, live, record, (owner, token), signals)
+                return
+
+        threading.Thread(target=read, name=f"{self.name}-readback", daemon=True).start()
+
+    # ------------------------------------------------------------------ watcher
+
+    def _watch(self) -> None:
+        """Renew the lease every third of it; poll the inbox for signals sent by
+        other processes."""
+        renew_every = self.lease_seconds / 3
+        next_renewal = time.monotonic() + renew_every
+        while not self._stop.wait(self.poll_seconds):
+            if time.monotonic() >= next_renewal:
+                next_renewal = time.monotonic() + renew_every
+                now = self.clock.now()
+                try:
+                    if not self.store.renew_lease(self.worker_id, now, now + _seconds(self.lease_seconds)):
+                        self.store.register_worker(
+                            attrs.evolve(
+                                self.worker,
+                                heartbeat_at=now,
+                                lease_expires_at=now + _seconds(self.lease_seconds),
+                            )
+                        )
+                except PhronomyError as exc:
+                    log.warning("worker %s: lease renewal failed: %r", self.worker_id, exc)
+            try:
+                signals = self.store.signals_after(self._last_seq)
+            except PhronomyError as exc:
+                log.debug("inbox poll failed: %r", exc)
+                continue
+            if signals:
+                self._last_seq = signals[-1].seq
+                try:
+                    self.dispatcher.call_soon(self._signals_arrived, signals)
+                except PhronomyError:
+                    return
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
+
+    def close(self, *, timeout_seconds: float = 10.0) -> None:
+        """Let running executions reach a resting point (waiting, parked, finished)
+        for up to ``timeout_seconds``, then stop. Executions that have not finished
+        live on in the store; their waiters fail with RuntimeClosedError. The lease
+        ends at once, so another runtime may claim them. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            try:
+                if self.dispatcher.call(self.engine.at_rest).result(
+                    max(0.0, deadline - time.monotonic())
+                ):
+                    break
+            except PhronomyError:
+                break
+            time.sleep(0.01)
+        try:
+            self.dispatcher.call(self._detach).result(5)
+        except PhronomyError:
+            pass
+        self.dispatcher.stop(timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False)
+        self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
+        self._stop.set()
+        self._watcher.join(5)
+        try:
+            self.store.retire_worker(self.worker_id)
+        except PhronomyError as exc:
+            log.warning("worker %s: could not end its lease: %r", self.worker_id, exc)
+        if self._own_store:
+            self.store.close()
+
+    def _detach(self) -> None:
+        self.engine.closing = True
+        self.engine.detach_all()
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
+
+
+__all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_POLL_SECONDS", "DurableRuntime", "ExecutionHandle"]

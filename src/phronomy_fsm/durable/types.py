@@ -1,0 +1,164 @@
+"""The public value types of the durable engine: machines, results, events, barrier records.
+
+- :class:`Machine` — what an application registers: a generated table, its hooks, the
+  type of its context, and how its final states finish;
+- :class:`BarrierRecords` and :class:`ChildStart` — what a barrier hook may add to its
+  commit (journal entries, child executions);
+- :class:`ExecutionResult` — how an execution finished;
+- :class:`DurableEvent` — what a runtime reports to listeners (tests, operator tools,
+  tracing), on its loop thread;
+- :class:`RecoveryReport` — what :meth:`DurableRuntime.recover` found.
+
+Specified in ``docs/semantics.md``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.durable.records import ErrorInfo, ExecutionRecord, ExecutionStatus, JournalEntry
+from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT
+from phronomy_fsm.table import MachineTable
+
+
+@attrs.frozen
+class Machine:
+    """A machine the durable runtime can run.
+
+    Args:
+        table: the generated ``TABLE`` of the machine.
+        hooks: an object implementing the generated ``Hooks`` Protocol: every guard,
+            action and offload hook. Barrier hooks are optional: the runtime commits
+            each barrier itself; a barrier hook, when present, is called as
+            ``hook(ctx, payload)`` on the loop thread and may return
+            :class:`BarrierRecords` to add to that commit (or ``None``).
+        context_type: the context's declared type: an attrs class, a msgspec
+            ``Struct``, or ``dict`` (``docs/semantics.md``, "The context").
+        final_status: the status each named final state finishes with (default:
+            ``completed``), e.g. ``{"rejected": ExecutionStatus.FAILED}``.
+        step_limit: transitions a session may take before it fails.
+    """
+
+    table: MachineTable
+    hooks: Any
+    context_type: type = dict
+    final_status: Mapping[str, ExecutionStatus] = attrs.field(factory=dict)
+    step_limit: int = DEFAULT_STEP_LIMIT
+
+    @property
+    def name(self) -> str:
+        """The machine's name (from its table)."""
+        return self.table.machine
+
+
+@attrs.frozen
+class ChildStart:
+    """A child execution a barrier starts, durably with the barrier's commit.
+
+    Args:
+        machine: the child's machine (registered with the same runtime).
+        context: its initial context (of that machine's context type).
+        execution_id: its id; by default derived from the parent, the barrier's
+            revision and the child's position (stable across a replay).
+        notify_event: the parent's event its completion is signalled as (payload: a
+            dict with ``child_execution_id``, ``machine``, ``status``, ``state`` and
+            ``context``); ``None`` sends nothing.
+        labels: free labels of the child.
+    """
+
+    machine: str
+    context: Any
+    execution_id: str | None = None
+    notify_event: str | None = None
+    labels: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class BarrierRecords:
+    """What a barrier hook adds to its commit: application journal entries (kept
+    with the execution, in commit order) and child executions to start."""
+
+    journal: tuple[JournalEntry, ...] = ()
+    children: tuple[ChildStart, ...] = ()
+
+
+@attrs.frozen
+class ExecutionResult:
+    """How an execution finished: ``status`` (completed, failed, cancelled), the
+    final ``state``, its decoded ``context``, the last ``revision`` and, for
+    ``failed``, the ``error``."""
+
+    execution_id: str
+    machine: str
+    status: ExecutionStatus
+    state: str
+    revision: int
+    context: Any = None
+    error: ErrorInfo | None = None
+
+    @classmethod
+    def from_record(cls, record: ExecutionRecord, context: Any = None) -> ExecutionResult:
+        """The result of a finished record (``context`` decoded by the caller)."""
+        return cls(
+            record.execution_id,
+            record.machine,
+            record.status,
+            record.state,
+            record.revision,
+            record.context if context is None else context,
+            record.error,
+        )
+
+
+class DurableEventKind(str, enum.Enum):
+    """What a :class:`DurableEvent` reports."""
+
+    STARTED = "started"
+    COMMITTED = "committed"
+    WAITING = "waiting"
+    RECOVERY_REQUIRED = "recovery_required"
+    RESUMED = "resumed"
+    FINISHED = "finished"
+    EFFECT_STARTED = "effect_started"
+    RELEASED = "released"
+
+
+@attrs.frozen
+class DurableEvent:
+    """One thing that happened to an execution, reported on the runtime's loop thread
+    to its listeners. ``record`` is the committed record for commits (``None``
+    otherwise); ``detail`` carries the kind's facts (the effect and its key, the
+    barrier's name, why an execution was released)."""
+
+    kind: DurableEventKind
+    execution_id: str
+    machine: str
+    record: ExecutionRecord | None = None
+    detail: Mapping[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class RecoveryReport:
+    """What :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.recover` did:
+    ``claimed`` execution ids it now runs (each with the status it was found in),
+    ``owned_elsewhere`` ids a live worker holds (with that worker), and
+    ``unknown_machine`` ids of machines this runtime does not register."""
+
+    claimed: tuple[tuple[str, str], ...] = ()
+    owned_elsewhere: tuple[tuple[str, str], ...] = ()
+    unknown_machine: tuple[tuple[str, str], ...] = ()
+
+
+__all__ = [
+    "BarrierRecords",
+    "ChildStart",
+    "DurableEvent",
+    "DurableEventKind",
+    "ExecutionResult",
+    "Machine",
+    "RecoveryReport",
+]

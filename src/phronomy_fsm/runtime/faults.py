@@ -1,0 +1,99 @@
+"""Fault plans: where a process kills itself on purpose, passed in explicitly.
+
+A :class:`FaultPlan` is given to the components that have crash points (the
+dispatcher, the SQLite store, the durable runtime). Production code never reads the
+environment for it: a test, the crash-injection harness or an application builds a
+plan (for example from its own command line or environment) and hands it over.
+
+Crash points (``docs/operations.md``, "The crash-injection matrix"):
+
+- ``barrier:<name>:before`` — a barrier's commit is built, not yet submitted;
+- ``barrier:<name>:during`` — inside the store transaction, before COMMIT;
+- ``barrier:<name>:after`` — the commit returned; its outcome is not yet applied;
+- ``offload:<hook>:after`` — offloaded work returned; its result is not yet applied;
+- ``effect:<hook>:before`` — an effect is about to start (its idempotency key known).
+
+The engine's own commits are barriers too, named ``@start``, ``@wait``, ``@final``,
+``@recovery``, ``@resolution`` and ``@cancel`` (points ``barrier:@wait:after``...).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import threading
+from collections.abc import Callable
+
+#: What a crash point name looks like.
+POINT = re.compile(
+    r"(barrier:@?[A-Za-z_]\w*:(before|during|after)|offload:[A-Za-z_]\w*:after"
+    r"|effect:[A-Za-z_]\w*:before)"
+)
+
+
+class FaultPlan:
+    """Kill the process with SIGKILL at the ``nth`` hit of ``crash_at``.
+
+    Args:
+        crash_at: a crash point name, or ``None`` to only trace.
+        nth: which hit of the point kills (1 = the first).
+        trace: called with every point reached, before it may kill (the crash
+            harness appends them to a file, flushed, to know what a run reached).
+
+    Raises:
+        ValueError: ``crash_at`` is not a crash point name, or ``nth`` < 1.
+
+    Concurrency: :meth:`hit` may be called from any thread.
+    """
+
+    __slots__ = ("_lock", "_remaining", "crash_at", "nth", "trace")
+
+    def __init__(
+        self,
+        crash_at: str | None = None,
+        *,
+        nth: int = 1,
+        trace: Callable[[str], None] | None = None,
+    ) -> None:
+        if crash_at is not None and not POINT.fullmatch(crash_at):
+            raise ValueError(
+                f"{crash_at!r} is not a crash point name (barrier:<name>:before|during|after, "
+                "offload:<hook>:after or effect:<hook>:before)"
+            )
+        if nth < 1:
+            raise ValueError("nth must be at least 1")
+        self.crash_at = crash_at
+        self.nth = nth
+        self.trace = trace
+        self._remaining = nth
+        self._lock = threading.Lock()
+
+    @classmethod
+    def parse(cls, spec: str | None, *, trace: Callable[[str], None] | None = None) -> FaultPlan:
+        """A plan from ``NAME`` or ``NAME@N`` (empty or ``None``: trace only).
+
+        Raises ValueError for a malformed value."""
+        if not spec:
+            return cls(None, trace=trace)
+        name, sep, nth = spec.rpartition("@")
+        if sep and name and nth.isdigit() and int(nth) > 0:
+            return cls(name, nth=int(nth), trace=trace)
+        name, count = spec, 1
+        return cls(name, nth=count, trace=trace)
+
+    def hit(self, point: str) -> None:
+        """Report ``point``; kill the process if it is the armed point's ``nth`` hit.
+        Never returns in that case."""
+        if self.trace is not None:
+            self.trace(point)
+        if point != self.crash_at:
+            return
+        with self._lock:
+            self._remaining -= 1
+            if self._remaining > 0:
+                return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = ["POINT", "FaultPlan"]

@@ -1,0 +1,461 @@
+"""The crash-injection matrix for any durable machine (``tools/crash_matrix.py --spec --app``).
+
+Takes a spec and an application (``--app MODULE:FACTORY``, a
+:class:`~phronomy_fsm.durable.app.DurableApp` factory) and kills the application with
+SIGKILL at every crash point its generated table defines — before, during and after
+each barrier of the spec and each engine commit (``@start``, ``@wait``, ``@final``,
+``@recovery``, ``@resolution``), before each effect starts and right after each
+offloaded piece of work returns — then restarts it (``recover``) until its executions
+finish, and checks on the store and the application's own record of effects:
+
+- ``lost``: an execution whose start was acknowledged is missing, or was acknowledged
+  finished while the store says otherwise;
+- ``double_terminal``: more than one finishing commit, or two different outcomes
+  acknowledged;
+- ``duplicate_effects``: an ``at_most_once`` effect recorded twice with the same key
+  and attempt;
+- ``blind_resends``: an ``at_most_once`` effect run again (a later attempt) without an
+  operator's ``retry`` resolution;
+- ``stuck``: an execution still active when nothing is left to drive;
+- ``app_errors``: a process that failed for another reason than the planned kill.
+
+Each run uses a fresh folder; the application's scenarios say how to start executions
+and how a person answers a waiting one, and its ``operator`` how an operator who knows
+the truth answers one in ``recovery_required`` (``docs/operations.md``, "The
+crash-injection matrix"). ``--quick`` kills once at every point some scenario reaches;
+the full matrix kills at every hit of every point (up to 4) in every scenario, plus a
+second kill in the first recovery process at every point only recovery reaches.
+
+Usage::
+
+    python tools/crash_matrix.py --spec SPEC --app MODULE:FACTORY [--quick] [--json]
+    python tools/durable_crash.py child run|recover --app M:F --db DB --scenario NAME
+        [--crash-at POINT[@N]] [--trace FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+ROOT = Path(__file__).resolve().parent.parent
+INVARIANTS = (
+    "lost",
+    "double_terminal",
+    "duplicate_effects",
+    "blind_resends",
+    "stuck",
+    "app_errors",
+)
+ENGINE_BARRIERS = ("@start", "@wait", "@final", "@recovery", "@resolution")
+#: Most recover processes after the last armed one.
+EXTRA_RECOVERS = 4
+NTH_CAP = 4
+PROCESS_TIMEOUT_SECONDS = 60
+DRIVE_SECONDS = 20.0
+ACKS = "acks.jsonl"
+
+
+# ------------------------------------------------------------------ the child process
+
+
+def _child(args: argparse.Namespace) -> int:
+    from phronomy_fsm.durable import DurableEventKind, DurableRuntime
+    from phronomy_fsm.durable.app import load_app
+    from phronomy_fsm.errors import PhronomyError
+    from phronomy_fsm.runtime.faults import FaultPlan
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    folder = Path(args.db).resolve().parent
+    trace_fd = os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
+    acks_fd = os.open(folder / ACKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+
+    def trace(point: str) -> None:
+        if trace_fd is not None:
+            os.write(trace_fd, (point + "\n").encode())
+
+    def ack(event: Any) -> None:
+        if event.kind is DurableEventKind.STARTED:
+            entry = {"started": event.execution_id}
+        elif event.kind is DurableEventKind.FINISHED and event.record is not None:
+            entry = {
+                "finished": event.execution_id,
+                "status": event.record.status.value,
+                "state": event.record.state,
+            }
+        else:
+            return
+        os.write(acks_fd, (json.dumps(entry) + "\n").encode())
+
+    faults = FaultPlan.parse(args.crash_at, trace=trace)
+    app = load_app(args.app, args.db)
+    scenario = app.scenarios[args.scenario]
+    store = SqliteBarrierStore(args.db, faults=faults)
+    runtime = DurableRuntime(
+        store, machines=app.machines, faults=faults, listeners=[ack], own_store=True, lease_seconds=5.0
+    )
+    try:
+        if args.mode == "run":
+            scenario.start(runtime)
+        else:
+            runtime.recover()
+        deadline = time.monotonic() + args.drive_seconds
+        machines = set(runtime.machines)
+        while time.monotonic() < deadline:
+            active = [r for r in store.list_records(active=True) if r.machine in machines]
+            if not active:
+                return 0
+            for record in active:
+                try:
+                    if record.status.value == "waiting":
+                        answer = scenario.on_waiting(record)
+                        if answer is not None and answer.event is not None:
+                            runtime.signal(
+                                record.execution_id,
+                                answer.event,
+                                answer.payload,
+                                expected_revision=record.revision,
+                                signal_id=f"{record.execution_id}-w{record.revision}",
+                            )
+                    elif record.status.value == "recovery_required" and app.operator is not None:
+                        answer = app.operator(record)
+                        if answer is not None and answer.outcome is not None:
+                            runtime.resolve(
+                                record.execution_id,
+                                expected_revision=record.revision,
+                                outcome=answer.outcome,
+                                result=answer.result,
+                                error=answer.error,
+                                signal_id=f"{record.execution_id}-res{record.revision}",
+                            )
+                except PhronomyError:
+                    pass  # it moved on meanwhile: look again
+            time.sleep(0.02)
+        return 3
+    finally:
+        runtime.close(timeout_seconds=5)
+
+
+# ------------------------------------------------------------------ the harness
+
+
+@attrs.frozen
+class Plan:
+    """One run: a scenario and the armed point of each process (run, then recovers)."""
+
+    scenario: str
+    crashes: tuple[str | None, ...] = ()
+
+    def label(self) -> str:
+        return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
+
+
+def crash_points(table: Any) -> list[str]:
+    """Every crash point of a machine's table, in a stable order."""
+    points = []
+    for name in (*ENGINE_BARRIERS, *table.barriers):
+        points += [f"barrier:{name}:{when}" for when in ("before", "during", "after")]
+    for hook in table.offload_hooks:
+        points += [f"effect:{hook}:before", f"offload:{hook}:after"]
+    return points
+
+
+def _run_child(mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path) -> int:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "child",
+        mode,
+        "--app",
+        app,
+        "--db",
+        str(folder / "store.db"),
+        "--scenario",
+        scenario,
+        "--trace",
+        str(trace),
+    ]
+    if crash is not None:
+        cmd += ["--crash-at", crash]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("PHRONOMY_CRASH_AT", None)
+    with open(folder / f"{mode}.log", "ab") as log:
+        try:
+            proc = subprocess.run(
+                cmd, cwd=ROOT, env=env, stdout=log, stderr=log, timeout=PROCESS_TIMEOUT_SECONDS
+            )
+        except subprocess.TimeoutExpired:
+            return -999
+    return proc.returncode
+
+
+def run_plan(app: str, plan: Plan, folder: Path) -> dict[str, Any]:
+    """Run ``plan`` in ``folder``: the run process, then recover processes until the
+    executions are done; return the findings."""
+    folder.mkdir(parents=True, exist_ok=True)
+    codes = []
+    killed = 0
+    crashes = list(plan.crashes) or [None]
+    for i, crash in enumerate(crashes):
+        trace = folder / f"trace-{i}.txt"
+        code = _run_child("run" if i == 0 else "recover", app, folder, plan.scenario, crash, trace)
+        codes.append(code)
+        killed += code == -signal.SIGKILL
+    extra = 0
+    while codes[-1] != 0 and extra < EXTRA_RECOVERS:
+        trace = folder / f"trace-{len(codes)}.txt"
+        codes.append(_run_child("recover", app, folder, plan.scenario, None, trace))
+        killed += codes[-1] == -signal.SIGKILL
+        extra += 1
+    findings = check_run(app, folder)
+    findings["app_errors"] += sum(1 for c in codes if c not in (0, 3, -signal.SIGKILL))
+    reached = [_read_trace(folder / f"trace-{i}.txt") for i in range(len(codes))]
+    return {
+        "plan": plan.label(),
+        "codes": codes,
+        "killed": killed,
+        "reached": [sorted(r) for r in reached],
+        "findings": findings,
+    }
+
+
+def _read_trace(path: Path) -> Counter[str]:
+    if not path.exists():
+        return Counter()
+    return Counter(line for line in path.read_text().splitlines() if line)
+
+
+def check_run(app_spec: str, folder: Path) -> dict[str, int]:
+    """The invariant counts of one finished run (module docstring)."""
+    from phronomy_fsm.durable.app import load_app
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    findings = dict.fromkeys(INVARIANTS, 0)
+    db = folder / "store.db"
+    acks = _read_acks(folder / ACKS)
+    if not db.exists():
+        findings["lost"] += len(acks["started"])
+        return findings
+    app = load_app(app_spec, str(db))
+    with SqliteBarrierStore(db, read_only=True) as store:
+        records = {r.execution_id: r for r in store.list_records()}
+        finishing = {
+            eid: [b for b in store.barrier_log(eid) if b.barrier in ("@final", "@cancel", "@resolution") and b.status in ("completed", "failed", "cancelled")]
+            for eid in records
+        }
+        retries: Counter[str] = Counter()
+        for eid in records:
+            for s in store.list_signals(eid):
+                if (
+                    s.kind.value == "resolution"
+                    and isinstance(s.payload, dict)
+                    and s.payload.get("outcome") == "retry"
+                    and s.outcome == "consumed"
+                ):
+                    retries[eid] += 1
+    for eid in acks["started"]:
+        if eid not in records:
+            findings["lost"] += 1
+    for eid, outcomes in acks["finished"].items():
+        record = records.get(eid)
+        if record is None or not record.is_finished:
+            findings["lost"] += 1
+        elif {(record.status.value, record.state)} != outcomes:
+            findings["double_terminal"] += 1
+    for eid, record in records.items():
+        if record.is_active:
+            findings["stuck"] += 1
+        if len(finishing[eid]) > 1:
+            findings["double_terminal"] += 1
+    effects = list(app.effects()) if app.effects is not None else []
+    once = [e for e in effects if e.kind == "at_most_once"]
+    for (_key, _attempt), count in Counter((e.key, e.attempt) for e in once).items():
+        findings["duplicate_effects"] += count - 1
+    for e in once:
+        if e.attempt > 1 and retries[e.execution_id] < e.attempt - 1:
+            findings["blind_resends"] += 1
+    return findings
+
+
+def _read_acks(path: Path) -> dict[str, Any]:
+    started: set[str] = set()
+    finished: dict[str, set[tuple[str, str]]] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut by the kill
+            if "started" in entry:
+                started.add(entry["started"])
+            elif "finished" in entry:
+                finished.setdefault(entry["finished"], set()).add((entry["status"], entry["state"]))
+    return {"started": started, "finished": finished}
+
+
+def plans_for(
+    points: list[str], baselines: dict[str, list[Counter[str]]], *, quick: bool
+) -> list[Plan]:
+    """The plans of the matrix from the baseline runs' traces (what each scenario
+    reaches in its run process and in its recover processes)."""
+    plans: list[Plan] = []
+    covered: set[str] = set()
+    for scenario, traces in baselines.items():
+        run_trace = traces[0]
+        for point in points:
+            hits = run_trace.get(point, 0)
+            if not hits or (quick and point in covered):
+                continue
+            covered.add(point)
+            for nth in range(1, (1 if quick else min(hits, NTH_CAP)) + 1):
+                plans.append(Plan(scenario, (point if nth == 1 else f"{point}@{nth}",)))
+    # points only a recovery reaches: kill the run at a point that leads to recovery,
+    # then at that point in the first recover process
+    recovery_only = [p for p in points if p not in covered]
+    if recovery_only:
+        leaders = [p for p in points if p.startswith("effect:")] or [p for p in points if p in covered]
+        for point in recovery_only:
+            for scenario in baselines:
+                for leader in leaders[: 1 if quick else len(leaders)]:
+                    plans.append(Plan(scenario, (leader, point)))
+                if quick:
+                    break
+    return plans
+
+
+def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -> dict[str, Any]:
+    """Run the whole matrix; return the JSON report."""
+    from phronomy_fsm.durable.app import load_app
+
+    digest = hashlib.sha256(spec.read_bytes()).hexdigest()
+    base = Path(tempfile.mkdtemp(prefix="phronomy-durable-crash-"))
+    try:
+        loaded = load_app(app, str(base / "probe.db"))
+        machine = next((m for m in loaded.machines if m.table.spec_sha256 == digest), None)
+        if machine is None:
+            raise SystemExit(
+                f"--app {app} registers no machine generated from {spec} (sha256 {digest[:12]}...); "
+                "regenerate the app's tables from this spec"
+            )
+        points = crash_points(machine.table)
+        scenarios = sorted(loaded.scenarios)
+        started = time.monotonic()
+        baselines: dict[str, list[Counter[str]]] = {}
+        results = []
+        for scenario in scenarios:
+            outcome = run_plan(app, Plan(scenario), base / f"baseline-{scenario}")
+            results.append(outcome)
+            baselines[scenario] = [Counter(dict.fromkeys(r, 1)) for r in outcome["reached"]]
+            baselines[scenario] = [
+                _read_trace(base / f"baseline-{scenario}" / f"trace-{i}.txt")
+                for i in range(len(outcome["codes"]))
+            ]
+        plans = plans_for(points, baselines, quick=quick)
+
+        def one(indexed: tuple[int, Plan]) -> dict[str, Any]:
+            i, plan = indexed
+            return run_plan(app, plan, base / f"run-{i:04d}")
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            results += list(pool.map(one, enumerate(plans)))
+        reached_any = set()
+        killed_at = set()
+        for outcome in results:
+            for i, reached in enumerate(outcome["reached"]):
+                reached_any |= set(reached)
+            for crash, code in zip(outcome["plan"].split(":", 1)[1].split(","), outcome["codes"]):
+                if code == -signal.SIGKILL and crash != "-":
+                    killed_at.add(crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash)
+        totals = dict.fromkeys(INVARIANTS, 0)
+        failures = []
+        for outcome in results:
+            bad = {k: v for k, v in outcome["findings"].items() if v}
+            for k, v in outcome["findings"].items():
+                totals[k] += v
+            if bad:
+                failures.append({"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]})
+                if keep is not None:
+                    target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
+                    shutil.copytree(base / _folder_of(outcome, results), target, dirs_exist_ok=True)
+        return {
+            "spec": str(spec),
+            "machine": machine.table.machine,
+            "mode": "quick" if quick else "full",
+            "points": len(points),
+            "points_reached": sorted(p for p in points if p in reached_any),
+            "points_killed": sorted(killed_at),
+            "points_never_reached": sorted(p for p in points if p not in reached_any),
+            "runs": len(results),
+            "kills": sum(o["killed"] for o in results),
+            "seconds": round(time.monotonic() - started, 1),
+            "invariants": totals,
+            "failures": failures,
+        }
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _folder_of(outcome: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    index = results.index(outcome)
+    return outcome["plan"] if index < 0 else f"run-{index:04d}"
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """The command line (module docstring). Exit 0 when every invariant is 0."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    child = sub.add_parser("child")
+    child.add_argument("mode", choices=("run", "recover"))
+    child.add_argument("--app", required=True)
+    child.add_argument("--db", required=True)
+    child.add_argument("--scenario", required=True)
+    child.add_argument("--crash-at")
+    child.add_argument("--trace")
+    child.add_argument("--drive-seconds", type=float, default=DRIVE_SECONDS)
+    grid = sub.add_parser("matrix")
+    grid.add_argument("--spec", required=True, type=Path)
+    grid.add_argument("--app", required=True)
+    grid.add_argument("--quick", action="store_true")
+    grid.add_argument("--json", action="store_true")
+    grid.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
+    grid.add_argument("--keep-failures", type=Path)
+    args = parser.parse_args(list(argv) if argv is not None else None)
+    if args.command == "child":
+        return _child(args)
+    if args.command != "matrix":
+        parser.print_usage()
+        return 2
+    report = matrix(args.spec, args.app, quick=args.quick, jobs=args.jobs, keep=args.keep_failures)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            f"{report['machine']}: {report['runs']} runs, {report['kills']} kills, "
+            f"{len(report['points_killed'])}/{report['points']} points killed in {report['seconds']} s"
+        )
+        for name, count in report["invariants"].items():
+            print(f"  {name}: {count}")
+        for failure in report["failures"]:
+            print(f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})")
+    return 0 if not any(report["invariants"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
