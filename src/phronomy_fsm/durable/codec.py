@@ -40,6 +40,41 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MAX_JSON_DEPTH = 200
 
 _LEAVES = (str, int, bool, type(None))
+
+
+class EncodedJSON:
+    """JSON data already encoded as canonical bytes (an execution's context encoded
+    once on the loop thread): records hold it in a JSON field and it is written as is,
+    so a later change to the live object cannot reach a commit in flight."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+
+    def data(self) -> Any:
+        """The decoded JSON data."""
+        return orjson.loads(self.raw)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, EncodedJSON) and other.raw == self.raw
+
+    def __hash__(self) -> int:
+        return hash(self.raw)
+
+    def __repr__(self) -> str:
+        return f"EncodedJSON({self.raw[:60]!r})"
+
+
+def json_data(value: Any) -> Any:
+    """``value`` as plain JSON data (decoding an :class:`EncodedJSON`)."""
+    return value.data() if type(value) is EncodedJSON else value
+
+
+def _default(value: Any) -> Any:
+    if type(value) is EncodedJSON:
+        return orjson.Fragment(value.raw)
+    raise TypeError(f"{type(value).__name__} is not JSON data")
 _INT_RANGE = (-(2**63), 2**64 - 1)
 
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -183,7 +218,7 @@ def _unstructure_data(owner: str, name: str) -> Any:
     def hook(value: Any) -> Any:
         if type(value) in _LEAVES:
             return value
-        if type(value) is orjson.Fragment:
+        if type(value) is EncodedJSON:
             return value
         problem = json_path_error(value, f"$.{name}")
         if problem is not None:
@@ -262,7 +297,7 @@ def record_to_json(unstructure: Any, record: Any) -> str:
     """
     try:
         data = unstructure(record)
-        return orjson.dumps(data, option=_ORJSON_OPTIONS).decode("utf-8")
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS).decode("utf-8")
     except SerializationError:
         raise
     except (TypeError, ValueError, AttributeError, orjson.JSONEncodeError) as exc:
@@ -289,6 +324,8 @@ def record_from_json(conv: cattrs.Converter, cls: type[T], text: str | bytes) ->
 
 __all__ = [
     "EPOCH",
+    "EncodedJSON",
+    "json_data",
     "MAX_JSON_DEPTH",
     "datetime_to_epoch_ms",
     "digest",

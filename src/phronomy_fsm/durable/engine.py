@@ -35,8 +35,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
-import orjson
 
+from phronomy_fsm.durable.codec import EncodedJSON, json_data
 from phronomy_fsm.durable.commits import submit_with_reconciliation
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.keys import child_execution_id, idempotency_key
@@ -265,17 +265,14 @@ class Engine:
         if faults is not None:
             faults.hit(point)
 
-    def encode(self, live: LiveExecution) -> orjson.Fragment:
+    def encode(self, live: LiveExecution) -> EncodedJSON:
         """The live context as a JSON fragment (raises ContextSerializationError)."""
-        return orjson.Fragment(live.reg.codec.encode(live.ctx))
+        return EncodedJSON(live.reg.codec.encode(live.ctx))
 
     def context(self, live: LiveExecution) -> Any:
         """The decoded context (decoded from the record on first use)."""
         if live.ctx is None:
-            data = live.record.context
-            if isinstance(data, orjson.Fragment):
-                data = orjson.loads(data.contents)
-            live.ctx = live.reg.codec.decode(data)
+            live.ctx = live.reg.codec.decode(json_data(live.record.context))
         return live.ctx
 
     def next_record(self, live: LiveExecution, **changes: Any) -> ExecutionRecord:
@@ -376,7 +373,7 @@ class Engine:
         for index, child in enumerate(records.children):
             reg = self.rt.registration(child.machine)
             reg.codec.check(child.context)
-            context = orjson.Fragment(reg.codec.encode(child.context))
+            context = EncodedJSON(reg.codec.encode(child.context))
             now = self.now()
             table = reg.machine.table
             record = ExecutionRecord(
@@ -788,9 +785,7 @@ class Engine:
 
     def child_signal(self, record: ExecutionRecord) -> SignalRecord:
         """The signal telling a parent that its child ``record`` finished."""
-        context = record.context
-        if isinstance(context, orjson.Fragment):
-            context = orjson.loads(context.contents)
+        context = json_data(record.context)
         return SignalRecord(
             signal_id=f"child-done:{record.execution_id}",
             execution_id=record.parent_execution_id or "",
@@ -1067,6 +1062,31 @@ class Engine:
             return
         live.parked = RecoveryInfo(reason, None, EXECUTION_OUTCOMES, self.now())
         self.commit_parked(live)
+
+    def fences(self) -> dict[str, Fence]:
+        """The fence of every live execution (for the ownership check)."""
+        return {eid: live.fence for eid, live in self.live.items()}
+
+    def check_ownership(self, stored: dict[str, tuple[str | None, int, bool]], asked: dict[str, Fence]) -> None:
+        """Drop every live execution that the store says another worker now owns
+        (its fencing token moved on while this worker was paused or cut off)."""
+        for eid, fence in asked.items():
+            live = self.live.get(eid)
+            if live is None or live.fence != fence or eid not in stored:
+                continue
+            owner, token, _active = stored[eid]
+            if owner != fence.worker_id or token != fence.token:
+                if live.session_id is not None:
+                    self.halt(live, "superseded")
+                self.release(
+                    live,
+                    LeaseLostError(
+                        f"execution {eid} is now owned by worker {owner} (fence {token}); this "
+                        "worker's lease passed and it let the execution go",
+                        execution_id=eid,
+                        owner_id=owner,
+                    ),
+                )
 
     # ------------------------------------------------------------------ shutdown
 

@@ -10,7 +10,6 @@ not be called on the dispatcher's loop thread (they block on I/O).
 from __future__ import annotations
 
 from concurrent.futures import Future
-from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from phronomy_fsm.durable.records import (
@@ -86,12 +85,13 @@ class ExecutionStore(Protocol):
         """Consume signals without applying them (rejected or dropped)."""
         ...
 
-    def register_worker(self, worker: WorkerRecord) -> None:
-        """Insert or replace a worker row with its lease."""
+    def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
+        """Insert or replace a worker row; its lease runs ``lease_seconds`` from now
+        on the store's clock."""
         ...
 
-    def renew_lease(self, worker_id: str, now: datetime, lease_expires_at: datetime) -> bool:
-        """Heartbeat; False when the worker row is gone."""
+    def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
+        """Heartbeat (store clock); False when the worker row is gone."""
         ...
 
     def retire_worker(self, worker_id: str) -> None:
@@ -100,6 +100,10 @@ class ExecutionStore(Protocol):
 
     def execution_owner(self, execution_id: str) -> tuple[str | None, int, int | None]:
         """``(owner worker, fencing token, owner's lease expiry epoch ms)``."""
+        ...
+
+    def execution_fences(self, execution_ids: list[str]) -> dict[str, tuple[str | None, int, bool]]:
+        """``{execution_id: (owner, fencing token, active)}`` of existing executions."""
         ...
 
     def claim_execution(self, execution_id: str, worker_id: str) -> int | None:

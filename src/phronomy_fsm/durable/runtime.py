@@ -37,6 +37,7 @@ from typing import Any
 import attrs
 import orjson
 
+from phronomy_fsm.durable.codec import EncodedJSON, json_data
 from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
 from phronomy_fsm.durable.keys import check_id, new_execution_id
 from phronomy_fsm.durable.machines import table_to_json
@@ -190,7 +191,7 @@ class DurableRuntime:
         self._last_seq = 0
         for machine in machines:
             self.register(machine)
-        store.register_worker(self.worker)
+        store.register_worker(self.worker, self.lease_seconds)
         self._last_seq = store.last_signal_seq()
         self.dispatcher.start()
         self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
@@ -308,7 +309,7 @@ class DurableRuntime:
             revision=0,
             created_at=now,
             updated_at=now,
-            context=orjson.Fragment(encoded),
+            context=EncodedJSON(encoded),
             exclusive_key=exclusive_key,
             labels=dict(labels or {}),
         )
@@ -384,7 +385,11 @@ class DurableRuntime:
         while True:
             record = self.store.load_record(execution_id)
             if record.is_finished:
-                return ExecutionResult.from_record(record)
+                reg = self._registrations.get(record.machine)
+                context = json_data(record.context)
+                if reg is not None and reg.machine.table.spec_sha256 == record.spec_sha256:
+                    context = reg.codec.decode(context)
+                return ExecutionResult.from_record(record, context)
             if deadline is not None and time.monotonic() >= deadline:
                 raise TaskTimeoutError(
                     f"execution {execution_id} did not finish within {timeout_seconds} s "
@@ -547,10 +552,9 @@ class DurableRuntime:
         (no such pid, pid reused, an earlier boot), so its executions can be claimed
         at once instead of after its lease. Returns their ids. Raises StorageError."""
         me = current_process()
-        now_ms = int(self.clock.now().timestamp() * 1000)
         retired = []
         for worker, _heartbeat, expires in self.store.list_workers():
-            if worker.worker_id == self.worker_id or expires < now_ms:
+            if worker.worker_id == self.worker_id or expires <= 0:
                 continue
             identity = ProcessIdentity(
                 worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
@@ -611,16 +615,10 @@ class DurableRuntime:
         while not self._stop.wait(self.poll_seconds):
             if time.monotonic() >= next_renewal:
                 next_renewal = time.monotonic() + renew_every
-                now = self.clock.now()
                 try:
-                    if not self.store.renew_lease(self.worker_id, now, now + _seconds(self.lease_seconds)):
-                        self.store.register_worker(
-                            attrs.evolve(
-                                self.worker,
-                                heartbeat_at=now,
-                                lease_expires_at=now + _seconds(self.lease_seconds),
-                            )
-                        )
+                    if not self.store.renew_lease(self.worker_id, self.lease_seconds):
+                        self.store.register_worker(self.worker, self.lease_seconds)
+                    self._verify_ownership()
                 except PhronomyError as exc:
                     log.warning("worker %s: lease renewal failed: %r", self.worker_id, exc)
             try:
@@ -634,6 +632,15 @@ class DurableRuntime:
                     self.dispatcher.call_soon(self._signals_arrived, signals)
                 except PhronomyError:
                     return
+
+    def _verify_ownership(self) -> None:
+        """Let go of live executions another worker has claimed since (watcher
+        thread; the decision is taken on the loop)."""
+        asked = self.dispatcher.call(self.engine.fences).result(5)
+        if not asked:
+            return
+        stored = self.store.execution_fences(list(asked))
+        self.dispatcher.call_soon(self.engine.check_ownership, stored, asked)
 
     # ------------------------------------------------------------------ lifecycle
 

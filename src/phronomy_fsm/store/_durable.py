@@ -624,29 +624,29 @@ class SqliteDurable:
 
     # ------------------------------------------------------------------ workers
 
-    def register_worker(self, worker: WorkerRecord) -> None:
-        """Insert (or replace) the row of a live worker with its lease."""
+    def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
+        """Insert (or replace) the row of a live worker; its lease runs for
+        ``lease_seconds`` from now on the store's clock (the database's time is the
+        one every worker's lease is measured against)."""
+        now_ms, _ = self._commit_time()
         with self._write_transaction("register_worker") as cur:
             cur.execute(
                 "INSERT INTO workers(worker_id, body, heartbeat_epoch_ms, lease_expires_epoch_ms)"
                 " VALUES (?,?,?,?) ON CONFLICT(worker_id) DO UPDATE SET body=excluded.body,"
                 " heartbeat_epoch_ms=excluded.heartbeat_epoch_ms,"
                 " lease_expires_epoch_ms=excluded.lease_expires_epoch_ms",
-                (
-                    worker.worker_id,
-                    to_json(worker),
-                    datetime_to_epoch_ms(worker.heartbeat_at),
-                    datetime_to_epoch_ms(worker.lease_expires_at),
-                ),
+                (worker.worker_id, to_json(worker), now_ms, now_ms + int(lease_seconds * 1000)),
             )
 
-    def renew_lease(self, worker_id: str, now: datetime, lease_expires_at: datetime) -> bool:
-        """Heartbeat: move the worker's lease to ``lease_expires_at``. Returns False
-        when the worker row is gone (retired, or removed by an operator)."""
+    def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
+        """Heartbeat: the worker's lease now runs ``lease_seconds`` from now (store
+        clock). Returns False when the worker row is gone (retired, or removed by an
+        operator): the worker must register again."""
+        now_ms, _ = self._commit_time()
         with self._write_transaction("renew_lease") as cur:
             cur.execute(
                 "UPDATE workers SET heartbeat_epoch_ms=?, lease_expires_epoch_ms=? WHERE worker_id=?",
-                (datetime_to_epoch_ms(now), datetime_to_epoch_ms(lease_expires_at), worker_id),
+                (now_ms, now_ms + int(lease_seconds * 1000), worker_id),
             )
             return cur.rowcount == 1
 
@@ -677,6 +677,23 @@ class SqliteDurable:
         if row is None:
             raise NotFoundError(f"execution {execution_id} does not exist", execution_id=execution_id)
         return row[0], int(row[1]), row[2]
+
+    def execution_fences(self, execution_ids: list[str]) -> dict[str, tuple[str | None, int, bool]]:
+        """``{execution_id: (owner worker, fencing token, active)}`` of the given
+        executions (absent ones are left out): how a worker checks it still owns what
+        it runs."""
+        out: dict[str, tuple[str | None, int, bool]] = {}
+        with self._reading("execution_fences") as conn:
+            for start in range(0, len(execution_ids), 500):
+                chunk = execution_ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for eid, owner, fence, active in conn.execute(
+                    f"SELECT execution_id, owner_id, fence, active FROM executions"
+                    f" WHERE execution_id IN ({marks})",
+                    chunk,
+                ):
+                    out[eid] = (owner, int(fence), bool(active))
+        return out
 
     def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
         """Make ``worker_id`` the owner of an active execution whose owner is none,

@@ -1,0 +1,235 @@
+"""The durable runtime's API on real SQLite files: starting (twice, with an exclusive
+key, with a context that is not JSON), signals and their refusals (nothing written),
+signals from another process, cancel, child executions, timers from durable deadlines,
+hooks that are only the Protocol's stubs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ContextSerializationError,
+    ExecutionExistsError,
+    ExecutionFinishedError,
+    InvalidIdError,
+    MissingHookError,
+    NotFoundError,
+    SignalRefusedError,
+)
+from phronomy_fsm.runtime.clock import ManualClock
+
+from .batch_app import Batch, batch_machines
+from .conftest import ROOT
+from .order_app import TABLE, Order, OrderHooks, order_machine, read_ledger
+
+
+def _order(tmp_path: Path, **options) -> Machine:
+    return order_machine(tmp_path / "ledger.jsonl", **options)
+
+
+def test_starting_an_existing_id_returns_it_and_another_machine_is_refused(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path), *batch_machines(tmp_path / "items.jsonl")])
+    first = runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    again = runtime.start("order_flow", Order("o", 999), execution_id="o")
+    assert (first.created, again.created) == (True, False)
+    assert again.record().revision == first.record().revision  # nothing written
+    with pytest.raises(ExecutionExistsError, match="order_flow"):
+        runtime.start("batch_flow", Batch(["a"]), execution_id="o")
+    with pytest.raises(InvalidIdError, match="whitespace"):
+        runtime.start("order_flow", Order("x", 1), execution_id="bad\u202eid")
+
+
+def test_an_exclusive_key_admits_one_active_execution(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path)])
+    runtime.start("order_flow", Order("a", 1), execution_id="a", exclusive_key="customer-7")
+    with pytest.raises(AgentBusyError, match="customer-7"):
+        runtime.start("order_flow", Order("b", 1), execution_id="b", exclusive_key="customer-7")
+    with pytest.raises(NotFoundError):
+        runtime.store.load_record("b")
+
+
+def test_a_context_that_is_not_json_fails_the_barrier_naming_the_path(tmp_path, open_runtime):
+    class Leaky(OrderHooks):
+        def price_order(self, ctx, payload):
+            ctx.errors.append(object())  # not JSON
+
+    runtime, _ = open_runtime(
+        [Machine(TABLE, Leaky(tmp_path / "ledger.jsonl"), context_type=Order)]
+    )
+    with pytest.raises(ContextSerializationError, match=r"\$\.errors\[0\]"):
+        runtime.start("order_flow", Order("o", 1, errors=[object()]), execution_id="start-refused")
+    with pytest.raises(NotFoundError):
+        runtime.store.load_record("start-refused")
+    result = runtime.start("order_flow", Order("o", 1), execution_id="o").result(10)
+    assert result.status is ExecutionStatus.FAILED
+    assert "$.errors[0]" in result.error.message
+    log = [b.barrier for b in runtime.store.barrier_log("o")]
+    assert log == ["@start", "@final"]  # the charge barrier committed nothing
+    assert read_ledger(tmp_path / "ledger.jsonl") == []  # and no card was charged
+
+
+def test_signals_that_are_refused_write_nothing(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path)])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    revision = runtime.store.load_record("o").revision
+    with pytest.raises(SignalRefusedError, match="did you mean 'approve'"):
+        runtime.signal("o", "aprove")
+    with pytest.raises(SignalRefusedError, match="posted by the engine"):
+        runtime.signal("o", "charged", {})
+    with pytest.raises(SignalRefusedError, match=r"\$\.when"):
+        runtime.signal("o", "approve", {"when": {1, 2}})
+    with pytest.raises(SignalRefusedError, match="revision"):
+        runtime.signal("o", "approve", {}, expected_revision=revision - 1)
+    with pytest.raises(NotFoundError):
+        runtime.signal("nobody", "approve")
+    assert runtime.store.list_signals("o") == []
+    assert runtime.store.load_record("o").revision == revision
+    runtime.signal("o", "approve", {}, signal_id="once")
+    runtime.signal("o", "approve", {}, signal_id="once")  # a retried send is a no-op
+    assert runtime.handle("o").result(10).state == "shipped"
+    assert len(runtime.store.list_signals("o")) == 1
+    with pytest.raises(ExecutionFinishedError):
+        runtime.signal("o", "approve", {})
+
+
+def test_a_signal_sent_by_another_process_reaches_the_live_owner(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path)], poll_seconds=0.02)
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    script = textwrap.dedent(
+        f"""
+        from phronomy_fsm.durable import send_signal
+        from phronomy_fsm.store import SqliteBarrierStore
+        with SqliteBarrierStore({str(tmp_path / "store.db")!r}) as store:
+            print(send_signal(store, "o", "approve", {{"by": "another process"}}).seq)
+        """
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = runtime.handle("o").result(10)
+    assert result.state == "shipped"
+    assert result.context.decision == {"by": "another process"}
+
+
+def test_cancel_finishes_a_waiting_execution_and_drops_what_it_had_not_taken(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path)])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    runtime.cancel("o", reason="customer changed their mind")
+    result = runtime.handle("o").result(10)
+    assert result.status is ExecutionStatus.CANCELLED
+    assert result.error.message == "customer changed their mind"
+    assert [b.barrier for b in runtime.store.barrier_log("o")][-1] == "@cancel"
+    assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == [
+        "charge_card",
+        "send_email",
+    ]
+
+
+def test_a_barrier_starts_child_executions_and_the_parent_hears_each_finish(tmp_path, open_runtime):
+    runtime, _ = open_runtime(batch_machines(tmp_path / "items.jsonl"))
+    result = runtime.start("batch_flow", Batch(["x", "y", "z"]), execution_id="batch").result(10)
+    assert result.status is ExecutionStatus.COMPLETED and result.state == "done"
+    assert result.context.results == {
+        name: {"item": name.upper(), "key": result.context.results[name]["key"]} for name in "xyz"
+    }
+    children = runtime.store.list_records(parent_execution_id="batch")
+    assert len(children) == 3 and all(c.status is ExecutionStatus.COMPLETED for c in children)
+    assert all(c.revision == 2 for c in children)  # @start 0, announce 1, @final 2
+    signals = runtime.store.list_signals("batch")
+    assert sorted(s.payload["child_execution_id"] for s in signals) == sorted(
+        c.execution_id for c in children
+    )
+    assert all(s.consumed_revision is not None for s in signals)
+    journal = runtime.store.journal_entries("batch")
+    assert [(j.kind, j.data, j.revision) for j in journal] == [
+        ("launched", {"items": ["x", "y", "z"]}, 1)
+    ]
+
+
+def test_a_wait_timer_counts_from_its_durable_deadline_across_a_restart(tmp_path, open_runtime):
+    clock = ManualClock()
+    first, events = open_runtime([_order(tmp_path)], clock=clock)
+    first.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    deadline = first.store.load_record("o").deadline_at
+    assert deadline == clock.now() + timedelta(days=1)
+    first.close()
+    clock.advance(86_000)  # the process was down for most of the day
+    second, events = open_runtime([_order(tmp_path)], clock=clock)
+    second.recover()
+    assert second.store.load_record("o").status is ExecutionStatus.WAITING
+    clock.advance(401)  # past the stored deadline (a restarted timer would wait a day)
+    result = second.handle("o").result(10)
+    assert (result.status, result.state) == (ExecutionStatus.FAILED, "rejected")
+
+
+def test_a_hook_that_is_only_the_protocols_stub_is_missing(tmp_path, open_runtime):
+    from .order_app import Hooks
+
+    # subclasses the generated Protocol and forgets one offload hook
+    methods = {k: v for k, v in vars(OrderHooks).items() if k != "charge_card"}
+    forgetful = type("Forgetful", (Hooks,), methods)
+    with pytest.raises(MissingHookError, match="charge_card") as caught:
+        open_runtime([Machine(TABLE, forgetful(tmp_path / "l"), context_type=Order)])
+    assert caught.value.missing == ("charge_card",)
+
+
+def test_a_worker_whose_lease_passed_commits_nothing_after_another_took_over(tmp_path, open_runtime):
+    from phronomy_fsm.errors import LeaseLostError
+
+    old, old_events = open_runtime([_order(tmp_path)], lease_seconds=60)
+    handle = old.start("order_flow", Order("o", 1), execution_id="o")
+    old_events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    waiter = old.dispatcher.call(old._waiter, "o").result(5)  # a caller waits on the old one
+    old.store.retire_worker(old.worker_id)  # its lease passed (a long pause, a partition)
+    new, _ = open_runtime([_order(tmp_path)], poll_seconds=0.02)
+    assert new.recover().claimed == (("o", "waiting"),)
+    new.signal("o", "approve", {"by": "ops"})
+    assert new.handle("o").result(10).state == "shipped"
+    old._verify_ownership()  # what its watcher does at its next heartbeat
+    with pytest.raises(LeaseLostError, match="owned by worker"):
+        waiter.result(10)  # the old runtime let the execution go
+    old_events.wait_for(lambda e: e.kind is DurableEventKind.RELEASED)
+    assert handle.result(10).state == "shipped"  # a later wait reads the outcome
+    ships = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e["effect"] == "ship_parcel"]
+    assert len(ships) == 1
+    assert [b.barrier for b in new.store.barrier_log("o")].count("ship") == 1
+
+
+def test_a_stale_worker_that_resumes_mid_run_is_fenced(tmp_path, open_runtime):
+    """The old owner is still running the execution (not waiting) when another worker
+    takes it over: its next commit is refused and it drops the execution."""
+    from phronomy_fsm.errors import LeaseLostError
+
+    old, old_events = open_runtime([_order(tmp_path)], lease_seconds=60)
+    handle = old.start("order_flow", Order("o", 1), execution_id="o")
+    old_events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    old.store.retire_worker(old.worker_id)
+    new, _ = open_runtime([_order(tmp_path)], lease_seconds=60)
+    new.recover()
+    old.signal("o", "approve", {"by": "old"})  # reaches the old owner at once
+    with pytest.raises(LeaseLostError):
+        handle.result(10)
+    assert "ship" not in [b.barrier for b in old.store.barrier_log("o")]
+    result = new.handle("o").result(10)
+    assert result.state == "shipped"
+    ships = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e["effect"] == "ship_parcel"]
+    assert len(ships) == 1

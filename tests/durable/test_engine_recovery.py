@@ -1,0 +1,132 @@
+"""Recovery by the durable engine after SIGKILL (docs/semantics.md "Recovery"): an
+at_most_once effect whose outcome is unknown parks the execution, each operator answer
+does what it says, an idempotent effect runs again with its key, waits survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
+from phronomy_fsm.errors import ResolutionError
+from phronomy_fsm.store import SqliteBarrierStore
+
+from .conftest import kill_at
+from .order_app import order_machine, read_ledger
+
+
+def _ledger(tmp_path: Path) -> list[dict]:
+    return read_ledger(tmp_path / "ledger.jsonl")
+
+
+def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(tmp_path, open_runtime):
+    kill_at(tmp_path, "offload:charge_card:after")  # charged, result not applied
+    assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card"]
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    report = runtime.recover()
+    assert report.claimed == (("order-a", "running"),)
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    record = runtime.handle("order-a").record()
+    assert record.status is ExecutionStatus.RECOVERY_REQUIRED
+    assert record.state == "announcing_charge"  # the replay origin is kept
+    assert record.recovery.subject.effect == "charge_card"
+    assert record.recovery.subject.key == _ledger(tmp_path)[0]["key"]
+    assert set(record.recovery.allowed_outcomes) == {"succeeded", "failed", "not_performed", "retry"}
+    assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card"]  # never re-sent
+
+
+@pytest.mark.parametrize(
+    ("outcome", "material", "final_state", "charges"),
+    [
+        ("succeeded", {"result": {"charged_cents": 1500, "key": "from-operator"}}, "shipped", 1),
+        ("failed", {"error": "the bank refused it"}, "failed", 1),
+        ("not_performed", {}, "failed", 1),
+        ("retry", {}, "shipped", 2),
+    ],
+)
+def test_each_operator_answer_does_what_it_says(
+    tmp_path, open_runtime, outcome, material, final_state, charges
+):
+    kill_at(tmp_path, "offload:charge_card:after")
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    parked = runtime.handle("order-a").record()
+    runtime.resolve("order-a", expected_revision=parked.revision, outcome=outcome, **material)
+    events.wait_for(
+        lambda e: e.kind in (DurableEventKind.WAITING, DurableEventKind.FINISHED)
+        and e.execution_id == "order-a"
+    )
+    if runtime.handle("order-a").record().status is ExecutionStatus.WAITING:
+        runtime.signal("order-a", "approve", {"by": "ops"})
+    result = runtime.handle("order-a").result(10)
+    assert result.state == final_state
+    ledger = [e for e in _ledger(tmp_path) if e["effect"] == "charge_card"]
+    assert len(ledger) == charges
+    if outcome == "succeeded":
+        assert result.context.receipt == material["result"]
+    if outcome == "failed":
+        assert result.context.errors == ["EffectFailedError: the bank refused it"]
+    if outcome == "not_performed":
+        assert result.context.errors[0].startswith("EffectNotPerformedError")
+    if outcome == "retry":
+        assert [e["attempt"] for e in ledger] == [1, 2]
+        assert ledger[0]["key"] == ledger[1]["key"]  # the retry keeps the idempotency key
+    with SqliteBarrierStore(tmp_path / "store.db", read_only=True) as store:
+        log = [b.barrier for b in store.barrier_log("order-a")]
+        assert log[:4] == ["@start", "charge", "@recovery", "@resolution"]
+        resolution = [s for s in store.list_signals("order-a") if s.kind.value == "resolution"]
+        assert [(s.outcome, s.consumed_revision) for s in resolution] == [("consumed", 3)]
+
+
+def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, open_runtime):
+    kill_at(tmp_path, "offload:charge_card:after")
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    revision = runtime.handle("order-a").record().revision
+    with pytest.raises(ResolutionError, match="revision"):
+        runtime.resolve("order-a", expected_revision=revision - 1, outcome="retry")
+    with pytest.raises(ResolutionError, match="needs a result"):
+        runtime.resolve("order-a", expected_revision=revision, outcome="succeeded")
+    with pytest.raises(ResolutionError, match="not allowed"):
+        runtime.resolve("order-a", expected_revision=revision, outcome="maybe")
+    with pytest.raises(ResolutionError, match="takes no error"):
+        runtime.resolve("order-a", expected_revision=revision, outcome="retry", error="x")
+    with pytest.raises(ResolutionError, match="storable JSON"):
+        runtime.resolve("order-a", expected_revision=revision, outcome="succeeded", result={1: 2})
+    store = runtime.store
+    assert store.list_signals("order-a") == []
+    assert store.load_record("order-a").revision == revision
+
+
+def test_an_idempotent_effect_runs_again_with_the_same_key(tmp_path, open_runtime):
+    kill_at(tmp_path, "offload:send_email:after")  # sent, result not applied
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "order-a")
+    emails = [e for e in _ledger(tmp_path) if e["effect"] == "send_email"]
+    assert len(emails) == 2 and emails[0]["key"] == emails[1]["key"]
+    assert [e["effect"] for e in _ledger(tmp_path)].count("charge_card") == 1
+    assert DurableEventKind.RECOVERY_REQUIRED.value not in events.kinds("order-a")
+
+
+def test_a_waiting_execution_waits_again_and_takes_its_signal(tmp_path, open_runtime):
+    kill_at(tmp_path, "barrier:@wait:after")  # the wait is durable; the process dies
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    record = runtime.handle("order-a").record()
+    assert record.status is ExecutionStatus.WAITING and record.state == "awaiting_approval"
+    runtime.signal("order-a", "approve", {"by": "ops"})
+    assert runtime.handle("order-a").result(10).state == "shipped"
+    assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card", "send_email", "ship_parcel"]
+
+
+def test_a_crash_before_a_barrier_commits_replays_from_the_previous_one(tmp_path, open_runtime):
+    kill_at(tmp_path, "barrier:ship:during")  # the ship barrier never committed
+    runtime, _ = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    # the approval was consumed only by the ship barrier: it is delivered again
+    assert runtime.handle("order-a").result(10).state == "shipped"
+    assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card", "send_email", "ship_parcel"]
