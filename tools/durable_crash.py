@@ -82,7 +82,9 @@ def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.store import SqliteBarrierStore
 
     folder = Path(args.db).resolve().parent
-    trace_fd = os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
+    trace_fd = (
+        os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
+    )
     acks_fd = os.open(folder / ACKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def trace(point: str) -> None:
@@ -107,7 +109,12 @@ def _child(args: argparse.Namespace) -> int:
     scenario = app.scenarios[args.scenario]
     store = SqliteBarrierStore(args.db, faults=faults)
     runtime = DurableRuntime(
-        store, machines=app.machines, faults=faults, listeners=[ack], own_store=True, lease_seconds=5.0
+        store,
+        machines=app.machines,
+        faults=faults,
+        listeners=[ack],
+        own_store=True,
+        lease_seconds=5.0,
     )
     try:
         if args.mode == "run":
@@ -175,7 +182,9 @@ def crash_points(table: Any) -> list[str]:
     return points
 
 
-def _run_child(mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path) -> int:
+def _run_child(
+    mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path
+) -> int:
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -192,12 +201,21 @@ def _run_child(mode: str, app: str, folder: Path, scenario: str, crash: str | No
     ]
     if crash is not None:
         cmd += ["--crash-at", crash]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("PHRONOMY_CRASH_AT", None)
     with open(folder / f"{mode}.log", "ab") as log:
         try:
             proc = subprocess.run(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=log, timeout=PROCESS_TIMEOUT_SECONDS
+                cmd,
+                check=False,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=log,
+                timeout=PROCESS_TIMEOUT_SECONDS,
             )
         except subprocess.TimeoutExpired:
             return -999
@@ -255,7 +273,12 @@ def check_run(app_spec: str, folder: Path) -> dict[str, int]:
     with SqliteBarrierStore(db, read_only=True) as store:
         records = {r.execution_id: r for r in store.list_records()}
         finishing = {
-            eid: [b for b in store.barrier_log(eid) if b.barrier in ("@final", "@cancel", "@resolution") and b.status in ("completed", "failed", "cancelled")]
+            eid: [
+                b
+                for b in store.barrier_log(eid)
+                if b.barrier in ("@final", "@cancel", "@resolution")
+                and b.status in ("completed", "failed", "cancelled")
+            ]
             for eid in records
         }
         retries: Counter[str] = Counter()
@@ -284,7 +307,7 @@ def check_run(app_spec: str, folder: Path) -> dict[str, int]:
             findings["double_terminal"] += 1
     effects = list(app.effects()) if app.effects is not None else []
     once = [e for e in effects if e.kind == "at_most_once"]
-    for (_key, _attempt), count in Counter((e.key, e.attempt) for e in once).items():
+    for count in Counter((e.key, e.attempt) for e in once).values():
         findings["duplicate_effects"] += count - 1
     for e in once:
         if e.attempt > 1 and retries[e.execution_id] < e.attempt - 1:
@@ -330,7 +353,9 @@ def plans_for(
     # then at that point in the first recover process
     recovery_only = [p for p in points if p not in covered]
     if recovery_only:
-        leaders = [p for p in points if p.startswith("effect:")] or [p for p in points if p in covered]
+        leaders = [p for p in points if p.startswith("effect:")] or [
+            p for p in points if p in covered
+        ]
         for point in recovery_only:
             for scenario in baselines:
                 for leader in leaders[: 1 if quick else len(leaders)]:
@@ -382,7 +407,9 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
                 reached_any |= set(reached)
             for crash, code in zip(outcome["plan"].split(":", 1)[1].split(","), outcome["codes"]):
                 if code == -signal.SIGKILL and crash != "-":
-                    killed_at.add(crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash)
+                    killed_at.add(
+                        crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash
+                    )
         totals = dict.fromkeys(INVARIANTS, 0)
         failures = []
         for outcome in results:
@@ -390,7 +417,9 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
             for k, v in outcome["findings"].items():
                 totals[k] += v
             if bad:
-                failures.append({"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]})
+                failures.append(
+                    {"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]}
+                )
                 if keep is not None:
                     target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
                     shutil.copytree(base / _folder_of(outcome, results), target, dirs_exist_ok=True)
@@ -453,7 +482,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         for name, count in report["invariants"].items():
             print(f"  {name}: {count}")
         for failure in report["failures"]:
-            print(f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})")
+            print(
+                f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})"
+            )
     return 0 if not any(report["invariants"].values()) else 1
 
 

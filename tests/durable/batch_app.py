@@ -10,12 +10,12 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "generated"))
 
-import batch_flow  # noqa: E402
-import item_flow  # noqa: E402
+import batch_flow
+import item_flow
 
-from phronomy_fsm.durable import BarrierRecords, ChildStart, JournalEntry, Machine  # noqa: E402
+from phronomy_fsm.durable import BarrierRecords, ChildStart, JournalEntry, Machine
 
-from .order_app import append_effect  # noqa: E402
+from .order_app import append_effect
 
 
 @attrs.define
@@ -62,7 +62,16 @@ class ItemHooks(item_flow.Hooks):
         ledger, name = self.ledger, ctx.name
 
         def work(octx: Any) -> dict[str, Any]:
-            append_effect(ledger, {"effect": "do_item", "order": name, "key": octx.idempotency_key, "attempt": octx.effect.attempt, "result": None})
+            append_effect(
+                ledger,
+                {
+                    "effect": "do_item",
+                    "order": name,
+                    "key": octx.idempotency_key,
+                    "attempt": octx.effect.attempt,
+                    "result": None,
+                },
+            )
             return {"item": name.upper(), "key": octx.idempotency_key}
 
         return work

@@ -76,7 +76,11 @@ def open_runtime(tmp_path: Path) -> Iterator[Callable[..., tuple[DurableRuntime,
 
 
 def kill_at(
-    tmp_path: Path, point: str, *, scenario: str = "approved", app: str = "tests.durable.order_app:create_app"
+    tmp_path: Path,
+    point: str,
+    *,
+    scenario: str = "approved",
+    app: str = "tests.durable.order_app:create_app",
 ) -> subprocess.CompletedProcess[str]:
     """Run a scenario of the crash harness in a child process killed at ``point``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -100,6 +104,7 @@ def kill_at(
         capture_output=True,
         text=True,
         timeout=60,
+        check=False,
     )
     assert proc.returncode == -9, (proc.returncode, proc.stderr[-2000:])
     return proc

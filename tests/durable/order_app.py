@@ -17,9 +17,9 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "generated"))
 
-from order_flow import TABLE, Hooks  # noqa: E402
+from order_flow import TABLE, Hooks
 
-from phronomy_fsm.durable import ExecutionStatus, Machine  # noqa: E402
+from phronomy_fsm.durable import ExecutionStatus, Machine
 
 
 @attrs.define
@@ -157,7 +157,9 @@ def create_app(db_path: str) -> Any:
 
     def effects() -> list[Any]:
         return [
-            EffectEntry(e["order"], e["effect"], KINDS[e["effect"]], e["key"], e["attempt"], e["result"])
+            EffectEntry(
+                e["order"], e["effect"], KINDS[e["effect"]], e["key"], e["attempt"], e["result"]
+            )
             for e in read_ledger(ledger)
         ]
 

@@ -34,7 +34,15 @@ def test_the_generated_test_machines_are_fresh(tmp_path: Path) -> None:
 
     specs = sorted((ROOT / "tests" / "durable" / "specs").glob("*.yaml"))
     proc = subprocess.run(
-        [sys.executable, "-m", "phronomy_fsm.cli", "generate", *map(str, specs), "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "phronomy_fsm.cli",
+            "generate",
+            *map(str, specs),
+            "--out",
+            str(tmp_path),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -44,4 +52,6 @@ def test_the_generated_test_machines_are_fresh(tmp_path: Path) -> None:
     for spec in specs:
         fresh = (tmp_path / f"{spec.stem}.py").read_text()
         checked_in = (ROOT / "tests" / "durable" / "generated" / f"{spec.stem}.py").read_text()
-        assert fresh == checked_in, f"regenerate: phronomy-fsm generate {spec} --out tests/durable/generated"
+        assert fresh == checked_in, (
+            f"regenerate: phronomy-fsm generate {spec} --out tests/durable/generated"
+        )

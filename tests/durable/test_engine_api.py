@@ -50,7 +50,7 @@ def test_starting_an_existing_id_returns_it_and_another_machine_is_refused(tmp_p
 
 
 def test_an_exclusive_key_admits_one_active_execution(tmp_path, open_runtime):
-    runtime, events = open_runtime([_order(tmp_path)])
+    runtime, _events = open_runtime([_order(tmp_path)])
     runtime.start("order_flow", Order("a", 1), execution_id="a", exclusive_key="customer-7")
     with pytest.raises(AgentBusyError, match="customer-7"):
         runtime.start("order_flow", Order("b", 1), execution_id="b", exclusive_key="customer-7")
@@ -117,6 +117,7 @@ def test_a_signal_sent_by_another_process_reaches_the_live_owner(tmp_path, open_
     )
     proc = subprocess.run(
         [sys.executable, "-c", script],
+        check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
@@ -128,7 +129,9 @@ def test_a_signal_sent_by_another_process_reaches_the_live_owner(tmp_path, open_
     assert result.context.decision == {"by": "another process"}
 
 
-def test_cancel_finishes_a_waiting_execution_and_drops_what_it_had_not_taken(tmp_path, open_runtime):
+def test_cancel_finishes_a_waiting_execution_and_drops_what_it_had_not_taken(
+    tmp_path, open_runtime
+):
     runtime, events = open_runtime([_order(tmp_path)])
     runtime.start("order_flow", Order("o", 1), execution_id="o")
     events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
@@ -192,7 +195,9 @@ def test_a_hook_that_is_only_the_protocols_stub_is_missing(tmp_path, open_runtim
     assert caught.value.missing == ("charge_card",)
 
 
-def test_a_worker_whose_lease_passed_commits_nothing_after_another_took_over(tmp_path, open_runtime):
+def test_a_worker_whose_lease_passed_commits_nothing_after_another_took_over(
+    tmp_path, open_runtime
+):
     from phronomy_fsm.errors import LeaseLostError
 
     old, old_events = open_runtime([_order(tmp_path)], lease_seconds=60)

@@ -32,7 +32,12 @@ def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(tmp_path, 
     assert record.state == "announcing_charge"  # the replay origin is kept
     assert record.recovery.subject.effect == "charge_card"
     assert record.recovery.subject.key == _ledger(tmp_path)[0]["key"]
-    assert set(record.recovery.allowed_outcomes) == {"succeeded", "failed", "not_performed", "retry"}
+    assert set(record.recovery.allowed_outcomes) == {
+        "succeeded",
+        "failed",
+        "not_performed",
+        "retry",
+    }
     assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card"]  # never re-sent
 
 
@@ -55,8 +60,10 @@ def test_each_operator_answer_does_what_it_says(
     parked = runtime.handle("order-a").record()
     runtime.resolve("order-a", expected_revision=parked.revision, outcome=outcome, **material)
     events.wait_for(
-        lambda e: e.kind in (DurableEventKind.WAITING, DurableEventKind.FINISHED)
-        and e.execution_id == "order-a"
+        lambda e: (
+            e.kind in (DurableEventKind.WAITING, DurableEventKind.FINISHED)
+            and e.execution_id == "order-a"
+        )
     )
     if runtime.handle("order-a").record().status is ExecutionStatus.WAITING:
         runtime.signal("order-a", "approve", {"by": "ops"})
@@ -114,7 +121,7 @@ def test_an_idempotent_effect_runs_again_with_the_same_key(tmp_path, open_runtim
 
 def test_a_waiting_execution_waits_again_and_takes_its_signal(tmp_path, open_runtime):
     kill_at(tmp_path, "barrier:@wait:after")  # the wait is durable; the process dies
-    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime, _events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     record = runtime.handle("order-a").record()
     assert record.status is ExecutionStatus.WAITING and record.state == "awaiting_approval"

@@ -75,6 +75,8 @@ def _default(value: Any) -> Any:
     if type(value) is EncodedJSON:
         return orjson.Fragment(value.raw)
     raise TypeError(f"{type(value).__name__} is not JSON data")
+
+
 _INT_RANGE = (-(2**63), 2**64 - 1)
 
 _ORJSON_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
@@ -130,7 +132,9 @@ def json_path_error(value: Any, root: str = "$") -> str | None:
             for key, item in reversed(list(v.items())):
                 if type(key) is not str:
                     return f"{path}: the key {key!r} is {type(key).__name__}, not a string"
-                push((item, f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]", depth + 1))
+                push(
+                    (item, f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]", depth + 1)
+                )
             continue
         if t is list or t is tuple:
             for i in range(len(v) - 1, -1, -1):
@@ -197,6 +201,15 @@ def _unstructure_datetime(name: str) -> Any:
     return hook
 
 
+def _unstructure_optional_datetime(name: str) -> Any:
+    stamp = _unstructure_datetime(name)
+
+    def hook(value: datetime | None) -> str | None:
+        return None if value is None else stamp(value)
+
+    return hook
+
+
 def _strict(kind: type, label: str) -> Any:
     def hook(value: Any, _: Any) -> Any:
         if isinstance(value, bool) and kind is not bool:
@@ -222,7 +235,9 @@ def _unstructure_data(owner: str, name: str) -> Any:
             return value
         problem = json_path_error(value, f"$.{name}")
         if problem is not None:
-            raise SerializationError(f"{owner}.{name} is not storable JSON: {problem}", path=problem)
+            raise SerializationError(
+                f"{owner}.{name} is not storable JSON: {problem}", path=problem
+            )
         return value
 
     return hook
@@ -275,14 +290,13 @@ def make_converter(
         for f in attrs.fields(cls):
             tp = hints[f.name]
             if tp is str or tp is int:
-                overrides[f.name] = override(unstruct_hook=_unstructure_key(cls.__name__, f.name, tp))
+                overrides[f.name] = override(
+                    unstruct_hook=_unstructure_key(cls.__name__, f.name, tp)
+                )
             elif tp is datetime:
                 overrides[f.name] = override(unstruct_hook=_unstructure_datetime(f.name))
             elif tp == datetime | None:
-                stamp = _unstructure_datetime(f.name)
-                overrides[f.name] = override(
-                    unstruct_hook=lambda v, stamp=stamp: None if v is None else stamp(v)
-                )
+                overrides[f.name] = override(unstruct_hook=_unstructure_optional_datetime(f.name))
             elif tp is Any or tp == dict[str, Any]:
                 overrides[f.name] = override(unstruct_hook=_unstructure_data(cls.__name__, f.name))
         conv.register_unstructure_hook(cls, make_dict_unstructure_fn(cls, conv, **overrides))  # type: ignore[arg-type]
@@ -324,14 +338,14 @@ def record_from_json(conv: cattrs.Converter, cls: type[T], text: str | bytes) ->
 
 __all__ = [
     "EPOCH",
-    "EncodedJSON",
-    "json_data",
     "MAX_JSON_DEPTH",
+    "EncodedJSON",
     "datetime_to_epoch_ms",
     "digest",
     "dumps",
     "ensure_json",
     "epoch_ms_to_datetime",
+    "json_data",
     "json_path_error",
     "loads",
     "make_converter",

@@ -46,7 +46,7 @@ _CONVERTER = _make_converter()
 
 def _msgspec() -> Any:
     try:
-        import msgspec  # noqa: PLC0415 - optional dependency
+        import msgspec
     except ImportError:  # pragma: no cover - depends on the environment
         return None
     return msgspec
@@ -65,7 +65,7 @@ class ContextCodec:
     Concurrency: stateless after construction; any thread.
     """
 
-    __slots__ = ("context_type", "kind", "machine", "_decoder")
+    __slots__ = ("_decoder", "context_type", "kind", "machine")
 
     def __init__(self, context_type: type, machine: str = "?") -> None:
         self.context_type = context_type
@@ -77,8 +77,10 @@ class ContextCodec:
         elif attrs.has(context_type):
             self.kind = "attrs"
             typing.get_type_hints(context_type)  # fail early on unresolvable annotations
-        elif msgspec is not None and isinstance(context_type, type) and issubclass(
-            context_type, msgspec.Struct
+        elif (
+            msgspec is not None
+            and isinstance(context_type, type)
+            and issubclass(context_type, msgspec.Struct)
         ):
             self.kind = "msgspec"
             self._decoder = msgspec.json.Decoder(context_type)
@@ -124,7 +126,7 @@ class ContextCodec:
         elif self.kind == "attrs":
             try:
                 data = _CONVERTER.unstructure(context, unstructure_as=self.context_type)
-            except Exception as exc:  # noqa: BLE001 - cattrs raises assorted errors
+            except Exception as exc:
                 raise ContextSerializationError(
                     f"machine {self.machine!r}: the context cannot be serialised: "
                     f"{type(exc).__name__}: {exc}",

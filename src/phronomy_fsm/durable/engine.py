@@ -40,7 +40,7 @@ from phronomy_fsm.durable.codec import EncodedJSON, json_data
 from phronomy_fsm.durable.commits import submit_with_reconciliation
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.keys import child_execution_id, idempotency_key
-from phronomy_fsm.durable.machines import MachineFacts, effect_kind
+from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import (
     DurableCommit,
     DurablePoint,
@@ -168,8 +168,8 @@ class LiveExecution:
         "halting",
         "parked",
         "pending",
-        "reg",
         "record",
+        "reg",
         "replay",
         "session_id",
         "signal_in_flight",
@@ -553,7 +553,9 @@ class Engine:
             if live.timer is not None:
                 live.timer.cancel()
                 live.timer = None
-            self.emit(DurableEventKind.RESUMED, live, event=signal.event, signal_id=signal.signal_id)
+            self.emit(
+                DurableEventKind.RESUMED, live, event=signal.event, signal_id=signal.signal_id
+            )
             self.start_session(live, at_state=state, event=signal.event, payload=signal.payload)
             return
         live.signal_in_flight = True
@@ -745,7 +747,7 @@ class Engine:
             return
         try:
             context: Any = self.encode(live)
-        except (ContextSerializationError, *HOOK_ERRORS):
+        except HOOK_ERRORS:  # ContextSerializationError or a failing unstructure hook
             context = live.record.context
         info = ErrorInfo.from_exception(error)
         cause = error.__cause__
@@ -780,7 +782,12 @@ class Engine:
                     self.rt.refresh_signals(parent)
 
         self.engine_commit(
-            live, barrier, record, consume=tuple(live.delivered), send_signals=send, on_committed=committed
+            live,
+            barrier,
+            record,
+            consume=tuple(live.delivered),
+            send_signals=send,
+            on_committed=committed,
         )
 
     def child_signal(self, record: ExecutionRecord) -> SignalRecord:
@@ -825,7 +832,9 @@ class Engine:
         self.halt(live, "park")
         live.halting = None
 
-    def park_diverged(self, live: LiveExecution, session: Session, expected: Any, reached: str) -> None:
+    def park_diverged(
+        self, live: LiveExecution, session: Session, expected: Any, reached: str
+    ) -> None:
         error = ReplayDivergedError(
             f"recovery replayed execution {live.execution_id} and reached {reached} instead of "
             f"{getattr(expected, 'effect', expected)} (key {getattr(expected, 'key', '-')}); the "
@@ -857,9 +866,7 @@ class Engine:
         )
 
         def committed() -> None:
-            log.warning(
-                "execution %s needs an operator: %s", live.execution_id, info.reason
-            )
+            log.warning("execution %s needs an operator: %s", live.execution_id, info.reason)
             self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=info.reason)
             self.rt.refresh_signals(live)
 
@@ -994,7 +1001,9 @@ class Engine:
             task.fail(error)
         live.waiters.clear()
 
-    def install(self, live: LiveExecution, record: ExecutionRecord, signals: list[SignalRecord]) -> None:
+    def install(
+        self, live: LiveExecution, record: ExecutionRecord, signals: list[SignalRecord]
+    ) -> None:
         """Make ``record`` (just read from the store) the live execution and resume
         it per ``docs/semantics.md`` "Recovery" (loop thread)."""
         self.live[live.execution_id] = live
@@ -1057,7 +1066,10 @@ class Engine:
     def park_record(self, live: LiveExecution, reason: str) -> None:
         """Park an execution that cannot be resumed at all (the operator may only end
         it): ``recovery_required`` with no effect as the subject."""
-        if live.record.status is ExecutionStatus.RECOVERY_REQUIRED and live.record.recovery is not None:
+        if (
+            live.record.status is ExecutionStatus.RECOVERY_REQUIRED
+            and live.record.recovery is not None
+        ):
             self.react(live)
             return
         live.parked = RecoveryInfo(reason, None, EXECUTION_OUTCOMES, self.now())
@@ -1067,7 +1079,9 @@ class Engine:
         """The fence of every live execution (for the ownership check)."""
         return {eid: live.fence for eid, live in self.live.items()}
 
-    def check_ownership(self, stored: dict[str, tuple[str | None, int, bool]], asked: dict[str, Fence]) -> None:
+    def check_ownership(
+        self, stored: dict[str, tuple[str | None, int, bool]], asked: dict[str, Fence]
+    ) -> None:
         """Drop every live execution that the store says another worker now owns
         (its fencing token moved on while this worker was paused or cut off)."""
         for eid, fence in asked.items():

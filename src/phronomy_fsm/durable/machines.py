@@ -110,7 +110,9 @@ class MachineFacts:
                 ExecutionStatus.FAILED,
                 ExecutionStatus.CANCELLED,
             ):
-                raise ValueError(f"a final state finishes completed, failed or cancelled, not {status}")
+                raise ValueError(
+                    f"a final state finishes completed, failed or cancelled, not {status}"
+                )
             statuses[name] = status
         self.final_status = statuses
 

@@ -56,7 +56,9 @@ def load_execution_record(store: Any, execution_id: str) -> ExecutionRecord:
         ) from exc
 
 
-def machine_facts(store: Any, record: ExecutionRecord, table: MachineTable | None = None) -> MachineFacts | None:
+def machine_facts(
+    store: Any, record: ExecutionRecord, table: MachineTable | None = None
+) -> MachineFacts | None:
     """The facts of ``record``'s machine: from ``table`` when given, else from the
     table a runtime registered in the store (``None`` when none did)."""
     if table is not None:

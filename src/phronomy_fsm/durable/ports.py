@@ -111,7 +111,9 @@ class ExecutionStore(Protocol):
         fencing token, or None."""
         ...
 
-    def claimable_executions(self, machines: tuple[str, ...], *, limit: int = 1000) -> list[tuple[str, str]]:
+    def claimable_executions(
+        self, machines: tuple[str, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str]]:
         """Active executions of ``machines`` with no live owner."""
         ...
 

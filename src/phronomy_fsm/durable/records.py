@@ -309,7 +309,9 @@ class DurableCommit:
             )
         for child in self.children:
             if child.revision != 0 or child.parent_execution_id != self.execution.execution_id:
-                raise ValueError(f"child {child.execution_id} must be at revision 0 under its parent")
+                raise ValueError(
+                    f"child {child.execution_id} must be at revision 0 under its parent"
+                )
 
 
 @attrs.frozen

@@ -30,11 +30,10 @@ import logging
 import os
 import threading
 import time
-from datetime import timedelta
 from collections.abc import Callable, Iterable
-from typing import Any
+from datetime import timedelta
+from typing import Any, Self
 
-import attrs
 import orjson
 
 from phronomy_fsm.durable.codec import EncodedJSON, json_data
@@ -169,7 +168,9 @@ class DurableRuntime:
         self._own_store = own_store
         self._registrations: dict[str, Registration] = {}
         self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
-        self.dispatcher = Dispatcher(pool=self.pool, clock=clock, name=f"{name}-loop", faults=faults)
+        self.dispatcher = Dispatcher(
+            pool=self.pool, clock=clock, name=f"{name}-loop", faults=faults
+        )
         self.engine = Engine(self)
         me = current_process()
         self.worker_id = f"{me.host[:40]}-{me.pid}-{os.urandom(4).hex()}"
@@ -197,7 +198,7 @@ class DurableRuntime:
         self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
         self._watcher.start()
 
-    def __enter__(self) -> DurableRuntime:
+    def __enter__(self) -> Self:
         """Use the runtime as a context manager: :meth:`close` on exit."""
         return self
 
@@ -218,7 +219,9 @@ class DurableRuntime:
             StorageError: the table could not be recorded.
         """
         if machine.name in self._registrations:
-            raise DurableError(f"machine {machine.name!r} is registered already", machine=machine.name)
+            raise DurableError(
+                f"machine {machine.name!r} is registered already", machine=machine.name
+            )
         table = machine.table
         binding = bind_machine(
             table,
@@ -396,7 +399,9 @@ class DurableRuntime:
                     f"(status {record.status.value}); it goes on",
                     execution_id=execution_id,
                 )
-            time.sleep(delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic())))
+            time.sleep(
+                delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic()))
+            )
             delay = min(delay * 2, 0.5)
 
     # ------------------------------------------------------------------ inbox
@@ -600,7 +605,9 @@ class DurableRuntime:
                 except PhronomyError as exc:
                     log.warning("execution %s: read-back failed (%r); retrying", execution_id, exc)
                     continue
-                self.dispatcher.call_soon(self.engine.reinstall, live, record, (owner, token), signals)
+                self.dispatcher.call_soon(
+                    self.engine.reinstall, live, record, (owner, token), signals
+                )
                 return
 
         threading.Thread(target=read, name=f"{self.name}-readback", daemon=True).start()
@@ -670,7 +677,9 @@ class DurableRuntime:
             self.dispatcher.call(self._detach).result(5)
         except PhronomyError:
             pass
-        self.dispatcher.stop(timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False)
+        self.dispatcher.stop(
+            timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
+        )
         self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
         self._stop.set()
         self._watcher.join(5)

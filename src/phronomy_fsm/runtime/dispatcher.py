@@ -58,9 +58,9 @@ from phronomy_fsm.runtime.binding import (
     Row,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.loop import DRAINING, FAILED, EventLoop
 from phronomy_fsm.runtime.offload import OffloadPool, Operation
-from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.session import (
     PARKED,
     Authority,
@@ -695,9 +695,7 @@ class Dispatcher(EventLoop):
         try:
             driver = s.driver
             work = (
-                spec.prepare(s.ctx, payload)
-                if driver is None
-                else driver.barrier(s, spec, payload)
+                spec.prepare(s.ctx, payload) if driver is None else driver.barrier(s, spec, payload)
             )
         except HOOK_ERRORS as exc:
             self._inbox.append(

@@ -92,7 +92,13 @@ class PreparedDurable:
         self.signals = [(s, to_json(s)) for s in commit.send_signals]
         ex = commit.execution
         self.journal = [
-            (ex.execution_id, ex.revision, i, e.kind, to_json(e.__class__(e.kind, e.data, ex.revision, i)))
+            (
+                ex.execution_id,
+                ex.revision,
+                i,
+                e.kind,
+                to_json(e.__class__(e.kind, e.data, ex.revision, i)),
+            )
             for i, e in enumerate(commit.journal)
         ]
         self.future: Any = None
@@ -287,7 +293,9 @@ def _classify_update(cur: sqlite3.Cursor, commit: DurableCommit, now_ms: int) ->
         (ex.execution_id,),
     ).fetchone()
     if row is None:
-        return NotFoundError(f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id)
+        return NotFoundError(
+            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+        )
     revision, machine, active, status, owner, token = row
     if machine != ex.machine:
         return ConflictError(
@@ -376,7 +384,9 @@ class SqliteDurable:
                 "SELECT body FROM executions WHERE execution_id=?", (execution_id,)
             ).fetchone()
         if row is None:
-            raise NotFoundError(f"execution {execution_id} does not exist", execution_id=execution_id)
+            raise NotFoundError(
+                f"execution {execution_id} does not exist", execution_id=execution_id
+            )
         return from_json(ExecutionRecord, row[0])  # type: ignore[no-any-return]
 
     def list_records(
@@ -653,7 +663,9 @@ class SqliteDurable:
     def retire_worker(self, worker_id: str) -> None:
         """End a worker's lease at once (its executions become claimable)."""
         with self._write_transaction("retire_worker") as cur:
-            cur.execute("UPDATE workers SET lease_expires_epoch_ms=0 WHERE worker_id=?", (worker_id,))
+            cur.execute(
+                "UPDATE workers SET lease_expires_epoch_ms=0 WHERE worker_id=?", (worker_id,)
+            )
 
     def list_workers(self) -> list[tuple[WorkerRecord, int, int]]:
         """Every worker row: ``(record, heartbeat_epoch_ms, lease_expires_epoch_ms)``."""
@@ -675,7 +687,9 @@ class SqliteDurable:
                 (execution_id,),
             ).fetchone()
         if row is None:
-            raise NotFoundError(f"execution {execution_id} does not exist", execution_id=execution_id)
+            raise NotFoundError(
+                f"execution {execution_id} does not exist", execution_id=execution_id
+            )
         return row[0], int(row[1]), row[2]
 
     def execution_fences(self, execution_ids: list[str]) -> dict[str, tuple[str | None, int, bool]]:

@@ -480,7 +480,7 @@ def apply_batch(
                 if hook is not None:
                     hook("write", (p.commit,))
                 if durable:
-                    results[k] = apply_durable(cur, p, now_ms, committed_at)
+                    results[k] = apply_durable(cur, p, now_ms, committed_at)  # type: ignore[arg-type]
                 else:
                     results[k] = apply_barrier(cur, p, now_ms, committed_at)
                 ok.append(k)

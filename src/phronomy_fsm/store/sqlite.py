@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 
+from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
     ConflictError,
     OutcomeUnknownError,
@@ -41,7 +42,6 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store import ownership, schema
-from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.store._durable import PreparedDurable, SqliteDurable, apply_durable
 from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import storage_error
@@ -508,6 +508,7 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
                 cur.execute("BEGIN IMMEDIATE")
                 if hook is not None:
                     hook("write", (commit,))
+                receipt: Any
                 if type(p) is PreparedDurable:
                     receipt = apply_durable(cur, p, *self._commit_time())
                 else:
