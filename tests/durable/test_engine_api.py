@@ -225,14 +225,15 @@ def test_a_stale_worker_that_resumes_mid_run_is_fenced(tmp_path, open_runtime):
     from phronomy_fsm.errors import LeaseLostError
 
     old, old_events = open_runtime([_order(tmp_path)], lease_seconds=60)
-    handle = old.start("order_flow", Order("o", 1), execution_id="o")
+    old.start("order_flow", Order("o", 1), execution_id="o")
     old_events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    waiter = old.dispatcher.call(old._waiter, "o").result(5)  # a caller waits on the old one
     old.store.retire_worker(old.worker_id)
     new, _ = open_runtime([_order(tmp_path)], lease_seconds=60)
     new.recover()
     old.signal("o", "approve", {"by": "old"})  # reaches the old owner at once
     with pytest.raises(LeaseLostError):
-        handle.result(10)
+        waiter.result(10)
     assert "ship" not in [b.barrier for b in old.store.barrier_log("o")]
     result = new.handle("o").result(10)
     assert result.state == "shipped"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
-from typing import Any
 import stat
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlite_utils
