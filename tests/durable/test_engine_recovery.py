@@ -137,3 +137,25 @@ def test_a_crash_before_a_barrier_commits_replays_from_the_previous_one(tmp_path
     # the approval was consumed only by the ship barrier: it is delivered again
     assert runtime.handle("order-a").result(10).state == "shipped"
     assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card", "send_email", "ship_parcel"]
+
+
+def test_an_effect_policy_may_declare_an_effect_safe_to_send_again(tmp_path, open_runtime):
+    import attrs
+
+    from phronomy_fsm.durable import EffectKind
+
+    kill_at(tmp_path, "offload:charge_card:after")
+    seen = []
+
+    def policy(ctx, effect, declared):
+        seen.append((ctx.order_id, effect, declared))
+        return EffectKind.IDEMPOTENT if effect == "charge_card" else declared
+
+    machine = attrs.evolve(order_machine(tmp_path / "ledger.jsonl"), effect_policy=policy)
+    runtime, events = open_runtime([machine])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "order-a")
+    charges = [e for e in _ledger(tmp_path) if e["effect"] == "charge_card"]
+    assert len(charges) == 2 and charges[0]["key"] == charges[1]["key"]
+    assert ("order-a", "charge_card", EffectKind.AT_MOST_ONCE) in seen
+    assert DurableEventKind.RECOVERY_REQUIRED.value not in events.kinds("order-a")

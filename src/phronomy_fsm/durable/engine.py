@@ -418,6 +418,9 @@ class Engine:
     def offload(self, live: LiveExecution, session: Session, spec: Any, payload: Any) -> Any:
         """Decide about an offload about to start (see the module docstring)."""
         kind = EffectKind(spec.effect)
+        policy = live.reg.machine.effect_policy
+        if policy is not None:
+            kind = EffectKind(policy(session.ctx, spec.name, kind))
         if kind is EffectKind.PURE:
             return None
         key = idempotency_key(live.execution_id, live.record.point_revision, spec.name)

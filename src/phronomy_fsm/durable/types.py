@@ -15,12 +15,18 @@ Specified in ``docs/semantics.md``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-from phronomy_fsm.durable.records import ErrorInfo, ExecutionRecord, ExecutionStatus, JournalEntry
+from phronomy_fsm.durable.records import (
+    EffectKind,
+    ErrorInfo,
+    ExecutionRecord,
+    ExecutionStatus,
+    JournalEntry,
+)
 from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT
 from phronomy_fsm.table import MachineTable
 
@@ -41,6 +47,14 @@ class Machine:
         final_status: the status each named final state finishes with (default:
             ``completed``), e.g. ``{"rejected": ExecutionStatus.FAILED}``.
         step_limit: transitions a session may take before it fails.
+        effect_policy: decides an effect's kind per execution, when the spec's
+            declaration is a default the application refines (an agent whose LLM calls
+            may be sent again, a tool declared idempotent): called on the loop thread
+            as ``effect_policy(ctx, effect_name, declared_kind)`` and returns the
+            :class:`~phronomy_fsm.durable.records.EffectKind` to apply. It must be a
+            function of the stored context (recovery asks again); a non-pure effect
+            stays behind its barrier whatever the policy says (``docs/semantics.md``,
+            "Effects").
     """
 
     table: MachineTable
@@ -48,6 +62,7 @@ class Machine:
     context_type: type = dict
     final_status: Mapping[str, ExecutionStatus] = attrs.field(factory=dict)
     step_limit: int = DEFAULT_STEP_LIMIT
+    effect_policy: Callable[[Any, str, EffectKind], EffectKind] | None = None
 
     @property
     def name(self) -> str:
