@@ -303,6 +303,12 @@ class ResolutionError(DurableError):
     result/error does not fit (``reason``); nothing was written."""
 
 
+class DeadlineExceededError(DurableError):
+    """The execution ran past its deadline (``start(..., timeout_seconds=)``); it is
+    ended ``failed`` once nothing of it runs any more (``execution_id``,
+    ``expires_at``)."""
+
+
 class EffectFailedError(DurableError):
     """Delivered as the payload of an effect's failed event when an operator resolved
     it as ``failed``; ``effect`` names it and the message is the operator's text."""

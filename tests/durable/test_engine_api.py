@@ -239,3 +239,91 @@ def test_a_stale_worker_that_resumes_mid_run_is_fenced(tmp_path, open_runtime):
     assert result.state == "shipped"
     ships = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e["effect"] == "ship_parcel"]
     assert len(ships) == 1
+
+
+def test_a_records_hook_journals_engine_commits_and_history_reads_across_executions(
+    tmp_path, open_runtime
+):
+    import attrs as _attrs
+
+    from phronomy_fsm.durable import BarrierRecords, JournalEntry
+
+    def records(ctx, commit, state):
+        return BarrierRecords(
+            journal=(JournalEntry(commit, {"state": state, "order": ctx.order_id}),)
+        )
+
+    machine = _attrs.evolve(_order(tmp_path), records=records)
+    runtime, events = open_runtime([machine])
+    for order_id in ("first", "second"):
+        runtime.start("order_flow", Order(order_id, 1), execution_id=order_id, exclusive_key="cust")
+        events.wait_for(
+            lambda e, o=order_id: e.kind is DurableEventKind.WAITING and e.execution_id == o
+        )
+        runtime.signal(order_id, "approve", {})
+        runtime.handle(order_id).result(10)
+    entries = runtime.store.journal_for_key("cust")
+    assert [(eid, e.kind, e.data["state"]) for eid, e in entries] == [
+        ("first", "@wait", "awaiting_approval"),
+        ("first", "@final", "shipped"),
+        ("second", "@wait", "awaiting_approval"),
+        ("second", "@final", "shipped"),
+    ]
+    assert entries[1][1].revision == runtime.store.load_record("first").revision
+
+
+def test_cancel_as_failure_cascades_to_children_and_waits_for_running_work(tmp_path, open_runtime):
+    import threading
+
+    from .batch_app import Batch, ItemHooks, batch_machines
+
+    release = threading.Event()
+    original = ItemHooks.do_item
+
+    def slow(self, ctx, payload):
+        work = original(self, ctx, payload)
+
+        def held(octx):
+            release.wait(10)
+            return work(octx)
+
+        return held
+
+    ItemHooks.do_item = slow
+    try:
+        runtime, events = open_runtime(batch_machines(tmp_path / "items.jsonl"))
+        runtime.start("batch_flow", Batch(["a", "b"]), execution_id="batch")
+        events.wait_for(
+            lambda e: e.kind is DurableEventKind.EFFECT_STARTED and e.execution_id != "batch"
+        )
+        runtime.cancel("batch", reason="too slow", as_failure=True, error_type="Timeout")
+        release.set()
+        result = runtime.handle("batch").result(10)
+    finally:
+        ItemHooks.do_item = original
+    assert (result.status, result.error.type, result.error.message) == (
+        ExecutionStatus.FAILED,
+        "Timeout",
+        "too slow",
+    )
+    children = runtime.store.list_records(parent_execution_id="batch")
+    assert {c.status for c in children} == {ExecutionStatus.FAILED}
+    assert all(
+        [b.barrier for b in runtime.store.barrier_log(c.execution_id)][-1] == "@cancel"
+        for c in children
+    )
+
+
+def test_an_execution_deadline_survives_a_restart(tmp_path, open_runtime):
+    clock = ManualClock()
+    first, events = open_runtime([_order(tmp_path)], clock=clock)
+    first.start("order_flow", Order("o", 1), execution_id="o", timeout_seconds=600)
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    first.close()
+    clock.advance(599)
+    second, _ = open_runtime([_order(tmp_path)], clock=clock)
+    second.recover()
+    assert second.store.load_record("o").status is ExecutionStatus.WAITING
+    clock.advance(2)  # past the stored deadline, not 600 s after the restart
+    result = second.handle("o").result(10)
+    assert (result.status, result.error.type) == (ExecutionStatus.FAILED, "DeadlineExceededError")

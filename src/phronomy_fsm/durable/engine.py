@@ -75,7 +75,7 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.runtime.binding import AUTO, FINAL, WAIT, MachineBinding, is_protocol_stub
 from phronomy_fsm.runtime.session import PARKED, EffectStart, Session, SessionResult
 from phronomy_fsm.runtime.tasks import Task
-from phronomy_fsm.table import COMMITTED, BarrierOutcome, Settled
+from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier, Settled
 
 log = logging.getLogger("phronomy_fsm.durable")
 
@@ -164,6 +164,7 @@ class LiveExecution:
         "ctx",
         "delivered",
         "execution_id",
+        "expiry",
         "fence",
         "halting",
         "parked",
@@ -193,6 +194,7 @@ class LiveExecution:
         self.halting: str | None = None
         self.waiters: list[Task[ExecutionResult]] = []
         self.timer: Any = None
+        self.expiry: Any = None
         self.signal_in_flight = False
         self.committing = False
 
@@ -360,9 +362,20 @@ class Engine:
             children=tuple(c for c, _ in children),
             journal=records.journal,
         )
-        return submit_with_reconciliation(
+        pending = submit_with_reconciliation(
             self.rt.store, commit, value=_Committed(live, commit), name=spec.name
         )
+        call_soon = self.rt.dispatcher.call_soon
+
+        def subscribe(report: Callable[[BarrierOutcome], None]) -> None:
+            def noted(outcome: BarrierOutcome) -> None:
+                if outcome.outcome == COMMITTED:  # queued before the dispatcher applies it
+                    call_soon(self.note_committed, live, commit)
+                report(outcome)
+
+            pending.subscribe(noted)
+
+        return PendingBarrier(subscribe)
 
     def child_records(
         self, live: LiveExecution, records: BarrierRecords, session: Session
@@ -396,13 +409,12 @@ class Engine:
             out.append((record, reg))
         return out
 
-    def barrier_outcome(self, ctx: Any, state: str, outcome: BarrierOutcome) -> None:
-        """The binding's ``on_barrier_outcome``: apply a committed barrier to the live
-        execution before its event is delivered."""
-        value = outcome.value
-        if outcome.outcome != COMMITTED or not isinstance(value, _Committed):
+    def note_committed(self, live: LiveExecution, commit: DurableCommit) -> None:
+        """A spec barrier committed: the live record follows the store whatever became
+        of the session meanwhile (a cancel, a halt), and its children start. Runs on
+        the loop before the dispatcher applies the outcome to the session."""
+        if commit.execution.revision <= live.record.revision:
             return
-        live, commit = value.live, value.commit
         live.record = commit.execution
         del live.delivered[: len(commit.consume_signals)]
         self.emit(DurableEventKind.COMMITTED, live, commit.execution, barrier=commit.barrier)
@@ -606,6 +618,34 @@ class Engine:
         else:  # halted elsewhere (by the engine): nothing to commit
             log.debug("execution %s halted in %s", live.execution_id, result.state)
 
+    def engine_records(self, live: LiveExecution, barrier: str, state: str) -> BarrierRecords:
+        """What the machine's ``records`` hook adds to an engine commit (``@wait``,
+        ``@final``, ``@cancel``); an empty set when it has none or it fails (logged:
+        the commit itself must not be lost to a journal hook)."""
+        hook = live.reg.machine.records
+        if hook is None or live.ctx is None:
+            return BarrierRecords()
+        try:
+            added = hook(live.ctx, barrier, state)
+        except HOOK_ERRORS:
+            log.exception(
+                "execution %s: the records hook raised on %s; committing without records",
+                live.execution_id,
+                barrier,
+            )
+            return BarrierRecords()
+        if added is None:
+            return BarrierRecords()
+        if not isinstance(added, BarrierRecords):
+            log.error(
+                "execution %s: the records hook returned %s on %s, not BarrierRecords; ignored",
+                live.execution_id,
+                type(added).__name__,
+                barrier,
+            )
+            return BarrierRecords()
+        return added
+
     def engine_commit(
         self,
         live: LiveExecution,
@@ -617,8 +657,14 @@ class Engine:
         send_signals: tuple[SignalRecord, ...] = (),
         on_committed: Callable[[], None],
     ) -> None:
-        """Commit an engine barrier; on ``committed`` run ``on_committed`` (loop
-        thread), on anything else recover the execution from the store."""
+        """Commit an engine barrier (with what the machine's records hook adds); on
+        ``committed`` run ``on_committed`` (loop thread), on anything else recover the
+        execution from the store."""
+        records = (
+            self.engine_records(live, barrier, record.state)
+            if barrier in ("@wait", "@final", "@cancel")
+            else BarrierRecords()
+        )
         commit = DurableCommit(
             barrier,
             record,
@@ -627,6 +673,7 @@ class Engine:
             consume_signals=consume,
             consume_outcome=consume_outcome,
             send_signals=send_signals,
+            journal=records.journal,
         )
         self.crash_point(f"barrier:{barrier}:before")
         live.committing = True
@@ -718,6 +765,35 @@ class Engine:
             self.start_session(live, at_state=record.state, event=timeout.event)
 
         live.timer = self.rt.dispatcher.call_later(delay, fire)
+
+    def arm_expiry(self, live: LiveExecution) -> None:
+        """Arm the execution's own deadline (``expires_at``), if it has one: past it
+        the execution is cancelled as ``failed`` (DeadlineExceededError)."""
+        expires_at = live.record.expires_at
+        if expires_at is None or live.expiry is not None:
+            return
+        delay = max(0.0, (expires_at - self.now()).total_seconds())
+
+        def expire() -> None:
+            live.expiry = None
+            if self.live.get(live.execution_id) is not live or live.record.is_finished:
+                return
+            signal = SignalRecord(
+                signal_id=f"deadline:{live.execution_id}",
+                execution_id=live.execution_id,
+                kind=SignalKind.CANCEL,
+                created_at=self.now(),
+                payload={
+                    "reason": f"execution {live.execution_id} ran past its deadline "
+                    f"({expires_at.isoformat()})",
+                    "status": "failed",
+                    "error_type": "DeadlineExceededError",
+                },
+                sender="engine",
+            )
+            self.cancel(live, signal)
+
+        live.expiry = self.rt.dispatcher.call_later(delay, expire)
 
     def commit_final(self, live: LiveExecution, state: str) -> None:
         """Reached a final state: commit it, tell the parent, settle the waiters."""
@@ -816,6 +892,9 @@ class Engine:
         """The execution finished durably: drop it and settle its waiters."""
         if live.timer is not None:
             live.timer.cancel()
+        if live.expiry is not None:
+            live.expiry.cancel()
+            live.expiry = None
         self.live.pop(live.execution_id, None)
         result = ExecutionResult.from_record(record, live.ctx)
         for task in live.waiters:
@@ -924,34 +1003,54 @@ class Engine:
     # ------------------------------------------------------------------ cancel
 
     def cancel(self, live: LiveExecution, signal: SignalRecord) -> None:
-        """Cancel: stop the session, wait until nothing of it runs, commit cancelled."""
+        """Cancel: stop the session at once (results of work in flight become stale),
+        cancel its active children, and once nothing of it runs any more and its
+        children have finished, commit it finished — ``cancelled``, or ``failed``
+        when the request says so (a deadline, a listener failure) — with the
+        request's error."""
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
         if live.session_id is not None:
             self.halt(live, "cancel")
+        payload = signal.payload if isinstance(signal.payload, dict) else {}
+        status = (
+            ExecutionStatus.FAILED
+            if payload.get("status") == "failed"
+            else ExecutionStatus.CANCELLED
+        )
+        error = ErrorInfo(
+            str(payload.get("error_type") or "Cancelled"),
+            str(payload.get("reason") or "cancelled"),
+        )
+        for child in list(self.live.values()):
+            if child.record.parent_execution_id == live.execution_id and child is not live:
+                self.cancel(child, attrs.evolve(signal, execution_id=child.execution_id, seq=0))
 
         def commit() -> None:
             if self.live.get(live.execution_id) is not live:
                 return
+            children = any(
+                child.record.parent_execution_id == live.execution_id
+                for child in self.live.values()
+            )
+            if live.committing or children:  # decide after that commit, or the children
+                self.rt.dispatcher.call_later(0.01, commit)
+                return
             record = self.next_record(
                 live,
                 point=DurablePoint.FINAL,
-                status=ExecutionStatus.CANCELLED,
+                point_revision=live.record.revision + 1,
+                status=status,
                 state=live.state,
                 resume_event=None,
                 pending_effects=(),
                 deadline_at=None,
                 recovery=None,
                 resolution=None,
-                error=ErrorInfo(
-                    "Cancelled",
-                    str((signal.payload or {}).get("reason", "cancelled"))
-                    if isinstance(signal.payload, dict)
-                    else "cancelled",
-                ),
+                error=error,
             )
-            live.delivered = [signal.seq]
+            live.delivered = [signal.seq] if signal.seq else []
             self.finish(live, "@cancel", record)
 
         self.rt.dispatcher.when_quiescent(live.execution_id, commit)
@@ -999,6 +1098,9 @@ class Engine:
         self.live.pop(live.execution_id, None)
         if live.timer is not None:
             live.timer.cancel()
+        if live.expiry is not None:
+            live.expiry.cancel()
+            live.expiry = None
         self.emit(DurableEventKind.RELEASED, live, reason=str(error))
         for task in live.waiters:
             task.fail(error)
@@ -1046,6 +1148,7 @@ class Engine:
         for signal in signals:
             if signal.consumed_revision is None:
                 live.pending.append(signal)
+        self.arm_expiry(live)
         if record.status is ExecutionStatus.WAITING:
             self.arm_timer(live)
             self.react(live)
@@ -1130,6 +1233,8 @@ class Engine:
             live.waiters.clear()
             if live.timer is not None:
                 live.timer.cancel()
+            if live.expiry is not None:
+                live.expiry.cancel()
         self.live.clear()
 
 

@@ -271,19 +271,27 @@ def request_cancel(
     execution_id: str,
     *,
     reason: str = "cancelled by an operator",
+    as_failure: bool = False,
+    error_type: str | None = None,
     signal_id: str | None = None,
     sender: str = "api",
 ) -> SignalRecord:
-    """Ask the owner to cancel an execution: its session stops, and once nothing of
-    it runs any more it finishes ``cancelled`` (an effect already running completes
-    physically; its result is dropped).
+    """Ask the owner to cancel an execution: its session stops at once (results of
+    work in flight are dropped when they come back), its active children are
+    cancelled, and once nothing of it runs any more it finishes ``cancelled`` — or
+    ``failed`` with ``as_failure`` (a timeout, a failing listener) — with ``reason``
+    as its error message and ``error_type`` as the error's name.
 
     Raises NotFoundError, ExecutionFinishedError, StorageError (nothing written)."""
     load_execution_record(store, execution_id)
     signal = _new_signal(
         execution_id,
         SignalKind.CANCEL,
-        payload={"reason": str(reason)},
+        payload={
+            "reason": str(reason),
+            "status": "failed" if as_failure else "cancelled",
+            "error_type": error_type or ("Failed" if as_failure else "Cancelled"),
+        },
         signal_id=signal_id,
         sender=sender,
     )

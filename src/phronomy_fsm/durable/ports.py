@@ -60,6 +60,16 @@ class ExecutionStore(Protocol):
         """The application records of one execution, in commit order."""
         ...
 
+    def journal_for_key(
+        self,
+        exclusive_key: str,
+        *,
+        statuses: tuple[str, ...] = ("completed",),
+        kinds: tuple[str, ...] | None = None,
+    ) -> list[tuple[str, JournalEntry]]:
+        """Journal entries of the executions of one exclusive key, in order."""
+        ...
+
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write to the inbox after checking the execution (exists, active, at the
         expected revision); a signal id sent before returns the stored one."""

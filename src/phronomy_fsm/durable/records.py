@@ -184,6 +184,8 @@ class ExecutionRecord:
         pending_effects: effects the last barrier announced (display only; recovery
             finds the exact one by replaying).
         deadline_at: when the timer of the wait state ``state`` fires (UTC), if any.
+        expires_at: the execution's own deadline (``start(..., timeout_seconds=)``):
+            past it, the engine ends it ``failed`` with DeadlineExceededError.
         parent_execution_id / notify_event: for a child execution, its parent and the
             event its completion is signalled as.
         exclusive_key: executions sharing it have at most one active member.
@@ -208,6 +210,7 @@ class ExecutionRecord:
     resume_event: str | None = None
     pending_effects: tuple[str, ...] = ()
     deadline_at: datetime | None = None
+    expires_at: datetime | None = None
     parent_execution_id: str | None = None
     notify_event: str | None = None
     exclusive_key: str | None = None

@@ -74,6 +74,7 @@ from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
 from phronomy_fsm.runtime.tasks import Task
+from phronomy_fsm.runtime.timers import check_delay
 from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
 
 log = logging.getLogger("phronomy_fsm.durable")
@@ -229,7 +230,6 @@ class DurableRuntime:
             step_limit=machine.step_limit,
             optional=frozenset(table.barriers),
             fast_path=False,
-            on_barrier_outcome=self.engine.barrier_outcome,
         )
         registration = Registration(machine, binding)
         self.store.register_machine(
@@ -269,6 +269,7 @@ class DurableRuntime:
         execution_id: str | None = None,
         exclusive_key: str | None = None,
         labels: dict[str, Any] | None = None,
+        timeout_seconds: float | None = None,
     ) -> ExecutionHandle:
         """Start a durable execution of ``machine`` with ``context``.
 
@@ -285,6 +286,9 @@ class DurableRuntime:
                 random id).
             exclusive_key: at most one active execution per key (e.g. a customer id).
             labels: free JSON labels shown by operator tools.
+            timeout_seconds: the execution's deadline, stored with it: past it the
+                engine ends it ``failed`` with DeadlineExceededError once nothing of
+                it runs (after a restart too).
 
         Raises:
             UnknownMachineError, InvalidIdError, ContextSerializationError (naming the
@@ -315,6 +319,9 @@ class DurableRuntime:
             context=EncodedJSON(encoded),
             exclusive_key=exclusive_key,
             labels=dict(labels or {}),
+            expires_at=None
+            if timeout_seconds is None
+            else now + timedelta(seconds=check_delay(timeout_seconds, "timeout_seconds")),
         )
         fence = Fence(self.worker_id, 1)
         commit = DurableCommit("@start", record, None, fence)
@@ -339,6 +346,7 @@ class DurableRuntime:
         def install() -> None:
             self.engine.live[eid] = live
             self.engine.emit(DurableEventKind.STARTED, live, record)
+            self.engine.arm_expiry(live)
             self.engine.start_session(live)
 
         self.dispatcher.call_soon(install)
@@ -457,11 +465,23 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
-    def cancel(self, execution_id: str, *, reason: str = "cancelled") -> SignalRecord:
+    def cancel(
+        self,
+        execution_id: str,
+        *,
+        reason: str = "cancelled",
+        as_failure: bool = False,
+        error_type: str | None = None,
+    ) -> SignalRecord:
         """Cancel an execution (see
         :func:`phronomy_fsm.durable.operations.request_cancel`)."""
         signal = request_cancel(
-            self.store, execution_id, reason=reason, sender=f"worker:{self.worker_id}"
+            self.store,
+            execution_id,
+            reason=reason,
+            as_failure=as_failure,
+            error_type=error_type,
+            sender=f"worker:{self.worker_id}",
         )
         self._wake(signal)
         return signal

@@ -55,6 +55,12 @@ class Machine:
             function of the stored context (recovery asks again); a non-pure effect
             stays behind its barrier whatever the policy says (``docs/semantics.md``,
             "Effects").
+        records: adds records to the engine's own commits: called on the loop thread
+            as ``records(ctx, commit, state)`` for ``@wait``, ``@final`` and
+            ``@cancel`` (``commit`` names which; ``state`` is the state committed) and
+            returns :class:`BarrierRecords` or ``None`` — an agent journals its final
+            answer this way. A raising hook is logged; the commit goes on without
+            records.
     """
 
     table: MachineTable
@@ -63,6 +69,7 @@ class Machine:
     final_status: Mapping[str, ExecutionStatus] = attrs.field(factory=dict)
     step_limit: int = DEFAULT_STEP_LIMIT
     effect_policy: Callable[[Any, str, EffectKind], EffectKind] | None = None
+    records: Callable[[Any, str, str], BarrierRecords | None] | None = None
 
     @property
     def name(self) -> str:

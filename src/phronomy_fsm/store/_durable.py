@@ -520,6 +520,32 @@ class SqliteDurable:
             ).fetchall()
         return [from_json(JournalEntry, body) for (body,) in rows]
 
+    def journal_for_key(
+        self,
+        exclusive_key: str,
+        *,
+        statuses: tuple[str, ...] = ("completed",),
+        kinds: tuple[str, ...] | None = None,
+    ) -> list[tuple[str, JournalEntry]]:
+        """``(execution_id, entry)`` of the journal entries of every execution with
+        ``exclusive_key`` whose status is one of ``statuses``, in execution order
+        (creation time, then id) and commit order within each — an agent's
+        conversation history across its executions. ``kinds`` filters entry kinds."""
+        marks = ",".join("?" * len(statuses))
+        sql = (
+            "SELECT j.execution_id, j.body FROM execution_journal j JOIN executions e"
+            " ON e.execution_id = j.execution_id WHERE e.exclusive_key = ?"
+            f" AND e.status IN ({marks})"
+        )
+        params: list[Any] = [exclusive_key, *statuses]
+        if kinds is not None:
+            sql += f" AND j.kind IN ({','.join('?' * len(kinds))})"
+            params += list(kinds)
+        sql += " ORDER BY e.created_epoch_ms, e.execution_id, j.revision, j.position"
+        with self._reading("journal_for_key") as conn:
+            rows = conn.execute(sql, params).fetchall()
+        return [(eid, from_json(JournalEntry, body)) for eid, body in rows]
+
     # ------------------------------------------------------------------ signals
 
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
