@@ -30,6 +30,7 @@ from phronomy_fsm.errors import GenerationError, SpecError
 from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.model import BarrierSpec, MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file, validate_spec
+from phronomy_fsm.table import AT_MOST_ONCE
 
 TEMPLATE_NAME = "machine.py.j2"
 REGENERATE_HINT = "phronomy-fsm generate"
@@ -166,15 +167,14 @@ def _names(key: str, names: Sequence[Any], indent: str = _FIELD_INDENT) -> tuple
 
 
 def _offload(offload: Any) -> tuple[str, str]:
-    return _nested(
-        "offload",
-        "OffloadRow",
-        [
-            ("hook", py_literal(offload.hook)),
-            ("completed", py_literal(offload.completed)),
-            ("failed", py_literal(offload.failed)),
-        ],
-    )
+    fields = [
+        ("hook", py_literal(offload.hook)),
+        ("completed", py_literal(offload.completed)),
+        ("failed", py_literal(offload.failed)),
+    ]
+    if offload.effect.value != AT_MOST_ONCE:
+        fields.append(("effect", py_literal(offload.effect.value)))
+    return _nested("offload", "OffloadRow", fields)
 
 
 def _barrier(barrier: BarrierSpec) -> tuple[str, str]:
@@ -248,6 +248,8 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
             fields.append(("unhandled", py_literal(event.unhandled.value)))
         if event.description:
             fields.append(("description", py_literal(event.description)))
+        if event.durable:
+            fields.append(("durable", "True"))
         event_rows.append(_call("EventRow", fields, _INDENT))
 
     transition_rows = []
@@ -336,6 +338,7 @@ def build_view_model(spec: MachineSpec, *, source_name: str) -> dict[str, Any]:
         "actions": _names("actions", actions, "    ")[1],
         "offload_hooks": _names("offload_hooks", offloads, "    ")[1],
         "barriers": _names("barriers", barriers, "    ")[1],
+        "fail_closed": py_literal(spec.fail_closed),
         "hooks": hooks,
     }
 

@@ -76,7 +76,7 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
     guards, actions, offload_hooks, barrier_names = spec.hook_names()
 
     def offload(o: Any) -> OffloadRow | None:
-        return OffloadRow(o.hook, o.completed, o.failed) if o is not None else None
+        return OffloadRow(o.hook, o.completed, o.failed, o.effect.value) if o is not None else None
 
     def barrier(b: Any) -> BarrierRow | None:
         if b is None:
@@ -116,7 +116,9 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
         spec_sha256=spec.source_sha256,
         initial=spec.initial_states[0].name,
         states=states,
-        events=tuple(EventRow(e.name, e.payload, e.unhandled.value, e.description) for e in events),
+        events=tuple(
+            EventRow(e.name, e.payload, e.unhandled.value, e.description, e.durable) for e in events
+        ),
         transitions=transitions_,
         guards=guards,
         actions=actions,
@@ -125,6 +127,7 @@ def table_from_spec(spec: MachineSpec) -> MachineTable:
         migrations=tuple(
             MigrationRow(m.from_version, m.from_sha256, m.rename_states) for m in spec.migrations
         ),
+        fail_closed=spec.fail_closed,
     )
 
 

@@ -31,14 +31,25 @@ CONFLICT = "conflict"
 OUTCOME_UNKNOWN = "outcome_unknown"
 BARRIER_OUTCOMES = (COMMITTED, NOT_COMMITTED, CONFLICT, OUTCOME_UNKNOWN)
 
+#: Effect kinds of an offload (see :class:`phronomy_fsm.spec.model.EffectKind` and
+#: ``docs/spec-format.md`` "Effects"): ``pure`` work may be re-run freely (reads,
+#: filters, policy checks); ``idempotent`` work is re-run after a crash with the same
+#: durable idempotency key; ``at_most_once`` work (the default) is never re-run blindly.
+PURE = "pure"
+IDEMPOTENT = "idempotent"
+AT_MOST_ONCE = "at_most_once"
+EFFECT_KINDS = (PURE, IDEMPOTENT, AT_MOST_ONCE)
+
 
 class OffloadRow(NamedTuple):
     """Work run on the offload pool: the hook prepares it on the loop thread; its value
-    is posted as ``completed``, its exception as ``failed``."""
+    is posted as ``completed``, its exception as ``failed``. ``effect`` is one of
+    :data:`EFFECT_KINDS` (what recovery may do with work whose outcome was lost)."""
 
     hook: str
     completed: str
     failed: str
+    effect: str = AT_MOST_ONCE
 
 
 class BarrierRow(NamedTuple):
@@ -82,12 +93,15 @@ class StateRow(NamedTuple):
 
 
 class EventRow(NamedTuple):
-    """One event; ``unhandled`` is ``"error"`` or ``"ignore"``."""
+    """One event; ``unhandled`` is ``"error"`` or ``"ignore"``; ``durable`` is true for
+    an event posted only after a durable commit by its sender (e.g. a parent's barrier),
+    so a transition on it counts as a committed edge (``docs/spec-format.md`` "Events")."""
 
     name: str
     payload: str | None = None
     unhandled: str = "error"
     description: str = ""
+    durable: bool = False
 
 
 class TransitionRow(NamedTuple):
@@ -120,6 +134,8 @@ class MachineTable(NamedTuple):
 
     ``guards``, ``actions``, ``offload_hooks`` and ``barriers`` list the hook names the
     application must provide (the generated ``Hooks`` Protocol declares them as methods).
+    ``fail_closed`` names the state unproven barrier outcomes go to (``None`` when the
+    spec declares none).
     """
 
     machine: str
@@ -134,6 +150,7 @@ class MachineTable(NamedTuple):
     offload_hooks: tuple[str, ...] = ()
     barriers: tuple[str, ...] = ()
     migrations: tuple[MigrationRow, ...] = ()
+    fail_closed: str | None = None
 
     def state(self, name: str) -> StateRow:
         """Return the row of state ``name``; ``KeyError`` if there is none."""

@@ -37,6 +37,7 @@ from cattrs.gen import make_dict_structure_fn, override
 from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.model import (
     BarrierSpec,
+    EffectKind,
     EventSpec,
     GuardRef,
     MachineSpec,
@@ -196,6 +197,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook_func(lambda t: t == tuple[tuple[str, str], ...], _renames)
     conv.register_structure_hook(StateKind, _enum_hook(StateKind))
     conv.register_structure_hook(UnhandledPolicy, _enum_hook(UnhandledPolicy))
+    conv.register_structure_hook(EffectKind, _enum_hook(EffectKind))
     conv.register_structure_hook(SourceLoc, lambda value, _: value)
     for cls in (
         OffloadSpec,
@@ -229,6 +231,7 @@ ALLOWED_KEYS: dict[str, tuple[str, ...]] = {
         "states",
         "transitions",
         "migrations",
+        "fail_closed",
     ),
 }
 
@@ -607,6 +610,7 @@ def _build_machine(
     machine = scalar("machine", _strict_str, True, "")
     version = scalar("version", _strict_int, True, 0)
     description = scalar("description", _strict_str, False, "")
+    fail_closed = scalar("fail_closed", _strict_str, False, None)
 
     def section_map(key: str) -> dict[Any, Any]:
         nonlocal ok
@@ -747,6 +751,7 @@ def _build_machine(
         events=tuple(events),
         transitions=tuple(transitions),
         migrations=tuple(migrations),
+        fail_closed=fail_closed,
         source_name=source_name,
         source_sha256=sha,
         loc=located.at(()),

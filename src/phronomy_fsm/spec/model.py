@@ -21,7 +21,7 @@ import attrs
 # STATE_COMPLETED (the one event the engine posts by itself, reference §1.1) and
 # BARRIER_OUTCOMES (in the order every barrier declares them) are defined once, in the
 # runtime contract the generated code imports; re-exported here for the spec layer.
-from phronomy_fsm.table import BARRIER_OUTCOMES, STATE_COMPLETED
+from phronomy_fsm.table import AT_MOST_ONCE, BARRIER_OUTCOMES, IDEMPOTENT, PURE, STATE_COMPLETED
 
 #: Offload outcomes: the hook's return value or its exception, each posted as an event.
 OFFLOAD_OUTCOMES: tuple[str, ...] = ("completed", "failed")
@@ -52,6 +52,21 @@ class UnhandledPolicy(str, enum.Enum):
 
     ERROR = "error"
     IGNORE = "ignore"
+
+
+class EffectKind(str, enum.Enum):
+    """What an offload's work does to the world, and so what recovery may do with it
+    when its outcome was lost (``docs/spec-format.md`` "Effects").
+
+    - ``pure``: may be re-run freely (reads, filters, policy checks);
+    - ``idempotent``: re-run after a crash with the same durable idempotency key;
+    - ``at_most_once`` (the default): never re-run blindly; an unproven outcome parks
+      the execution in the fail-closed state for an operator.
+    """
+
+    PURE = PURE
+    IDEMPOTENT = IDEMPOTENT
+    AT_MOST_ONCE = AT_MOST_ONCE
 
 
 @attrs.frozen(order=True)
@@ -97,6 +112,7 @@ class OffloadSpec:
     hook: str
     completed: str
     failed: str
+    effect: EffectKind = EffectKind.AT_MOST_ONCE
     loc: SourceLoc = UNKNOWN_LOC
 
 
@@ -137,12 +153,15 @@ class TimeoutSpec:
 class EventSpec:
     """A declared event. ``payload`` names the payload type (documentation and the
     generated Protocol's comments only); ``unhandled`` says what happens when it arrives
-    in a state with no transition for it."""
+    in a state with no transition for it. ``durable`` marks an event posted only after a
+    durable commit by its sender (e.g. a parent's barrier): a transition on it counts as
+    a committed edge for the durability checks."""
 
     name: str
     description: str = ""
     payload: str | None = None
     unhandled: UnhandledPolicy = UnhandledPolicy.ERROR
+    durable: bool = False
     loc: SourceLoc = UNKNOWN_LOC
 
 
@@ -220,7 +239,8 @@ class MachineSpec:
     ``source_sha256`` is the sha256 of the file's bytes (hex), recorded in generated
     code and in executions; ``source_name`` is the path as given to the loader, used in
     diagnostics and in the generated header (never an absolute path when the caller
-    passes a relative one).
+    passes a relative one). ``fail_closed`` names the state unproven barrier outcomes go
+    to (``None``: not declared).
     """
 
     machine: str
@@ -231,6 +251,7 @@ class MachineSpec:
     description: str = ""
     spec_format: int = 1
     migrations: tuple[MigrationSpec, ...] = ()
+    fail_closed: str | None = None
     source_name: str = "<memory>"
     source_sha256: str = ""
     loc: SourceLoc = UNKNOWN_LOC

@@ -34,6 +34,7 @@ from phronomy_fsm.spec.model import (
     BARRIER_OUTCOMES,
     OFFLOAD_OUTCOMES,
     BarrierSpec,
+    EffectKind,
     EventSpec,
     MigrationSpec,
     OffloadSpec,
@@ -121,6 +122,10 @@ VALUE_SCHEMAS: dict[str, dict[str, Any]] = {
             "description": "How executions pinned to older spec versions are recovered.",
             "oneOf": [{"type": "array", "items": {"$ref": "#/$defs/migration"}}, {"type": "null"}],
         },
+        "fail_closed": {
+            **_NAME,
+            "description": "The state unproven barrier outcomes go to (e.g. recovery_required).",
+        },
     },
     "state": {
         "kind": {
@@ -150,6 +155,10 @@ VALUE_SCHEMAS: dict[str, dict[str, Any]] = {
             "enum": [p.value for p in UnhandledPolicy],
             "description": "What happens when the event arrives in a state with no row for it.",
         },
+        "durable": {
+            "type": "boolean",
+            "description": "Posted only after a durable commit by its sender (a committed edge).",
+        },
     },
     "transition": {
         "from": {
@@ -176,6 +185,10 @@ VALUE_SCHEMAS: dict[str, dict[str, Any]] = {
     "offload": {
         "hook": {"$ref": "#/$defs/name"},
         **{outcome: {"$ref": "#/$defs/name"} for outcome in OFFLOAD_OUTCOMES},
+        "effect": {
+            "enum": [k.value for k in EffectKind],
+            "description": "pure, idempotent or at_most_once (default).",
+        },
     },
     "barrier": {
         "name": {"$ref": "#/$defs/name"},
