@@ -80,6 +80,7 @@ SPEC_KEYS = st.sampled_from(
         "kind", "initial", "entry", "offload", "barrier", "timeout", "payload", "unhandled", "from", "event",
         "to", "guard", "actions", "hook", "completed", "failed", "name", "committed", "not_committed",
         "conflict", "outcome_unknown", "seconds", "from_version", "from_sha256", "rename_states",
+        "effect", "durable", "fail_closed", "states", "event_prefix", "on_committed", "on_conflict",
     ]
 )  # fmt: skip
 
@@ -205,7 +206,14 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
             done, failed = f"o{i}_done", f"o{i}_failed"
             events[done] = {"description": "offload completed"}
             events[failed] = {"description": "offload failed"}
-            body["offload"] = {"hook": f"work_{i}", "completed": done, "failed": failed}
+            # pure: an effect that is not needs a committed barrier before it
+            # (EFFECT_WITHOUT_BARRIER), which this chain does not guarantee
+            body["offload"] = {
+                "hook": f"work_{i}",
+                "completed": done,
+                "failed": failed,
+                "effect": "pure",
+            }
             rows.append({"from": name, "event": done, "to": nxt, "description": "done"})
             rows.append(
                 {

@@ -16,6 +16,7 @@ sys.path.insert(0, str(Path(__file__).parent / "generated"))
 from order import TABLE, Hooks
 
 from phronomy_fsm.runtime import Dispatcher, bind_machine
+from phronomy_fsm.table import BarrierOutcome
 
 
 class Order:
@@ -34,6 +35,13 @@ class OrderHooks(Hooks):
 
     def in_stock(self, ctx: Order, payload: Any) -> bool:  # guard
         return True
+
+    def charge_went_through(self, ctx: Order, payload: Any) -> bool:  # guard
+        return bool(payload)  # the operator's answer
+
+    def record_charge(self, ctx: Order, payload: Any) -> Any:  # barrier
+        # in memory there is nothing to make durable; a store commits here
+        return BarrierOutcome("committed")
 
     def remember_receipt(self, ctx: Order, payload: Any) -> None:  # action
         ctx.receipt = payload  # the value the offloaded work returned

@@ -1,18 +1,23 @@
 """Committed diagrams (``docs/diagrams/``) and their freshness check.
 
-For each spec, three files are written next to each other:
+For each spec, five files are written next to each other:
 
-- ``<machine>.dot``: the DOT text of :func:`phronomy_fsm.diagram.render_dot`; it comes
-  from our code only, so it is compared byte for byte;
+- ``<machine>.dot``: the DOT text of the full diagram
+  (:func:`phronomy_fsm.diagram.render_dot`); it comes from our code only, so it is
+  compared byte for byte;
 - ``<machine>.mmd``: the Mermaid text, compared byte for byte;
 - ``<machine>.svg``: ``dot``'s rendering of that DOT text, stamped with the DOT's sha256
-  in an XML comment. SVG bytes vary with the Graphviz version, so the check does not
-  compare them: it verifies that the stamp matches the fresh DOT text, i.e. that the
-  SVG was rendered from exactly the DOT that is committed.
+  in an XML comment;
+- ``<machine>.main.dot``: the DOT text of the main-path view, compared byte for byte;
+- ``<machine>.main.png``: its rendering as a PNG image, stamped with the DOT's sha256 in
+  a ``tEXt`` chunk.
 
-Writing re-renders an SVG only when its stamp does not match (a Graphviz upgrade does
-not churn committed SVGs). Checking needs no ``dot`` binary. This is the diagram
-counterpart of ``generate --check`` (issue 2 item 7; ARCHITECTURE.md "Generated code").
+Image bytes vary with the Graphviz version, so the check does not compare them: it
+verifies that each stamp matches the fresh DOT text, i.e. that the image was rendered
+from exactly the DOT that is committed. Writing re-renders an image only when its stamp
+does not match (a Graphviz upgrade does not churn committed images). Checking needs no
+``dot`` binary. This is the diagram counterpart of ``generate --check``
+(``docs/spec-format.md`` "Diagrams").
 """
 
 from __future__ import annotations
@@ -27,8 +32,10 @@ import attrs
 from phronomy_fsm.diagram import (
     build_diagram,
     dot_sha256,
+    png_dot_sha256,
     render_dot,
     render_mermaid,
+    render_png,
     render_svg,
     svg_dot_sha256,
 )
@@ -70,9 +77,16 @@ class DiagramReport:
 
 
 def diagram_texts(spec: MachineSpec) -> tuple[str, str]:
-    """Return ``(dot, mermaid)`` text for ``spec``, exactly as committed."""
+    """Return ``(dot, mermaid)`` text of the full diagram of ``spec``, exactly as
+    committed."""
     diagram = build_diagram(spec)
     return render_dot(diagram), render_mermaid(diagram)
+
+
+def main_view_text(spec: MachineSpec) -> str:
+    """Return the DOT text of the main-path view of ``spec``, exactly as committed
+    (actions left out of edge labels, so the picture stays legible)."""
+    return render_dot(build_diagram(spec), view="main", with_actions=False)
 
 
 def write_diagrams(
@@ -81,8 +95,10 @@ def write_diagrams(
     *,
     check: bool = False,
     render: Callable[[str], bytes] = render_svg,
+    render_raster: Callable[[str], bytes] = render_png,
 ) -> DiagramReport:
-    """Write (or check) ``<machine>.dot``, ``.mmd`` and ``.svg`` for every spec.
+    """Write (or check) ``<machine>.dot``, ``.mmd``, ``.svg``, ``.main.dot`` and
+    ``.main.png`` for every spec.
 
     Args:
         spec_paths: spec files; all are validated before anything is written.
@@ -90,6 +106,8 @@ def write_diagrams(
         check: compare instead of writing; needs no ``dot`` binary.
         render: DOT text → stamped SVG bytes (default :func:`phronomy_fsm.diagram.render_svg`;
             tests substitute a stub).
+        render_raster: DOT text → stamped PNG bytes (default
+            :func:`phronomy_fsm.diagram.render_png`; tests substitute a stub).
 
     Returns:
         A :class:`DiagramReport`. Nothing is written when any spec has an error or two
@@ -127,7 +145,8 @@ def write_diagrams(
     pending: list[tuple[Path, Callable[[], bytes]]] = []
     for spec in specs:
         dot, mermaid = diagram_texts(spec)
-        for suffix, text in ((".dot", dot), (".mmd", mermaid)):
+        main_dot = main_view_text(spec)
+        for suffix, text in ((".dot", dot), (".mmd", mermaid), (".main.dot", main_dot)):
             path = out / f"{spec.machine}{suffix}"
             data = text.encode("utf-8")
             current = _read(path)
@@ -135,22 +154,26 @@ def write_diagrams(
             if reason:
                 pending.append((path, _constant(data)))
             files.append(DiagramFile(spec.machine, path, bool(reason), reason))
-        path = out / f"{spec.machine}.svg"
-        current = _read(path)
-        if current is None:
-            reason = "missing"
-        else:
-            stamp = svg_dot_sha256(current)
-            reason = (
-                ""
-                if stamp == dot_sha256(dot)
-                else "not stamped"
-                if stamp is None
-                else "rendered from other DOT"
-            )
-        if reason:
-            pending.append((path, functools.partial(render, dot)))
-        files.append(DiagramFile(spec.machine, path, bool(reason), reason))
+        for suffix, source, stamp_of, produce in (
+            (".svg", dot, svg_dot_sha256, render),
+            (".main.png", main_dot, png_dot_sha256, render_raster),
+        ):
+            path = out / f"{spec.machine}{suffix}"
+            current = _read(path)
+            if current is None:
+                reason = "missing"
+            else:
+                stamp = stamp_of(current)
+                reason = (
+                    ""
+                    if stamp == dot_sha256(source)
+                    else "not stamped"
+                    if stamp is None
+                    else "rendered from other DOT"
+                )
+            if reason:
+                pending.append((path, functools.partial(produce, source)))
+            files.append(DiagramFile(spec.machine, path, bool(reason), reason))
     if not check:
         # render every image first, so a missing or failing dot writes nothing at all
         contents = [(path, produce()) for path, produce in pending]

@@ -1,11 +1,10 @@
 """Interoperability with the ``transitions`` library: a spec as a ``transitions.Machine``.
 
 :func:`to_transitions_machine` builds a machine with the same dispatch semantics as our
-table (ARCHITECTURE.md "Libraries": transitions is used for interoperability and as a
-differential test oracle; issue 2 item 8):
+table (``transitions`` is used for interoperability and as a differential test oracle):
 
 - states keep their names; ``final`` states are ``final=True`` and drop every event
-  (an event for a finished session is dropped, ARCHITECTURE.md "Runtime");
+  (an event for a finished session is dropped);
 - each table row becomes one ``transitions`` transition per source state, added in row
   order, so ``transitions``' first-match rule equals ours (the first row whose guard
   passes wins); a guard is a *condition* resolved on the model by name, a negated
@@ -25,7 +24,8 @@ the machine does not start them; feed their outcome events with ``model.trigger`
 
 ``transitions`` is an optional dependency (extra ``interop``), imported lazily.
 :func:`table_from_spec` turns a spec model into the same :class:`MachineTable` the code
-generator writes, without Jinja. The runtime does not import this module.
+generator writes (the compiler's own lowering, without Jinja). The runtime does not
+import this module.
 """
 
 from __future__ import annotations
@@ -34,17 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.errors import MissingDependencyError
 from phronomy_fsm.spec.model import STATE_COMPLETED, MachineSpec
-from phronomy_fsm.table import (
-    FINAL,
-    BarrierRow,
-    EventRow,
-    MachineTable,
-    MigrationRow,
-    OffloadRow,
-    StateRow,
-    TimeoutRow,
-    TransitionRow,
-)
+from phronomy_fsm.table import FINAL, MachineTable
 
 if TYPE_CHECKING:  # pragma: no cover
     import transitions
@@ -65,70 +55,15 @@ def _import_transitions() -> Any:
 
 
 def table_from_spec(spec: MachineSpec) -> MachineTable:
-    """Return the :class:`~phronomy_fsm.table.MachineTable` the code generator would
-    write for ``spec`` (same rows, same order, same hook lists), built directly.
+    """Return the :class:`~phronomy_fsm.table.MachineTable` the code generator writes
+    for ``spec``: it *is* the compiler's lowering (:func:`phronomy_fsm.codegen.lower`),
+    so compound states, barrier shorthands and derived events mean the same here.
 
-    ``spec`` should be valid; a barrier outcome left unnamed becomes ``""``. When the
-    spec has auto states and does not declare ``state_completed``, the event is added
-    first, as the generator does. Raises ``IndexError`` when no state is initial.
+    Raises ``ValueError`` when no state can be entered as the initial state.
     """
-    events = spec.effective_events()
-    guards, actions, offload_hooks, barrier_names = spec.hook_names()
+    from phronomy_fsm.codegen.lower import lower
 
-    def offload(o: Any) -> OffloadRow | None:
-        return OffloadRow(o.hook, o.completed, o.failed, o.effect.value) if o is not None else None
-
-    def barrier(b: Any) -> BarrierRow | None:
-        if b is None:
-            return None
-        return BarrierRow(b.name, *((event or "") for _, event in b.outcome_events()))
-
-    states = tuple(
-        StateRow(
-            name=s.name,
-            kind=s.kind.value,
-            entry=s.entry,
-            offload=offload(s.offload),
-            barrier=barrier(s.barrier),
-            timeout=TimeoutRow(float(s.timeout.seconds), s.timeout.event) if s.timeout else None,
-            description=s.description,
-        )
-        for s in spec.states
-    )
-    transitions_ = tuple(
-        TransitionRow(
-            index=t.index,
-            sources=t.sources,
-            event=t.event,
-            target=t.target,
-            guard=t.guard.name if t.guard else None,
-            negated=bool(t.guard and t.guard.negated),
-            actions=t.actions,
-            offload=offload(t.offload),
-            barrier=barrier(t.barrier),
-            description=t.description,
-        )
-        for t in spec.transitions
-    )
-    return MachineTable(
-        machine=spec.machine,
-        version=spec.version,
-        spec_sha256=spec.source_sha256,
-        initial=spec.initial_states[0].name,
-        states=states,
-        events=tuple(
-            EventRow(e.name, e.payload, e.unhandled.value, e.description, e.durable) for e in events
-        ),
-        transitions=transitions_,
-        guards=guards,
-        actions=actions,
-        offload_hooks=offload_hooks,
-        barriers=barrier_names,
-        migrations=tuple(
-            MigrationRow(m.from_version, m.from_sha256, m.rename_states) for m in spec.migrations
-        ),
-        fail_closed=spec.fail_closed,
-    )
+    return lower(spec)
 
 
 def _never(*_args: Any, **_kwargs: Any) -> bool:

@@ -2,7 +2,7 @@
 
 ``phronomy-fsm generate`` and ``phronomy-fsm diagram --all`` without paths read their
 inputs from the nearest ``pyproject.toml`` found walking up from the working directory,
-so the same command works in this repository and in a user's project (issue 2 item 9)::
+so the same command works in this repository and in a user's project::
 
     [tool.phronomy_fsm]
     specs = ["fsm_specs/*.yaml"]          # globs, relative to the pyproject's folder

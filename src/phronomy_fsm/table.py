@@ -3,10 +3,13 @@
 Generated modules (``phronomy_fsm.generated.<machine>``) import only the standard library
 and this module. Everything here is plain immutable data (``NamedTuple`` rows, which are
 cheap to build at import time and print as valid Python), so a generated module is data,
-not logic (``../shared/design/STYLE.md`` "Layout and boundaries").
+not logic.
 
 State kinds, barrier outcomes and offload semantics are those of the spec language
-(``docs/spec-format.md``; reference §1.1 for the state categories).
+(``docs/spec-format.md``). The table is *flat*: compound states of the spec are lowered
+into rows on the leaf states inside them (``TransitionRow.declared_on`` remembers where
+a row was declared), and ``MachineTable.compounds`` with ``StateRow.parent`` keep the
+hierarchy so that tools can draw it from a generated table alone.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ STATE_KINDS = (AUTO, EXTERNAL, WAIT, FINAL)
 #: The event an auto state posts to itself after its entry work.
 STATE_COMPLETED = "state_completed"
 
-#: Barrier outcomes (ARCHITECTURE.md "Specs"; reference §4.4 for their meaning).
+#: Barrier outcomes (``docs/spec-format.md`` "Barriers" for their meaning).
 COMMITTED = "committed"
 NOT_COMMITTED = "not_committed"
 CONFLICT = "conflict"
@@ -81,7 +84,8 @@ class TimeoutRow(NamedTuple):
 
 
 class StateRow(NamedTuple):
-    """One state: kind (one of :data:`STATE_KINDS`), entry actions, and optional work."""
+    """One (leaf) state: kind (one of :data:`STATE_KINDS`), entry actions, optional
+    work, and the compound state it sits in (``parent``, ``None`` at the top level)."""
 
     name: str
     kind: str
@@ -89,6 +93,18 @@ class StateRow(NamedTuple):
     offload: OffloadRow | None = None
     barrier: BarrierRow | None = None
     timeout: TimeoutRow | None = None
+    description: str = ""
+    parent: str | None = None
+
+
+class CompoundRow(NamedTuple):
+    """A compound state of the spec: its ``parent`` (``None`` at the top level), the
+    child a row into it enters (``initial``), and its description. It is never a state
+    a session is in; it is kept to draw the machine's hierarchy."""
+
+    name: str
+    parent: str | None
+    initial: str
     description: str = ""
 
 
@@ -106,7 +122,9 @@ class EventRow(NamedTuple):
 
 class TransitionRow(NamedTuple):
     """One row of the ordered table. ``target`` is ``None`` for an internal transition;
-    ``guard`` names a guard hook (``negated`` inverts it)."""
+    ``guard`` names a guard hook (``negated`` inverts it). ``declared_on`` names the
+    compound states the spec declared the row on (its ``sources`` are the states inside
+    them); it is empty for a row declared on its sources themselves."""
 
     index: int  # type: ignore[assignment]  # the row's position; shadows tuple.index by design
     sources: tuple[str, ...]
@@ -118,6 +136,7 @@ class TransitionRow(NamedTuple):
     offload: OffloadRow | None = None
     barrier: BarrierRow | None = None
     description: str = ""
+    declared_on: tuple[str, ...] = ()
 
 
 class MigrationRow(NamedTuple):
@@ -135,7 +154,8 @@ class MachineTable(NamedTuple):
     ``guards``, ``actions``, ``offload_hooks`` and ``barriers`` list the hook names the
     application must provide (the generated ``Hooks`` Protocol declares them as methods).
     ``fail_closed`` names the state unproven barrier outcomes go to (``None`` when the
-    spec declares none).
+    spec declares none). ``compounds`` are the spec's compound states, parents before
+    their children (empty for a flat machine).
     """
 
     machine: str
@@ -151,6 +171,7 @@ class MachineTable(NamedTuple):
     barriers: tuple[str, ...] = ()
     migrations: tuple[MigrationRow, ...] = ()
     fail_closed: str | None = None
+    compounds: tuple[CompoundRow, ...] = ()
 
     def state(self, name: str) -> StateRow:
         """Return the row of state ``name``; ``KeyError`` if there is none."""

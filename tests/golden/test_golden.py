@@ -1,6 +1,6 @@
-"""Golden tests: the generated module, DOT and Mermaid of a small spec that uses every
-feature of the format are compared byte for byte with checked-in expectations
-(STYLE.md "Tests": golden cases for generated code and diagrams).
+"""Golden tests: the generated module, DOT (full and main-path views) and Mermaid of a
+small spec that uses every feature of the format are compared byte for byte with
+checked-in expectations.
 
 After an intended change of the template or the renderers, refresh the expectations
 with ``PHRONOMY_UPDATE_GOLDEN=1 pytest tests/golden`` and review the diff.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from phronomy_fsm.codegen import compile_spec
 
-from phronomy_fsm.diagram_files import diagram_texts
+from phronomy_fsm.diagram_files import diagram_texts, main_view_text
 from phronomy_fsm.interop import table_from_spec
 from phronomy_fsm.spec.model import MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file
@@ -54,7 +54,8 @@ def test_golden_module(spec: MachineSpec) -> None:
     assert module.SPEC_SHA256 == spec.source_sha256
     hooks = sorted(n for n in vars(module.Hooks) if not n.startswith("_"))
     assert hooks == list(module.TABLE.hook_names())
-    assert [m.value for m in module.State] == [s.name for s in spec.states]
+    assert [m.value for m in module.State] == [s.name for s in spec.states if not s.compound]
+    assert [c.name for c in module.TABLE.compounds] == ["busy", "storing"]
     assert (
         module.TABLE.state("saving").description
         == "Durable commit before the effect (unicode: é ✓)."
@@ -65,3 +66,12 @@ def test_golden_diagrams(spec: MachineSpec) -> None:
     dot, mermaid = diagram_texts(spec)
     _compare("golden_machine.dot.expected", dot)
     _compare("golden_machine.mmd.expected", mermaid)
+    _compare("golden_machine.main.dot.expected", main_view_text(spec))
+
+
+def test_regenerating_gives_the_same_bytes(spec: MachineSpec) -> None:
+    again = check_spec_file(SPEC).spec
+    assert again is not None
+    first = compile_spec(spec, source_name=SOURCE_NAME)
+    assert compile_spec(again, source_name=SOURCE_NAME) == first
+    assert diagram_texts(again) == diagram_texts(spec)

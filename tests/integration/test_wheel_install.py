@@ -55,7 +55,7 @@ def test_installed_package_is_not_the_source_tree(installed: Path, tmp_path: Pat
     code = (
         "import json, phronomy_fsm, phronomy_fsm.codegen, phronomy_fsm.cli\n"
         "from phronomy_fsm.spec.schema import load_spec_schema\n"
-        "from phronomy_fsm.codegen.compiler import template_sha256\n"
+        "from phronomy_fsm.codegen.emit import template_sha256\n"
         "print(json.dumps([phronomy_fsm.__file__, phronomy_fsm.codegen.__file__,"
         " load_spec_schema()['title'], template_sha256()]))\n"
     )
@@ -122,6 +122,8 @@ def test_user_project_generate_and_import(installed: Path, tmp_path: Path) -> No
         _run([cli, "diagram", "--all"], project, env)
         assert sorted(p.name for p in (project / "docs" / "diagrams").iterdir()) == [
             "door.dot",
+            "door.main.dot",
+            "door.main.png",
             "door.mmd",
             "door.svg",
         ]

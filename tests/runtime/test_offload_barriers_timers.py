@@ -32,7 +32,7 @@ states:
   calling:
     kind: external
     initial: true
-    offload: {hook: call, completed: done, failed: failed}
+    offload: {hook: call, completed: done, failed: failed, effect: pure}
   committing:
     kind: external
     barrier: {name: commit, committed: c_ok, not_committed: c_no, conflict: c_conflict, outcome_unknown: c_unknown}

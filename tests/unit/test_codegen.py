@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,7 @@ import phronomy_fsm.generated
 from phronomy_fsm.cli import main
 from phronomy_fsm.spec.loader import load_spec_text
 from phronomy_fsm.spec.model import MachineSpec
+from phronomy_fsm.spec.validate import check_spec_file
 from tests.spec_samples import REAL_MACHINES, REAL_SPECS, REPO, door, yaml_quoted
 
 GENERATED = REPO / "src" / "phronomy_fsm" / "generated"
@@ -358,3 +360,42 @@ def test_generate_reports_orphaned_modules_of_the_project(
         main, ["generate", "fsm_specs/tool_invocation.yaml", "--out", str(out), "--check"]
     )
     assert some.exit_code == 0 and "orphan" not in some.stderr
+
+
+# ------------------------------------------------------------- one compiler
+
+
+@pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
+def test_one_compiler_lowers_once_and_the_emitter_prints_the_table(path: Path) -> None:
+    from phronomy_fsm.codegen import emit, lower
+
+    from phronomy_fsm.interop import table_from_spec
+
+    result = check_spec_file(path)
+    assert result.spec is not None
+    table = lower(result.spec)
+    assert table_from_spec(result.spec) == table  # interop uses the same lowering
+    text = emit(table, source_name="x.yaml", description=result.spec.description)
+    assert text == compile_spec(result.spec, source_name="x.yaml")
+    module = types.ModuleType("m")
+    exec(compile(text, "m.py", "exec"), module.__dict__)  # noqa: S102 - our own output
+    assert module.TABLE == table  # the printed object is the object
+
+
+def test_the_template_is_dumb() -> None:
+    template = (REPO / "codegen" / "templates" / "machine.py.j2").read_text("utf-8")
+    tags = re.findall(r"{%-?\s*(\w+)", template)
+    assert set(tags) <= {"for", "endfor"}, tags  # loops and interpolation only
+    assert "|" not in "".join(re.findall(r"{{(.*?)}}", template))  # no filters
+
+
+def test_lowering_needs_no_jinja() -> None:
+    code = (
+        "import sys\n"
+        "from phronomy_fsm.codegen.lower import lower\n"
+        "from phronomy_fsm.spec.loader import load_spec\n"
+        f"lower(load_spec({str(REAL_SPECS[0])!r}).spec)\n"
+        "print('jinja2' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

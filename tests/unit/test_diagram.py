@@ -1,5 +1,7 @@
 """Diagrams: the IR, DOT and Mermaid renderers, ``dot`` rendering, committed diagrams
-and their freshness check (issue 2 item 7)."""
+and their freshness check. The IR is built from the lowered table, so every expectation
+here is stated against :func:`phronomy_fsm.codegen.lower` (compound states and their
+rows, the main-path view and the execution overlay are in ``test_diagram_views.py``)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,10 @@ import subprocess
 from pathlib import Path
 from xml.etree import ElementTree
 
+import attrs
 import pytest
 from click.testing import CliRunner
+from phronomy_fsm.codegen import lower
 
 from phronomy_fsm.cli import main
 from phronomy_fsm.diagram import (
@@ -20,10 +24,13 @@ from phronomy_fsm.diagram import (
     dot_sha256,
     mermaid_id,
     mermaid_text,
+    png_dot_sha256,
     render_dot,
     render_image,
     render_mermaid,
+    render_png,
     render_svg,
+    stamp_png,
     stamp_svg,
     svg_dot_sha256,
 )
@@ -62,11 +69,16 @@ def _dot_json(dot: str) -> dict:
 @pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
 def test_ir_has_every_state_and_one_edge_per_row_and_source(path: Path) -> None:
     spec = _spec(path)
+    table = lower(spec)
     diagram = build_diagram(spec)
-    assert [n.name for n in diagram.nodes] == [s.name for s in spec.states]
-    expected = [(t.index, s, t.target or s) for t in spec.transitions for s in t.sources]
+    assert diagram == attrs.evolve(build_diagram(table), description=spec.description)
+    assert [n.name for n in diagram.nodes] == [s.name for s in table.states]
+    assert [c.name for c in diagram.clusters] == [c.name for c in table.compounds]
+    expected = [
+        (t.index, s, t.target or s) for t in table.transitions for s in t.declared_on or t.sources
+    ]
     assert [(e.index, e.source, e.target) for e in diagram.edges] == expected
-    assert diagram.initial == spec.initial_states[0].name
+    assert diagram.initial == table.initial
 
 
 def test_ir_marks_and_labels() -> None:
@@ -97,19 +109,26 @@ def test_ir_marks_and_labels() -> None:
 @needs_dot
 @pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
 def test_dot_has_every_state_and_every_edge(path: Path) -> None:
-    spec = _spec(path)
-    graph = _dot_json(render_dot(build_diagram(spec)))
+    table = lower(_spec(path))
+    graph = _dot_json(render_dot(build_diagram(table)))
     ids = [o.get("id", "") for o in graph["objects"]]
     states = sorted(i.removeprefix("state:") for i in ids if i.startswith("state:"))
-    assert states == sorted(s.name for s in spec.states)
-    edges = [e for e in graph["edges"] if e.get("id", "").startswith("t")]
-    expected = sorted(f"t{t.index}:{s}" for t in spec.transitions for s in t.sources)
+    assert states == sorted(s.name for s in table.states)
+    clusters = sorted(i.removeprefix("compound:") for i in ids if i.startswith("compound:"))
+    assert clusters == sorted(c.name for c in table.compounds)
+    edges = [e for e in graph["edges"] if re.fullmatch(r"t\d+:\w+", e.get("id", ""))]
+    expected = sorted(
+        f"t{t.index}:{s}" for t in table.transitions for s in t.declared_on or t.sources
+    )
     assert sorted(e["id"] for e in edges) == expected
     names = {o["_gvid"]: o["name"] for o in graph["objects"]}
     for edge in edges:
         index, source = edge["id"][1:].split(":")
-        row = spec.transitions[int(index)]
-        assert names[edge["tail"]] == source
+        row = table.transitions[int(index)]
+        if row.declared_on:  # drawn from the cluster, through one of its states
+            assert names[edge["tail"]] in row.sources
+        else:
+            assert names[edge["tail"]] == source
         assert names[edge["head"]] == (row.target or source)
         assert edge["label"].startswith(("internal: " if row.target is None else "") + row.event)
     legend = [i for i in ids if i.startswith("legend:")]
@@ -195,18 +214,26 @@ def test_hostile_text_survives_dot(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
 def test_mermaid_has_every_state_and_every_edge(path: Path) -> None:
     spec = _spec(path)
+    table = lower(spec)
     text = render_mermaid(build_diagram(spec))
     assert text.startswith("---\ntitle: ") and "\nstateDiagram-v2\n" in text
-    declared = re.findall(r'^    state "(\w+)" as (s_\w+)$', text, re.MULTILINE)
-    assert [name for name, _ in declared] == [s.name for s in spec.states]
+    declared = re.findall(r'^ +state "(\w+)" as (s_\w+)$', text, re.MULTILINE)
+    assert sorted(name for name, _ in declared) == sorted(
+        [s.name for s in table.states] + [c.name for c in table.compounds]
+    )
+    composites = re.findall(r"^ +state (s_\w+) \{$", text, re.MULTILINE)
+    assert composites == [mermaid_id(c.name) for c in table.compounds]
     edges = re.findall(r"^    (s_\w+) --> (s_\w+) : (.+)$", text, re.MULTILINE)
     expected = [
-        (mermaid_id(s), mermaid_id(t.target or s)) for t in spec.transitions for s in t.sources
+        (mermaid_id(s), mermaid_id(t.target or s))
+        for t in table.transitions
+        for s in t.declared_on or t.sources
     ]
     assert [(a, b) for a, b, _ in edges] == expected
-    assert text.count("    [*] --> ") == 1
+    assert len(re.findall(r"^    \[\*\] --> ", text, re.MULTILINE)) == 1
+    assert len(re.findall(r"^ +\[\*\] --> ", text, re.MULTILINE)) == 1 + len(table.compounds)
     assert len(re.findall(r"^    s_\w+ --> \[\*\]$", text, re.MULTILINE)) == sum(
-        s.is_final for s in spec.states
+        s.kind == "final" for s in table.states
     )
     classes = dict(re.findall(r"^    class (s_\w+) (\w+)$", text, re.MULTILINE))
     if spec.state("recovery_required") is not None:
@@ -231,19 +258,20 @@ def test_mermaid_escaping() -> None:
 @needs_dot
 @pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
 def test_dot_renders_svg_and_png(path: Path) -> None:
-    spec = _spec(path)
-    dot = render_dot(build_diagram(spec))
+    table = lower(_spec(path))
+    dot = render_dot(build_diagram(table))
     svg = render_svg(dot)
     assert svg_dot_sha256(svg) == dot_sha256(dot)
     root = ElementTree.fromstring(svg)
     groups = {g.get("id"): g.get("class") for g in root.iter(f"{SVG}g")}
     assert sum(1 for k, v in groups.items() if k and k.startswith("state:") and v == "node") == len(
-        spec.states
+        table.states
     )
     edges = sum(1 for k, v in groups.items() if k and re.fullmatch(r"t\d+:\w+", k) and v == "edge")
-    assert edges == sum(len(t.sources) for t in spec.transitions)
-    png = render_image(dot, "png")
+    assert edges == sum(len(t.declared_on or t.sources) for t in table.transitions)
+    png = render_png(dot)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 1000
+    assert png_dot_sha256(png) == dot_sha256(dot)
 
 
 def test_missing_dot_is_a_render_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -275,6 +303,17 @@ def test_stamp_is_after_the_xml_declaration() -> None:
     assert stamp_svg(b"<svg/>", "x").startswith(b"<!-- phronomy-fsm")
 
 
+def test_png_stamp_is_a_text_chunk_after_the_header() -> None:
+    png = _fake_png("digraph {}")
+    assert png_dot_sha256(png) == dot_sha256("digraph {}")
+    length = int.from_bytes(png[33:37], "big")
+    assert png[37:41] == b"tEXt" and length == 102  # right after IHDR: keyword, NUL, sha256
+    assert png_dot_sha256(png[:33] + png[33 + 12 + length :]) is None  # chunk removed
+    assert png_dot_sha256(b"GIF89a") is None
+    with pytest.raises(ValueError):
+        stamp_png(b"not a png", "x")
+
+
 # ------------------------------------------------------- committed diagrams
 
 
@@ -282,18 +321,29 @@ def test_committed_diagrams_are_fresh() -> None:
     report = write_diagrams(REAL_SPECS, REPO / "docs" / "diagrams", check=True)
     assert report.ok
     assert [str(f.path.name) for f in report.stale] == []
-    assert len(report.files) == 3 * len(REAL_SPECS)
+    assert len(report.files) == 5 * len(REAL_SPECS)
 
 
 def _fake_svg(dot: str) -> bytes:
     return stamp_svg(b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>\n', dot)
 
 
+#: the smallest PNG: signature, a 1x1 grey IHDR, one IDAT, IEND
+_TINY_PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010800000000"
+    "3a7e9b550000000a49444154789c636000000002000148afa4710000000049454e44ae426082"
+)
+
+
+def _fake_png(dot: str) -> bytes:
+    return stamp_png(_TINY_PNG, dot)
+
+
 def test_freshness_check_catches_stale_diagrams(tmp_path: Path) -> None:
     spec_path = REAL_SPECS[0]
     out = tmp_path / "diagrams"
-    written = write_diagrams([spec_path], out, render=_fake_svg)
-    assert sorted(f.reason for f in written.files) == ["missing"] * 3
+    written = write_diagrams([spec_path], out, render=_fake_svg, render_raster=_fake_png)
+    assert sorted(f.reason for f in written.files) == ["missing"] * 5
     assert write_diagrams([spec_path], out, check=True).stale == ()
     machine = spec_path.stem
     dot_file, mmd_file, svg_file = (out / f"{machine}{s}" for s in (".dot", ".mmd", ".svg"))
@@ -315,13 +365,23 @@ def test_freshness_check_catches_stale_diagrams(tmp_path: Path) -> None:
         "missing",
         "not stamped",
     }
+    png_file = out / f"{machine}.main.png"
+    png_file.write_bytes(_fake_png("digraph { other }"))
+    assert (png_file, "rendered from other DOT") in {
+        (f.path, f.reason) for f in write_diagrams([spec_path], out, check=True).stale
+    }
     # writing repairs everything, and re-renders only what is stale
     calls: list[str] = []
-    write_diagrams([spec_path], out, render=lambda d: calls.append(d) or _fake_svg(d))
-    assert len(calls) == 1
+    write_diagrams(
+        [spec_path],
+        out,
+        render=lambda d: calls.append(d) or _fake_svg(d),
+        render_raster=lambda d: calls.append(d) or _fake_png(d),
+    )
+    assert len(calls) == 2
     assert write_diagrams([spec_path], out, check=True).stale == ()
     write_diagrams([spec_path], out, render=lambda d: calls.append(d) or _fake_svg(d))
-    assert len(calls) == 1  # fresh SVG kept as is
+    assert len(calls) == 2  # fresh images kept as they are
 
 
 def test_check_needs_no_dot_and_write_fails_cleanly_without_it(
@@ -422,10 +482,13 @@ def test_cli_diagram_all_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert stale.exit_code == 1
     assert "docs/diagrams/door.dot: stale (missing)" in stale.stderr
     monkeypatch.setattr("phronomy_fsm.diagram_files.render_svg", _fake_svg)
+    monkeypatch.setattr("phronomy_fsm.diagram_files.render_png", _fake_png)
     written = runner.invoke(main, ["diagram", "--all"])
     assert written.exit_code == 0, written.stderr
     assert sorted(p.name for p in (project / "docs" / "diagrams").iterdir()) == [
         "door.dot",
+        "door.main.dot",
+        "door.main.png",
         "door.mmd",
         "door.svg",
     ]

@@ -1,9 +1,10 @@
-"""The shipped JSON Schema agrees with the loader (issue 2 item 2).
+"""The shipped JSON Schema agrees with the loader: both come from one shape table.
 
 - the packaged ``spec.schema.json`` is exactly what :func:`build_spec_schema` derives
-  from the loader now (a stale schema fails);
-- its allowed keys per node are the loader's ``ALLOWED_KEYS``, and its required keys
-  are the ones whose absence the loader reports as ``MISSING_KEY``;
+  from :data:`phronomy_fsm.spec.shape.SHAPES` now (a stale schema fails);
+- its allowed keys per node are the loader's ``ALLOWED_KEYS`` (derived from the same
+  table), and its required keys are the ones whose absence the loader reports as
+  ``MISSING_KEY``;
 - the three shipped specs pass it; unknown keys, wrong kinds and wrong types fail it
   as they fail the loader;
 - for random mutations of the shipped specs: whatever validates cleanly passes the
@@ -27,6 +28,7 @@ from phronomy_fsm.spec.schema import (
     render_spec_schema,
     required_keys,
 )
+from phronomy_fsm.spec.shape import SHAPES
 from phronomy_fsm.spec.validate import validate_spec
 from tests.spec_samples import REAL_SPECS, REPO
 from tests.spec_strategies import REAL_DATA, dump, load_plain, mutated_real_specs
@@ -64,11 +66,26 @@ def test_shipped_specs_pass_the_schema(path: Any) -> None:
     assert errors == []
 
 
+def _all_states(states: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for body in states.values():
+        out.append(body)
+        out.extend(_all_states(body.get("states") or {}))
+    return out
+
+
 # one representative node of each kind inside a real spec, to remove/add keys on
 def _sample_nodes(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    states = data["states"]
-    with_barrier = next(s for s in states.values() if s.get("barrier"))
-    with_offload = next(s for s in states.values() if s.get("offload"))
+    states = _all_states(data["states"])
+    with_barrier = next(s for s in states if s.get("barrier"))
+    with_offload = next(s for s in states if s.get("offload"))
+    target = next(
+        t
+        for s in states
+        if s.get("barrier")
+        for t in s["barrier"].get("on_committed", [])
+        if isinstance(t, dict)
+    )
     return {
         "machine": data,
         "state": with_barrier,
@@ -76,7 +93,16 @@ def _sample_nodes(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "transition": data["transitions"][1],
         "barrier": with_barrier["barrier"],
         "offload": with_offload["offload"],
+        "target": target,
     }
+
+
+def test_every_shape_is_in_the_schema() -> None:
+    schema = load_spec_schema()
+    assert set(schema["$defs"]) == {label for label in SHAPES if label != "machine"} | {"name"}
+    for label, shape in SHAPES.items():
+        node = _node_schema(label)
+        assert sorted(node["properties"]) == sorted(shape.allowed)
 
 
 def _loader_shape_codes(data: Any) -> set[str]:
@@ -87,7 +113,10 @@ def _loader_shape_codes(data: Any) -> set[str]:
 AGENT = REAL_DATA[[p.stem for p in REAL_SPECS].index("agent_session")]
 
 
-@pytest.mark.parametrize("label", ["machine", "state", "event", "transition", "barrier", "offload"])
+LABELS = ["machine", "state", "event", "transition", "barrier", "offload", "target"]
+
+
+@pytest.mark.parametrize("label", LABELS)
 def test_required_keys_agree_with_the_loader(label: str) -> None:
     for key in ALLOWED_KEYS[label]:
         data = copy.deepcopy(AGENT)
@@ -102,7 +131,7 @@ def test_required_keys_agree_with_the_loader(label: str) -> None:
             assert schema_rejects, (label, key)
 
 
-@pytest.mark.parametrize("label", ["machine", "state", "event", "transition", "barrier", "offload"])
+@pytest.mark.parametrize("label", LABELS)
 def test_unknown_keys_fail_both(label: str) -> None:
     data = copy.deepcopy(AGENT)
     _sample_nodes(data)[label]["descripton"] = "typo"

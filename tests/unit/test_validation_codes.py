@@ -20,6 +20,12 @@ from phronomy_fsm.spec.issues import CODES, Severity
 from phronomy_fsm.spec.validate import check_spec_file
 from tests.spec_samples import DOOR, REPO, door
 
+#: ``opened`` with an offload (its effect spliced in with ``%``)
+OFFLOAD = (
+    "  opened: {kind: external, description: Open., offload: {hook: ventilate, completed: close,"
+    " failed: lock%s}}"
+)
+
 # (code, spec text or bytes, "line:col", document path of the issue)
 CASES: list[tuple[str, str | bytes, str, str]] = [
     ("SPEC_TOO_LARGE", DOOR + "#" * (4 * 1024 * 1024), "1:1", "$"),
@@ -258,6 +264,88 @@ CASES: list[tuple[str, str | bytes, str, str]] = [
         "$.events.knock",
     ),
     ("MISSING_DESCRIPTION", door({11: "  opened: {kind: external}"}), "11:3", "$.states.opened"),
+    # compound states
+    (
+        "DUPLICATE_STATE",
+        door(
+            {
+                11: "  opened: {description: Open., states: {closed: {kind: external, initial: true,"
+                " description: Again.}}}"
+            }
+        ),
+        "11:41",
+        "$.states.opened.states.closed",
+    ),
+    (
+        "COMPOUND_NO_INITIAL",
+        door(
+            {
+                11: "  opened: {description: Open., states: {ajar: {kind: external, description: Ajar.}}}"
+            }
+        ),
+        "11:3",
+        "$.states.opened",
+    ),
+    (
+        "COMPOUND_STATE_WORK",
+        door(
+            {
+                11: "  opened: {kind: external, description: Open., states: {ajar: {kind: external,"
+                " initial: true, description: Ajar.}}}"
+            }
+        ),
+        "11:3",
+        "$.states.opened",
+    ),
+    # durability
+    (
+        "EFFECT_WITHOUT_BARRIER",
+        door(
+            {11: OFFLOAD % ""},
+            append="  - {from: opened, event: lock, to: locked, description: Lock.}\n",
+        ),
+        "11:48",
+        "$.states.opened.offload",
+    ),
+    (
+        "WAIT_STATE_NO_SIGNAL",
+        door(
+            {11: OFFLOAD % ", effect: pure"},
+            insert={13: "  parked: {kind: wait, description: Parked.}"},
+            append=(
+                "  - {from: opened, event: lock, to: parked, description: Park it.}\n"
+                "  - {from: parked, event: close, to: closed, description: Never posted here.}\n"
+            ),
+        ),
+        "13:3",
+        "$.states.parked",
+    ),
+    (
+        "STATE_NO_RECOVERY",
+        door(
+            {11: OFFLOAD % ", effect: pure"},
+            insert={13: "  ajar: {kind: external, description: Ajar.}"},
+            append=(
+                "  - {from: opened, event: lock, to: ajar, description: Leave it ajar.}\n"
+                "  - {from: ajar, event: close, to: closed, description: Never posted here.}\n"
+            ),
+        ),
+        "13:3",
+        "$.states.ajar",
+    ),
+    ("FAIL_CLOSED_STATE", door(insert={4: "fail_closed: locked"}), "4:1", "$.fail_closed"),
+    (
+        "OUTCOME_NOT_EXHAUSTIVE",
+        door(
+            {
+                11: OFFLOAD % ", effect: pure",
+                15: "  - {from: opened, event: close, guard: sunny, to: closed, description: Close.}",
+            },
+            append="  - {from: opened, event: lock, to: locked, description: Lock.}\n",
+        ),
+        "11:48",
+        "$.states.opened.offload",
+    ),
 ]
 
 

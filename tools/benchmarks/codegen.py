@@ -2,8 +2,9 @@
 
 Builds a synthetic *valid* spec (auto, external, barrier, offload, timeout and final
 states; guarded, unguarded, multi-source and internal rows; every state reachable and
-able to finish) in a temporary folder, then measures (issue 2 "Performance";
-PERFORMANCE.md ``codegen`` row, targets ≤ 1 s and ≤ 0.05 s):
+able to finish; compound states two levels deep with rows of their own; barriers in
+long form and in shorthand with a fail-closed state) in a temporary folder, then
+measures (targets ≤ 1 s and ≤ 0.05 s):
 
 - ``validate_generate_seconds``: :func:`phronomy_fsm.codegen.generate` on the spec file
   into a fresh folder (read, parse, validate, compile, write), median of ``--runs``;
@@ -37,6 +38,9 @@ FINALS = 10
 EVENTS = 40
 GUARDS = 10
 ACTIONS = 20
+#: Leaf states per compound state, and compound states per outer compound state.
+GROUP = 25
+OUTER = 4
 
 _IMPORT_PROBE = """\
 import sys, time
@@ -71,6 +75,8 @@ def build_spec(states: int = STATES, transitions: int = TRANSITIONS) -> dict[str
         events[f"e{k:02d}"] = {"description": f"outside event {k}", "payload": "dict"}
     for name in ("b_ok", "b_not", "b_conflict", "b_unknown", "o_done", "o_failed", "tick"):
         events[name] = {"description": f"work outcome {name}"}
+    for name in ("abort", "halt", "resolve"):
+        events[name] = {"description": f"outside event {name}"}
     state_defs: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     per_state: list[list[dict[str, Any]]] = [[] for _ in range(states)]
@@ -106,7 +112,7 @@ def build_spec(states: int = STATES, transitions: int = TRANSITIONS) -> dict[str
         state_defs[name] = body
         if i == 0:
             body["initial"] = True
-        if i % 50 == 7:
+        if i % 100 == 7:  # long form
             body["barrier"] = {
                 "name": f"commit_{i:04d}",
                 "committed": "b_ok",
@@ -118,8 +124,20 @@ def build_spec(states: int = STATES, transitions: int = TRANSITIONS) -> dict[str
             for event in ("b_not", "b_conflict", "b_unknown"):
                 per_state[i].append(row(i, event, names[last]))
             continue
+        if i % 100 == 57:  # shorthand: derived events, conflict/unknown go to fail_closed
+            body["barrier"] = {
+                "name": f"commit_{i:04d}",
+                "on_committed": [{"guard": f"g{i % GUARDS}", "to": nxt}, nxt],
+                "on_not_committed": names[last],
+            }
+            continue
         if i % 50 == 17:
-            body["offload"] = {"hook": f"work_{i:04d}", "completed": "o_done", "failed": "o_failed"}
+            body["offload"] = {
+                "hook": f"work_{i:04d}",
+                "completed": "o_done",
+                "failed": "o_failed",
+                "effect": "pure",
+            }
             per_state[i].append(row(i, "o_done", nxt))
             per_state[i].append(row(i, "o_failed", names[last]))
             continue
@@ -128,7 +146,19 @@ def build_spec(states: int = STATES, transitions: int = TRANSITIONS) -> dict[str
             per_state[i].append(row(i, "tick", names[last + 1]))
         per_state[i].append(row(i, f"e{i % EVENTS:02d}", nxt))
         externals.append(i)
-    total = sum(len(r) for r in per_state)
+    # compound states: GROUP leaves each, OUTER of those in an outer one; one row on each
+    groups = [list(range(g, min(g + GROUP, last))) for g in range(0, last, GROUP)]
+    compound_rows = [
+        {"from": f"g{k:03d}", "event": "abort", "to": names[last], "description": "abort"}
+        for k in range(len(groups))
+    ] + [
+        {"from": f"h{j:02d}", "event": "halt", "to": names[last + 1], "description": "halt"}
+        for j in range(0, len(groups), OUTER)
+    ]
+    recovery_rows = [
+        {"from": "recovery_required", "event": "resolve", "to": names[last], "description": "x"}
+    ]
+    total = sum(len(r) for r in per_state) + len(compound_rows) + len(recovery_rows)
     k = 1
     while total < transitions:
         for i in externals:
@@ -151,13 +181,34 @@ def build_spec(states: int = STATES, transitions: int = TRANSITIONS) -> dict[str
             raise ValueError("too many transitions for the event pool")
     for state_rows in per_state:
         rows.extend(state_rows)
+    rows.extend(compound_rows)
+    rows.extend(recovery_rows)
+    top: dict[str, Any] = {}
+    for j in range(0, len(groups), OUTER):
+        outer: dict[str, Any] = {"description": f"outer group {j}", "states": {}}
+        if j == 0:
+            outer["initial"] = True
+        for k in range(j, min(j + OUTER, len(groups))):
+            inner: dict[str, Any] = {"description": f"group {k}", "states": {}}
+            if k == j:
+                inner["initial"] = True
+            for i in groups[k]:
+                inner["states"][names[i]] = state_defs[names[i]]
+            outer["states"][f"g{k:03d}"] = inner
+        top[f"h{j:02d}"] = outer
+    for group in groups:
+        state_defs[names[group[0]]]["initial"] = True
+    for i in range(last, states):
+        top[names[i]] = state_defs[names[i]]
+    top["recovery_required"] = {"kind": "wait", "description": "fail-closed"}
     return {
         "spec_format": 1,
         "machine": "bench_codegen",
         "version": 1,
         "description": "Synthetic machine of the codegen benchmark.",
+        "fail_closed": "recovery_required",
         "events": events,
-        "states": state_defs,
+        "states": top,
         "transitions": rows,
     }
 

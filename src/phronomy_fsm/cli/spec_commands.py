@@ -1,12 +1,11 @@
 """Spec commands of the ``phronomy-fsm`` CLI: ``validate``, ``generate``, ``diagram``.
 
 A thin click layer over :mod:`phronomy_fsm.spec.validate`, ``phronomy_fsm.codegen``,
-:mod:`phronomy_fsm.diagram` and :mod:`phronomy_fsm.diagram_files` (ARCHITECTURE.md
-"CLI"; issue 2 item 9). Diagnostics go to stderr as ``file:line:col: CODE message``;
-results go to stdout. Exit codes: 0 success; 1 invalid spec, stale output, render
-failure or a malformed ``[tool.phronomy_fsm]`` table; 2 usage error (click's own, and a
-command that needs paths run where no ``[tool.phronomy_fsm]`` table provides them).
-Library errors (:class:`PhronomyError`
+:mod:`phronomy_fsm.diagram` and :mod:`phronomy_fsm.diagram_files`. Diagnostics go to
+stderr as ``file:line:col: CODE message``; results go to stdout. Exit codes: 0 success;
+1 invalid spec, stale output, render failure or a malformed ``[tool.phronomy_fsm]``
+table; 2 usage error (click's own, and a command that needs paths run where no
+``[tool.phronomy_fsm]`` table provides them). Library errors (:class:`PhronomyError`
 subclasses) and ``OSError`` become one-line diagnostics and exit code 1, never a
 traceback.
 
@@ -34,6 +33,8 @@ from phronomy_fsm.errors import PhronomyError, ProjectConfigError, SpecError
 from phronomy_fsm.project import ProjectConfig, find_pyproject, load_project_config
 from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES
+from phronomy_fsm.spec.model import MachineSpec
+from phronomy_fsm.spec.resolve import resolve_spec
 from phronomy_fsm.spec.validate import CheckResult, check_spec_file
 
 _SUFFIX_FORMATS = {
@@ -171,10 +172,12 @@ def validate_command(specs: tuple[Path, ...], fmt: str, strict: bool, max_bytes:
             if _passes(result, strict):
                 spec = result.spec
                 assert spec is not None
+                states, compounds, rows = _counts(spec)
+                inside = f", {compounds} compound state(s)" if compounds else ""
                 click.echo(
                     one_line(
-                        f"{path}: valid ({spec.machine}: {len(spec.states)} states, "
-                        f"{len(spec.transitions)} transitions, {warnings} warning(s))"
+                        f"{path}: valid ({spec.machine}: {states} states{inside}, "
+                        f"{rows} transitions, {warnings} warning(s))"
                     )
                 )
             else:
@@ -190,14 +193,23 @@ def _passes(result: CheckResult, strict: bool) -> bool:
     return result.ok and not (strict and result.issues)
 
 
+def _counts(spec: MachineSpec) -> tuple[int, int, int]:
+    """``(states, compound states, transitions)`` of the machine the spec describes: the
+    leaf states and the rows of its lowered table (``docs/spec-format.md``)."""
+    resolved = resolve_spec(spec)
+    return len(resolved.leaves), len(resolved.compounds), len(resolved.rows)
+
+
 def _json_result(path: Path, result: CheckResult, strict: bool) -> dict[str, object]:
     errors = len(result.errors())
+    counts = _counts(result.spec) if result.spec is not None else (None, None, None)
     return {
         "file": os.fspath(path),
         "ok": _passes(result, strict),
         "machine": result.spec.machine if result.spec is not None else None,
-        "states": len(result.spec.states) if result.spec is not None else None,
-        "transitions": len(result.spec.transitions) if result.spec is not None else None,
+        "states": counts[0],
+        "compound_states": counts[1],
+        "transitions": counts[2],
         "errors": errors,
         "warnings": len(result.issues) - errors,
         "issues": [issue.to_json() for issue in result.issues],
@@ -281,6 +293,14 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write here instead of stdout (required for png/svg when stdout is a terminal).",
 )
+@click.option(
+    "--view",
+    type=click.Choice(["full", "main"]),
+    default="full",
+    show_default=True,
+    help="full: every edge; main: the main path, with failure, fail-closed and "
+    "compound-state edges folded into a legend.",
+)
 @click.option("--no-legend", is_flag=True, help="Leave the legend out of DOT/SVG/PNG output.")
 @click.option(
     "--all",
@@ -295,6 +315,7 @@ def diagram_command(
     spec: Path | None,
     fmt: str | None,
     output: Path | None,
+    view: str,
     no_legend: bool,
     all_: bool,
     check: bool,
@@ -302,17 +323,20 @@ def diagram_command(
     """Draw the state diagram of SPEC as DOT, SVG, PNG or Mermaid.
 
     States are styled by kind (auto, external, wait, final); barrier states, wait
-    states and recovery_required are marked and explained in a legend; edges are
-    labelled 'event [guard] / barrier' with their actions. SVG and PNG need the
-    Graphviz 'dot' program.
+    states and the fail-closed state are marked and explained in a legend; compound
+    states are drawn as clusters; edges are labelled 'event [guard] / barrier' with
+    their actions. --view main draws the main path and lists the folded edges (rows
+    on compound states, edges into the fail-closed state, barrier outcomes other than
+    committed, offload failures) in a box. SVG and PNG need the Graphviz 'dot' program.
 
     With --all, the committed diagrams of every spec listed in [tool.phronomy_fsm]
-    are refreshed (DOT and Mermaid compared byte for byte; each SVG carries the sha256
-    of the DOT it was rendered from); --all --check verifies them without 'dot'.
+    are refreshed (the full view as .dot, .mmd and .svg, the main view as .main.dot
+    and .main.png; texts are compared byte for byte, each image carries the sha256 of
+    the DOT it was rendered from); --all --check verifies them without 'dot'.
     """
     if all_:
-        if spec is not None or fmt is not None or output is not None or no_legend:
-            raise click.UsageError("--all takes no SPEC, --format, -o or --no-legend")
+        if spec is not None or fmt is not None or output is not None or no_legend or view != "full":
+            raise click.UsageError("--all takes no SPEC, --format, -o, --view or --no-legend")
         _diagram_all(check)
         return
     if check:
@@ -348,10 +372,11 @@ def diagram_command(
             )
         assert result.spec is not None
         diagram = build_diagram(result.spec)
+        main = view == "main"
         if fmt == "mermaid":
-            data = render_mermaid(diagram).encode("utf-8")
+            data = render_mermaid(diagram, view=view, with_actions=not main).encode("utf-8")
         else:
-            dot = render_dot(diagram, legend=not no_legend)
+            dot = render_dot(diagram, legend=not no_legend, view=view, with_actions=not main)
             if fmt == "dot":
                 data = dot.encode("utf-8")
             elif fmt == "svg":

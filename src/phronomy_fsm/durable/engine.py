@@ -246,6 +246,7 @@ class Engine:
     # ------------------------------------------------------------------ helpers
 
     def now(self) -> datetime:
+        """The runtime clock's wall time (aware UTC)."""
         return self.rt.clock.now()
 
     def emit(
@@ -263,6 +264,7 @@ class Engine:
                 log.exception("durable listener raised on %s", what.value)
 
     def crash_point(self, point: str) -> None:
+        """Honour the runtime's fault plan at ``point`` (tests and the crash harness)."""
         faults = self.rt.faults
         if faults is not None:
             faults.hit(point)
@@ -485,6 +487,8 @@ class Engine:
     def effect_start(
         self, live: LiveExecution, name: str, kind: EffectKind, key: str, attempt: int
     ) -> EffectStart:
+        """Let an effect start: report it and hand its kind, key and attempt to the
+        work (``octx.effect``)."""
         self.crash_point(f"effect:{name}:before")
         self.emit(
             DurableEventKind.EFFECT_STARTED,
@@ -578,6 +582,8 @@ class Engine:
         self.rt.dispatcher.call_soon(self.signal_done, live)
 
     def signal_done(self, live: LiveExecution) -> None:
+        """The delivered signal was handled: deliver the next one the current state
+        takes, if any."""
         live.signal_in_flight = False
         if live.session_id is not None and live.pending:
             node = live.reg.binding.nodes.get(live.state)
@@ -917,6 +923,8 @@ class Engine:
     def park_diverged(
         self, live: LiveExecution, session: Session, expected: Any, reached: str
     ) -> None:
+        """Park an execution whose replay reached ``reached`` instead of the effect
+        an operator answered for (``expected``)."""
         error = ReplayDivergedError(
             f"recovery replayed execution {live.execution_id} and reached {reached} instead of "
             f"{getattr(expected, 'effect', expected)} (key {getattr(expected, 'key', '-')}); the "

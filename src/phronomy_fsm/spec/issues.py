@@ -3,8 +3,9 @@
 Every issue has a stable ``code`` (listed in :data:`CODES` and in
 ``docs/spec-format.md``; a test keeps the two in step), a document ``path`` in
 JSONPath-like form (``$.states.review.barrier``), a :class:`~phronomy_fsm.spec.model.SourceLoc`
-and a message that says how to fix it. Issues render as ``file:line:col: CODE message``
-(STYLE.md "Errors").
+and a message that says how to fix it. Issues render as ``file:line:col: CODE message``.
+:func:`sort_issues` puts root causes (reading, shape, names, references) before what
+they may cause.
 """
 
 from __future__ import annotations
@@ -76,6 +77,19 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.ERROR,
         "a transition, timeout, offload or barrier names an event that is not declared",
     ),
+    "DUPLICATE_STATE": (
+        Severity.ERROR,
+        "a state name is declared twice (in two compound states, or inside and outside one)",
+    ),
+    # compound states
+    "COMPOUND_NO_INITIAL": (
+        Severity.ERROR,
+        "a compound state has no child marked initial (or no child at all)",
+    ),
+    "COMPOUND_STATE_WORK": (
+        Severity.ERROR,
+        "a compound state declares a kind, entry actions, an offload, a barrier or a timeout",
+    ),
     # machine structure
     "NO_INITIAL_STATE": (Severity.ERROR, "no state is marked initial"),
     "MULTIPLE_INITIAL_STATES": (Severity.ERROR, "more than one state is marked initial"),
@@ -128,6 +142,33 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.ERROR,
         "two migrations apply to the same spec version and sha256",
     ),
+    # durability
+    "EFFECT_WITHOUT_BARRIER": (
+        Severity.ERROR,
+        (
+            "a non-pure effect can start on a path with no committed barrier since the initial "
+            "state or the last non-pure effect"
+        ),
+    ),
+    "WAIT_STATE_NO_SIGNAL": (
+        Severity.ERROR,
+        "a wait state can only be left on engine-internal events and has no timeout",
+    ),
+    "STATE_NO_RECOVERY": (
+        Severity.ERROR,
+        (
+            "an external state waits only for engine-internal events but starts no offload, "
+            "barrier or timer"
+        ),
+    ),
+    "FAIL_CLOSED_STATE": (
+        Severity.ERROR,
+        "fail_closed names an unknown state or a final state",
+    ),
+    "OUTCOME_NOT_EXHAUSTIVE": (
+        Severity.ERROR,
+        "the rows taking an offload or barrier outcome can all fail their guards",
+    ),
     "UNUSED_EVENT": (Severity.WARNING, "an event is declared but no transition uses it"),
     "MISSING_DESCRIPTION": (Severity.WARNING, "a state or transition has no description"),
 }
@@ -175,6 +216,40 @@ class SpecIssue:
         }
 
 
+#: Codes of root causes: problems of reading, shape, names and references, which other
+#: issues may follow from. They are listed first.
+ROOT_CAUSE_CODES = frozenset(
+    {
+        "FILE_UNREADABLE",
+        "SPEC_TOO_LARGE",
+        "NOT_UTF8",
+        "YAML_SYNTAX",
+        "YAML_UNSUPPORTED",
+        "EMPTY_SPEC",
+        "DUPLICATE_KEY",
+        "WRONG_TYPE",
+        "UNKNOWN_KEY",
+        "MISSING_KEY",
+        "BAD_VALUE",
+        "UNSUPPORTED_FORMAT",
+        "INVALID_NAME",
+        "RESERVED_NAME",
+        "NAME_COLLISION",
+        "NAME_CLASH",
+        "UNKNOWN_STATE",
+        "UNKNOWN_EVENT",
+        "DUPLICATE_STATE",
+        "FAIL_CLOSED_STATE",
+    }
+)
+
+
 def sort_issues(issues: list[SpecIssue]) -> list[SpecIssue]:
-    """Order issues by file, line, column, code (stable, for deterministic output)."""
-    return sorted(issues, key=lambda i: (i.loc.file, i.loc.line, i.loc.column, i.code, i.path))
+    """Order issues root causes first (:data:`ROOT_CAUSE_CODES`), then other errors,
+    then warnings; each group by file, line, column, code and path (deterministic)."""
+
+    def key(i: SpecIssue) -> tuple[int, str, int, int, str, str]:
+        rank = 0 if i.code in ROOT_CAUSE_CODES else 1 if i.is_error else 2
+        return (rank, i.loc.file, i.loc.line, i.loc.column, i.code, i.path)
+
+    return sorted(issues, key=key)

@@ -1,24 +1,27 @@
 """The spec model: frozen attrs values describing one machine, independent of YAML.
 
-This layer knows nothing of YAML, of code generation or of execution (sismic's
-``model/`` split, ``../shared/design/STYLE.md``). :mod:`phronomy_fsm.spec.loader` builds
-it from a YAML file; :mod:`phronomy_fsm.spec.validate` checks it;
-``phronomy_fsm.codegen`` compiles it; :mod:`phronomy_fsm.diagram` draws it.
+This layer knows nothing of YAML, of code generation or of execution.
+:mod:`phronomy_fsm.spec.loader` builds it from a YAML file (the YAML keys of every node
+are listed once, in :mod:`phronomy_fsm.spec.shape`); :mod:`phronomy_fsm.spec.resolve`
+works out what it means (the state tree, derived events, the rows barrier shorthands
+and compound states stand for); :mod:`phronomy_fsm.spec.validate` checks it;
+``phronomy_fsm.codegen`` lowers it to a table; :mod:`phronomy_fsm.diagram` draws it.
 
-Every node keeps a :class:`SourceLoc` (file, 1-based line and column) so that each
-validation issue points at the text that caused it. The format itself is documented in
-``docs/spec-format.md``; the vocabulary follows ``../shared/design/ARCHITECTURE.md``
-("Specs") and reference §1.1 (state categories).
+The model holds the spec *as written*: compound states keep their children (each
+state records its ``parent``), barrier shorthands keep their targets. Every node keeps
+a :class:`SourceLoc` (file, 1-based line and column) so that each validation issue
+points at the text that caused it. The format is documented in ``docs/spec-format.md``.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterator
 
 import attrs
 
-# STATE_COMPLETED (the one event the engine posts by itself, reference §1.1) and
+# STATE_COMPLETED (the one event the engine posts by itself) and
 # BARRIER_OUTCOMES (in the order every barrier declares them) are defined once, in the
 # runtime contract the generated code imports; re-exported here for the spec layer.
 from phronomy_fsm.table import AT_MOST_ONCE, BARRIER_OUTCOMES, IDEMPOTENT, PURE, STATE_COMPLETED
@@ -28,7 +31,7 @@ OFFLOAD_OUTCOMES: tuple[str, ...] = ("completed", "failed")
 
 
 class StateKind(str, enum.Enum):
-    """How a state behaves on entry (reference §1.1 "State categories").
+    """How a state behaves on entry (``docs/spec-format.md`` "States").
 
     - ``auto``: runs its entry work, then posts ``state_completed`` to itself through
       the queue, so the next step is a separate queued turn;
@@ -106,7 +109,7 @@ class OffloadSpec:
     On entry (or when the owning transition is taken) the dispatcher asks the hook
     ``hook`` to prepare the work on the loop thread, runs it on a worker, and posts
     ``completed`` with the returned value or ``failed`` with the exception, each
-    checked for authority first (reference §7.6).
+    checked for authority first.
     """
 
     hook: str
@@ -117,13 +120,31 @@ class OffloadSpec:
 
 
 @attrs.frozen
+class OutcomeTargetSpec:
+    """Where one barrier outcome leads, in the barrier shorthand
+    (``on_committed: calling_llm`` or ``{to, guard, actions, description}``): one row
+    from the barrier's state on the outcome's event (``docs/spec-format.md``
+    "Barrier shorthand")."""
+
+    to: str
+    guard: GuardRef | None = None
+    actions: tuple[str, ...] = ()
+    description: str = ""
+    loc: SourceLoc = UNKNOWN_LOC
+
+
+@attrs.frozen
 class BarrierSpec:
     """A named durable commit that must succeed before an external effect starts.
 
     The barrier's hook commits through the store (with reconciliation of a lost
-    response, reference §4.4) and its outcome is posted as the event named for it.
-    ``None`` means the spec did not name an event for that outcome, which the validator
-    reports (``BARRIER_OUTCOME_UNHANDLED``).
+    response) and its outcome is posted as the event named for it: ``committed``,
+    ``not_committed``, ``conflict`` and ``outcome_unknown`` name the events (long form);
+    ``None`` means the event is derived, ``<event_prefix>_<outcome>`` with the prefix
+    defaulting to the barrier's ``name`` (:meth:`event_for`). ``on_<outcome>`` holds
+    the shorthand targets of that outcome (``None``: not given; ``conflict`` and
+    ``outcome_unknown`` then default to the machine's ``fail_closed`` state unless a
+    transition handles them).
     """
 
     name: str
@@ -131,12 +152,34 @@ class BarrierSpec:
     not_committed: str | None = None
     conflict: str | None = None
     outcome_unknown: str | None = None
+    event_prefix: str | None = None
+    on_committed: tuple[OutcomeTargetSpec, ...] | None = None
+    on_not_committed: tuple[OutcomeTargetSpec, ...] | None = None
+    on_conflict: tuple[OutcomeTargetSpec, ...] | None = None
+    on_outcome_unknown: tuple[OutcomeTargetSpec, ...] | None = None
     loc: SourceLoc = UNKNOWN_LOC
 
-    def outcome_events(self) -> Iterator[tuple[str, str | None]]:
-        """Yield ``(outcome, event name or None)`` for the four outcomes, in order."""
+    def event_for(self, outcome: str) -> str:
+        """The event posted for ``outcome`` (one of ``BARRIER_OUTCOMES``): the one named
+        in the spec, else ``<event_prefix or name>_<outcome>``."""
+        named: str | None = getattr(self, outcome)
+        if named is not None:
+            return named
+        return f"{self.event_prefix or self.name}_{outcome}"
+
+    def is_derived(self, outcome: str) -> bool:
+        """True when the event of ``outcome`` is derived rather than named."""
+        return getattr(self, outcome) is None
+
+    def targets_for(self, outcome: str) -> tuple[OutcomeTargetSpec, ...] | None:
+        """The shorthand targets of ``outcome`` (``None`` when not given)."""
+        targets: tuple[OutcomeTargetSpec, ...] | None = getattr(self, f"on_{outcome}")
+        return targets
+
+    def outcome_events(self) -> Iterator[tuple[str, str]]:
+        """Yield ``(outcome, event)`` for the four outcomes, in order (named or derived)."""
         for outcome in BARRIER_OUTCOMES:
-            yield outcome, getattr(self, outcome)
+            yield outcome, self.event_for(outcome)
 
 
 @attrs.frozen
@@ -168,22 +211,39 @@ class EventSpec:
 @attrs.frozen
 class StateSpec:
     """A state: its kind, entry actions (names), and at most one offload hook or
-    barrier started on entry, plus an optional timeout."""
+    barrier started on entry, plus an optional timeout.
+
+    A *compound* state contains states (``states:`` in YAML); its children name it as
+    their ``parent``. A compound state has no kind (``None``) and no work of its own:
+    it groups the transitions declared on it (``docs/spec-format.md`` "Compound
+    states"). ``kind`` is ``None`` only for compound states (and for a state whose kind
+    could not be read). ``initial`` marks the machine's initial state at the top level
+    and the initial child inside a compound state. ``compound`` is true when the spec
+    wrote ``states:`` in this state (even an empty mapping); ``parent`` names the
+    compound state it sits in (``None`` at the top level).
+    """
 
     name: str
-    kind: StateKind
+    kind: StateKind | None = None
     description: str = ""
     initial: bool = False
     entry: tuple[str, ...] = ()
     offload: OffloadSpec | None = None
     barrier: BarrierSpec | None = None
     timeout: TimeoutSpec | None = None
+    parent: str | None = None
+    compound: bool = False
     loc: SourceLoc = UNKNOWN_LOC
 
     @property
     def is_final(self) -> bool:
         """True for ``final`` states."""
         return self.kind is StateKind.FINAL
+
+    @property
+    def has_work(self) -> bool:
+        """True when the state declares entry actions, an offload, a barrier or a timeout."""
+        return bool(self.entry or self.offload or self.barrier or self.timeout)
 
 
 @attrs.frozen
@@ -200,13 +260,20 @@ class TransitionSpec:
     index: int
     sources: tuple[str, ...]
     event: str
-    target: str | None
+    target: str | None = None
     guard: GuardRef | None = None
     actions: tuple[str, ...] = ()
     offload: OffloadSpec | None = None
     barrier: BarrierSpec | None = None
     description: str = ""
+    path: str = ""
     loc: SourceLoc = UNKNOWN_LOC
+
+    @property
+    def where(self) -> str:
+        """The document path of the row: ``path`` for a row a barrier shorthand stands
+        for (``$.states.s.barrier.on_committed[0]``), else ``$.transitions[index]``."""
+        return self.path or f"$.transitions[{self.index}]"
 
     def render(self) -> str:
         """Return a one-line human form: ``a, b --event [guard]--> target``."""
@@ -223,13 +290,22 @@ class MigrationSpec:
     the spec whose sha256 is ``from_sha256``) is recovered with its durable state names
     mapped through ``rename_states`` (old name → new name); a name absent from the map
     must still exist. Without a matching migration an execution pinned to another spec
-    is parked in ``recovery_required`` (issue 6, "spec-version pinning").
+    is parked in ``recovery_required`` (``docs/spec-format.md`` "Migrations").
     """
 
     from_version: int
     from_sha256: str | None = None
     rename_states: tuple[tuple[str, str], ...] = ()
     loc: SourceLoc = UNKNOWN_LOC
+
+
+#: Descriptions of derived barrier outcome events, by outcome.
+_DERIVED_EVENT_TEXT = {
+    "committed": "Barrier {barrier} committed.",
+    "not_committed": "Barrier {barrier} is known not to have committed.",
+    "conflict": "Barrier {barrier} lost its compare-and-set.",
+    "outcome_unknown": "The response of barrier {barrier} was lost and could not be reconciled.",
+}
 
 
 @attrs.frozen
@@ -240,7 +316,7 @@ class MachineSpec:
     code and in executions; ``source_name`` is the path as given to the loader, used in
     diagnostics and in the generated header (never an absolute path when the caller
     passes a relative one). ``fail_closed`` names the state unproven barrier outcomes go
-    to (``None``: not declared).
+    to (``None``: not declared); ``fail_closed_loc`` is where it was written.
     """
 
     machine: str
@@ -255,13 +331,31 @@ class MachineSpec:
     source_name: str = "<memory>"
     source_sha256: str = ""
     loc: SourceLoc = UNKNOWN_LOC
+    fail_closed_loc: SourceLoc = UNKNOWN_LOC
+
+    @functools.cached_property
+    def _state_index(self) -> dict[str, StateSpec]:
+        """State name → its first declaration (computed once per spec)."""
+        index: dict[str, StateSpec] = {}
+        for state in self.states:
+            index.setdefault(state.name, state)
+        return index
+
+    @functools.cached_property
+    def _paths(self) -> dict[int, str]:
+        """``id`` of each state declaration → its document path (computed once)."""
+        paths: dict[int, str] = {}
+        latest: dict[str, str] = {}
+        for state in self.states:  # parents come before their children
+            base = latest.get(state.parent, "$") if state.parent is not None else "$"
+            path = f"{base}.states.{state.name}"
+            paths[id(state)] = path
+            latest.setdefault(state.name, path)
+        return paths
 
     def state(self, name: str) -> StateSpec | None:
-        """Return the state called ``name``, or ``None``."""
-        for state in self.states:
-            if state.name == name:
-                return state
-        return None
+        """Return the state called ``name`` (its first declaration), or ``None``."""
+        return self._state_index.get(name)
 
     def event(self, name: str) -> EventSpec | None:
         """Return the event called ``name``, or ``None``."""
@@ -272,39 +366,74 @@ class MachineSpec:
 
     @property
     def initial_states(self) -> tuple[StateSpec, ...]:
-        """Every state marked ``initial`` (a valid spec has exactly one)."""
-        return tuple(s for s in self.states if s.initial)
+        """Every top-level state marked ``initial`` (a valid spec has exactly one)."""
+        return tuple(s for s in self.states if s.initial and s.parent is None)
 
-    def transitions_from(self, state: str) -> tuple[TransitionSpec, ...]:
-        """The rows leaving ``state``, in table order."""
-        return tuple(t for t in self.transitions if state in t.sources)
+    def children(self, name: str | None) -> tuple[StateSpec, ...]:
+        """The states directly inside ``name`` (``None``: the top-level states)."""
+        return tuple(s for s in self.states if s.parent == name)
+
+    def state_path(self, name: str) -> str:
+        """The document path of state ``name``: ``$.states.a.states.b`` for a child (the
+        first declaration when the name is declared twice; see :meth:`path_of`)."""
+        state = self.state(name)
+        return self.path_of(state) if state is not None else f"$.states.{name}"
+
+    def path_of(self, state: StateSpec) -> str:
+        """The document path of the state declaration ``state`` (one of :attr:`states`)."""
+        path = self._paths.get(id(state))
+        if path is not None:
+            return path
+        return f"$.states.{state.name}"
 
     @property
     def implicit_state_completed(self) -> bool:
         """True when the spec has auto states but does not declare ``state_completed``:
-        the engine's own event is then added (reference §1.1)."""
+        the engine's own event is then added."""
         return all(e.name != STATE_COMPLETED for e in self.events) and any(
             s.kind is StateKind.AUTO for s in self.states
         )
 
     def effective_events(self) -> tuple[EventSpec, ...]:
-        """The declared events, with ``state_completed`` first when it is implicit
-        (:attr:`implicit_state_completed`) — the events the generated table holds."""
+        """The events the generated table holds: the declared events, with
+        ``state_completed`` first when it is implicit (:attr:`implicit_state_completed`),
+        then the derived outcome events of barriers that the spec does not declare
+        (payload ``BarrierOutcome``; ``docs/spec-format.md`` "Barrier shorthand")."""
+        declared = {e.name for e in self.events}
+        derived: list[EventSpec] = []
+        for _, barrier, _ in self.barriers():
+            for outcome in BARRIER_OUTCOMES:
+                name = barrier.event_for(outcome)
+                if barrier.is_derived(outcome) and name not in declared:
+                    declared.add(name)
+                    derived.append(
+                        EventSpec(
+                            name,
+                            description=_DERIVED_EVENT_TEXT[outcome].format(barrier=barrier.name),
+                            payload="BarrierOutcome",
+                            loc=barrier.loc,
+                        )
+                    )
         if not self.implicit_state_completed:
-            return self.events
+            return (*self.events, *derived)
         implicit = EventSpec(
             STATE_COMPLETED, description="posted by the engine after an auto state's entry work"
         )
-        return (implicit, *self.events)
+        return (implicit, *self.events, *derived)
 
     def hook_names(
         self,
     ) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
         """``(guards, actions, offload_hooks, barriers)``: every name the application
-        implements, each sorted and without duplicates (entry actions count as actions)."""
+        implements, each sorted and without duplicates (entry actions count as actions,
+        and so do the guards and actions of barrier shorthand targets)."""
         guards = {t.guard.name for t in self.transitions if t.guard}
         actions = {a for t in self.transitions for a in t.actions}
         actions |= {a for s in self.states for a in s.entry}
+        for target in self.outcome_targets():
+            if target.guard:
+                guards.add(target.guard.name)
+            actions.update(target.actions)
         offloads = {s.offload.hook for s in self.states if s.offload}
         offloads |= {t.offload.hook for t in self.transitions if t.offload}
         barriers = {s.barrier.name for s in self.states if s.barrier}
@@ -315,3 +444,20 @@ class MachineSpec:
             tuple(sorted(offloads)),
             tuple(sorted(barriers)),
         )
+
+    def barriers(self) -> Iterator[tuple[str, BarrierSpec, str | None]]:
+        """Yield ``(document path, barrier, owner)`` for every barrier: a state's (owner:
+        the state) and a transition's (owner: its target, where the outcomes arrive;
+        ``None`` for an internal row)."""
+        for state in self.states:
+            if state.barrier is not None:
+                yield self.state_path(state.name) + ".barrier", state.barrier, state.name
+        for t in self.transitions:
+            if t.barrier is not None:
+                yield t.where + ".barrier", t.barrier, t.target
+
+    def outcome_targets(self) -> Iterator[OutcomeTargetSpec]:
+        """Every barrier shorthand target, in document order."""
+        for _, barrier, _ in self.barriers():
+            for outcome in BARRIER_OUTCOMES:
+                yield from barrier.targets_for(outcome) or ()

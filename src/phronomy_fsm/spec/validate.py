@@ -1,12 +1,22 @@
-"""Static checks of a loaded spec: names, references, structure, barriers, timeouts.
+"""Static checks of a loaded spec: names, references, hierarchy, structure, barriers,
+timeouts and durability.
 
 :func:`validate_spec` collects **every** issue (it never stops at the first), each with a
-stable code from :data:`phronomy_fsm.spec.issues.CODES`, a document path and a location.
-The rules come from ``../shared/design/ARCHITECTURE.md`` ("Specs": unknown or duplicate
-names, identifiers, collisions after normalisation, exactly one initial state, nothing
-leaves a final state, unreachable and trap states, shadowed transitions, non-exhaustive
-auto states, auto-only cycles, barrier outcomes, wait states with no way out), plus
-issue 2's offload-event and hook-name rules. ``docs/spec-format.md`` lists the codes.
+stable code from :data:`phronomy_fsm.spec.issues.CODES`, a document path and a location;
+``docs/spec-format.md`` lists the codes with a failing example each. The checks live in
+three modules that share a :class:`~phronomy_fsm.spec.check_context.CheckContext`:
+
+- this one: names, references (with "did you mean"), compound states, the initial and
+  final states, migrations and usage;
+- :mod:`phronomy_fsm.spec.check_rows`: work (offloads, barriers, timeouts), shadowed
+  rows, auto states, reachability;
+- :mod:`phronomy_fsm.spec.check_durability`: effects behind committed barriers, wait
+  states a signal can leave, recovery of external states, the fail-closed state.
+
+Diagnostics lead to the cause: unknown names are checked first, and the later checks
+read the spec *as if* each mistyped name were its nearest declared one, so one typo
+gives one issue; parts the loader could not read are skipped rather than reported again;
+issues are ordered root causes first (:func:`phronomy_fsm.spec.issues.sort_issues`).
 """
 
 from __future__ import annotations
@@ -14,32 +24,26 @@ from __future__ import annotations
 import keyword
 import os
 import re
-from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
 
 import attrs
 
-from phronomy_fsm.runtime.timers import check_delay
+from phronomy_fsm.spec import check_durability, check_rows
+from phronomy_fsm.spec.check_context import CheckContext
 from phronomy_fsm.spec.issues import SpecIssue, sort_issues
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
 from phronomy_fsm.spec.model import (
-    STATE_COMPLETED,
-    BarrierSpec,
+    BARRIER_OUTCOMES,
     MachineSpec,
-    OffloadSpec,
+    OutcomeTargetSpec,
     SourceLoc,
     StateKind,
-    StateSpec,
-    TimeoutSpec,
     TransitionSpec,
 )
-from phronomy_fsm.spec.yaml_reader import render_path
-
-
-def _path(section: str, name: str) -> str:
-    """The document path of a named state or event, in the loader's notation."""
-    return render_path((section, name))
-
+from phronomy_fsm.spec.resolve import resolve_spec
+from phronomy_fsm.spec.suggest import did_you_mean, nearest
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _PAYLOAD_TYPE = re.compile(
@@ -53,10 +57,42 @@ RESERVED_HOOK_NAMES = frozenset({"self", "ctx", "payload", "work"})
 RESERVED_MACHINE_NAMES = frozenset({"table", "runtime", "generated"})
 
 
+def name_problem(name: str, what: str, *, hook: bool = False) -> tuple[str, str] | None:
+    """``(code, message)`` when ``name`` cannot be a ``what`` name (``docs/spec-format.md``
+    "Names"): not an identifier, a keyword, a leading underscore, or (``hook``) a
+    parameter name of the generated hook methods; ``None`` when it is fine."""
+    if not _IDENT.match(name):
+        return (
+            "INVALID_NAME",
+            (
+                f"{what} name {name!r} is not an identifier: use ASCII letters, digits and "
+                "underscores, not starting with a digit (e.g. 'calling_llm')"
+            ),
+        )
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        return "RESERVED_NAME", f"{what} name {name!r} is a Python keyword; rename it"
+    if name.startswith("_"):
+        return (
+            "RESERVED_NAME",
+            (
+                f"{what} name {name!r} starts with an underscore, which the generated code "
+                "reserves; rename it"
+            ),
+        )
+    if hook and name in RESERVED_HOOK_NAMES:
+        return (
+            "RESERVED_NAME",
+            f"{what} name {name!r} is a parameter name of every generated hook method; rename it",
+        )
+    return None
+
+
 @attrs.frozen
 class CheckResult:
-    """A spec as loaded and validated: ``spec`` is ``None`` when it could not be read;
-    ``issues`` holds loader and validator issues, sorted by location."""
+    """A spec as loaded and validated: ``spec`` is ``None`` when it could not be read
+    without a shape error; ``issues`` holds loader and validator issues, root causes
+    first. The validator still checks the well-formed parts of a document with shape
+    errors, so every independent problem is reported in one run."""
 
     spec: MachineSpec | None
     issues: tuple[SpecIssue, ...]
@@ -76,116 +112,112 @@ def check_spec_file(
 ) -> CheckResult:
     """Load the spec at ``path`` and validate it; never raises for bad input.
 
-    Returns a :class:`CheckResult` with every issue found by the loader and, when a
-    model could be built, by :func:`validate_spec`.
+    Returns a :class:`CheckResult` with every issue found by the loader and by
+    :func:`validate_spec`, which also checks the well-formed parts of a document that
+    has shape errors (its ``spec`` is then ``None``).
     """
     loaded = load_spec(path, max_bytes=max_bytes)
     issues = list(loaded.issues)
-    if loaded.spec is not None:
-        issues.extend(validate_spec(loaded.spec))
+    model = loaded.spec if loaded.spec is not None else loaded.partial
+    if model is not None:
+        issues.extend(validate_spec(model, damaged=loaded.damaged))
     return CheckResult(loaded.spec, tuple(sort_issues(issues)))
 
 
-def validate_spec(spec: MachineSpec) -> list[SpecIssue]:
+def validate_spec(spec: MachineSpec, *, damaged: frozenset[str] = frozenset()) -> list[SpecIssue]:
     """Return every issue in ``spec`` (an empty list when it is valid).
 
+    Args:
+        spec: a loaded spec (or the partial model of a document with shape errors).
+        damaged: document paths the loader could not read (``LoadResult.damaged``);
+            checks that would only report their consequences are skipped.
+
     Issues of severity ``warning`` (unused events, missing descriptions) do not make a
-    spec invalid. The result is sorted by location.
+    spec invalid. The result is sorted root causes first, then by location.
     """
-    return sort_issues(list(_Validator(spec).run()))
+    validator = _Validator(spec, damaged)
+    return sort_issues(validator.run())
 
 
 class _Validator:
-    def __init__(self, spec: MachineSpec) -> None:
+    """Runs every check; see the module docstring for the order and the repairs."""
+
+    def __init__(self, spec: MachineSpec, damaged: frozenset[str]) -> None:
         self.spec = spec
-        self.states = {s.name: s for s in spec.states}
-        self.events = {e.name: e for e in spec.events}
-        self.auto_declared = spec.implicit_state_completed
-        self.rows: dict[tuple[str, str], list[TransitionSpec]] = defaultdict(list)
-        for t in spec.transitions:
-            for source in t.sources:
-                self.rows[(source, t.event)].append(t)
+        self.damaged = damaged
+        self.written = resolve_spec(spec)
+        self.first_issues: list[SpecIssue] = []
+        #: unknown name -> nearest declared name (None: no close match)
+        self.state_fixes: dict[str, str | None] = {}
+        self.event_fixes: dict[str, str | None] = {}
 
-    # helpers -----------------------------------------------------------------
+    def report(self, code: str, message: str, path: str, loc: SourceLoc) -> None:
+        self.first_issues.append(SpecIssue(code, message, path, loc))
 
-    def issue(self, code: str, message: str, path: str, loc: SourceLoc) -> SpecIssue:
-        return SpecIssue(code, message, path, loc)
-
-    def event_known(self, name: str) -> bool:
-        return name in self.events or (name == STATE_COMPLETED and self.auto_declared)
-
-    def handled(self, state: str, event: str) -> bool:
-        return bool(self.rows.get((state, event)))
-
-    def run(self) -> Iterator[SpecIssue]:
-        yield from self.check_names()
-        yield from self.check_references()
-        yield from self.check_initial()
-        yield from self.check_finals()
-        yield from self.check_state_completed()
-        yield from self.check_work()
-        yield from self.check_shadowing()
-        yield from self.check_auto()
-        yield from self.check_graph()
-        yield from self.check_migrations()
-        yield from self.check_usage()
+    def run(self) -> list[SpecIssue]:
+        self.check_names()
+        self.check_references()
+        repaired = self.repaired_spec()
+        unresolved = None in self.state_fixes.values() or None in self.event_fixes.values()
+        resolved = self.written if repaired is self.spec else resolve_spec(repaired)
+        ctx = CheckContext(repaired, resolved, damaged=self.damaged, unresolved=unresolved)
+        _check_hierarchy(ctx)
+        _check_initial_and_final(ctx)
+        check_rows.run(ctx)
+        check_durability.run(ctx)
+        _check_migrations(ctx)
+        _check_usage(ctx, suggested=set(self.event_fixes.values()) - {None})
+        return self.first_issues + ctx.issues
 
     # names -------------------------------------------------------------------
 
     def check_name(
         self, name: str, what: str, path: str, loc: SourceLoc, *, hook: bool = False
-    ) -> Iterator[SpecIssue]:
-        if not _IDENT.match(name):
-            yield self.issue(
-                "INVALID_NAME",
-                f"{what} name {name!r} is not an identifier: use ASCII letters, digits and "
-                "underscores, not starting with a digit (e.g. 'calling_llm')",
-                path,
-                loc,
-            )
-            return
-        if keyword.iskeyword(name) or keyword.issoftkeyword(name):
-            yield self.issue(
-                "RESERVED_NAME", f"{what} name {name!r} is a Python keyword; rename it", path, loc
-            )
-        elif name.startswith("_"):
-            yield self.issue(
-                "RESERVED_NAME",
-                f"{what} name {name!r} starts with an underscore, which the generated code "
-                "reserves; rename it",
-                path,
-                loc,
-            )
-        elif hook and name in RESERVED_HOOK_NAMES:
-            yield self.issue(
-                "RESERVED_NAME",
-                f"{what} name {name!r} is a parameter name of every generated hook method; rename it",
-                path,
-                loc,
-            )
+    ) -> None:
+        problem = name_problem(name, what, hook=hook)
+        if problem is not None:
+            self.report(problem[0], problem[1], path, loc)
 
-    def check_names(self) -> Iterator[SpecIssue]:
+    def check_names(self) -> None:
         spec = self.spec
-        yield from self.check_name(spec.machine, "machine", "$.machine", spec.loc)
-        if spec.machine in RESERVED_MACHINE_NAMES:
-            yield self.issue(
-                "RESERVED_NAME",
-                f"machine name {spec.machine!r} is a module of the generated package; rename it",
-                "$.machine",
-                spec.loc,
-            )
-        if spec.version < 1:
-            yield self.issue(
+        if "$.machine" not in self.damaged:
+            self.check_name(spec.machine, "machine", "$.machine", spec.loc)
+            if spec.machine in RESERVED_MACHINE_NAMES:
+                self.report(
+                    "RESERVED_NAME",
+                    f"machine name {spec.machine!r} is a module of the generated package; rename it",
+                    "$.machine",
+                    spec.loc,
+                )
+        if spec.version < 1 and "$.version" not in self.damaged:
+            self.report(
                 "BAD_VALUE", f"version must be 1 or more, got {spec.version}", "$.version", spec.loc
             )
+        first_decl: dict[str, tuple[str, SourceLoc]] = {}
+        for state in spec.states:
+            path = spec.path_of(state)
+            if state.name in first_decl and first_decl[state.name][1] != state.loc:
+                other = first_decl[state.name]
+                self.report(
+                    "DUPLICATE_STATE",
+                    f"state {state.name!r} is declared twice (first at line {other[1].line}, "
+                    f"{other[0]}); state names are global across compound states — rename one",
+                    path,
+                    state.loc,
+                )
+            first_decl.setdefault(state.name, (path, state.loc))
         for kind, items in (("state", spec.states), ("event", spec.events)):
             seen: dict[str, str] = {}
             for item in items:
-                path = f"$.{kind}s.{item.name}"
-                yield from self.check_name(item.name, kind, path, item.loc)
+                path = (
+                    spec.path_of(item)  # type: ignore[arg-type]
+                    if kind == "state"
+                    else f"$.events.{item.name}"
+                )
+                self.check_name(item.name, kind, path, item.loc)
                 folded = item.name.upper()
                 if folded in seen and seen[folded] != item.name:
-                    yield self.issue(
+                    self.report(
                         "NAME_COLLISION",
                         f"{kind} {item.name!r} and {seen[folded]!r} both become the generated "
                         f"member {folded}; rename one of them",
@@ -195,24 +227,30 @@ class _Validator:
                 seen.setdefault(folded, item.name)
         for event in spec.events:
             if event.payload is not None and not _PAYLOAD_TYPE.match(event.payload):
-                yield self.issue(
+                self.report(
                     "INVALID_NAME",
                     f"payload type {event.payload!r} of event {event.name!r} is not a type name "
                     "(a dotted identifier such as 'agent.LLMResult')",
-                    _path("events", event.name) + ".payload",
+                    f"$.events.{event.name}.payload",
                     event.loc,
                 )
-        # hook names: guards, actions, offload hooks and barriers share the namespace
-        # of the generated Protocol's methods.
+        if spec.fail_closed is not None:
+            self.check_name(spec.fail_closed, "state", "$.fail_closed", spec.fail_closed_loc)
+        # guards, actions, offload hooks and barriers share the generated Protocol
         categories: dict[str, dict[str, tuple[str, SourceLoc]]] = defaultdict(dict)
-        for name, category, path, loc in self.hook_uses():
-            yield from self.check_name(name, category, path, loc, hook=True)
+        for name, category, path, loc in _hook_uses(spec):
+            self.check_name(name, category, path, loc, hook=True)
             categories[name].setdefault(category, (path, loc))
+        for path, barrier, _ in spec.barriers():
+            if barrier.event_prefix is not None:
+                self.check_name(
+                    barrier.event_prefix, "event prefix", f"{path}.event_prefix", barrier.loc
+                )
         for name, uses in sorted(categories.items()):
             if len(uses) > 1:
                 kinds = sorted(uses)
                 path, loc = uses[kinds[1]]
-                yield self.issue(
+                self.report(
                     "NAME_CLASH",
                     f"{name!r} is used as {' and as '.join(kinds)}; each hook name must have one "
                     "role because it becomes one method of the generated Protocol — rename one",
@@ -220,569 +258,392 @@ class _Validator:
                     loc,
                 )
 
-    def hook_uses(self) -> Iterator[tuple[str, str, str, SourceLoc]]:
-        for state in self.spec.states:
-            base = _path("states", state.name)
-            for i, action in enumerate(state.entry):
-                yield action, "action", f"{base}.entry[{i}]", state.loc
-            if state.offload:
-                yield state.offload.hook, "offload hook", f"{base}.offload.hook", state.offload.loc
-            if state.barrier:
-                yield state.barrier.name, "barrier", f"{base}.barrier.name", state.barrier.loc
-        for t in self.spec.transitions:
-            base = f"$.transitions[{t.index}]"
-            if t.guard:
-                yield t.guard.name, "guard", f"{base}.guard", t.guard.loc
-            for i, action in enumerate(t.actions):
-                yield action, "action", f"{base}.actions[{i}]", t.loc
-            if t.offload:
-                yield t.offload.hook, "offload hook", f"{base}.offload.hook", t.offload.loc
-            if t.barrier:
-                yield t.barrier.name, "barrier", f"{base}.barrier.name", t.barrier.loc
-
     # references --------------------------------------------------------------
 
-    def check_references(self) -> Iterator[SpecIssue]:
-        known_states = ", ".join(sorted(self.states)) or "(none)"
-        for t in self.spec.transitions:
-            base = f"$.transitions[{t.index}]"
+    def unknown_state(self, name: str, what: str, path: str, loc: SourceLoc) -> None:
+        known = self.written.states
+        hint = did_you_mean(name, known)
+        if name not in self.state_fixes:
+            self.state_fixes[name] = nearest(name, known)
+        listing = "" if hint else f"; declared states: {', '.join(sorted(known)) or '(none)'}"
+        self.report("UNKNOWN_STATE", f"{what} unknown state {name!r}{hint}{listing}", path, loc)
+
+    def unknown_event(self, name: str, what: str, path: str, loc: SourceLoc) -> None:
+        known = self.written.event_names
+        hint = did_you_mean(name, known)
+        if name not in self.event_fixes:
+            self.event_fixes[name] = nearest(name, known)
+        self.report(
+            "UNKNOWN_EVENT",
+            f"{what} undeclared event {name!r}{hint}; declare it under 'events'",
+            path,
+            loc,
+        )
+
+    def check_references(self) -> None:
+        states = self.written.states
+        check_states = "$.states" not in self.damaged
+        check_events = "$.events" not in self.damaged
+        for declared in self.written.declared:
+            t = declared.spec
+            if declared.origin == "fail_closed":
+                continue  # its target is the fail_closed state, checked below
+            base = t.where
             seen_sources: set[str] = set()
             for i, source in enumerate(t.sources):
                 if source in seen_sources:
-                    yield self.issue(
+                    self.report(
                         "BAD_VALUE",
                         f"state {source!r} is listed twice in 'from'",
                         f"{base}.from[{i}]",
                         t.loc,
                     )
                 seen_sources.add(source)
-                if source not in self.states:
-                    yield self.issue(
-                        "UNKNOWN_STATE",
-                        f"transition leaves unknown state {source!r}; declared states: {known_states}",
-                        f"{base}.from",
+                around = set(self.written.ancestors(source)) & set(t.sources)
+                if around:
+                    self.report(
+                        "BAD_VALUE",
+                        f"state {source!r} is inside {min(around)!r}, also listed in "
+                        "'from'; a row on a compound state already applies to every state in it",
+                        f"{base}.from[{i}]",
                         t.loc,
                     )
+                if check_states and source not in states:
+                    self.unknown_state(source, "transition leaves", f"{base}.from", t.loc)
             if not t.sources:
-                yield self.issue("MISSING_KEY", "'from' names no state", f"{base}.from", t.loc)
-            if t.target is not None and t.target not in self.states:
-                yield self.issue(
-                    "UNKNOWN_STATE",
-                    f"transition goes to unknown state {t.target!r}; declared states: {known_states}",
-                    f"{base}.to",
-                    t.loc,
-                )
-            if not self.event_known(t.event):
-                yield self.issue(
-                    "UNKNOWN_EVENT",
-                    f"transition fires on undeclared event {t.event!r}; declare it under 'events'",
-                    f"{base}.event",
-                    t.loc,
-                )
-        for path, event, loc in self.work_events():
-            if not self.event_known(event):
-                yield self.issue(
-                    "UNKNOWN_EVENT",
-                    f"event {event!r} is not declared; declare it under 'events'",
-                    path,
-                    loc,
-                )
-
-    def work_events(self) -> Iterator[tuple[str, str, SourceLoc]]:
-        for owner_path, offload, barrier, timeout in self.work_owners():
-            if offload:
-                yield f"{owner_path}.offload.completed", offload.completed, offload.loc
-                yield f"{owner_path}.offload.failed", offload.failed, offload.loc
-            if barrier:
-                for outcome, event in barrier.outcome_events():
-                    if event is not None:
-                        yield f"{owner_path}.barrier.{outcome}", event, barrier.loc
-            if timeout:
-                yield f"{owner_path}.timeout.event", timeout.event, timeout.loc
-
-    def work_owners(
-        self,
-    ) -> Iterator[tuple[str, OffloadSpec | None, BarrierSpec | None, TimeoutSpec | None]]:
-        for s in self.spec.states:
-            yield _path("states", s.name), s.offload, s.barrier, s.timeout
-        for t in self.spec.transitions:
-            yield f"$.transitions[{t.index}]", t.offload, t.barrier, None
-
-    # initial and final -------------------------------------------------------
-
-    def check_initial(self) -> Iterator[SpecIssue]:
-        initial = self.spec.initial_states
-        if not initial:
-            yield self.issue(
-                "NO_INITIAL_STATE",
-                "no state is marked 'initial: true'; mark exactly one",
-                "$.states",
-                self.spec.loc,
+                self.report("MISSING_KEY", "'from' names no state", f"{base}.from", t.loc)
+            if check_states and t.target is not None and t.target not in states:
+                where = f"{base}.to" if declared.origin == "transition" else base
+                self.unknown_state(t.target, "transition goes to", where, t.loc)
+            if check_events and t.event not in self.written.event_names:
+                self.unknown_event(t.event, "transition fires on", f"{base}.event", t.loc)
+        if check_events:
+            for path, event, loc in _work_events(self.spec):
+                if event not in self.written.event_names:
+                    self.unknown_event(event, "names", path, loc)
+        fail_closed = self.spec.fail_closed
+        if check_states and fail_closed is not None and fail_closed not in states:
+            hint = did_you_mean(fail_closed, states)
+            self.state_fixes.setdefault(fail_closed, nearest(fail_closed, states))
+            self.report(
+                "FAIL_CLOSED_STATE",
+                f"fail_closed names unknown state {fail_closed!r}{hint}; name the state unproven "
+                "barrier outcomes go to (e.g. a wait state recovery_required)",
+                "$.fail_closed",
+                self.spec.fail_closed_loc,
             )
-        for extra in initial[1:]:
-            yield self.issue(
+
+    def repaired_spec(self) -> MachineSpec:
+        """The spec with each unknown name that has a close match replaced by it."""
+        fixes_s = {k: v for k, v in self.state_fixes.items() if v is not None}
+        fixes_e = {k: v for k, v in self.event_fixes.items() if v is not None}
+        if not fixes_s and not fixes_e:
+            return self.spec
+
+        def st(name: str | None) -> str | None:
+            return fixes_s.get(name, name) if name is not None else None
+
+        def ev(name: str) -> str:
+            return fixes_e.get(name, name)
+
+        def target(t: OutcomeTargetSpec) -> OutcomeTargetSpec:
+            return attrs.evolve(t, to=fixes_s.get(t.to, t.to))
+
+        def work(owner: object) -> dict[str, Any]:
+            changes: dict[str, Any] = {}
+            offload = getattr(owner, "offload", None)
+            if offload is not None:
+                changes["offload"] = attrs.evolve(
+                    offload, completed=ev(offload.completed), failed=ev(offload.failed)
+                )
+            barrier = getattr(owner, "barrier", None)
+            if barrier is not None:
+                b_changes: dict[str, Any] = {}
+                for outcome in BARRIER_OUTCOMES:
+                    named = getattr(barrier, outcome)
+                    if named is not None:
+                        b_changes[outcome] = ev(named)
+                    targets = barrier.targets_for(outcome)
+                    if targets is not None:
+                        b_changes[f"on_{outcome}"] = tuple(target(t) for t in targets)
+                changes["barrier"] = attrs.evolve(barrier, **b_changes)
+            timeout = getattr(owner, "timeout", None)
+            if timeout is not None:
+                changes["timeout"] = attrs.evolve(timeout, event=ev(timeout.event))
+            return changes
+
+        rows = tuple(
+            attrs.evolve(
+                t,
+                sources=tuple(st(s) or s for s in t.sources),
+                target=st(t.target),
+                event=ev(t.event),
+                **work(t),
+            )
+            for t in self.spec.transitions
+        )
+        states = tuple(attrs.evolve(s, **work(s)) for s in self.spec.states)
+        return attrs.evolve(
+            self.spec, transitions=rows, states=states, fail_closed=st(self.spec.fail_closed)
+        )
+
+
+def _hook_uses(spec: MachineSpec) -> Iterator[tuple[str, str, str, SourceLoc]]:
+    """``(name, role, path, loc)`` of every guard, action, offload hook and barrier."""
+    for state in spec.states:
+        base = spec.state_path(state.name)
+        for i, action in enumerate(state.entry):
+            yield action, "action", f"{base}.entry[{i}]", state.loc
+        if state.offload:
+            yield state.offload.hook, "offload hook", f"{base}.offload.hook", state.offload.loc
+    for t in spec.transitions:
+        base = t.where
+        if t.guard:
+            yield t.guard.name, "guard", f"{base}.guard", t.guard.loc
+        for i, action in enumerate(t.actions):
+            yield action, "action", f"{base}.actions[{i}]", t.loc
+        if t.offload:
+            yield t.offload.hook, "offload hook", f"{base}.offload.hook", t.offload.loc
+    for path, barrier, _ in spec.barriers():
+        yield barrier.name, "barrier", f"{path}.name", barrier.loc
+        for outcome in BARRIER_OUTCOMES:
+            for i, target in enumerate(barrier.targets_for(outcome) or ()):
+                where = f"{path}.on_{outcome}[{i}]"
+                if target.guard:
+                    yield target.guard.name, "guard", f"{where}.guard", target.guard.loc
+                for j, action in enumerate(target.actions):
+                    yield action, "action", f"{where}.actions[{j}]", target.loc
+
+
+def _work_events(spec: MachineSpec) -> Iterator[tuple[str, str, SourceLoc]]:
+    """``(path, event, loc)`` of every event an offload, barrier or timeout names."""
+    owners: list[tuple[str, object]] = [(spec.state_path(s.name), s) for s in spec.states]
+    owners += [(t.where, t) for t in spec.transitions]
+    for base, owner in owners:
+        offload = getattr(owner, "offload", None)
+        if offload is not None:
+            yield f"{base}.offload.completed", offload.completed, offload.loc
+            yield f"{base}.offload.failed", offload.failed, offload.loc
+        barrier = getattr(owner, "barrier", None)
+        if barrier is not None:
+            for outcome in BARRIER_OUTCOMES:
+                named = getattr(barrier, outcome)
+                if named is not None:
+                    yield f"{base}.barrier.{outcome}", named, barrier.loc
+        timeout = getattr(owner, "timeout", None)
+        if timeout is not None:
+            yield f"{base}.timeout.event", timeout.event, timeout.loc
+
+
+# hierarchy ---------------------------------------------------------------------
+
+
+def _check_hierarchy(ctx: CheckContext) -> None:
+    resolved = ctx.resolved
+    entering: dict[str, list[TransitionSpec]] = defaultdict(list)
+    for declared in resolved.declared:
+        if declared.spec.target is not None:
+            entering[declared.spec.target].append(declared.spec)
+    for state in resolved.compounds:
+        path = ctx.state_path(state.name)
+        written = [
+            key
+            for key, value in (
+                ("kind", state.kind),
+                ("entry", state.entry),
+                ("offload", state.offload),
+                ("barrier", state.barrier),
+                ("timeout", state.timeout),
+            )
+            if value
+        ]
+        if written:
+            ctx.report(
+                "COMPOUND_STATE_WORK",
+                f"compound state {state.name!r} declares {', '.join(written)}; a compound state "
+                "only groups states (description, initial, states) — put kind and work on "
+                "the states inside it",
+                path,
+                state.loc,
+            )
+        # every declaration inside it, repeated names included (DUPLICATE_STATE says so)
+        inside = [s for s in ctx.spec.states if s.parent == state.name]
+        children = [s.name for s in inside]
+        initial = [s.name for s in inside if s.initial]
+        if not initial:
+            into = entering.get(state.name, [])
+            why = (
+                f"; {len(into)} row(s) enter it (e.g. {into[0].where}) and cannot know which "
+                "child to enter"
+                if into
+                else ""
+            )
+            what = "declares no states" if not children else "marks no child 'initial: true'"
+            ctx.report(
+                "COMPOUND_NO_INITIAL",
+                f"compound state {state.name!r} {what}{why}; mark exactly one child initial",
+                path,
+                state.loc,
+            )
+        marked = [s for s in inside if s.initial]
+        for extra in marked[1:]:
+            ctx.report(
                 "MULTIPLE_INITIAL_STATES",
-                f"state {extra.name!r} is also marked initial (first: {initial[0].name!r}); keep one",
-                _path("states", extra.name) + ".initial",
+                f"state {extra.name!r} is also marked initial inside {state.name!r} (first: "
+                f"{initial[0]!r}); keep one",
+                ctx.spec.path_of(extra) + ".initial",
                 extra.loc,
             )
-        for state in initial[:1]:
-            if state.kind in (StateKind.WAIT, StateKind.FINAL):
-                yield self.issue(
-                    "INITIAL_STATE_KIND",
-                    f"initial state {state.name!r} is a {state.kind.value} state; a session must be "
-                    "able to start running there (use auto or external)",
-                    _path("states", state.name) + ".kind",
-                    state.loc,
-                )
-        if not any(s.is_final for s in self.spec.states):
-            yield self.issue(
-                "NO_FINAL_STATE",
-                "no state has kind 'final'; every session must be able to end",
-                "$.states",
-                self.spec.loc,
-            )
 
-    def check_finals(self) -> Iterator[SpecIssue]:
-        for t in self.spec.transitions:
-            for source in t.sources:
-                state = self.states.get(source)
-                if state is not None and state.is_final:
-                    yield self.issue(
-                        "FINAL_STATE_EXIT",
-                        f"transition leaves final state {source!r}; nothing may leave a final state "
-                        "(make it external or wait, or remove the row)",
-                        f"$.transitions[{t.index}].from",
-                        t.loc,
-                    )
-        for state in self.spec.states:
-            if state.is_final and (state.entry or state.offload or state.barrier or state.timeout):
-                yield self.issue(
+
+# initial and final -----------------------------------------------------------
+
+
+def _check_initial_and_final(ctx: CheckContext) -> None:
+    spec, resolved = ctx.spec, ctx.resolved
+    if ctx.states_damaged:
+        return
+    initial = spec.initial_states
+    if not initial:
+        where = "top-level state" if resolved.compounds else "state"
+        ctx.report(
+            "NO_INITIAL_STATE",
+            f"no {where} is marked 'initial: true'; mark exactly one",
+            "$.states",
+            spec.loc,
+        )
+    for extra in initial[1:]:
+        ctx.report(
+            "MULTIPLE_INITIAL_STATES",
+            f"state {extra.name!r} is also marked initial (first: {initial[0].name!r}); keep one",
+            ctx.state_path(extra.name) + ".initial",
+            extra.loc,
+        )
+    if initial and resolved.initial is not None:
+        leaf = resolved.states[resolved.initial]
+        kind = ctx.kind_of(leaf.name)
+        if kind in (StateKind.WAIT, StateKind.FINAL):
+            assert kind is not None
+            ctx.report(
+                "INITIAL_STATE_KIND",
+                f"initial state {leaf.name!r} is a {kind.value} state; a session must be able "
+                "to start running there (use auto or external)",
+                ctx.state_path(leaf.name) + ".kind",
+                leaf.loc,
+            )
+    if not ctx.kind_unknown and not any(s.is_final for s in resolved.leaves):
+        ctx.report(
+            "NO_FINAL_STATE",
+            "no state has kind 'final'; every session must be able to end",
+            "$.states",
+            spec.loc,
+        )
+    for row in resolved.rows:
+        if row.declared_on:
+            continue  # rows on compound states skip final states (lowering)
+        for source in row.sources:
+            if ctx.kind_of(source) is StateKind.FINAL:
+                ctx.report(
                     "FINAL_STATE_EXIT",
-                    f"final state {state.name!r} declares entry work; a final state only ends the "
-                    "session — move the work to the transition into it",
-                    _path("states", state.name),
-                    state.loc,
+                    f"transition leaves final state {source!r}; nothing may leave a final state "
+                    "(make it external or wait, or remove the row)",
+                    f"{row.spec.where}.from",
+                    row.spec.loc,
                 )
-
-    # state_completed ---------------------------------------------------------
-
-    def check_state_completed(self) -> Iterator[SpecIssue]:
-        declared = self.events.get(STATE_COMPLETED)
-        if declared is not None and declared.payload is not None:
-            yield self.issue(
-                "STATE_COMPLETED_MISUSE",
-                "state_completed is posted by the engine without a payload; remove 'payload'",
-                _path("events", STATE_COMPLETED) + ".payload",
-                declared.loc,
-            )
-        for t in self.spec.transitions:
-            if t.event != STATE_COMPLETED:
-                continue
-            for source in t.sources:
-                state = self.states.get(source)
-                if state is not None and state.kind is not StateKind.AUTO:
-                    yield self.issue(
-                        "STATE_COMPLETED_MISUSE",
-                        f"state_completed is only posted in auto states, but {source!r} is "
-                        f"{state.kind.value}; this row can never fire",
-                        f"$.transitions[{t.index}].event",
-                        t.loc,
-                    )
-            if t.target is None:
-                yield self.issue(
-                    "STATE_COMPLETED_MISUSE",
-                    "an internal state_completed row leaves the auto state stuck; give it a target",
-                    f"$.transitions[{t.index}]",
-                    t.loc,
-                )
-        for path, event, loc in self.work_events():
-            if event == STATE_COMPLETED:
-                yield self.issue(
-                    "STATE_COMPLETED_MISUSE",
-                    "state_completed is reserved for auto states; name a dedicated event here",
-                    path,
-                    loc,
-                )
-
-    # offloads, barriers, timeouts ---------------------------------------------
-
-    def check_work(self) -> Iterator[SpecIssue]:
-        for state in self.spec.states:
-            base = _path("states", state.name)
-            yield from self.check_work_owner(
-                base, state, state.offload, state.barrier, [state.name], state.loc
-            )
-            if state.timeout is not None:
-                timeout = state.timeout
-                if state.kind not in (StateKind.EXTERNAL, StateKind.WAIT):
-                    yield self.issue(
-                        "TIMEOUT_INVALID",
-                        f"{state.kind.value} state {state.name!r} cannot wait, so a timeout never "
-                        "fires there; put it on an external or wait state",
-                        f"{base}.timeout",
-                        timeout.loc,
-                    )
-                try:
-                    check_delay(timeout.seconds, "timeout seconds")
-                except ValueError as exc:
-                    yield self.issue(
-                        "TIMEOUT_INVALID", str(exc), f"{base}.timeout.seconds", timeout.loc
-                    )
-                if self.event_known(timeout.event) and not self.handled(state.name, timeout.event):
-                    yield self.issue(
-                        "TIMEOUT_INVALID",
-                        f"state {state.name!r} has no transition for its timeout event {timeout.event!r}",
-                        f"{base}.timeout.event",
-                        timeout.loc,
-                    )
-        for t in self.spec.transitions:
-            base = f"$.transitions[{t.index}]"
-            if t.target is None:
-                if t.offload or t.barrier:
-                    yield self.issue(
-                        "INTERNAL_TRANSITION_WORK",
-                        "an internal transition (no 'to') cannot start an offload or barrier; "
-                        "give it a target state that handles the outcome events",
-                        base,
-                        t.loc,
-                    )
-                continue
-            target = self.states.get(t.target)
-            if target is None:
-                continue
-            yield from self.check_work_owner(
-                base, target, t.offload, t.barrier, [t.target], t.loc, via_transition=True
-            )
-
-    def check_work_owner(
-        self,
-        base: str,
-        state: StateSpec,
-        offload: OffloadSpec | None,
-        barrier: BarrierSpec | None,
-        handlers: list[str],
-        loc: SourceLoc,
-        *,
-        via_transition: bool = False,
-    ) -> Iterator[SpecIssue]:
-        if offload is None and barrier is None:
-            return
-        where = f"target state {state.name!r}" if via_transition else f"state {state.name!r}"
-        if offload is not None and barrier is not None:
-            yield self.issue(
-                "WORK_CONFLICT",
-                "declare either an offload or a barrier here, not both; chain two states instead",
-                base,
-                loc,
-            )
-        if via_transition and (state.offload is not None or state.barrier is not None):
-            yield self.issue(
-                "WORK_CONFLICT",
-                f"{where} already starts its own offload or barrier; a transition into it may not add another",
-                base,
-                loc,
-            )
-        if state.kind is not StateKind.EXTERNAL:
-            yield self.issue(
-                "WORK_CONFLICT",
-                f"{where} is {state.kind.value}; offloads and barriers need an external state that "
-                "waits for their outcome events",
-                base,
-                loc,
-            )
-            return
-        if offload is not None:
-            for outcome in ("completed", "failed"):
-                event = getattr(offload, outcome)
-                if self.event_known(event) and not any(self.handled(h, event) for h in handlers):
-                    yield self.issue(
-                        "OFFLOAD_EVENT_UNHANDLED",
-                        f"{where} runs offload hook {offload.hook!r} but has no transition for its "
-                        f"{outcome} event {event!r}",
-                        f"{base}.offload.{outcome}",
-                        offload.loc,
-                    )
-        if barrier is not None:
-            seen: dict[str, str] = {}
-            for outcome, event in barrier.outcome_events():
-                if event is None:
-                    yield self.issue(
-                        "BARRIER_OUTCOME_UNHANDLED",
-                        f"barrier {barrier.name!r} names no event for outcome {outcome!r}; add "
-                        f"'{outcome}: <event>' and a transition for it",
-                        f"{base}.barrier",
-                        barrier.loc,
-                    )
-                    continue
-                if event in seen:
-                    yield self.issue(
-                        "BAD_VALUE",
-                        f"barrier {barrier.name!r} uses event {event!r} for both {seen[event]!r} and "
-                        f"{outcome!r}; each outcome needs its own event",
-                        f"{base}.barrier.{outcome}",
-                        barrier.loc,
-                    )
-                seen[event] = outcome
-                if self.event_known(event) and not any(self.handled(h, event) for h in handlers):
-                    yield self.issue(
-                        "BARRIER_OUTCOME_UNHANDLED",
-                        f"{where} commits barrier {barrier.name!r} but has no transition for its "
-                        f"{outcome} event {event!r}",
-                        f"{base}.barrier.{outcome}",
-                        barrier.loc,
-                    )
-
-    # shadowing and auto states ----------------------------------------------
-
-    def check_shadowing(self) -> Iterator[SpecIssue]:
-        for (state, event), rows in self.rows.items():
-            covered: set[tuple[str, bool]] = set()
-            unguarded: TransitionSpec | None = None
-            for row in rows:
-                reason = None
-                if unguarded is not None:
-                    reason = f"row {unguarded.index} has no guard and always wins"
-                elif row.guard is not None and (row.guard.name, row.guard.negated) in covered:
-                    reason = f"an earlier row has the same guard {row.guard.render()!r}"
-                elif any((g, True) in covered and (g, False) in covered for g, _ in covered):
-                    reason = (
-                        "earlier rows test a guard and its negation, so one of them always wins"
-                    )
-                if reason is not None:
-                    yield self.issue(
-                        "SHADOWED_TRANSITION",
-                        f"from {state!r} on {event!r} this row can never fire: {reason}; reorder or "
-                        "remove it",
-                        f"$.transitions[{row.index}]",
-                        row.loc,
-                    )
-                    continue
-                if row.guard is None:
-                    unguarded = row
-                else:
-                    covered.add((row.guard.name, row.guard.negated))
-
-    def check_auto(self) -> Iterator[SpecIssue]:
-        for state in self.spec.states:
-            if state.kind is not StateKind.AUTO:
-                continue
-            rows = self.rows.get((state.name, STATE_COMPLETED), [])
-            guards = {(r.guard.name, r.guard.negated) for r in rows if r.guard is not None}
-            exhaustive = any(r.guard is None for r in rows) or any(
-                (g, not n) in guards for g, n in guards
-            )
-            if not exhaustive:
-                what = (
-                    "has no state_completed transition"
-                    if not rows
-                    else "has state_completed rows whose guards can all fail"
-                )
-                yield self.issue(
-                    "AUTO_NOT_EXHAUSTIVE",
-                    f"auto state {state.name!r} {what}; add a last unguarded row so the session "
-                    "always moves on",
-                    _path("states", state.name),
-                    state.loc,
-                )
-        # cycles of auto states linked by state_completed rows (Tarjan's SCC)
-        graph: dict[str, list[str]] = defaultdict(list)
-        for t in self.spec.transitions:
-            if t.event != STATE_COMPLETED or t.target is None:
-                continue
-            for source in t.sources:
-                src, dst = self.states.get(source), self.states.get(t.target)
-                if src and dst and src.kind is StateKind.AUTO and dst.kind is StateKind.AUTO:
-                    graph[source].append(t.target)
-        for component in _strongly_connected(graph):
-            if len(component) > 1 or component[0] in graph.get(component[0], []):
-                first = min(component, key=lambda n: (self.states[n].loc, n))
-                cycle = " -> ".join(sorted(component))
-                yield self.issue(
-                    "AUTO_CYCLE",
-                    f"auto states {cycle} form a cycle that runs without outside input; make one of "
-                    "them external or break the cycle",
-                    _path("states", first),
-                    self.states[first].loc,
-                )
-
-    # reachability ------------------------------------------------------------
-
-    def check_graph(self) -> Iterator[SpecIssue]:
-        forward: dict[str, set[str]] = defaultdict(set)
-        backward: dict[str, set[str]] = defaultdict(set)
-        for t in self.spec.transitions:
-            if t.target is None or t.target not in self.states:
-                continue
-            for source in t.sources:
-                if source in self.states:
-                    forward[source].add(t.target)
-                    backward[t.target].add(source)
-        initial = self.spec.initial_states
-        if initial:
-            reached = _reach([initial[0].name], forward)
-            for state in self.spec.states:
-                if state.name not in reached:
-                    yield self.issue(
-                        "UNREACHABLE_STATE",
-                        f"state {state.name!r} cannot be reached from the initial state "
-                        f"{initial[0].name!r}; add a transition into it or remove it",
-                        _path("states", state.name),
-                        state.loc,
-                    )
-        finals = [s.name for s in self.spec.states if s.is_final]
-        if not finals:
-            return
-        can_finish = _reach(finals, backward)
-        for state in self.spec.states:
-            if state.name in can_finish:
-                continue
-            if state.kind is StateKind.WAIT and not forward.get(state.name):
-                yield self.issue(
-                    "WAIT_STATE_NO_EXIT",
-                    f"wait state {state.name!r} has no transition out; the outside call that resumes "
-                    "it needs an event to fire — add one",
-                    _path("states", state.name),
-                    state.loc,
-                )
-                continue
-            yield self.issue(
-                "TRAP_STATE",
-                f"no path leads from state {state.name!r} to a final state; a session entering it "
-                "could never end — add a way out",
-                _path("states", state.name),
+    for state in resolved.leaves:
+        if state.is_final and state.has_work:
+            ctx.report(
+                "FINAL_STATE_EXIT",
+                f"final state {state.name!r} declares entry work; a final state only ends the "
+                "session — move the work to the transition into it",
+                ctx.state_path(state.name),
                 state.loc,
             )
 
-    # migrations and usage ----------------------------------------------------
 
-    def check_migrations(self) -> Iterator[SpecIssue]:
-        seen: set[tuple[int, str | None]] = set()
-        for i, migration in enumerate(self.spec.migrations):
-            base = f"$.migrations[{i}]"
-            key = (migration.from_version, migration.from_sha256)
-            if key in seen:
-                yield self.issue(
-                    "DUPLICATE_MIGRATION",
-                    f"another migration already covers version {migration.from_version}"
-                    + (f" with sha256 {migration.from_sha256}" if migration.from_sha256 else ""),
-                    base,
-                    migration.loc,
-                )
-            seen.add(key)
-            if migration.from_version > self.spec.version:
-                yield self.issue(
-                    "BAD_VALUE",
-                    f"migration from version {migration.from_version} is newer than this spec "
-                    f"(version {self.spec.version}); migrations map older specs to this one",
-                    f"{base}.from_version",
-                    migration.loc,
-                )
-            if migration.from_sha256 is not None and not re.fullmatch(
-                r"[0-9a-f]{64}", migration.from_sha256
-            ):
-                yield self.issue(
-                    "BAD_VALUE",
-                    "from_sha256 must be 64 lowercase hex digits (the sha256 of the old spec file)",
-                    f"{base}.from_sha256",
-                    migration.loc,
-                )
-            for old, new in migration.rename_states:
-                yield from self.check_name(
-                    old, "state", f"{base}.rename_states.{old}", migration.loc
-                )
-                if new not in self.states:
-                    yield self.issue(
-                        "UNKNOWN_STATE",
-                        f"migration maps {old!r} to {new!r}, which this spec does not declare",
-                        f"{base}.rename_states.{old}",
-                        migration.loc,
-                    )
+# migrations and usage ----------------------------------------------------------
 
-    def check_usage(self) -> Iterator[SpecIssue]:
-        used = {t.event for t in self.spec.transitions}
-        for event in self.spec.events:
-            if event.name not in used:
-                yield self.issue(
+
+def _check_migrations(ctx: CheckContext) -> None:
+    spec = ctx.spec
+    seen: set[tuple[int, str | None]] = set()
+    for i, migration in enumerate(spec.migrations):
+        base = f"$.migrations[{i}]"
+        key = (migration.from_version, migration.from_sha256)
+        if key in seen:
+            ctx.report(
+                "DUPLICATE_MIGRATION",
+                f"another migration already covers version {migration.from_version}"
+                + (f" with sha256 {migration.from_sha256}" if migration.from_sha256 else ""),
+                base,
+                migration.loc,
+            )
+        seen.add(key)
+        if migration.from_version > spec.version:
+            ctx.report(
+                "BAD_VALUE",
+                f"migration from version {migration.from_version} is newer than this spec "
+                f"(version {spec.version}); migrations map older specs to this one",
+                f"{base}.from_version",
+                migration.loc,
+            )
+        if migration.from_sha256 is not None and not re.fullmatch(
+            r"[0-9a-f]{64}", migration.from_sha256
+        ):
+            ctx.report(
+                "BAD_VALUE",
+                "from_sha256 must be 64 lowercase hex digits (the sha256 of the old spec file)",
+                f"{base}.from_sha256",
+                migration.loc,
+            )
+        for old, new in migration.rename_states:
+            where = f"{base}.rename_states.{old}"
+            problem = name_problem(old, "state")
+            if problem is not None:
+                ctx.report(problem[0], problem[1], where, migration.loc)
+            if new not in ctx.states:
+                ctx.report(
+                    "UNKNOWN_STATE",
+                    f"migration maps {old!r} to {new!r}, which this spec does not declare"
+                    + did_you_mean(new, ctx.states),
+                    where,
+                    migration.loc,
+                )
+            elif ctx.resolved.is_compound(new):
+                ctx.report(
+                    "BAD_VALUE",
+                    f"migration maps {old!r} to compound state {new!r}; an execution is always "
+                    "in a leaf state — name one inside it",
+                    where,
+                    migration.loc,
+                )
+
+
+def _check_usage(ctx: CheckContext, *, suggested: set[str | None]) -> None:
+    spec = ctx.spec
+    used = {row.event for row in ctx.resolved.rows}
+    if ctx.rows_complete:
+        for event in spec.events:
+            if event.name not in used and event.name not in suggested:
+                ctx.report(
                     "UNUSED_EVENT",
                     f"event {event.name!r} is declared but no transition uses it",
-                    _path("events", event.name),
+                    f"$.events.{event.name}",
                     event.loc,
                 )
-        for state in self.spec.states:
-            if not state.description.strip():
-                yield self.issue(
-                    "MISSING_DESCRIPTION",
-                    f"state {state.name!r} has no description",
-                    _path("states", state.name),
-                    state.loc,
-                )
-        for t in self.spec.transitions:
-            if not t.description.strip():
-                yield self.issue(
-                    "MISSING_DESCRIPTION",
-                    f"transition {t.render()} has no description",
-                    f"$.transitions[{t.index}]",
-                    t.loc,
-                )
-
-
-def _reach(starts: Iterable[str], edges: dict[str, set[str]]) -> set[str]:
-    seen = set(starts)
-    queue = deque(seen)
-    while queue:
-        node = queue.popleft()
-        for nxt in edges.get(node, ()):
-            if nxt not in seen:
-                seen.add(nxt)
-                queue.append(nxt)
-    return seen
-
-
-def _strongly_connected(graph: dict[str, list[str]]) -> list[list[str]]:
-    """Tarjan's algorithm, iterative (specs may have thousands of states)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    on_stack: set[str] = set()
-    stack: list[str] = []
-    result: list[list[str]] = []
-    counter = 0
-    nodes = set(graph) | {n for targets in graph.values() for n in targets}
-    for root in sorted(nodes):
-        if root in index:
-            continue
-        work = [(root, iter(graph.get(root, ())))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, it = work[-1]
-            advanced = False
-            for nxt in it:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(graph.get(nxt, ()))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
-                continue
-            work.pop()
-            if work:
-                parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                result.append(component)
-    return result
+    for state in spec.states:
+        if not state.description.strip():
+            ctx.report(
+                "MISSING_DESCRIPTION",
+                f"state {state.name!r} has no description",
+                ctx.state_path(state.name),
+                state.loc,
+            )
+    for t in spec.transitions:
+        if not t.description.strip():
+            ctx.report(
+                "MISSING_DESCRIPTION",
+                f"transition {t.render()} has no description",
+                t.where,
+                t.loc,
+            )
