@@ -109,7 +109,7 @@ def echo_detail(detail: operator.ExecutionDetail, db: str) -> None:
     echo(f"point: {r.point.value} (set at revision {r.point_revision}{resume})")
     echo(f"created_at: {format_time(r.created_at)}")
     echo(f"updated_at: {format_time(r.updated_at)}")
-    if r.deadline_at is not None:
+    if r.deadline_at is not None and r.is_active:
         echo(f"deadline_at: {format_time(r.deadline_at)} (the wait state's timer)")
     if r.expires_at is not None:
         echo(f"expires_at: {format_time(r.expires_at)} (the execution's own deadline)")
