@@ -52,8 +52,22 @@ def test_list_table(db):
     result = run("executions", "list", "--db", db)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["EXECUTION", "AGENT", "STATUS", "PHASE", "REV", "UPDATED"]
-    assert lines[1].split()[:5] == ["ex-done", "a1", "cancelled", "cancelled", "2"]
+    header = ["EXECUTION", "MACHINE", "STATUS", "STATE", "REV", "UPDATED", "KEY", "OPERATOR"]
+    assert lines[0].split() == header
+    row = lines[1].split()
+    assert row[:5] == ["ex-done", "agent_session", "cancelled", "cancelled", "2"]
+    assert row[6:] == ["a1"]  # the agent id is the exclusive key; no operator needed
+    # ex-live was admitted, is not replayable and no process owns its agent: recovering
+    # it would ask an operator, so the listing says so
+    assert lines[2].split()[:3] + lines[2].split()[6:] == [
+        "ex-live",
+        "agent_session",
+        "preparing",
+        "a2",
+        "needed",
+    ]
+    assert lines[3] == "1-2 of 2 execution(s); by status: cancelled 1, preparing 1"
+    assert lines[4].startswith("1 need(s) an operator: phronomy-fsm executions show ID --db ")
 
 
 def test_show_json_has_the_required_keys(db):

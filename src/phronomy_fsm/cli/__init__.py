@@ -3,7 +3,8 @@
 Commands live in sibling modules by area (specs, store, agents) and are registered on
 :data:`main`. This package is the only place that turns library errors into exit codes:
 0 success, 1 invalid input or a failed check, 2 usage error (click's own), 3 an execution
-needs an operator decision (:mod:`phronomy_fsm.cli._common`). Diagnostics go to stderr.
+needs an operator decision (:mod:`phronomy_fsm.cli._common`). Diagnostics go to stderr,
+the library's warnings as ``warning: ...`` lines.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from phronomy_fsm import __version__
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="phronomy-fsm")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Durable LLM-agent executions as explicit, generated finite-state machines."""
+    from phronomy_fsm.cli._common import library_warnings_on_stderr
+
+    ctx.with_resource(library_warnings_on_stderr())
 
 
 def _register() -> None:

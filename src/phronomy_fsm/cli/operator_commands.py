@@ -1,6 +1,13 @@
-"""Operator commands: ``phronomy-fsm recover`` and ``phronomy-fsm resolve`` (issue 6).
+"""Operator commands: ``phronomy-fsm recover`` and ``phronomy-fsm resolve`` (issues 6, 12).
 
-Both load agents through an application factory given as ``--app MODULE:FACTORY``: a
+Both work on the executions of the durable engine (any machine) and on agent
+executions. Which one is decided by what is stored: ``resolve`` looks at the stored
+execution, ``recover`` at the ``--app MODULE:FACTORY`` factory's signature. A durable
+application factory ``factory(db_path) -> DurableApp`` is handled by
+:mod:`phronomy_fsm.cli.durable_commands` (over :mod:`phronomy_fsm.operator`); the rest
+of this module is the agent side.
+
+Agents are loaded through an application factory given as ``--app MODULE:FACTORY``: a
 callable ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword
 arguments of :meth:`Agent.load <phronomy_fsm.agent.agent.Agent.load>` other than
 ``store``, ``runtime`` and ``on_event`` (at least ``provider``; usually ``tools``).
@@ -16,7 +23,8 @@ owner whose liveness cannot be checked from here; docs/operations.md "Who owns a
 agent").
 
 Exit codes: 0 success; 1 a refused resolution, an agent owned by a running process,
-an unloadable app, or a store error; 2 usage. Diagnostics go to stderr.
+an unloadable app, or a store error; 2 usage; 3 an execution waits for an operator
+(``recover``). Diagnostics go to stderr.
 """
 
 from __future__ import annotations
@@ -31,15 +39,20 @@ from typing import Any
 
 import click
 
+from phronomy_fsm import operator
 from phronomy_fsm.cli._common import (
     EXIT_FAILED,
     EXIT_NEEDS_OPERATOR,
     app_option,
     db_option,
     fail,
+    open_store,
     require_store_file,
     takeover_option,
 )
+from phronomy_fsm.cli.durable_commands import recover_engine, resolve_engine
+from phronomy_fsm.durable.app import is_durable_factory
+from phronomy_fsm.durable.records import ExecutionRecord as EngineRecord
 from phronomy_fsm.errors import (
     AgentOwnedError,
     ConfigurationError,
@@ -175,16 +188,27 @@ def _describe(event: Any) -> dict[str, Any]:
     default=60.0,
     show_default=True,
     type=float,
-    help="How long to wait per execution.",
+    help="How long to wait for the executions to come to rest (per agent, for agents).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @takeover_option
 def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: bool) -> None:
-    """Load every agent with an active execution and recover it: continuations run to
-    their next resting point, suspended executions wait for approval again, and those
-    whose outcome cannot be proven are listed with their resolution request. Agents
-    that a crash left with an acknowledged but never admitted handoff are loaded too,
-    which starts that handoff.
+    """Recover every active execution of a store after a restart.
+
+    With a durable application factory ``factory(db_path) -> DurableApp`` (for
+    example tests.durable.order_app:create_app): claim every active execution of its
+    machines that no live worker runs, resume each from its last commit, and wait up
+    to --wait-seconds until they rest (waiting for a signal or timer, waiting for an
+    operator, or finished). Prints per execution what it is doing and, for each that
+    waits for an operator, the exact resolve commands. Exits 3 when one waits for an
+    operator, 1 when one is still moving at the deadline (the next recover resumes
+    it), else 0.
+
+    With an agent factory: load every agent with an active execution and recover it:
+    continuations run to their next resting point, suspended executions wait for
+    approval again, and those whose outcome cannot be proven are listed with their
+    resolution request. Agents that a crash left with an acknowledged but never
+    admitted handoff are loaded too, which starts that handoff.
 
     --app names a factory ``MODULE:FACTORY`` with the signature
     ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword arguments of
@@ -203,6 +227,11 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
 
     require_store_file(db)
     factory = load_factory(app)
+    if is_durable_factory(factory):
+        if takeover:
+            raise click.UsageError("--takeover applies to agent applications only")
+        recover_engine(db, app, wait_seconds, as_json)
+        return
     runtime = AgentRuntime()
     watcher = _Watcher()
     summary: list[dict[str, Any]] = []
@@ -217,7 +246,11 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
         handoff_targets = set(waiting.values()) - set(active_ids.values())
         agents = sorted(waiting)
         for agent_id in tqdm(
-            agents, desc="recovering", unit="agent", file=sys.stderr, disable=not agents
+            agents,
+            desc="recovering",
+            unit="agent",
+            file=sys.stderr,
+            disable=not agents or not sys.stderr.isatty(),
         ):
             execution_id = waiting[agent_id]
             mark = len(watcher.events)
@@ -296,57 +329,101 @@ def _parse_subject(text: str) -> dict[str, Any]:
 @click.command("resolve")
 @click.argument("execution_id")
 @db_option
-@app_option
+@click.option(
+    "--app",
+    "app",
+    default=None,
+    help="Application factory MODULE:FACTORY. Durable execution: optional, a "
+    "factory(db_path) -> DurableApp that recovers the store here until the execution "
+    "rests. Agent execution: required, factory(agent_id, db_path) -> Agent.load kwargs.",
+)
 @click.option(
     "--expected-revision",
     required=True,
     type=int,
-    help="The revision named in the resolution request.",
+    help="The execution's revision as read (executions show, or the recover output).",
 )
 @click.option(
-    "--subject", required=True, help="llm_call:<id>, tool_invocation:<id> or execution:<id>."
+    "--subject",
+    default=None,
+    help="Agent execution (required): llm_call:<id>, tool_invocation:<id> or execution:<id>. "
+    "Durable execution (optional check): effect:<hook> or execution:<id>.",
 )
 @click.option(
     "--outcome",
     required=True,
-    type=click.Choice(["succeeded", "failed", "not_performed"]),
-    help="What happened: succeeded (give --result), failed (give --error) or not_performed "
-    "(ends the execution as failed; nothing is re-sent).",
+    type=click.Choice(["succeeded", "failed", "not_performed", "retry"]),
+    help="What happened: succeeded (give --result), failed (give --error), not_performed "
+    "(nothing is re-sent), or retry (durable executions: run the effect again).",
 )
 @click.option(
     "--result",
     default=None,
-    help="For succeeded: the result as JSON (or plain text for an LLM answer).",
+    help="For succeeded: the result as JSON (or plain text for an agent's LLM answer).",
 )
 @click.option("--error", default=None, help="For failed: what went wrong.")
 @click.option(
     "--wait-seconds",
     default=60.0,
     show_default=True,
-    type=float,
+    type=click.FloatRange(min=0),
     help="How long to wait for the execution to come to rest after the resolution.",
 )
+@click.option("--json", "as_json", is_flag=True, help="Durable executions: print one JSON object.")
 @takeover_option
 def resolve(
     execution_id: str,
     db: str,
-    app: str,
+    app: str | None,
     expected_revision: int,
-    subject: str,
+    subject: str | None,
     outcome: str,
     result: str | None,
     error: str | None,
     wait_seconds: float,
+    as_json: bool,
     takeover: bool,
 ) -> None:
-    """Answer a recovery_resolution_required request: say what happened to the subject.
-    One transaction with read-back; not_performed ends the execution as failed (nothing
-    is ever re-sent without an operator decision). Refused, writing nothing, while a
-    running process owns the agent (docs/operations.md "Who owns an agent")."""
+    """Answer an execution that waits for an operator: say what happened to its subject.
+
+    Durable execution (any machine, in recovery_required): the answer goes to its
+    durable inbox in one transaction — a live owner applies it at once, or with
+    --app this process recovers the store until the execution rests (exit 3 if it
+    waits for an operator again). Refused, writing nothing (exit 1): not waiting for
+    an operator, a stale --expected-revision, an outcome not allowed for the subject,
+    a --result that is not JSON, a finished execution.
+
+    Agent execution (a recovery_resolution_required request): one transaction with
+    read-back; not_performed ends the execution as failed (nothing is ever re-sent
+    without an operator decision). Refused, writing nothing, while a running process
+    owns the agent (docs/operations.md "Who owns an agent")."""
     from phronomy_fsm.agent import Agent, AgentRuntime
     from phronomy_fsm.store import SqliteBarrierStore
 
-    require_store_file(db)
+    with open_store(db) as store:
+        stored = operator.load_any_execution(store, execution_id)
+    if isinstance(stored, EngineRecord):
+        if takeover:
+            raise click.UsageError("--takeover applies to agent executions only")
+        resolve_engine(
+            execution_id,
+            db,
+            app=app,
+            expected_revision=expected_revision,
+            subject=subject,
+            outcome=outcome,
+            result=result,
+            error=error,
+            wait_seconds=wait_seconds,
+            as_json=as_json,
+        )
+        return
+    if app is None or subject is None:
+        raise click.UsageError(
+            f"{execution_id} is an agent execution: --app and --subject are required"
+        )
+    if outcome == "retry":
+        raise click.UsageError("agent executions take succeeded, failed or not_performed")
     parsed_subject = _parse_subject(subject)
     value: Any = None
     if result is not None:
@@ -396,6 +473,10 @@ def resolve(
 
 
 def register(main: click.Group) -> None:
-    """Add ``recover`` and ``resolve`` to the CLI group."""
+    """Add ``recover``, ``resolve``, ``signal`` and ``cancel`` to the CLI group."""
+    from phronomy_fsm.cli.durable_commands import cancel_command, signal_command
+
     main.add_command(recover)
     main.add_command(resolve)
+    main.add_command(signal_command)
+    main.add_command(cancel_command)

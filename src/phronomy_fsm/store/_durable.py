@@ -352,6 +352,23 @@ def _signal_from_row(row: tuple[Any, ...]) -> SignalRecord:
 _SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
 
 
+def _row_filters(
+    machine: str | None, status: Any, exclusive_key: str | None
+) -> tuple[list[str], list[Any]]:
+    """The WHERE terms and parameters of the column filters of the executions table."""
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("machine", machine),
+        ("status", None if status is None else str(getattr(status, "value", status))),
+        ("exclusive_key", exclusive_key),
+    ):
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+    return where, params
+
+
 class SqliteDurable:
     """The engine-port methods of the SQLite store (module docstring). Mixed into
     :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`, whose ``_reading`` and
@@ -433,20 +450,15 @@ class SqliteDurable:
         *,
         machine: str | None = None,
         status: str | None = None,
+        exclusive_key: str | None = None,
         limit: int | None = None,
         offset: int = 0,
     ) -> list[dict[str, Any]]:
-        """Column summaries of every execution (engine and agent rows alike): id,
+        """Column summaries of every execution (engine and agent rows alike) matching
+        every given filter (an agent row's exclusive key is its agent id): id,
         machine, state, status, revision, exclusive_key, parent, owner, times (epoch
         ms), oldest first. Raises StorageError."""
-        where: list[str] = []
-        params: list[Any] = []
-        if machine is not None:
-            where.append("machine = ?")
-            params.append(machine)
-        if status is not None:
-            where.append("status = ?")
-            params.append(str(getattr(status, "value", status)))
+        where, params = _row_filters(machine, status, exclusive_key)
         sql = (
             "SELECT execution_id, machine, state, status, revision, exclusive_key,"
             " parent_execution_id, owner_id, created_epoch_ms, updated_epoch_ms,"
@@ -461,13 +473,15 @@ class SqliteDurable:
             names = [d[0] for d in cur.description]
             return [dict(zip(names, row)) for row in cur.fetchall()]
 
-    def count_by_status(self, *, machine: str | None = None) -> dict[str, int]:
-        """``{status: count}`` of every execution (of ``machine`` when given)."""
+    def count_by_status(
+        self, *, machine: str | None = None, exclusive_key: str | None = None
+    ) -> dict[str, int]:
+        """``{status: count}`` of every execution (of ``machine``, with
+        ``exclusive_key``, when given). Raises StorageError."""
+        where, params = _row_filters(machine, None, exclusive_key)
         sql = "SELECT status, count(*) FROM executions"
-        params: list[Any] = []
-        if machine is not None:
-            sql += " WHERE machine = ?"
-            params.append(machine)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " GROUP BY status"
         with self._reading("count_by_status") as conn:
             return {status: count for status, count in conn.execute(sql, params)}
