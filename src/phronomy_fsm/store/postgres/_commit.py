@@ -95,7 +95,13 @@ class PreparedCommit:
         self.signals = [(s, to_json(s)) for s in commit.send_signals]
         ex = commit.execution
         self.journal = [
-            (ex.execution_id, ex.revision, i, e.kind, to_json(e.__class__(e.kind, e.data, ex.revision, i)))
+            (
+                ex.execution_id,
+                ex.revision,
+                i,
+                e.kind,
+                to_json(e.__class__(e.kind, e.data, ex.revision, i)),
+            )
             for i, e in enumerate(commit.journal)
         ]
         self.future: Any = None

@@ -266,8 +266,7 @@ class PostgresReads:
             if existing is not None:
                 return _signal_from_row(existing)
             cur.execute(
-                "SELECT revision, active, status FROM executions WHERE execution_id = %s"
-                " FOR SHARE",
+                "SELECT revision, active, status FROM executions WHERE execution_id = %s FOR SHARE",
                 (signal.execution_id,),
             )
             row = cur.fetchone()

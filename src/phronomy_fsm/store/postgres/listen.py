@@ -66,7 +66,7 @@ class Notifier:
         for callback in callbacks:
             try:
                 callback(channel, payload)
-            except Exception:  # noqa: BLE001 - a listener's bug must not stop the others
+            except Exception:
                 log.exception("notification callback failed")
 
     def _run(self) -> None:
@@ -95,7 +95,9 @@ class Notifier:
                         self._emit(note.channel, note.payload)
             except psycopg.Error as exc:
                 if not self._stop.is_set():
-                    log.warning("LISTEN on %s: connection lost (%s); reconnecting", self._where, exc)
+                    log.warning(
+                        "LISTEN on %s: connection lost (%s); reconnecting", self._where, exc
+                    )
             finally:
                 self.connected.clear()
                 self._conn = None

@@ -67,7 +67,7 @@ def find_binaries() -> Path:
             "(Debian: apt-get install postgresql), or name a server with "
             f"{DSN_ENVIRONMENT_VARIABLE}=postgresql://..."
         )
-    return Path(sorted(found)[-1][1])
+    return Path(max(found)[1])
 
 
 def free_port(host: str = "127.0.0.1") -> int:

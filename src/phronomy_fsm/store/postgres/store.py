@@ -271,7 +271,7 @@ class PostgresStore(PostgresReads):
                         return fn(cur)
             except PhronomyError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - mapped below
+            except Exception as exc:
                 retry = is_connection_error(exc) or isinstance(exc, _BUSY_ERRORS)
                 if isinstance(exc, psycopg_pool_timeout()):
                     retry = True
@@ -447,8 +447,10 @@ class PostgresStore(PostgresReads):
                 failure = StorageError(
                     f"commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
                 )
-            return [copy.copy(failure) if results[i] is None or i in ok else results[i]
-                    for i in range(len(live))]
+            return [
+                copy.copy(failure) if results[i] is None or i in ok else results[i]
+                for i in range(len(live))
+            ]
         try:
             if hook is not None:
                 hook("commit", tuple(live[i].commit for i in ok))
