@@ -79,9 +79,11 @@ def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.durable.app import load_app
     from phronomy_fsm.errors import PhronomyError
     from phronomy_fsm.runtime.faults import FaultPlan
-    from phronomy_fsm.store import SqliteBarrierStore
+    from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
-    folder = Path(args.db).resolve().parent
+    folder = Path(args.dir).resolve() if args.dir else Path(args.db).resolve().parent
+    if is_postgres_dsn(args.db):
+        os.environ.setdefault("PHRONOMY_APP_DIR", str(folder))
     trace_fd = (
         os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
     )
@@ -107,7 +109,7 @@ def _child(args: argparse.Namespace) -> int:
     faults = FaultPlan.parse(args.crash_at, trace=trace)
     app = load_app(args.app, args.db)
     scenario = app.scenarios[args.scenario]
-    store = SqliteBarrierStore(args.db, faults=faults)
+    store = open_store(args.db, faults=faults)
     runtime = DurableRuntime(
         store,
         machines=app.machines,
@@ -453,7 +455,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     child = sub.add_parser("child")
     child.add_argument("mode", choices=("run", "recover"))
     child.add_argument("--app", required=True)
-    child.add_argument("--db", required=True)
+    child.add_argument("--db", required=True, help="a SQLite file or a postgresql:// DSN")
+    child.add_argument("--dir", help="the run's folder (acks; default: the db's folder)")
     child.add_argument("--scenario", required=True)
     child.add_argument("--crash-at")
     child.add_argument("--trace")
