@@ -190,12 +190,22 @@ class PostgresStore(PostgresReads):
         return psycopg.connect(self.dsn, **self._connect_kwargs)
 
     def _open(self) -> None:
-        try:
-            conn = self._connect()
-        except psycopg.Error as exc:
-            raise StorageError(
-                f"cannot connect to PostgreSQL at {self.path}: {exc}".strip(), path=self.path
-            ) from exc
+        deadline = time.monotonic() + self.reconnect_seconds
+        delay = 0.1
+        while True:  # a server that is (re)starting: wait for it, as long as allowed
+            try:
+                conn = self._connect()
+                break
+            except psycopg.Error as exc:
+                hopeless = any(w in str(exc) for w in ("does not exist", "authentication"))
+                if hopeless or time.monotonic() + delay >= deadline:
+                    raise StorageError(
+                        f"cannot connect to PostgreSQL at {self.path}: {exc}".strip(),
+                        path=self.path,
+                    ) from exc
+                log.warning("cannot connect to PostgreSQL at %s (%s); retrying", self.path, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
         try:
             if self.read_only:
                 version = schema.inspect_version(conn.cursor(), self.path)
