@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import scale_harness  # noqa: E402
+import scale_harness
 
 
 class Cluster:
@@ -40,7 +40,6 @@ class Cluster:
 
     def submit(self, ids: list[str]) -> None:
         from phronomy_fsm.durable.submit import submit_execution
-
         from tests.durable.order_app import Order
 
         machine = self.app.machines[0]

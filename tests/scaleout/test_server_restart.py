@@ -18,8 +18,8 @@ import pytest
 from phronomy_fsm.errors import OutcomeUnknownError
 from phronomy_fsm.store.base import COMMITTED
 from phronomy_fsm.store.postgres import PostgresStore
-
 from tests.engine_port.conftest import commit, create, step
+
 from .conftest import Cluster, scale_harness
 
 pytestmark = pytest.mark.slow

@@ -20,6 +20,7 @@ within about one lease plus one scan.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -51,6 +52,10 @@ class Worker:
         name: the worker's name (logs, the workers table).
         listeners: more :class:`DurableEvent` listeners (loop thread).
         own_store: close ``store`` when the worker stops.
+        probe_processes: retire workers of this host whose process is provably gone
+            at each scan, without waiting for their lease (default on; the
+            environment variable ``PHRONOMY_WORKER_PROBE_PROCESSES=0`` turns it off,
+            e.g. to measure the lease path as a worker on another host sees it).
 
     Raises:
         ValueError: a bound is not positive.
@@ -70,6 +75,7 @@ class Worker:
         name: str = "phronomy-worker",
         listeners: tuple[Any, ...] = (),
         own_store: bool = False,
+        probe_processes: bool | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -81,6 +87,9 @@ class Worker:
         self.concurrency = int(concurrency)
         self.scan_seconds = float(scan_seconds or lease_seconds / 4)
         self.claimed_total = 0
+        if probe_processes is None:
+            probe_processes = os.environ.get("PHRONOMY_WORKER_PROBE_PROCESSES", "1") != "0"
+        self.probe_processes = probe_processes
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.runtime = DurableRuntime(
@@ -131,7 +140,8 @@ class Worker:
         """One pass of the claim loop: retire dead workers on this host, then claim
         up to the free capacity. Returns ``[(execution_id, status)]`` claimed.
         Raises StorageError."""
-        self.runtime.retire_dead_workers()
+        if self.probe_processes:
+            self.runtime.retire_dead_workers()
         free = self.concurrency - self.held
         if free <= 0:
             return []
