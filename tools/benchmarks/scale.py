@@ -258,7 +258,9 @@ class _Bench:
                     app = create_app(dsn)
                     ids = self.submit(store, app, "t", 8)
                     scale_harness.wait_for(
-                        lambda: all(o for o, _f, _a in store.execution_fences(ids).values()),
+                        lambda ids=ids: all(
+                            o for o, _f, _a in store.execution_fences(ids).values()
+                        ),
                         30,
                         "the victim to hold them",
                     )
@@ -268,7 +270,7 @@ class _Bench:
                     victim.send_signal(signal.SIGKILL)
                     killed = time.monotonic()
                     scale_harness.wait_for(
-                        lambda: all(
+                        lambda ids=ids, victim_id=victim_id: all(
                             o not in (None, victim_id)
                             for o, _f, _a in store.execution_fences(ids).values()
                         ),

@@ -89,12 +89,16 @@ class RunHooks(Hooks):
         return work
 
 
+def _offload(step: str) -> Any:
+    def call(self: RunHooks, ctx: Run, payload: Any) -> Any:
+        return self._step(step, ctx)
+
+    call.__name__ = call.__qualname__ = f"call_{step}"
+    return call
+
+
 for _step_name in STEPS:  # real methods, so the binding finds them
-    setattr(
-        RunHooks,
-        f"call_{_step_name}",
-        (lambda step: lambda self, ctx, payload: self._step(step, ctx))(_step_name),
-    )
+    setattr(RunHooks, f"call_{_step_name}", _offload(_step_name))
 
 
 def machine() -> Machine:
