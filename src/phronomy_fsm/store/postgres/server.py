@@ -91,6 +91,8 @@ class LocalPostgres:
         listen: ``listen_addresses`` (default loopback only).
         settings: extra ``postgresql.conf`` settings (``{"max_connections": "200"}``).
         keep: leave the data directory behind on :meth:`stop` (for post-mortems).
+        trust_networks: more client networks (CIDR) allowed without a password, e.g.
+            the test hosts of network namespaces a test made itself.
 
     Attributes: ``dsn`` (the ``postgres`` database as superuser ``postgres``, no
     password: trust on loopback only), ``port``, ``data_dir``.
@@ -107,8 +109,10 @@ class LocalPostgres:
         listen: str = "127.0.0.1",
         settings: dict[str, str] | None = None,
         keep: bool = False,
+        trust_networks: tuple[str, ...] = (),
     ) -> None:
         self.bin = find_binaries()
+        self.trust_networks = trust_networks
         self.listen = listen
         self.port = port or free_port()
         self.keep = keep
@@ -182,6 +186,9 @@ class LocalPostgres:
                 ]
             )
             conf = "\n".join(f"{k} = '{v}'" for k, v in self.settings.items())
+            if self.trust_networks:
+                with open(self.data_dir / "pg_hba.conf", "a") as fh:
+                    fh.writelines(f"host all all {net} trust\n" for net in self.trust_networks)
             with open(self.data_dir / "postgresql.conf", "a") as fh:
                 fh.write(
                     f"\nlisten_addresses = '{self.listen}'\nport = {self.port}\n"
