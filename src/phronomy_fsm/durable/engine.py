@@ -244,6 +244,7 @@ class Engine:
     # ------------------------------------------------------------------ helpers
 
     def now(self) -> datetime:
+        """The runtime clock's current time (record times, deadlines)."""
         return self.rt.clock.now()
 
     def emit(
@@ -261,6 +262,8 @@ class Engine:
                 log.exception("durable listener raised on %s", what.value)
 
     def crash_point(self, point: str) -> None:
+        """Honour the crash point ``point`` of the runtime's fault plan (tests and the
+        crash harness only)."""
         faults = self.rt.faults
         if faults is not None:
             faults.hit(point)
@@ -470,6 +473,8 @@ class Engine:
     def effect_start(
         self, live: LiveExecution, name: str, kind: EffectKind, key: str, attempt: int
     ) -> EffectStart:
+        """What an effect is given as it starts (kind, idempotency key, attempt),
+        after the ``effect:<name>:before`` crash point."""
         self.crash_point(f"effect:{name}:before")
         self.emit(
             DurableEventKind.EFFECT_STARTED,
@@ -563,6 +568,8 @@ class Engine:
         self.rt.dispatcher.call_soon(self.signal_done, live)
 
     def signal_done(self, live: LiveExecution) -> None:
+        """A delivered signal was taken by the machine: deliver the next one the
+        current state handles, if any."""
         live.signal_in_flight = False
         if live.session_id is not None and live.pending:
             node = live.reg.binding.nodes.get(live.state)
@@ -835,6 +842,8 @@ class Engine:
     def park_diverged(
         self, live: LiveExecution, session: Session, expected: Any, reached: str
     ) -> None:
+        """Park ``live``: its replay reached ``reached`` instead of the effect an
+        operator answered for (``expected``)."""
         error = ReplayDivergedError(
             f"recovery replayed execution {live.execution_id} and reached {reached} instead of "
             f"{getattr(expected, 'effect', expected)} (key {getattr(expected, 'key', '-')}); the "
