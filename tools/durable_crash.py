@@ -79,9 +79,11 @@ def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.durable.app import load_app
     from phronomy_fsm.errors import PhronomyError
     from phronomy_fsm.runtime.faults import FaultPlan
-    from phronomy_fsm.store import SqliteBarrierStore
+    from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
-    folder = Path(args.db).resolve().parent
+    folder = Path(args.dir).resolve() if args.dir else Path(args.db).resolve().parent
+    if is_postgres_dsn(args.db):
+        os.environ.setdefault("PHRONOMY_APP_DIR", str(folder))
     trace_fd = (
         os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
     )
@@ -107,7 +109,7 @@ def _child(args: argparse.Namespace) -> int:
     faults = FaultPlan.parse(args.crash_at, trace=trace)
     app = load_app(args.app, args.db)
     scenario = app.scenarios[args.scenario]
-    store = SqliteBarrierStore(args.db, faults=faults)
+    store = open_store(args.db, faults=faults)
     runtime = DurableRuntime(
         store,
         machines=app.machines,
@@ -183,7 +185,13 @@ def crash_points(table: Any) -> list[str]:
 
 
 def _run_child(
-    mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path
+    mode: str,
+    app: str,
+    folder: Path,
+    scenario: str,
+    crash: str | None,
+    trace: Path,
+    db: str | None = None,
 ) -> int:
     cmd = [
         sys.executable,
@@ -193,7 +201,9 @@ def _run_child(
         "--app",
         app,
         "--db",
-        str(folder / "store.db"),
+        db or str(folder / "store.db"),
+        "--dir",
+        str(folder),
         "--scenario",
         scenario,
         "--trace",
@@ -222,25 +232,28 @@ def _run_child(
     return proc.returncode
 
 
-def run_plan(app: str, plan: Plan, folder: Path) -> dict[str, Any]:
-    """Run ``plan`` in ``folder``: the run process, then recover processes until the
-    executions are done; return the findings."""
+def run_plan(app: str, plan: Plan, folder: Path, db: str | None = None) -> dict[str, Any]:
+    """Run ``plan`` in ``folder`` (on the store ``db``: default ``folder/store.db``):
+    the run process, then recover processes until the executions are done; return the
+    findings."""
     folder.mkdir(parents=True, exist_ok=True)
     codes = []
     killed = 0
     crashes = list(plan.crashes) or [None]
     for i, crash in enumerate(crashes):
         trace = folder / f"trace-{i}.txt"
-        code = _run_child("run" if i == 0 else "recover", app, folder, plan.scenario, crash, trace)
+        code = _run_child(
+            "run" if i == 0 else "recover", app, folder, plan.scenario, crash, trace, db
+        )
         codes.append(code)
         killed += code == -signal.SIGKILL
     extra = 0
     while codes[-1] != 0 and extra < EXTRA_RECOVERS:
         trace = folder / f"trace-{len(codes)}.txt"
-        codes.append(_run_child("recover", app, folder, plan.scenario, None, trace))
+        codes.append(_run_child("recover", app, folder, plan.scenario, None, trace, db))
         killed += codes[-1] == -signal.SIGKILL
         extra += 1
-    findings = check_run(app, folder)
+    findings = check_run(app, folder, db)
     findings["app_errors"] += sum(1 for c in codes if c not in (0, 3, -signal.SIGKILL))
     reached = [_read_trace(folder / f"trace-{i}.txt") for i in range(len(codes))]
     return {
@@ -258,19 +271,28 @@ def _read_trace(path: Path) -> Counter[str]:
     return Counter(line for line in path.read_text().splitlines() if line)
 
 
-def check_run(app_spec: str, folder: Path) -> dict[str, int]:
+def check_run(app_spec: str, folder: Path, db: str | None = None) -> dict[str, int]:
     """The invariant counts of one finished run (module docstring)."""
     from phronomy_fsm.durable.app import load_app
-    from phronomy_fsm.store import SqliteBarrierStore
+    from phronomy_fsm.errors import SchemaVersionError
+    from phronomy_fsm.store.open import open_store
 
     findings = dict.fromkeys(INVARIANTS, 0)
-    db = folder / "store.db"
     acks = _read_acks(folder / ACKS)
-    if not db.exists():
+    if db is None:
+        db = str(folder / "store.db")
+        if not Path(db).exists():
+            findings["lost"] += len(acks["started"])
+            return findings
+    else:
+        os.environ["PHRONOMY_APP_DIR"] = str(folder)
+    app = load_app(app_spec, db)
+    try:
+        store = open_store(db, read_only=True)
+    except SchemaVersionError:  # a database the run never initialised
         findings["lost"] += len(acks["started"])
         return findings
-    app = load_app(app_spec, str(db))
-    with SqliteBarrierStore(db, read_only=True) as store:
+    with store:
         records = {r.execution_id: r for r in store.list_records()}
         finishing = {
             eid: [
@@ -365,8 +387,25 @@ def plans_for(
     return plans
 
 
-def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -> dict[str, Any]:
-    """Run the whole matrix; return the JSON report."""
+def matrix(
+    spec: Path,
+    app: str,
+    *,
+    quick: bool,
+    jobs: int,
+    keep: Path | None,
+    postgres: str | None = None,
+) -> dict[str, Any]:
+    """Run the whole matrix; return the JSON report. With ``postgres`` (an admin DSN)
+    every run gets a database of its own on that server instead of a SQLite file."""
+
+    def db_for(label: str) -> str | None:
+        if postgres is None:
+            return None
+        from phronomy_fsm.store.postgres.server import create_database
+
+        return create_database(postgres, f"crash_{os.getpid()}_{label}")
+
     from phronomy_fsm.durable.app import load_app
 
     digest = hashlib.sha256(spec.read_bytes()).hexdigest()
@@ -385,7 +424,9 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
         baselines: dict[str, list[Counter[str]]] = {}
         results = []
         for scenario in scenarios:
-            outcome = run_plan(app, Plan(scenario), base / f"baseline-{scenario}")
+            outcome = run_plan(
+                app, Plan(scenario), base / f"baseline-{scenario}", db_for(f"b_{scenario}")
+            )
             results.append(outcome)
             baselines[scenario] = [Counter(dict.fromkeys(r, 1)) for r in outcome["reached"]]
             baselines[scenario] = [
@@ -396,7 +437,7 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
 
         def one(indexed: tuple[int, Plan]) -> dict[str, Any]:
             i, plan = indexed
-            return run_plan(app, plan, base / f"run-{i:04d}")
+            return run_plan(app, plan, base / f"run-{i:04d}", db_for(f"r{i:04d}"))
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results += list(pool.map(one, enumerate(plans)))
@@ -453,7 +494,8 @@ def main(argv: Iterable[str] | None = None) -> int:
     child = sub.add_parser("child")
     child.add_argument("mode", choices=("run", "recover"))
     child.add_argument("--app", required=True)
-    child.add_argument("--db", required=True)
+    child.add_argument("--db", required=True, help="a SQLite file or a postgresql:// DSN")
+    child.add_argument("--dir", help="the run's folder (acks; default: the db's folder)")
     child.add_argument("--scenario", required=True)
     child.add_argument("--crash-at")
     child.add_argument("--trace")
@@ -465,13 +507,23 @@ def main(argv: Iterable[str] | None = None) -> int:
     grid.add_argument("--json", action="store_true")
     grid.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)))
     grid.add_argument("--keep-failures", type=Path)
+    grid.add_argument(
+        "--postgres", help="an admin DSN: run every plan on a PostgreSQL database of its own"
+    )
     args = parser.parse_args(list(argv) if argv is not None else None)
     if args.command == "child":
         return _child(args)
     if args.command != "matrix":
         parser.print_usage()
         return 2
-    report = matrix(args.spec, args.app, quick=args.quick, jobs=args.jobs, keep=args.keep_failures)
+    report = matrix(
+        args.spec,
+        args.app,
+        quick=args.quick,
+        jobs=args.jobs,
+        keep=args.keep_failures,
+        postgres=args.postgres,
+    )
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -5,7 +5,10 @@
 #   bash tools/run.sh test   # the whole test suite plus the freshness checks
 #
 # Setup is idempotent: a virtual environment in .venv with the package and its extras,
-# and the Graphviz `dot` binary (Debian package `graphviz`) when it is missing.
+# the Graphviz `dot` binary (Debian package `graphviz`) and the PostgreSQL server
+# binaries (Debian package `postgresql`: initdb, pg_ctl; the tests start their own
+# server from them, see docs/scale-out.md) when they are missing. With
+# PHRONOMY_TEST_POSTGRES_DSN set, the tests use that server instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +26,10 @@ apt_install() {
   }
 }
 
+have_postgres() {
+  command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1
+}
+
 setup() {
   if ! command -v dot >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1; then
@@ -33,6 +40,15 @@ setup() {
       exit 1
     fi
   fi
+  if [ -z "${PHRONOMY_TEST_POSTGRES_DSN:-}" ] && ! have_postgres; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "installing PostgreSQL (initdb, pg_ctl)..." >&2
+      apt_install postgresql
+    else
+      echo "PostgreSQL server binaries are missing: install them (macOS: brew install postgresql; Fedora: dnf install postgresql-server) or set PHRONOMY_TEST_POSTGRES_DSN" >&2
+      exit 1
+    fi
+  fi
   if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
       rm -rf "$VENV"
@@ -40,7 +56,7 @@ setup() {
       "$PYTHON" -m venv "$VENV"
     fi
   fi
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,postgres]"
 }
 
 checks() {

@@ -1,5 +1,7 @@
-"""Fixtures of the durable-engine tests: runtimes over real SQLite files, a helper that
-waits for an event of a listener, and one that kills a child process at a crash point."""
+"""Fixtures of the durable-engine tests: runtimes over a real store — a SQLite file and a
+PostgreSQL database on the session's server (``backend`` is parametrised, so each
+engine test runs on both) — a helper that waits for an event of a listener, and one
+that kills a child process at a crash point."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 
 from phronomy_fsm.durable import DurableEvent, DurableRuntime
-from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store.open import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,15 +57,30 @@ class Recorder:
         return [e.kind.value for e in self.events if e.execution_id == execution_id]
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """The store backend of the test: ``sqlite`` or ``postgres``."""
+    return str(request.param)
+
+
 @pytest.fixture
-def open_runtime(tmp_path: Path) -> Iterator[Callable[..., tuple[DurableRuntime, Recorder]]]:
-    """``open_runtime(machines, **options)`` → ``(runtime, recorder)`` on
-    ``tmp_path/store.db``; every runtime is closed at the end."""
+def store_target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """Where the test's store lives: ``tmp_path/store.db``, or a fresh PostgreSQL
+    database's DSN (what ``open_store`` and ``--db`` take)."""
+    if backend == "sqlite":
+        return str(tmp_path / "store.db")
+    return str(request.getfixturevalue("pg_dsn"))
+
+
+@pytest.fixture
+def open_runtime(store_target: str) -> Iterator[Callable[..., tuple[DurableRuntime, Recorder]]]:
+    """``open_runtime(machines, **options)`` → ``(runtime, recorder)`` on the test's
+    store (:func:`store_target`); every runtime is closed at the end."""
     opened: list[DurableRuntime] = []
 
     def make(machines: Any, **options: Any) -> tuple[DurableRuntime, Recorder]:
         recorder = Recorder()
-        store = SqliteBarrierStore(tmp_path / "store.db", **options.pop("store_options", {}))
+        store = open_store(store_target, **options.pop("store_options", {}))
         runtime = DurableRuntime(
             store, machines=machines, listeners=[recorder], own_store=True, **options
         )
@@ -81,9 +98,12 @@ def kill_at(
     *,
     scenario: str = "approved",
     app: str = "tests.durable.order_app:create_app",
+    db: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a scenario of the crash harness in a child process killed at ``point``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    """Run a scenario of the crash harness in a child process killed at ``point``, on
+    the store ``db`` (default ``tmp_path/store.db``); the app's ledger and the
+    harness's files go to ``tmp_path``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PHRONOMY_APP_DIR": str(tmp_path)}
     proc = subprocess.run(
         [
             sys.executable,
@@ -93,7 +113,9 @@ def kill_at(
             "--app",
             app,
             "--db",
-            str(tmp_path / "store.db"),
+            db or str(tmp_path / "store.db"),
+            "--dir",
+            str(tmp_path),
             "--scenario",
             scenario,
             "--crash-at",

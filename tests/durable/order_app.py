@@ -1,8 +1,12 @@
 """The order machine of the durable-engine tests: context, hooks with file-backed effects.
 
 Every effect appends one JSON line — its name, idempotency key, attempt and the order —
-to an **effects ledger** beside the database and fsyncs it before returning, so a test
-(or the crash harness) can count how often each effect really happened.
+to an **effects ledger** and fsyncs it before returning, so a test (or the crash
+harness) can count how often each effect really happened. The ledger lives in the
+folder named by ``PHRONOMY_APP_DIR`` when set (a PostgreSQL store has no folder), else
+beside the database file. ``PHRONOMY_TEST_EFFECT_SECONDS`` makes each effect take that
+long before it acts (a slow outside service: the fault tests pause and kill workers
+while effects are in flight).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +87,11 @@ class OrderHooks(Hooks):
     def _effect(self, name: str, ctx: Order, result: dict[str, Any]) -> Any:
         ledger, fail, order_id = self.ledger, self.fail, ctx.order_id
 
+        delay = float(os.environ.get("PHRONOMY_TEST_EFFECT_SECONDS", "0") or 0)
+
         def work(octx: Any) -> dict[str, Any]:
+            if delay:
+                time.sleep(delay)
             if name in fail:
                 raise RuntimeError(f"{name} refused")
             effect = octx.effect
@@ -126,11 +135,21 @@ def order_machine(ledger: Path, **options: Any) -> Machine:
 KINDS = {"charge_card": "at_most_once", "send_email": "idempotent", "ship_parcel": "at_most_once"}
 
 
+def ledger_path(db_path: str) -> Path:
+    """The effects ledger of the app on store ``db_path`` (module docstring)."""
+    folder = os.environ.get("PHRONOMY_APP_DIR")
+    if folder:
+        return Path(folder) / "ledger.jsonl"
+    if "://" in db_path or "=" in db_path:
+        raise ValueError("a PostgreSQL store has no folder: set PHRONOMY_APP_DIR for the ledger")
+    return Path(db_path).resolve().parent / "ledger.jsonl"
+
+
 def create_app(db_path: str) -> Any:
     """The application factory of the crash harness (``--app tests.durable.order_app:create_app``)."""
     from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry, Scenario
 
-    ledger = Path(db_path).resolve().parent / "ledger.jsonl"
+    ledger = ledger_path(db_path)
 
     def start(ids: list[str]) -> Any:
         def run(runtime: Any) -> list[str]:

@@ -29,6 +29,23 @@ def test_every_point_of_the_order_machine_is_killed_and_every_invariant_holds() 
     assert report["kills"] >= report["points"]
 
 
+@pytest.mark.slow
+def test_the_quick_matrix_holds_on_postgresql(postgres) -> None:
+    import durable_crash
+
+    report = durable_crash.matrix(
+        ROOT / "tests" / "durable" / "specs" / "order_flow.yaml",
+        "tests.durable.order_app:create_app",
+        quick=True,
+        jobs=2,
+        keep=None,
+        postgres=postgres.admin_dsn,
+    )
+    assert report["invariants"] == dict.fromkeys(durable_crash.INVARIANTS, 0), report["failures"]
+    assert report["points_never_reached"] == []
+    assert len(report["points_killed"]) == report["points"]
+
+
 def test_the_generated_test_machines_are_fresh(tmp_path: Path) -> None:
     import subprocess
 

@@ -103,15 +103,17 @@ def test_signals_that_are_refused_write_nothing(tmp_path, open_runtime):
         runtime.signal("o", "approve", {})
 
 
-def test_a_signal_sent_by_another_process_reaches_the_live_owner(tmp_path, open_runtime):
+def test_a_signal_sent_by_another_process_reaches_the_live_owner(
+    tmp_path, store_target, open_runtime
+):
     runtime, events = open_runtime([_order(tmp_path)], poll_seconds=0.02)
     runtime.start("order_flow", Order("o", 1), execution_id="o")
     events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
     script = textwrap.dedent(
         f"""
         from phronomy_fsm.durable import send_signal
-        from phronomy_fsm.store import SqliteBarrierStore
-        with SqliteBarrierStore({str(tmp_path / "store.db")!r}) as store:
+        from phronomy_fsm.store.open import open_store
+        with open_store({store_target!r}) as store:
             print(send_signal(store, "o", "approve", {{"by": "another process"}}).seq)
         """
     )

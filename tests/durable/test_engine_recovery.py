@@ -10,7 +10,7 @@ import pytest
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
 from phronomy_fsm.errors import ResolutionError
-from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store.open import open_store
 
 from .conftest import kill_at
 from .order_app import order_machine, read_ledger
@@ -20,8 +20,10 @@ def _ledger(tmp_path: Path) -> list[dict]:
     return read_ledger(tmp_path / "ledger.jsonl")
 
 
-def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(tmp_path, open_runtime):
-    kill_at(tmp_path, "offload:charge_card:after")  # charged, result not applied
+def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(
+    tmp_path, store_target, open_runtime
+):
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)  # charged, result not applied
     assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card"]
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     report = runtime.recover()
@@ -51,9 +53,9 @@ def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(tmp_path, 
     ],
 )
 def test_each_operator_answer_does_what_it_says(
-    tmp_path, open_runtime, outcome, material, final_state, charges
+    tmp_path, store_target, open_runtime, outcome, material, final_state, charges
 ):
-    kill_at(tmp_path, "offload:charge_card:after")
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
@@ -80,15 +82,15 @@ def test_each_operator_answer_does_what_it_says(
     if outcome == "retry":
         assert [e["attempt"] for e in ledger] == [1, 2]
         assert ledger[0]["key"] == ledger[1]["key"]  # the retry keeps the idempotency key
-    with SqliteBarrierStore(tmp_path / "store.db", read_only=True) as store:
+    with open_store(store_target, read_only=True) as store:
         log = [b.barrier for b in store.barrier_log("order-a")]
         assert log[:4] == ["@start", "charge", "@recovery", "@resolution"]
         resolution = [s for s in store.list_signals("order-a") if s.kind.value == "resolution"]
         assert [(s.outcome, s.consumed_revision) for s in resolution] == [("consumed", 3)]
 
 
-def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, open_runtime):
-    kill_at(tmp_path, "offload:charge_card:after")
+def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, store_target, open_runtime):
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
@@ -108,8 +110,8 @@ def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, open_runtime):
     assert store.load_record("order-a").revision == revision
 
 
-def test_an_idempotent_effect_runs_again_with_the_same_key(tmp_path, open_runtime):
-    kill_at(tmp_path, "offload:send_email:after")  # sent, result not applied
+def test_an_idempotent_effect_runs_again_with_the_same_key(tmp_path, store_target, open_runtime):
+    kill_at(tmp_path, "offload:send_email:after", db=store_target)  # sent, result not applied
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "order-a")
@@ -119,8 +121,10 @@ def test_an_idempotent_effect_runs_again_with_the_same_key(tmp_path, open_runtim
     assert DurableEventKind.RECOVERY_REQUIRED.value not in events.kinds("order-a")
 
 
-def test_a_waiting_execution_waits_again_and_takes_its_signal(tmp_path, open_runtime):
-    kill_at(tmp_path, "barrier:@wait:after")  # the wait is durable; the process dies
+def test_a_waiting_execution_waits_again_and_takes_its_signal(tmp_path, store_target, open_runtime):
+    kill_at(
+        tmp_path, "barrier:@wait:after", db=store_target
+    )  # the wait is durable; the process dies
     runtime, _events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     record = runtime.handle("order-a").record()
@@ -130,8 +134,10 @@ def test_a_waiting_execution_waits_again_and_takes_its_signal(tmp_path, open_run
     assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card", "send_email", "ship_parcel"]
 
 
-def test_a_crash_before_a_barrier_commits_replays_from_the_previous_one(tmp_path, open_runtime):
-    kill_at(tmp_path, "barrier:ship:during")  # the ship barrier never committed
+def test_a_crash_before_a_barrier_commits_replays_from_the_previous_one(
+    tmp_path, store_target, open_runtime
+):
+    kill_at(tmp_path, "barrier:ship:during", db=store_target)  # the ship barrier never committed
     runtime, _ = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.recover()
     # the approval was consumed only by the ship barrier: it is delivered again

@@ -25,12 +25,19 @@ def main(ctx: click.Context) -> None:
 
 
 def _register() -> None:
-    from phronomy_fsm.cli import agent_commands, operator_commands, spec_commands, store_commands
+    from phronomy_fsm.cli import (
+        agent_commands,
+        operator_commands,
+        spec_commands,
+        store_commands,
+        worker_commands,
+    )
 
     spec_commands.register(main)
     store_commands.register(main)
     agent_commands.register(main)
     operator_commands.register(main)
+    worker_commands.register(main)
 
 
 _register()

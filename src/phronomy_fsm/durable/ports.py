@@ -9,6 +9,7 @@ not be called on the dispatcher's loop thread (they block on I/O).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
@@ -127,6 +128,19 @@ class ExecutionStore(Protocol):
         """Active executions of ``machines`` with no live owner."""
         ...
 
+    def claim_executions(
+        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to ``limit`` active executions of ``machines`` with no live owner
+        for ``worker_id`` at once (workers racing for them take disjoint sets);
+        ``[(execution_id, machine, new fencing token)]``, oldest first; empty when
+        ``worker_id``'s own lease is not valid."""
+        ...
+
+    def list_workers(self) -> list[tuple[WorkerRecord, int, int]]:
+        """Every worker: ``(record, heartbeat epoch ms, lease expiry epoch ms)``."""
+        ...
+
     def register_machine(self, record: MachineRecord) -> None:
         """Keep a machine's compiled table (idempotent)."""
         ...
@@ -136,4 +150,16 @@ class ExecutionStore(Protocol):
         ...
 
 
-__all__ = ["ExecutionStore"]
+@runtime_checkable
+class NotifyingStore(Protocol):
+    """Optional: a store that can tell a runtime at once that something changed, so
+    it need not wait for its next poll (PostgreSQL ``LISTEN/NOTIFY``). Polling stays
+    the fallback: a notification only says *look now*."""
+
+    def add_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
+        """Call ``callback(channel, payload)`` on every notification (from a store
+        thread; it must not block); returns the function that removes it."""
+        ...
+
+
+__all__ = ["ExecutionStore", "NotifyingStore"]

@@ -36,21 +36,20 @@ from typing import Any, Self
 
 import orjson
 
-from phronomy_fsm.durable.codec import EncodedJSON, json_data
+from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
 from phronomy_fsm.durable.keys import check_id, new_execution_id
 from phronomy_fsm.durable.machines import table_to_json
 from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
 from phronomy_fsm.durable.records import (
     DurableCommit,
-    DurablePoint,
     ExecutionRecord,
-    ExecutionStatus,
     Fence,
     MachineRecord,
     SignalRecord,
     WorkerRecord,
 )
+from phronomy_fsm.durable.submit import commit_start, start_record, submit_execution
 from phronomy_fsm.durable.types import (
     DurableEvent,
     DurableEventKind,
@@ -59,11 +58,8 @@ from phronomy_fsm.durable.types import (
     RecoveryReport,
 )
 from phronomy_fsm.errors import (
-    ConflictError,
     DurableError,
-    ExecutionExistsError,
     NotFoundError,
-    OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
     TaskTimeoutError,
@@ -74,8 +70,6 @@ from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
 from phronomy_fsm.runtime.tasks import Task
-from phronomy_fsm.runtime.timers import check_delay
-from phronomy_fsm.store.base import COMMITTED, NOT_COMMITTED
 
 log = logging.getLogger("phronomy_fsm.durable")
 
@@ -132,7 +126,9 @@ class DurableRuntime:
         max_workers / queue_size: the offload pool's bounds (effects, filters).
         clock: the clock of timers, records and leases (a manual clock in tests).
         lease_seconds: this worker's lease; heartbeats renew it every third of it.
-        poll_seconds: how often the inbox is polled for signals from other processes.
+        poll_seconds: how often the inbox is polled for signals from other processes
+            (with a store that notifies — PostgreSQL ``LISTEN/NOTIFY`` — the watcher
+            also wakes at once on a notification; the poll is then the fallback).
         faults: crash points (tests and the crash harness only).
         listeners: called with every :class:`DurableEvent`, on the loop thread.
         name: thread-name prefix and the worker's name.
@@ -190,11 +186,16 @@ class DurableRuntime:
         )
         self._closed = False
         self._stop = threading.Event()
+        self._wake_watcher = threading.Event()
+        self._unlisten: Callable[[], None] | None = None
         self._last_seq = 0
         for machine in machines:
             self.register(machine)
         store.register_worker(self.worker, self.lease_seconds)
         self._last_seq = store.last_signal_seq()
+        add_listener = getattr(store, "add_listener", None)
+        if callable(add_listener):  # NotifyingStore: wake the watcher at once
+            self._unlisten = add_listener(lambda _channel, _payload: self._wake_watcher.set())
         self.dispatcher.start()
         self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
         self._watcher.start()
@@ -270,13 +271,17 @@ class DurableRuntime:
         exclusive_key: str | None = None,
         labels: dict[str, Any] | None = None,
         timeout_seconds: float | None = None,
+        run_here: bool = True,
     ) -> ExecutionHandle:
         """Start a durable execution of ``machine`` with ``context``.
 
         The execution is committed at revision 0 (state: the initial state) before
-        anything runs; then it runs here. Starting an id that exists already returns
-        the existing execution (``handle.created`` is False; the given context is
-        ignored) when it runs the same machine (``docs/semantics.md``, "Starting").
+        anything runs; then it runs here — or, with ``run_here=False``, it is
+        committed with no owner and any worker claims and runs it
+        (:func:`phronomy_fsm.durable.submit.submit_execution`; ``docs/scale-out.md``).
+        Starting an id that exists already returns the existing execution
+        (``handle.created`` is False; the given context is ignored) when it runs the
+        same machine (``docs/semantics.md``, "Starting").
 
         Args:
             machine: a registered machine's name.
@@ -300,43 +305,35 @@ class DurableRuntime:
         """
         self._check_open()
         reg = self.registration(machine)
+        if not run_here:
+            eid, created = submit_execution(
+                self.store,
+                reg.machine,
+                context,
+                execution_id=execution_id,
+                exclusive_key=exclusive_key,
+                labels=labels,
+                clock=self.clock,
+                timeout_seconds=timeout_seconds,
+            )
+            return ExecutionHandle(self, eid, created=created)
         eid = new_execution_id() if execution_id is None else check_id(execution_id)
         reg.codec.check(context)
         encoded = reg.codec.encode(context)
-        table = reg.machine.table
-        now = self.clock.now()
-        record = ExecutionRecord(
+        record = start_record(
+            reg.machine,
+            encoded,
             execution_id=eid,
-            machine=table.machine,
-            spec_version=table.version,
-            spec_sha256=table.spec_sha256,
-            state=table.initial,
-            point=DurablePoint.START,
-            status=ExecutionStatus.RUNNING,
-            revision=0,
-            created_at=now,
-            updated_at=now,
-            context=EncodedJSON(encoded),
             exclusive_key=exclusive_key,
-            labels=dict(labels or {}),
-            expires_at=None
-            if timeout_seconds is None
-            else now + timedelta(seconds=check_delay(timeout_seconds, "timeout_seconds")),
+            labels=labels,
+            clock=self.clock,
+            timeout_seconds=timeout_seconds,
         )
         fence = Fence(self.worker_id, 1)
         commit = DurableCommit("@start", record, None, fence)
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
-        try:
-            self._commit_now(commit)
-        except ConflictError:
-            existing = self.store.load_record(eid)
-            if existing.machine != machine:
-                raise ExecutionExistsError(
-                    f"execution {eid} exists and runs machine {existing.machine!r}, not {machine!r}",
-                    execution_id=eid,
-                    machine=existing.machine,
-                ) from None
+        if not commit_start(self.store, commit):
             return ExecutionHandle(self, eid, created=False)
         if self.faults is not None:
             self.faults.hit("barrier:@start:after")
@@ -351,22 +348,6 @@ class DurableRuntime:
 
         self.dispatcher.call_soon(install)
         return ExecutionHandle(self, eid)
-
-    def _commit_now(self, commit: DurableCommit) -> None:
-        """Commit synchronously on the calling thread, a lost response reconciled."""
-        try:
-            self.store.submit(commit).result()
-        except OutcomeUnknownError:
-            disposition = self.store.reconcile(commit)
-            if disposition == COMMITTED:
-                return
-            if disposition == NOT_COMMITTED:
-                raise
-            raise ConflictError(
-                f"execution {commit.execution.execution_id}: the start's outcome was lost and "
-                "something else is stored",
-                execution_id=commit.execution.execution_id,
-            ) from None
 
     def handle(self, execution_id: str) -> ExecutionHandle:
         """A handle on an existing execution. Raises NotFoundError, InvalidIdError."""
@@ -550,15 +531,7 @@ class DurableRuntime:
         """
         self._check_open()
         self.retire_dead_workers()
-        claimed: list[tuple[str, str]] = []
-        for execution_id, _machine in self.store.claimable_executions(self.machines):
-            token = self.store.claim_execution(execution_id, self.worker_id)
-            if token is None:
-                continue
-            record = self.store.load_record(execution_id)
-            signals = self.store.pending_signals(execution_id)
-            claimed.append((execution_id, record.status.value))
-            self._install(record, Fence(self.worker_id, token), signals)
+        claimed = self.claim()
         owned: list[tuple[str, str]] = []
         unknown: list[tuple[str, str]] = []
         registered = set(self.machines)
@@ -571,6 +544,40 @@ class DurableRuntime:
             elif row["owner_id"] not in (None, self.worker_id):
                 owned.append((row["execution_id"], row["owner_id"]))
         return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
+
+    def claim(self, limit: int | None = None) -> list[tuple[str, str]]:
+        """Claim up to ``limit`` (default: every) active execution of the registered
+        machines that no live worker owns, and resume each as :meth:`recover` does;
+        returns ``[(execution_id, status)]`` of those claimed, oldest first. A worker
+        calls it periodically with its free capacity (``docs/scale-out.md``).
+
+        Raises: RuntimeClosedError, StorageError (some may have been claimed and
+        resumed already)."""
+        self._check_open()
+        wanted = 1000 if limit is None else int(limit)
+        if wanted <= 0:
+            return []
+        batch = getattr(self.store, "claim_executions", None)
+        tokens: list[tuple[str, int]] = []
+        if callable(batch):
+            tokens = [
+                (eid, token)
+                for eid, _m, token in batch(self.machines, self.worker_id, limit=wanted)
+            ]
+        else:
+            for execution_id, _machine in self.store.claimable_executions(
+                self.machines, limit=wanted
+            ):
+                token = self.store.claim_execution(execution_id, self.worker_id)
+                if token is not None:
+                    tokens.append((execution_id, token))
+        claimed: list[tuple[str, str]] = []
+        for execution_id, token in tokens:
+            record = self.store.load_record(execution_id)
+            signals = self.store.pending_signals(execution_id)
+            claimed.append((execution_id, record.status.value))
+            self._install(record, Fence(self.worker_id, token), signals)
+        return claimed
 
     def retire_dead_workers(self) -> list[str]:
         """End the lease of every worker whose process is provably gone on this host
@@ -636,10 +643,14 @@ class DurableRuntime:
 
     def _watch(self) -> None:
         """Renew the lease every third of it; poll the inbox for signals sent by
-        other processes."""
+        other processes every ``poll_seconds``, or at once when the store notifies."""
         renew_every = self.lease_seconds / 3
         next_renewal = time.monotonic() + renew_every
-        while not self._stop.wait(self.poll_seconds):
+        while True:
+            self._wake_watcher.wait(self.poll_seconds)  # a store notification ends it early
+            self._wake_watcher.clear()
+            if self._stop.is_set():
+                return
             if time.monotonic() >= next_renewal:
                 next_renewal = time.monotonic() + renew_every
                 try:
@@ -702,6 +713,9 @@ class DurableRuntime:
         )
         self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
         self._stop.set()
+        self._wake_watcher.set()
+        if self._unlisten is not None:
+            self._unlisten()
         self._watcher.join(5)
         try:
             self.store.retire_worker(self.worker_id)

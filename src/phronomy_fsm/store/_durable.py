@@ -784,6 +784,35 @@ class SqliteDurable:
             ).fetchall()
         return [(eid, machine) for eid, machine in rows]
 
+    def claim_executions(
+        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to ``limit`` active executions of ``machines`` with no live owner
+        for ``worker_id`` in one write transaction (writers are serialised, so racing
+        workers take disjoint sets); ``[(execution_id, machine, new fencing token)]``,
+        oldest first; empty when ``worker_id``'s own lease is not valid."""
+        if not machines or limit <= 0:
+            return []
+        now_ms, _ = self._commit_time()
+        marks = ",".join("?" * len(machines))
+        claimed: list[tuple[str, str, int]] = []
+        with self._write_transaction("claim_executions") as cur:
+            rows = cur.execute(
+                f"SELECT execution_id, machine FROM executions e WHERE active=1"
+                f" AND machine IN ({marks}) AND (owner_id IS NULL OR NOT EXISTS (SELECT 1"
+                " FROM workers w WHERE w.worker_id = e.owner_id AND w.lease_expires_epoch_ms >= ?))"
+                f" AND {_LEASE_OK} ORDER BY created_epoch_ms, execution_id LIMIT ?",
+                (*machines, now_ms, worker_id, now_ms, int(limit)),
+            ).fetchall()
+            for eid, machine in rows:
+                (fence,) = cur.execute(
+                    "UPDATE executions SET owner_id=?, fence=fence+1 WHERE execution_id=?"
+                    " RETURNING fence",
+                    (worker_id, eid),
+                ).fetchone()
+                claimed.append((eid, machine, int(fence)))
+        return claimed
+
     # ------------------------------------------------------------------ machines
 
     def register_machine(self, record: MachineRecord) -> None:

@@ -1,0 +1,263 @@
+"""A worker process: runs the executions of an application's machines that any process
+started, many workers sharing one store (``docs/scale-out.md``).
+
+A :class:`Worker` wraps a :class:`~phronomy_fsm.durable.runtime.DurableRuntime` (its
+lease, heartbeat, inbox and fencing) with a **claim loop**: every ``scan_seconds`` — and
+at once when the store notifies that work appeared (PostgreSQL ``phronomy_work``) or
+when one of its executions finished — it claims runnable executions up to its free
+capacity (``concurrency`` minus the executions it holds) and resumes each by the rules
+of recovery: a new one enters its initial state, one whose worker died is replayed from
+its last commit, a waiting one waits again, a parked one waits for an operator. Dead
+workers are found two ways: a worker on this host whose process is provably gone is
+retired at once (``retire_dead_workers``); any other's executions become claimable when
+its lease passes on the store's clock, so a dead worker's executions are taken over
+within about one lease plus one scan.
+
+``phronomy-fsm worker --db DSN --app MODULE:FACTORY [--concurrency N]`` runs one
+(:mod:`phronomy_fsm.cli.worker_commands`); :func:`run_worker` is the same as a call.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from phronomy_fsm.durable.app import DurableApp
+from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
+from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
+from phronomy_fsm.errors import PhronomyError
+
+log = logging.getLogger("phronomy_fsm.worker")
+
+#: Default number of executions one worker holds at once.
+DEFAULT_CONCURRENCY = 16
+
+
+class Worker:
+    """Claims and runs executions of ``app``'s machines from ``store`` (module docstring).
+
+    Args:
+        store: an :class:`~phronomy_fsm.durable.ports.ExecutionStore` (any backend;
+            PostgreSQL for several hosts).
+        app: the :class:`~phronomy_fsm.durable.app.DurableApp` whose machines it runs.
+        concurrency: most executions held at once (running, waiting or parked; ≥ 1).
+        lease_seconds: the worker's lease (heartbeat every third of it).
+        scan_seconds: how often it looks for runnable executions without being told
+            (default: a quarter of the lease).
+        poll_seconds: the inbox poll (default 0.05 s; 1 s when the store notifies).
+        max_offload: the offload pool's threads (effects running at once).
+        name: the worker's name (logs, the workers table).
+        listeners: more :class:`DurableEvent` listeners (loop thread).
+        own_store: close ``store`` when the worker stops.
+        probe_processes: retire workers of this host whose process is provably gone
+            at each scan, without waiting for their lease (default on; the
+            environment variable ``PHRONOMY_WORKER_PROBE_PROCESSES=0`` turns it off,
+            e.g. to measure the lease path as a worker on another host sees it).
+
+    Raises:
+        ValueError: a bound is not positive.
+        StorageError: the worker cannot register in the store.
+    """
+
+    def __init__(
+        self,
+        store: Any,
+        app: DurableApp,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        scan_seconds: float | None = None,
+        poll_seconds: float | None = None,
+        max_offload: int | None = None,
+        name: str = "phronomy-worker",
+        listeners: tuple[Any, ...] = (),
+        own_store: bool = False,
+        probe_processes: bool | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        notifies = callable(getattr(store, "add_listener", None)) and bool(
+            getattr(store, "notifications", False)
+        )
+        self.store = store
+        self.app = app
+        self.concurrency = int(concurrency)
+        self.scan_seconds = float(scan_seconds or lease_seconds / 4)
+        self.claimed_total = 0
+        if probe_processes is None:
+            probe_processes = os.environ.get("PHRONOMY_WORKER_PROBE_PROCESSES", "1") != "0"
+        self.probe_processes = probe_processes
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.runtime = DurableRuntime(
+            store,
+            machines=app.machines,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds or (1.0 if notifies else 0.05),
+            max_workers=max_offload or max(4, min(64, self.concurrency * 2)),
+            listeners=[self._on_event, *listeners],
+            name=name,
+            own_store=own_store,
+        )
+        self.worker_id = self.runtime.worker_id
+        self._unlisten = store.add_listener(self._on_notification) if notifies else (lambda: None)
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ events
+
+    def _on_notification(self, channel: str, payload: str) -> None:
+        if channel != "phronomy_signals":  # work appeared, or the listener reconnected
+            self._wake.set()
+
+    def _on_event(self, event: DurableEvent) -> None:
+        kind = event.kind
+        if kind in (DurableEventKind.FINISHED, DurableEventKind.RELEASED):
+            if kind is DurableEventKind.RELEASED:
+                log.warning(
+                    "worker %s: let go of execution %s (%s)",
+                    self.worker_id,
+                    event.execution_id,
+                    event.detail.get("reason", "another worker owns it"),
+                )
+            self._wake.set()
+
+    @property
+    def held(self) -> int:
+        """How many executions this worker holds now (live in its engine; counted on
+        the loop thread, after every install queued so far)."""
+        runtime = self.runtime
+        try:
+            return int(runtime.dispatcher.call(lambda: len(runtime.engine.live)).result(10))
+        except PhronomyError:
+            return 0
+
+    # ------------------------------------------------------------------ the loop
+
+    def scan(self) -> list[tuple[str, str]]:
+        """One pass of the claim loop: retire dead workers on this host, then claim
+        up to the free capacity. Returns ``[(execution_id, status)]`` claimed.
+        Raises StorageError."""
+        if self.probe_processes:
+            self.runtime.retire_dead_workers()
+        free = self.concurrency - self.held
+        if free <= 0:
+            return []
+        claimed = self.runtime.claim(free)
+        if claimed:
+            self.claimed_total += len(claimed)
+            resumed = [f"{eid} ({status})" for eid, status in claimed]
+            log.info(
+                "worker %s: claimed %d execution(s): %s%s",
+                self.worker_id,
+                len(claimed),
+                ", ".join(resumed[:5]),
+                " ..." if len(resumed) > 5 else "",
+            )
+        return claimed
+
+    def run(self, stop: threading.Event | None = None) -> None:
+        """Claim and run until :meth:`stop` (or ``stop`` is set); then close.
+        Store errors are logged and the loop goes on (the store may be restarting)."""
+        log.info(
+            "worker %s started: machines %s, concurrency %d, lease %.1f s, store %s",
+            self.worker_id,
+            ", ".join(self.runtime.machines),
+            self.concurrency,
+            self.runtime.lease_seconds,
+            getattr(self.store, "path", "?"),
+        )
+        try:
+            while not self._stop.is_set() and not (stop is not None and stop.is_set()):
+                try:
+                    claimed = self.scan()
+                except PhronomyError as exc:
+                    log.warning("worker %s: claim scan failed: %s", self.worker_id, exc)
+                    claimed = []
+                if claimed and self.held < self.concurrency:
+                    continue  # there may be more: look again at once
+                self._wake.wait(self.scan_seconds)
+                self._wake.clear()
+        finally:
+            self.close()
+
+    def start(self) -> Worker:
+        """Run :meth:`run` on a background thread; returns ``self``."""
+        self._thread = threading.Thread(
+            target=self.run, name=f"{self.worker_id}-claim", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ask the loop to stop (it closes the worker)."""
+        self._stop.set()
+        self._wake.set()
+
+    def close(self, timeout_seconds: float = 10.0) -> None:
+        """Stop claiming, let running executions reach a resting point for up to
+        ``timeout_seconds``, end the lease (others claim what is left at once).
+        Idempotent."""
+        self._stop.set()
+        self._wake.set()
+        self._unlisten()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout_seconds + 5)
+        self.runtime.close(timeout_seconds=timeout_seconds)
+        log.info("worker %s stopped (claimed %d in all)", self.worker_id, self.claimed_total)
+
+    def wait_idle(self, timeout_seconds: float) -> bool:
+        """Wait until this worker holds nothing; False on timeout (for tests)."""
+        deadline = time.monotonic() + timeout_seconds
+        while self.held:
+            if time.monotonic() >= deadline:
+                return False
+            self._wake.wait(0.05)
+        return True
+
+
+def run_worker(
+    db: str,
+    app_spec: str,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    notifications: bool = True,
+    poll_seconds: float | None = None,
+    scan_seconds: float | None = None,
+    name: str = "phronomy-worker",
+    stop: threading.Event | None = None,
+) -> None:
+    """Open the store ``db`` (a file path or a ``postgresql://`` DSN), load the
+    application ``MODULE:FACTORY`` (called with ``db``), and run a :class:`Worker`
+    until ``stop`` is set (or forever). What ``phronomy-fsm worker`` does.
+
+    Raises: ConfigurationError (the app), StorageError, SchemaVersionError."""
+    from phronomy_fsm.durable.app import load_app
+    from phronomy_fsm.store.open import is_postgres_dsn, open_store
+
+    options: dict[str, Any] = {}
+    if is_postgres_dsn(db):
+        options["notifications"] = notifications
+    store = open_store(db, **options)
+    try:
+        app = load_app(app_spec, db)
+        worker = Worker(
+            store,
+            app,
+            concurrency=concurrency,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            scan_seconds=scan_seconds,
+            name=name,
+            own_store=True,
+        )
+    except BaseException:
+        store.close()
+        raise
+    worker.run(stop)
+
+
+__all__ = ["DEFAULT_CONCURRENCY", "Worker", "run_worker"]

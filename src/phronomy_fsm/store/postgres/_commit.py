@@ -1,0 +1,328 @@
+"""One engine commit on PostgreSQL: the statements of a
+:class:`~phronomy_fsm.durable.records.DurableCommit` inside an open transaction, and
+the classification of a refusal into the store taxonomy.
+
+The execution's compare-and-set and its barrier-log row are **one statement** (a
+data-modifying CTE): the UPDATE matches only the expected revision, machine, an active
+row, and — with a fence — the owner, the fencing token and an owner's lease still
+valid on the server's clock; the INSERT into ``barriers`` takes the updated row. A
+refused compare-and-set therefore writes nothing and raises no SQL error; the row is
+then read (in the same transaction) to say why. Later parts (consumed signals,
+children, signals sent, journal) run after it; the caller wraps a commit that shares
+its transaction with others in a savepoint, so a refusal there undoes only it.
+
+It never begins, commits or rolls back (the store's group commit does). Semantics:
+``docs/semantics.md`` ("Commits", "Leases and fencing").
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
+from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, ExecutionRecord, to_json
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    ExecutionFinishedError,
+    LeaseLostError,
+    NotFoundError,
+    PhronomyError,
+)
+from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+
+_LEASE_OK = (
+    "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = %(worker)s"
+    f" AND w.lease_expires_epoch_ms >= {NOW_MS})"
+)
+_LOG_COLUMNS = (
+    "execution_id, revision, last_barrier, updated_epoch_ms, last_digest, status, state,"
+    " owner_id, fence"
+)
+_LOG_INSERT = (
+    "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,"
+    " state, worker_id, fence) SELECT * FROM c RETURNING committed_epoch_ms"
+)
+
+INSERT_EXECUTION = (
+    "WITH c AS (INSERT INTO executions(execution_id, machine, exclusive_key,"
+    " parent_execution_id, revision, status, state, active, spec_sha256, body,"
+    " created_epoch_ms, updated_epoch_ms, deadline_epoch_ms, owner_id, fence, last_barrier,"
+    " last_digest) SELECT %(id)s, %(machine)s, %(key)s, %(parent)s, %(revision)s, %(status)s,"
+    f" %(state)s, %(active)s, %(sha)s, %(body)s, %(created)s, {NOW_MS}, %(deadline)s,"
+    " %(worker)s, %(fence)s, %(barrier)s, %(digest)s {where}"
+    f" ON CONFLICT DO NOTHING RETURNING {_LOG_COLUMNS}) {_LOG_INSERT}"
+)
+
+UPDATE_EXECUTION = (
+    "WITH c AS (UPDATE executions SET revision = %(revision)s, status = %(status)s,"
+    " state = %(state)s, active = %(active)s, body = %(body)s,"
+    f" updated_epoch_ms = {NOW_MS}, deadline_epoch_ms = %(deadline)s,"
+    " last_barrier = %(barrier)s, last_digest = %(digest)s"
+    " WHERE execution_id = %(id)s AND revision = %(expected)s AND machine = %(machine)s"
+    f" AND active {{fenced}} RETURNING {_LOG_COLUMNS}) {_LOG_INSERT}"
+)
+_FENCED = f"AND owner_id = %(worker)s AND fence = %(fence)s AND {_LEASE_OK}"
+
+INSERT_SIGNAL = (
+    "INSERT INTO signals(signal_id, execution_id, kind, event, body, created_epoch_ms)"
+    f" VALUES (%s, %s, %s, %s, %s, {NOW_MS}) ON CONFLICT (signal_id) DO NOTHING RETURNING seq"
+)
+
+#: Notification channels (``LISTEN``): a signal was added (payload: execution id), or
+#: an execution became runnable by any worker (payload: machine).
+SIGNALS_CHANNEL = "phronomy_signals"
+WORK_CHANNEL = "phronomy_work"
+
+
+def _epoch(value: Any) -> int | None:
+    return None if value is None else datetime_to_epoch_ms(value)
+
+
+class PreparedCommit:
+    """A :class:`DurableCommit` with every body encoded, built before the transaction.
+
+    Raises SerializationError from the encoder (naming the field)."""
+
+    __slots__ = ("body", "children", "commit", "digest", "future", "journal", "signals")
+
+    def __init__(self, commit: DurableCommit) -> None:
+        self.commit = commit
+        self.body = to_json(commit.execution)
+        self.digest = hashlib.sha256(self.body.encode("utf-8")).hexdigest()
+        self.children = [(child, to_json(child)) for child in commit.children]
+        self.signals = [(s, to_json(s)) for s in commit.send_signals]
+        ex = commit.execution
+        self.journal = [
+            (
+                ex.execution_id,
+                ex.revision,
+                i,
+                e.kind,
+                to_json(e.__class__(e.kind, e.data, ex.revision, i)),
+            )
+            for i, e in enumerate(commit.journal)
+        ]
+        self.future: Any = None
+
+    @property
+    def simple(self) -> bool:
+        """True when the commit is one statement (nothing to undo after it)."""
+        c = self.commit
+        return not (c.consume_signals or c.children or c.send_signals or c.journal)
+
+
+def _execution_params(
+    ex: ExecutionRecord, body: str, barrier: str, worker: str | None, fence: int
+) -> dict[str, Any]:
+    return {
+        "id": ex.execution_id,
+        "machine": ex.machine,
+        "key": ex.exclusive_key,
+        "parent": ex.parent_execution_id,
+        "revision": ex.revision,
+        "status": ex.status.value,
+        "state": ex.state,
+        "active": ex.is_active,
+        "sha": ex.spec_sha256,
+        "body": body,
+        "created": datetime_to_epoch_ms(ex.created_at),
+        "deadline": _epoch(ex.deadline_at),
+        "worker": worker,
+        "fence": fence,
+        "barrier": barrier,
+        "digest": hashlib.sha256(body.encode("utf-8")).hexdigest(),
+    }
+
+
+def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]]:
+    """Run ``p``'s statements in the transaction open on ``cur``.
+
+    Returns:
+        The receipt (valid once the transaction commits) and the notifications to
+        send with the transaction (``[(channel, payload)]`` flattened as
+        ``"channel\\0payload"`` strings).
+
+    Raises:
+        NotFoundError, ConflictError, LeaseLostError, AgentBusyError,
+        ExecutionFinishedError: refused; later statements of this commit may have run
+            (the caller rolls back to its savepoint, or the whole transaction).
+        psycopg.Error: storage failures, for the caller to map.
+    """
+    commit = p.commit
+    ex = commit.execution
+    fence = commit.fence
+    notes: list[str] = []
+    if commit.expected_revision is None:
+        params = _execution_params(
+            ex,
+            p.body,
+            commit.barrier,
+            None if fence is None else fence.worker_id,
+            0 if fence is None else fence.token,
+        )
+        sql = INSERT_EXECUTION.format(where="" if fence is None else f"WHERE {_LEASE_OK}")
+        cur.execute(sql, params)
+        row = cur.fetchone()
+        if row is None:
+            raise _classify_insert(cur, ex, fence is not None)
+        if fence is None:
+            notes.append(f"{WORK_CHANNEL}\0{ex.machine}")
+    else:
+        params = _execution_params(
+            ex,
+            p.body,
+            commit.barrier,
+            None if fence is None else fence.worker_id,
+            0 if fence is None else fence.token,
+        )
+        params["expected"] = commit.expected_revision
+        cur.execute(UPDATE_EXECUTION.format(fenced=_FENCED if fence is not None else ""), params)
+        row = cur.fetchone()
+        if row is None:
+            raise _classify_update(cur, commit)
+    committed_ms = int(row[0])
+    if commit.consume_signals:
+        seqs = sorted(set(commit.consume_signals))
+        cur.execute(
+            "UPDATE signals SET consumed_revision = %s, outcome = %s WHERE execution_id = %s"
+            " AND consumed_revision IS NULL AND seq = ANY(%s)",
+            (ex.revision, commit.consume_outcome, ex.execution_id, seqs),
+        )
+        if cur.rowcount != len(seqs):
+            raise ConflictError(
+                f"execution {ex.execution_id}: signals {seqs} are not all pending any more "
+                "(consumed by another commit?); reload and decide again",
+                execution_id=ex.execution_id,
+            )
+    for child, body in p.children:
+        params = _execution_params(
+            child,
+            body,
+            "@start",
+            None if fence is None else fence.worker_id,
+            1 if fence is not None else 0,
+        )
+        cur.execute(INSERT_EXECUTION.format(where=""), params)
+        if cur.fetchone() is None:
+            raise _classify_insert(cur, child, False)
+        if fence is None:
+            notes.append(f"{WORK_CHANNEL}\0{child.machine}")
+    seqs_out: list[int] = []
+    if p.signals:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
+    for signal, body in p.signals:
+        cur.execute(
+            INSERT_SIGNAL,
+            (signal.signal_id, signal.execution_id, signal.kind.value, signal.event, body),
+        )
+        got = cur.fetchone()
+        if got is None:
+            raise ConflictError(
+                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
+            )
+        seqs_out.append(int(got[0]))
+        notes.append(f"{SIGNALS_CHANNEL}\0{signal.execution_id}")
+    if p.journal:
+        columns = list(zip(*p.journal))
+        cur.execute(
+            "INSERT INTO execution_journal(execution_id, revision, position, kind, body)"
+            " SELECT * FROM unnest(%s::text[], %s::bigint[], %s::int[], %s::text[], %s::text[])",
+            [list(c) for c in columns],
+        )
+    receipt = DurableReceipt(
+        ex.execution_id, ex.revision, tuple(seqs_out), epoch_ms_to_datetime(committed_ms)
+    )
+    return receipt, notes
+
+
+def _classify_insert(cur: Any, ex: ExecutionRecord, fenced: bool) -> PhronomyError:
+    """Why inserting ``ex`` wrote nothing: a duplicate id, another active execution
+    with its exclusive key, or (fenced) the worker's lease has passed."""
+    cur.execute("SELECT 1 FROM executions WHERE execution_id = %s", (ex.execution_id,))
+    if cur.fetchone() is not None:
+        return ConflictError(
+            f"execution {ex.execution_id} already exists", execution_id=ex.execution_id
+        )
+    if ex.exclusive_key is not None:
+        cur.execute(
+            "SELECT execution_id FROM executions WHERE exclusive_key = %s AND active",
+            (ex.exclusive_key,),
+        )
+        row = cur.fetchone()
+        if row is not None:
+            return AgentBusyError(
+                f"exclusive key {ex.exclusive_key!r} already has the active execution {row[0]}; "
+                "wait for it to finish or cancel it",
+                exclusive_key=ex.exclusive_key,
+                execution_id=ex.execution_id,
+                active_execution_id=row[0],
+            )
+    if fenced:
+        return LeaseLostError(
+            f"execution {ex.execution_id} not created: this worker's lease has expired; "
+            "renew it (restart the runtime)",
+            execution_id=ex.execution_id,
+        )
+    return ConflictError(
+        f"execution {ex.execution_id}: it was created concurrently; reload it",
+        execution_id=ex.execution_id,
+    )
+
+
+def _classify_update(cur: Any, commit: DurableCommit) -> PhronomyError:
+    """Why the compare-and-set matched no row."""
+    ex = commit.execution
+    cur.execute(
+        "SELECT revision, machine, active, status, owner_id, fence FROM executions"
+        " WHERE execution_id = %s",
+        (ex.execution_id,),
+    )
+    row = cur.fetchone()
+    if row is None:
+        return NotFoundError(
+            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+        )
+    revision, machine, active, status, owner, token = row
+    if machine != ex.machine:
+        return ConflictError(
+            f"execution {ex.execution_id} runs machine {machine}, not {ex.machine}",
+            execution_id=ex.execution_id,
+        )
+    if not active:
+        return ExecutionFinishedError(
+            f"execution {ex.execution_id} has finished ({status}); nothing more is committed",
+            execution_id=ex.execution_id,
+            status=status,
+        )
+    if revision != commit.expected_revision:
+        return ConflictError(
+            f"execution {ex.execution_id} is at revision {revision}, not the expected "
+            f"{commit.expected_revision}; reload it and decide again",
+            execution_id=ex.execution_id,
+            expected_revision=commit.expected_revision,
+            stored_revision=revision,
+        )
+    fence = commit.fence
+    if fence is not None and (owner != fence.worker_id or token != fence.token):
+        return LeaseLostError(
+            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
+            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
+            execution_id=ex.execution_id,
+            owner_id=owner,
+        )
+    return LeaseLostError(
+        f"execution {ex.execution_id}: the lease of worker "
+        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
+        execution_id=ex.execution_id,
+    )
+
+
+__all__ = [
+    "INSERT_SIGNAL",
+    "SIGNALS_CHANNEL",
+    "WORK_CHANNEL",
+    "PreparedCommit",
+    "apply_commit",
+]

@@ -1,0 +1,547 @@
+"""The engine-port methods of :class:`~phronomy_fsm.store.postgres.store.PostgresStore`
+besides commits: reads, the inbox, workers and leases, claims, machines.
+
+Mixed into the store class, whose ``_reading(operation, fn)`` and
+``_writing(operation, fn)`` run ``fn(cursor)`` on a pooled connection (a write in one
+transaction), retrying a broken connection. Every time a lease depends on is the
+server's (``phronomy_now_ms()``). Semantics as on SQLite
+(:mod:`phronomy_fsm.store._durable`; ``docs/semantics.md`` "Signals", "Leases and
+fencing"); claims take rows with ``FOR UPDATE SKIP LOCKED``, so workers racing for
+runnable executions never wait on each other and never take the same one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from phronomy_fsm.durable.codec import epoch_ms_to_datetime
+from phronomy_fsm.durable.records import (
+    BarrierLogRecord,
+    DurableCommit,
+    ExecutionRecord,
+    JournalEntry,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+    from_json,
+    to_json,
+)
+from phronomy_fsm.errors import (
+    ExecutionFinishedError,
+    NotFoundError,
+    SignalRefusedError,
+)
+from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
+from phronomy_fsm.store.postgres._commit import INSERT_SIGNAL, SIGNALS_CHANNEL, WORK_CHANNEL
+from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+
+_SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
+_LIVE_OWNER = (
+    "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = e.owner_id"
+    f" AND w.lease_expires_epoch_ms >= {NOW_MS})"
+)
+_MY_LEASE = (
+    "EXISTS (SELECT 1 FROM workers me WHERE me.worker_id = %(worker)s"
+    f" AND me.lease_expires_epoch_ms >= {NOW_MS})"
+)
+
+
+def _signal_from_row(row: tuple[Any, ...]) -> SignalRecord:
+    seq, body, consumed, outcome = row
+    record: SignalRecord = from_json(SignalRecord, body)
+    return record.__class__(
+        signal_id=record.signal_id,
+        execution_id=record.execution_id,
+        kind=record.kind,
+        created_at=record.created_at,
+        event=record.event,
+        payload=record.payload,
+        expected_revision=record.expected_revision,
+        sender=record.sender,
+        seq=int(seq),
+        consumed_revision=consumed,
+        outcome=outcome,
+    )
+
+
+def _value(status: Any) -> str | None:
+    return None if status is None else str(getattr(status, "value", status))
+
+
+class PostgresReads:
+    """The reads and maintenance writes of the PostgreSQL store (module docstring)."""
+
+    path: str
+
+    def _reading(self, operation: str, fn: Callable[[Any], Any]) -> Any:  # from the store
+        raise NotImplementedError
+
+    def _writing(self, operation: str, fn: Callable[[Any], Any]) -> Any:  # from the store
+        raise NotImplementedError
+
+    def _fetchall(self, operation: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        def run(cur: Any) -> list[tuple[Any, ...]]:
+            cur.execute(sql, params)
+            return list(cur.fetchall())
+
+        return self._reading(operation, run)  # type: ignore[no-any-return]
+
+    def server_time_ms(self) -> int:
+        """The server's clock in epoch milliseconds (what leases are measured on)."""
+        return int(self._fetchall("server_time", f"SELECT {NOW_MS}")[0][0])
+
+    # ------------------------------------------------------------------ executions
+
+    def load_record(self, execution_id: str) -> ExecutionRecord:
+        """The stored execution.
+
+        Raises: NotFoundError, SerializationError, StorageError."""
+        rows = self._fetchall(
+            "load_record", "SELECT body FROM executions WHERE execution_id = %s", (execution_id,)
+        )
+        if not rows:
+            raise NotFoundError(
+                f"execution {execution_id} does not exist", execution_id=execution_id
+            )
+        return from_json(ExecutionRecord, rows[0][0])  # type: ignore[no-any-return]
+
+    def list_records(
+        self,
+        *,
+        machine: str | None = None,
+        status: str | None = None,
+        exclusive_key: str | None = None,
+        parent_execution_id: str | None = None,
+        active: bool | None = None,
+        owner_id: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[ExecutionRecord]:
+        """Executions matching every given filter, oldest first.
+        Raises SerializationError, StorageError."""
+        where = ["TRUE"]
+        params: list[Any] = []
+        for column, value in (
+            ("machine", machine),
+            ("status", _value(status)),
+            ("exclusive_key", exclusive_key),
+            ("parent_execution_id", parent_execution_id),
+            ("owner_id", owner_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = %s")
+                params.append(value)
+        if active is not None:
+            where.append("active = %s")
+            params.append(bool(active))
+        sql = (
+            "SELECT body FROM executions WHERE "
+            + " AND ".join(where)
+            + " ORDER BY created_epoch_ms, execution_id LIMIT %s OFFSET %s"
+        )
+        params += [limit, int(offset)]
+        rows = self._fetchall("list_records", sql, params)
+        return [from_json(ExecutionRecord, body) for (body,) in rows]
+
+    def execution_rows(
+        self,
+        *,
+        machine: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Column summaries of every execution (id, machine, state, status, revision,
+        exclusive_key, parent, owner, times in epoch ms, active), oldest first."""
+        where: list[str] = []
+        params: list[Any] = []
+        if machine is not None:
+            where.append("machine = %s")
+            params.append(machine)
+        if status is not None:
+            where.append("status = %s")
+            params.append(_value(status))
+        sql = (
+            "SELECT execution_id, machine, state, status, revision, exclusive_key,"
+            " parent_execution_id, owner_id, created_epoch_ms, updated_epoch_ms,"
+            " deadline_epoch_ms, active::int AS active FROM executions"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_epoch_ms, execution_id LIMIT %s OFFSET %s"
+        params += [limit, int(offset)]
+
+        def run(cur: Any) -> list[dict[str, Any]]:
+            cur.execute(sql, params)
+            names = [d.name for d in cur.description]
+            return [dict(zip(names, row)) for row in cur.fetchall()]
+
+        return self._reading("execution_rows", run)  # type: ignore[no-any-return]
+
+    def count_by_status(self, *, machine: str | None = None) -> dict[str, int]:
+        """``{status: count}`` of every execution (of ``machine`` when given)."""
+        sql = "SELECT status, count(*) FROM executions"
+        params: list[Any] = []
+        if machine is not None:
+            sql += " WHERE machine = %s"
+            params.append(machine)
+        sql += " GROUP BY status"
+        return {s: int(n) for s, n in self._fetchall("count_by_status", sql, params)}
+
+    def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:
+        """The barrier log of one execution by revision (empty when unknown)."""
+        rows = self._fetchall(
+            "barrier_log",
+            "SELECT execution_id, revision, barrier, committed_epoch_ms, digest, status, state"
+            " FROM barriers WHERE execution_id = %s ORDER BY revision",
+            (execution_id,),
+        )
+        return [
+            BarrierLogRecord(eid, int(rev), b, epoch_ms_to_datetime(ms), dig, status, state)
+            for eid, rev, b, ms, dig, status, state in rows
+        ]
+
+    def barrier_owners(self, execution_id: str) -> list[tuple[int, str, str | None, int | None]]:
+        """``(revision, barrier, worker_id, fence)`` of each commit of one execution:
+        which worker, under which fencing token, made it (PostgreSQL only)."""
+        rows = self._fetchall(
+            "barrier_owners",
+            "SELECT revision, barrier, worker_id, fence FROM barriers WHERE execution_id = %s"
+            " ORDER BY revision",
+            (execution_id,),
+        )
+        return [(int(r), b, w, None if f is None else int(f)) for r, b, w, f in rows]
+
+    def reconcile(self, commit: DurableCommit) -> str:
+        """Read back after OutcomeUnknownError: :data:`COMMITTED` when the stored
+        execution is at the intended revision with the intended body,
+        :data:`NOT_COMMITTED` when absent (a creating commit) or still at the expected
+        revision, :data:`CONFLICT` otherwise. Retries while the server is unreachable
+        (up to the store's ``reconnect_seconds``).
+
+        Raises: StorageError (the caller fails closed)."""
+        intended = to_json(commit.execution)
+        rows = self._fetchall(
+            "reconcile",
+            "SELECT revision, body FROM executions WHERE execution_id = %s",
+            (commit.execution.execution_id,),
+        )
+        if not rows:
+            return NOT_COMMITTED if commit.expected_revision is None else CONFLICT
+        revision, body = rows[0]
+        if revision == commit.execution.revision and body == intended:
+            return COMMITTED
+        if commit.expected_revision is not None and revision == commit.expected_revision:
+            return NOT_COMMITTED
+        return CONFLICT
+
+    def journal_entries(self, execution_id: str) -> list[JournalEntry]:
+        """The application records of one execution, in commit order."""
+        rows = self._fetchall(
+            "journal_entries",
+            "SELECT body FROM execution_journal WHERE execution_id = %s"
+            " ORDER BY revision, position",
+            (execution_id,),
+        )
+        return [from_json(JournalEntry, body) for (body,) in rows]
+
+    # ------------------------------------------------------------------ signals
+
+    def send_signal(self, signal: SignalRecord) -> SignalRecord:
+        """Write ``signal`` to its execution's inbox in one transaction that checks
+        the execution (exists, active, at ``expected_revision`` when given) and
+        notifies ``phronomy_signals``. A signal id sent before — even concurrently,
+        by another process — returns the stored signal and writes nothing.
+
+        Raises: NotFoundError, ExecutionFinishedError, SignalRefusedError
+        (``stale_revision``), SerializationError, StorageError."""
+        body = to_json(signal)
+
+        def run(cur: Any) -> SignalRecord:
+            cur.execute(
+                f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s", (signal.signal_id,)
+            )
+            existing = cur.fetchone()
+            if existing is not None:
+                return _signal_from_row(existing)
+            cur.execute(
+                "SELECT revision, active, status FROM executions WHERE execution_id = %s FOR SHARE",
+                (signal.execution_id,),
+            )
+            row = cur.fetchone()
+            if row is None:
+                raise NotFoundError(
+                    f"execution {signal.execution_id} does not exist; nothing was sent",
+                    execution_id=signal.execution_id,
+                )
+            revision, active, status = row
+            if not active:
+                raise ExecutionFinishedError(
+                    f"execution {signal.execution_id} has finished ({status}); nothing was sent",
+                    execution_id=signal.execution_id,
+                    status=status,
+                )
+            if signal.expected_revision is not None and revision != signal.expected_revision:
+                raise SignalRefusedError(
+                    f"execution {signal.execution_id} is at revision {revision}, not "
+                    f"{signal.expected_revision}; read it again (nothing was sent)",
+                    execution_id=signal.execution_id,
+                    reason="stale_revision",
+                    stored_revision=revision,
+                )
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
+            cur.execute(
+                INSERT_SIGNAL,
+                (signal.signal_id, signal.execution_id, signal.kind.value, signal.event, body),
+            )
+            got = cur.fetchone()
+            if got is None:  # the same id was sent concurrently and committed first
+                cur.execute(
+                    f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s",
+                    (signal.signal_id,),
+                )
+                return _signal_from_row(cur.fetchone())
+            cur.execute("SELECT pg_notify(%s, %s)", (SIGNALS_CHANNEL, signal.execution_id))
+            return _signal_from_row((got[0], body, None, None))
+
+        return self._writing("send_signal", run)  # type: ignore[no-any-return]
+
+    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+        """Consume pending signals of ``execution_id`` without applying them
+        (``outcome`` says why); returns how many were still pending."""
+        if not seqs:
+            return 0
+
+        def run(cur: Any) -> int:
+            cur.execute(
+                "UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
+                " WHERE execution_id = %s), outcome = %s WHERE execution_id = %s"
+                " AND consumed_revision IS NULL AND seq = ANY(%s)",
+                (execution_id, outcome, execution_id, [int(s) for s in seqs]),
+            )
+            return int(cur.rowcount)
+
+        return self._writing("close_signals", run)  # type: ignore[no-any-return]
+
+    def pending_signals(self, execution_id: str) -> list[SignalRecord]:
+        """The execution's unconsumed signals, in the order they were sent."""
+        rows = self._fetchall(
+            "pending_signals",
+            f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE execution_id = %s"
+            " AND consumed_revision IS NULL ORDER BY seq",
+            (execution_id,),
+        )
+        return [_signal_from_row(r) for r in rows]
+
+    def list_signals(self, execution_id: str) -> list[SignalRecord]:
+        """Every signal of one execution (consumed or not), in order."""
+        rows = self._fetchall(
+            "list_signals",
+            f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE execution_id = %s ORDER BY seq",
+            (execution_id,),
+        )
+        return [_signal_from_row(r) for r in rows]
+
+    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
+        """Unconsumed signals above ``seq`` (any execution), in order. Transactions
+        adding signals are serialised (an advisory lock), so sequence numbers become
+        visible in increasing order and a poller that remembers the last one it saw
+        misses none."""
+        rows = self._fetchall(
+            "signals_after",
+            f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE seq > %s AND consumed_revision IS NULL"
+            " ORDER BY seq LIMIT %s",
+            (int(seq), int(limit)),
+        )
+        return [_signal_from_row(r) for r in rows]
+
+    def last_signal_seq(self) -> int:
+        """The highest signal sequence number so far (0 when none)."""
+        return int(self._fetchall("last_signal_seq", "SELECT max(seq) FROM signals")[0][0] or 0)
+
+    # ------------------------------------------------------------------ workers
+
+    def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
+        """Insert or replace a worker row; its lease runs ``lease_seconds`` from now on
+        the server's clock."""
+        body = to_json(worker)
+        ms = int(lease_seconds * 1000)
+
+        def run(cur: Any) -> None:
+            cur.execute(
+                "INSERT INTO workers(worker_id, body, heartbeat_epoch_ms, lease_expires_epoch_ms)"
+                f" VALUES (%s, %s, {NOW_MS}, {NOW_MS} + %s) ON CONFLICT (worker_id) DO UPDATE"
+                " SET body = excluded.body, heartbeat_epoch_ms = excluded.heartbeat_epoch_ms,"
+                " lease_expires_epoch_ms = excluded.lease_expires_epoch_ms",
+                (worker.worker_id, body, ms),
+            )
+
+        self._writing("register_worker", run)
+
+    def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
+        """Heartbeat (server clock); False when the worker row is gone."""
+        ms = int(lease_seconds * 1000)
+
+        def run(cur: Any) -> bool:
+            cur.execute(
+                f"UPDATE workers SET heartbeat_epoch_ms = {NOW_MS},"
+                f" lease_expires_epoch_ms = {NOW_MS} + %s WHERE worker_id = %s",
+                (ms, worker_id),
+            )
+            return bool(cur.rowcount == 1)
+
+        return self._writing("renew_lease", run)  # type: ignore[no-any-return]
+
+    def retire_worker(self, worker_id: str) -> None:
+        """End a worker's lease now (its executions become claimable; workers are
+        told through ``phronomy_work``)."""
+
+        def run(cur: Any) -> None:
+            cur.execute(
+                "UPDATE workers SET lease_expires_epoch_ms = 0 WHERE worker_id = %s", (worker_id,)
+            )
+            cur.execute("SELECT pg_notify(%s, %s)", (WORK_CHANNEL, ""))
+
+        self._writing("retire_worker", run)
+
+    def list_workers(self) -> list[tuple[WorkerRecord, int, int]]:
+        """Every worker row: ``(record, heartbeat_epoch_ms, lease_expires_epoch_ms)``."""
+        rows = self._fetchall(
+            "list_workers",
+            "SELECT body, heartbeat_epoch_ms, lease_expires_epoch_ms FROM workers"
+            " ORDER BY worker_id",
+        )
+        return [(from_json(WorkerRecord, body), int(hb), int(exp)) for body, hb, exp in rows]
+
+    def execution_owner(self, execution_id: str) -> tuple[str | None, int, int | None]:
+        """``(owner worker id, fencing token, owner's lease expiry epoch ms)``.
+        Raises NotFoundError."""
+        rows = self._fetchall(
+            "execution_owner",
+            "SELECT e.owner_id, e.fence, w.lease_expires_epoch_ms FROM executions e"
+            " LEFT JOIN workers w ON w.worker_id = e.owner_id WHERE e.execution_id = %s",
+            (execution_id,),
+        )
+        if not rows:
+            raise NotFoundError(
+                f"execution {execution_id} does not exist", execution_id=execution_id
+            )
+        owner, fence, expires = rows[0]
+        return owner, int(fence), None if expires is None else int(expires)
+
+    def execution_fences(self, execution_ids: list[str]) -> dict[str, tuple[str | None, int, bool]]:
+        """``{execution_id: (owner, fencing token, active)}`` of the given executions
+        (absent ones are left out)."""
+        if not execution_ids:
+            return {}
+        rows = self._fetchall(
+            "execution_fences",
+            "SELECT execution_id, owner_id, fence, active FROM executions"
+            " WHERE execution_id = ANY(%s)",
+            (list(execution_ids),),
+        )
+        return {eid: (owner, int(fence), bool(active)) for eid, owner, fence, active in rows}
+
+    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+        """Take an active execution whose owner is none, ``worker_id`` itself, or a
+        worker whose lease has passed (server clock); the fencing token rises by one.
+        Returns the new token, or ``None``."""
+
+        def run(cur: Any) -> int | None:
+            cur.execute(
+                "UPDATE executions e SET owner_id = %(worker)s, fence = fence + 1"
+                " WHERE execution_id = %(id)s AND active AND (owner_id IS NULL"
+                f" OR owner_id = %(worker)s OR NOT {_LIVE_OWNER}) AND {_MY_LEASE}"
+                " RETURNING fence",
+                {"worker": worker_id, "id": execution_id},
+            )
+            row = cur.fetchone()
+            return None if row is None else int(row[0])
+
+        return self._writing("claim_execution", run)  # type: ignore[no-any-return]
+
+    def claim_executions(
+        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to ``limit`` runnable executions of ``machines`` (active, with no
+        live owner) for ``worker_id`` in one statement (``FOR UPDATE SKIP LOCKED``:
+        racing workers take disjoint sets and never wait on each other), oldest first.
+        Returns ``[(execution_id, machine, new fencing token)]``; empty when
+        ``worker_id``'s own lease is not valid."""
+        if not machines or limit <= 0:
+            return []
+
+        def run(cur: Any) -> list[tuple[str, str, int]]:
+            cur.execute(
+                "WITH c AS (SELECT execution_id FROM executions e WHERE active"
+                f" AND machine = ANY(%(machines)s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
+                " ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s"
+                " FOR UPDATE SKIP LOCKED)"
+                " UPDATE executions x SET owner_id = %(worker)s, fence = x.fence + 1 FROM c"
+                f" WHERE x.execution_id = c.execution_id AND {_MY_LEASE}"
+                " RETURNING x.execution_id, x.machine, x.fence, x.created_epoch_ms",
+                {"machines": list(machines), "worker": worker_id, "limit": int(limit)},
+            )
+            rows = sorted(cur.fetchall(), key=lambda r: (r[3], r[0]))
+            return [(eid, machine, int(fence)) for eid, machine, fence, _ in rows]
+
+        return self._writing("claim_executions", run)  # type: ignore[no-any-return]
+
+    def claimable_executions(
+        self, machines: tuple[str, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        """``(execution_id, machine)`` of active executions of ``machines`` with no
+        live owner, oldest first."""
+        if not machines:
+            return []
+        rows = self._fetchall(
+            "claimable_executions",
+            "SELECT execution_id, machine FROM executions e WHERE active"
+            f" AND machine = ANY(%s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
+            " ORDER BY created_epoch_ms, execution_id LIMIT %s",
+            (list(machines), int(limit)),
+        )
+        return [(eid, machine) for eid, machine in rows]
+
+    # ------------------------------------------------------------------ machines
+
+    def register_machine(self, record: MachineRecord) -> None:
+        """Keep a machine's compiled table (once per spec sha256; idempotent)."""
+        from phronomy_fsm.durable.codec import datetime_to_epoch_ms
+
+        body = to_json(record)
+
+        def run(cur: Any) -> None:
+            cur.execute(
+                "INSERT INTO machines(machine, spec_sha256, body, registered_epoch_ms)"
+                " VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (
+                    record.machine,
+                    record.spec_sha256,
+                    body,
+                    datetime_to_epoch_ms(record.registered_at),
+                ),
+            )
+
+        self._writing("register_machine", run)
+
+    def load_machine(self, machine: str, spec_sha256: str | None = None) -> MachineRecord:
+        """The registered table of ``machine`` (that spec sha256, or the latest).
+        Raises NotFoundError."""
+        sql = "SELECT body FROM machines WHERE machine = %s"
+        params: list[Any] = [machine]
+        if spec_sha256 is not None:
+            sql += " AND spec_sha256 = %s"
+            params.append(spec_sha256)
+        sql += " ORDER BY registered_epoch_ms DESC LIMIT 1"
+        rows = self._fetchall("load_machine", sql, params)
+        if not rows:
+            raise NotFoundError(
+                f"machine {machine!r} was never registered in {self.path} by a runtime",
+                machine=machine,
+            )
+        return from_json(MachineRecord, rows[0][0])  # type: ignore[no-any-return]
+
+
+__all__ = ["PostgresReads"]

@@ -1,0 +1,240 @@
+"""The PostgreSQL schema of the engine's store port, its version and its migrations.
+
+Owns the table layout of :class:`~phronomy_fsm.store.postgres.store.PostgresStore`,
+the schema version kept in ``phronomy_meta``, and the named migrations, each recorded
+by name in ``phronomy_migrations`` when applied (as SQLite's ``_sqlite_migrations``).
+Migrations run in one transaction under an advisory lock, so several workers starting
+at once migrate once. A database whose version is newer than this code, or that records
+migrations this code does not know, is refused before anything is written.
+
+Tables (JSON bodies are canonical JSON text from :func:`phronomy_fsm.durable.records.to_json`,
+byte-identical to what SQLite keeps, so a read-back compares bytes):
+
+- ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
+  status, state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms,
+  deadline_epoch_ms, owner_id, fence, last_barrier, last_digest)`` with the partial
+  unique index ``executions_one_active(exclusive_key) WHERE active`` and
+  ``executions_runnable(machine, created_epoch_ms) WHERE active`` (the claim scan);
+- ``barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,
+  state, worker_id, fence)``, PK ``(execution_id, revision)``: the barrier log, with the
+  worker and fencing token each commit was made under (who committed what);
+- ``signals(seq identity PK, signal_id UNIQUE, execution_id, kind, event, body,
+  created_epoch_ms, consumed_revision, outcome)``: the durable inbox;
+- ``execution_journal(execution_id, revision, position, kind, body)``;
+- ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``;
+- ``machines(machine, spec_sha256, body, registered_epoch_ms)``;
+- ``phronomy_meta(key PK, value)`` and ``phronomy_migrations(name PK, applied_at)``.
+
+Every time in a ``*_epoch_ms`` column that a lease depends on is the **server's**
+clock: :data:`NOW_MS` (``phronomy_now_ms()``), never a worker's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from phronomy_fsm.errors import SchemaVersionError
+
+#: The schema version this code writes and understands.
+SCHEMA_VERSION = 1
+
+#: Marker stored in ``phronomy_meta.application``.
+APPLICATION = "phronomy_fsm"
+
+#: The server's clock in epoch milliseconds (SQL expression).
+NOW_MS = "phronomy_now_ms()"
+
+#: The advisory lock key held while migrating (any constant unique to this project).
+MIGRATION_LOCK = 0x70687230
+
+#: The advisory lock key serialising transactions that add signals, so inbox sequence
+#: numbers become visible in increasing order (a poller never skips one).
+SIGNAL_LOCK = 0x70687231
+
+_0001 = """
+CREATE TABLE phronomy_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE OR REPLACE FUNCTION phronomy_now_ms() RETURNS bigint LANGUAGE sql VOLATILE
+    AS $$ SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+CREATE TABLE executions (
+    execution_id text PRIMARY KEY,
+    machine text NOT NULL,
+    exclusive_key text,
+    parent_execution_id text,
+    revision bigint NOT NULL,
+    status text NOT NULL,
+    state text NOT NULL,
+    active boolean NOT NULL,
+    spec_sha256 text NOT NULL,
+    body text NOT NULL,
+    created_epoch_ms bigint NOT NULL,
+    updated_epoch_ms bigint NOT NULL,
+    deadline_epoch_ms bigint,
+    owner_id text,
+    fence bigint NOT NULL DEFAULT 0,
+    last_barrier text NOT NULL,
+    last_digest text NOT NULL
+);
+CREATE UNIQUE INDEX executions_one_active ON executions (exclusive_key)
+    WHERE active AND exclusive_key IS NOT NULL;
+CREATE INDEX executions_by_created ON executions (created_epoch_ms, execution_id);
+CREATE INDEX executions_by_machine ON executions (machine, status);
+CREATE INDEX executions_by_parent ON executions (parent_execution_id)
+    WHERE parent_execution_id IS NOT NULL;
+CREATE INDEX executions_runnable ON executions (machine, created_epoch_ms) WHERE active;
+CREATE INDEX executions_by_owner ON executions (owner_id) WHERE active;
+CREATE TABLE barriers (
+    execution_id text NOT NULL,
+    revision bigint NOT NULL,
+    barrier text NOT NULL,
+    committed_epoch_ms bigint NOT NULL,
+    digest text NOT NULL,
+    status text NOT NULL,
+    state text NOT NULL,
+    worker_id text,
+    fence bigint,
+    PRIMARY KEY (execution_id, revision)
+);
+CREATE TABLE signals (
+    seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    signal_id text NOT NULL UNIQUE,
+    execution_id text NOT NULL,
+    kind text NOT NULL,
+    event text,
+    body text NOT NULL,
+    created_epoch_ms bigint NOT NULL,
+    consumed_revision bigint,
+    outcome text
+);
+CREATE INDEX signals_pending ON signals (execution_id, seq) WHERE consumed_revision IS NULL;
+CREATE INDEX signals_unconsumed ON signals (seq) WHERE consumed_revision IS NULL;
+CREATE INDEX signals_by_execution ON signals (execution_id, seq);
+CREATE TABLE execution_journal (
+    execution_id text NOT NULL,
+    revision bigint NOT NULL,
+    position integer NOT NULL,
+    kind text NOT NULL,
+    body text NOT NULL,
+    PRIMARY KEY (execution_id, revision, position)
+);
+CREATE TABLE workers (
+    worker_id text PRIMARY KEY,
+    body text NOT NULL,
+    heartbeat_epoch_ms bigint NOT NULL,
+    lease_expires_epoch_ms bigint NOT NULL
+);
+CREATE TABLE machines (
+    machine text NOT NULL,
+    spec_sha256 text NOT NULL,
+    body text NOT NULL,
+    registered_epoch_ms bigint NOT NULL,
+    PRIMARY KEY (machine, spec_sha256)
+);
+"""
+
+#: The named migrations, in order: ``(name, SQL)``.
+MIGRATIONS: tuple[tuple[str, str], ...] = (("0001_engine_port", _0001),)
+
+#: Migration names this code knows, in order.
+KNOWN_MIGRATIONS = tuple(name for name, _ in MIGRATIONS)
+
+
+def inspect_version(cur: Any, where: str) -> int | None:
+    """Read the schema version without writing anything.
+
+    Returns:
+        ``None`` for a database without our tables, else the stored version.
+
+    Raises:
+        SchemaVersionError: tables named like ours but not a phronomy store, a version
+            newer than :data:`SCHEMA_VERSION`, or migrations this code does not know.
+        psycopg.Error: the read failed (the caller maps it).
+    """
+    cur.execute(
+        "SELECT to_regclass('phronomy_meta') IS NOT NULL, to_regclass('executions') IS NOT NULL"
+    )
+    has_meta, has_executions = cur.fetchone()
+    if not has_meta:
+        if has_executions:
+            raise SchemaVersionError(
+                f"{where} has an executions table but is not a phronomy_fsm store (no "
+                "phronomy_meta table); nothing was written. Use a database of its own.",
+                path=where,
+            )
+        return None
+    cur.execute("SELECT key, value FROM phronomy_meta")
+    rows = dict(cur.fetchall())
+    if rows.get("application") != APPLICATION or "schema_version" not in rows:
+        raise SchemaVersionError(
+            f"{where} is not a phronomy_fsm store (phronomy_meta without our marker)", path=where
+        )
+    version = int(rows["schema_version"])
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has schema version {version}, newer than this code's {SCHEMA_VERSION}; "
+            "nothing was written: upgrade phronomy_fsm",
+            path=where,
+            version=version,
+        )
+    cur.execute("SELECT name FROM phronomy_migrations ORDER BY name")
+    unknown = [name for (name,) in cur.fetchall() if name not in KNOWN_MIGRATIONS]
+    if unknown:
+        raise SchemaVersionError(
+            f"{where} records migrations this code does not know ({', '.join(unknown)}); "
+            "it was written by newer code: upgrade phronomy_fsm",
+            path=where,
+        )
+    return version
+
+
+def migrate(conn: Any, where: str, *, log: Callable[[str], None] | None = None) -> list[str]:
+    """Bring the database to :data:`SCHEMA_VERSION` in one transaction under
+    :data:`MIGRATION_LOCK`; returns the names of the migrations applied (empty when
+    current). ``conn`` is a psycopg connection outside any transaction.
+
+    Raises:
+        SchemaVersionError: see :func:`inspect_version`.
+        psycopg.Error: the server refused (the caller maps it; nothing was written).
+    """
+    applied: list[str] = []
+    with conn.transaction():
+        cur = conn.cursor()
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
+        version = inspect_version(cur, where)
+        if version is None:
+            cur.execute(
+                "CREATE TABLE phronomy_migrations (name text PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            )
+            done: set[str] = set()
+        else:
+            cur.execute("SELECT name FROM phronomy_migrations")
+            done = {name for (name,) in cur.fetchall()}
+        for name, sql in MIGRATIONS:
+            if name in done:
+                continue
+            cur.execute(sql)
+            cur.execute("INSERT INTO phronomy_migrations(name) VALUES (%s)", (name,))
+            applied.append(name)
+            if log is not None:
+                log(name)
+        if applied:
+            cur.execute(
+                "INSERT INTO phronomy_meta(key, value) VALUES ('application', %s),"
+                " ('schema_version', %s) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                (APPLICATION, str(SCHEMA_VERSION)),
+            )
+    return applied
+
+
+__all__ = [
+    "APPLICATION",
+    "KNOWN_MIGRATIONS",
+    "MIGRATIONS",
+    "MIGRATION_LOCK",
+    "NOW_MS",
+    "SCHEMA_VERSION",
+    "SIGNAL_LOCK",
+    "inspect_version",
+    "migrate",
+]

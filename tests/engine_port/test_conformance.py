@@ -1,0 +1,393 @@
+"""The engine-port conformance suite: every method of
+:class:`~phronomy_fsm.durable.ports.ExecutionStore` and every refusal, run unchanged on
+SQLite and PostgreSQL (``store`` is parametrised over both). After each refusal the
+store is read back: nothing was written."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from phronomy_fsm.durable.ports import ExecutionStore
+from phronomy_fsm.durable.records import (
+    DurableReceipt,
+    ExecutionStatus,
+    Fence,
+    JournalEntry,
+    MachineRecord,
+    to_json,
+)
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    ExecutionFinishedError,
+    LeaseLostError,
+    NotFoundError,
+    OutcomeUnknownError,
+    SerializationError,
+    SignalRefusedError,
+    StorageError,
+)
+from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
+
+from .conftest import T0, commit, create, record, signal, step, worker
+
+
+def snapshot(store: Any, *ids: str) -> dict[str, Any]:
+    """Everything the store holds about ``ids`` (and every execution row)."""
+    out: dict[str, Any] = {"rows": store.execution_rows(), "workers": store.list_workers()}
+    for eid in ids:
+        try:
+            out[eid] = to_json(store.load_record(eid))
+            out[f"{eid}:owner"] = store.execution_owner(eid)[:2]
+        except NotFoundError:
+            out[eid] = None
+        out[f"{eid}:log"] = store.barrier_log(eid)
+        out[f"{eid}:signals"] = store.list_signals(eid)
+        out[f"{eid}:journal"] = store.journal_entries(eid)
+    return out
+
+
+def refused(store: Any, c: Any, error: type[BaseException], match: str, *ids: str) -> None:
+    """``c`` is refused with ``error`` and nothing about ``ids`` changed."""
+    before = snapshot(store, *ids)
+    with pytest.raises(error, match=match):
+        commit(store, c)
+    assert snapshot(store, *ids) == before
+
+
+def test_the_store_implements_the_port(store):
+    assert isinstance(store, ExecutionStore)
+
+
+def test_create_load_list_rows_and_log(store):
+    receipt = commit(store, create("e1", exclusive_key="k", labels={"who": "me"}))
+    assert isinstance(receipt, DurableReceipt) and receipt.revision == 0
+    assert store.load_record("e1") == record("e1", exclusive_key="k", labels={"who": "me"})
+    one = commit(store, step(store.load_record("e1"), "charge"))
+    assert one.revision == 1 and one.committed_at >= receipt.committed_at
+    assert [(b.revision, b.barrier, b.state) for b in store.barrier_log("e1")] == [
+        (0, "@start", "s0"),
+        (1, "charge", "s1"),
+    ]
+    commit(store, create("e2", machine="other"))
+    assert [r.execution_id for r in store.list_records()] == ["e1", "e2"]
+    assert [r.execution_id for r in store.list_records(machine="other")] == ["e2"]
+    assert [r.execution_id for r in store.list_records(exclusive_key="k")] == ["e1"]
+    assert [r.execution_id for r in store.list_records(active=True, limit=1)] == ["e1"]
+    assert store.list_records(status="completed") == []
+    rows = {r["execution_id"]: r for r in store.execution_rows()}
+    assert (rows["e1"]["revision"], rows["e1"]["state"], rows["e1"]["active"]) == (1, "s1", 1)
+    assert [r["execution_id"] for r in store.execution_rows(machine="other")] == ["e2"]
+    assert store.barrier_log("nobody") == []
+    with pytest.raises(NotFoundError):
+        store.load_record("nobody")
+
+
+def test_every_part_of_a_commit_is_written_together(store):
+    commit(store, create("parent"))
+    sent = store.send_signal(signal("parent", "s-1"))
+    child = record("child", parent_execution_id="parent", machine="kid")
+    c = step(
+        store.load_record("parent"),
+        "launch",
+        commit_options={
+            "consume_signals": (sent.seq,),
+            "children": (child,),
+            "send_signals": (signal("other", "note-1"),),
+            "journal": (JournalEntry("launched", {"n": 1}), JournalEntry("again", [1, 2])),
+        },
+    )
+    receipt = commit(store, c)
+    assert len(receipt.signal_seqs) == 1 and receipt.signal_seqs[0] > sent.seq
+    assert store.load_record("child") == child
+    assert [
+        (s.signal_id, s.consumed_revision, s.outcome) for s in store.list_signals("parent")
+    ] == [("s-1", 1, "consumed")]
+    assert store.pending_signals("parent") == []
+    assert [s.signal_id for s in store.pending_signals("other")] == ["note-1"]
+    assert [(j.kind, j.data, j.revision, j.position) for j in store.journal_entries("parent")] == [
+        ("launched", {"n": 1}, 1, 0),
+        ("again", [1, 2], 1, 1),
+    ]
+    assert [r.execution_id for r in store.list_records(parent_execution_id="parent")] == ["child"]
+
+
+def test_an_existing_id_is_a_conflict(store):
+    commit(store, create("e1"))
+    refused(store, create("e1", context={"other": True}), ConflictError, "already exists", "e1")
+
+
+def test_an_exclusive_key_admits_one_active_execution(store):
+    commit(store, create("a", exclusive_key="k"))
+    refused(store, create("b", exclusive_key="k"), AgentBusyError, "'k'", "a", "b")
+    done = step(store.load_record("a"), "@final", status=ExecutionStatus.COMPLETED)
+    commit(store, done)
+    commit(store, create("b", exclusive_key="k"))  # the key is free again
+    assert store.load_record("b").exclusive_key == "k"
+
+
+def test_a_stale_revision_is_a_conflict(store):
+    commit(store, create("e1"))
+    first = store.load_record("e1")
+    commit(store, step(first))
+    refused(store, step(first, context={"late": 1}), ConflictError, "revision 1", "e1")
+
+
+def test_an_unknown_execution_is_not_found(store):
+    refused(store, step(record("ghost")), NotFoundError, "does not exist", "ghost")
+
+
+def test_another_machine_is_a_conflict(store):
+    commit(store, create("e1"))
+    c = step(store.load_record("e1"), machine="intruder")
+    refused(store, c, ConflictError, "runs machine m", "e1")
+
+
+def test_a_finished_execution_takes_no_more_commits(store):
+    commit(store, create("e1"))
+    commit(store, step(store.load_record("e1"), "@final", status=ExecutionStatus.FAILED))
+    c = step(store.load_record("e1"), "@final", status=ExecutionStatus.COMPLETED)
+    refused(store, c, ExecutionFinishedError, "finished", "e1")
+
+
+def test_commits_are_fenced_by_owner_token_and_lease(store):
+    store.register_worker(worker("w1"), 60)
+    store.register_worker(worker("w2"), 60)
+    commit(store, create("e1", fence=Fence("w1", 1)))
+    assert store.execution_owner("e1")[:2] == ("w1", 1)
+    current = store.load_record("e1")
+    refused(store, step(current, fence=Fence("w2", 1)), LeaseLostError, "owned by worker w1", "e1")
+    refused(store, step(current, fence=Fence("w1", 2)), LeaseLostError, "fence", "e1")
+    commit(store, step(current, fence=Fence("w1", 1)))
+    store.retire_worker("w1")  # its lease has passed (a pause, a partition)
+    refused(
+        store, step(store.load_record("e1"), fence=Fence("w1", 1)), LeaseLostError, "expired", "e1"
+    )
+    refused(store, create("e2", fence=Fence("w1", 1)), LeaseLostError, "expired", "e2")
+    assert store.claim_execution("e1", "w2") == 2
+    refused(store, step(store.load_record("e1"), fence=Fence("w1", 1)), LeaseLostError, "w2", "e1")
+    commit(store, step(store.load_record("e1"), fence=Fence("w2", 2)))
+
+
+def test_signals_that_are_not_pending_refuse_the_whole_commit(store):
+    commit(store, create("e1"))
+    sent = store.send_signal(signal("e1", "s-1"))
+    assert store.close_signals("e1", [sent.seq], "rejected: test") == 1
+    c = step(store.load_record("e1"), commit_options={"consume_signals": (sent.seq,)})
+    refused(store, c, ConflictError, "not all pending", "e1")
+    c = step(store.load_record("e1"), commit_options={"consume_signals": (sent.seq + 999,)})
+    refused(store, c, ConflictError, "not all pending", "e1")
+
+
+def test_a_child_that_exists_refuses_the_parents_commit(store):
+    commit(store, create("parent"))
+    commit(store, create("child"))
+    child = record("child", parent_execution_id="parent")
+    c = step(store.load_record("parent"), commit_options={"children": (child,)})
+    refused(store, c, ConflictError, "child", "parent", "child")
+
+
+def test_a_signal_sent_twice_by_commits_refuses_the_second(store):
+    commit(store, create("a"))
+    commit(store, create("b"))
+    commit(
+        store, step(store.load_record("a"), commit_options={"send_signals": (signal("b", "x"),)})
+    )
+    c = step(store.load_record("a"), commit_options={"send_signals": (signal("b", "x"),)})
+    refused(store, c, ConflictError, "sent already", "a", "b")
+
+
+def test_a_record_that_is_not_json_is_a_serialization_error(store):
+    refused(store, create("e1", context={"bad": {1, 2}}), SerializationError, "bad", "e1")
+    commit(store, create("e1"))
+    c = step(store.load_record("e1"), context={"bad": object()})
+    refused(store, c, SerializationError, "bad", "e1")
+
+
+def test_a_batch_with_a_refused_commit_commits_the_others(store):
+    for i in range(8):
+        commit(store, create(f"e{i}"))
+    commits = [step(store.load_record(f"e{i}")) for i in range(8)]
+    stale = step(record("e3", revision=5))  # expects revision 5
+    futures = [store.submit(c) for c in [*commits[:3], stale, *commits[4:]]]
+    outcomes = []
+    for future in futures:
+        try:
+            outcomes.append(future.result(60).revision)
+        except ConflictError:
+            outcomes.append("conflict")
+    assert outcomes == [1, 1, 1, "conflict", 1, 1, 1, 1]
+    assert [store.load_record(f"e{i}").revision for i in range(8)] == [1, 1, 1, 0, 1, 1, 1, 1]
+
+
+def test_a_failure_before_commit_is_a_storage_error_and_writes_nothing(store):
+    def hook(point: str, commits: tuple[Any, ...]) -> None:
+        if point == "write":
+            raise OSError("disk unplugged")
+
+    store.install_fault_hook(hook)
+    refused(store, create("e1"), StorageError, "disk unplugged", "e1")
+    store.install_fault_hook(None)
+    commit(store, create("e1"))
+
+
+def test_a_lost_response_is_reconciled_by_reading_back(store):
+    commit(store, create("e1"))
+    c = step(store.load_record("e1"))
+    assert store.reconcile(c) == NOT_COMMITTED  # still at the expected revision
+    assert store.reconcile(create("e2")) == NOT_COMMITTED  # absent
+
+    def hook(point: str, commits: tuple[Any, ...]) -> None:
+        if point == "committed":
+            raise ConnectionResetError("response lost")
+
+    store.install_fault_hook(hook)
+    with pytest.raises(OutcomeUnknownError) as caught:
+        commit(store, c)
+    store.install_fault_hook(None)
+    assert caught.value.intended == c
+    assert store.reconcile(c) == COMMITTED
+    assert store.reconcile(step(record("e1"), context={"other": 1})) == CONFLICT
+    assert store.reconcile(step(record("nobody"))) == CONFLICT
+
+
+def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store):
+    commit(store, create("e1"))
+    assert store.last_signal_seq() == 0
+    first = store.send_signal(signal("e1", "s-1", expected_revision=0))
+    assert first.seq > 0 and first.consumed_revision is None
+    assert store.send_signal(signal("e1", "s-1", payload={"changed": True})) == first
+    before = snapshot(store, "e1", "ghost")
+    with pytest.raises(NotFoundError):
+        store.send_signal(signal("ghost", "s-2"))
+    with pytest.raises(SignalRefusedError, match="revision"):
+        store.send_signal(signal("e1", "s-3", expected_revision=7))
+    with pytest.raises(SerializationError):
+        store.send_signal(signal("e1", "s-4", payload={1, 2}))
+    assert snapshot(store, "e1", "ghost") == before
+    commit(store, step(store.load_record("e1"), "@final", status=ExecutionStatus.COMPLETED))
+    before = snapshot(store, "e1")
+    with pytest.raises(ExecutionFinishedError):
+        store.send_signal(signal("e1", "s-5"))
+    assert snapshot(store, "e1") == before
+
+
+def test_the_inbox_reads(store):
+    commit(store, create("a"))
+    commit(store, create("b"))
+    sent = [store.send_signal(signal(eid, f"s-{i}")) for i, eid in enumerate("abab")]
+    assert [s.seq for s in sent] == sorted(s.seq for s in sent)
+    assert store.last_signal_seq() == sent[-1].seq
+    assert [s.signal_id for s in store.pending_signals("a")] == ["s-0", "s-2"]
+    assert [s.signal_id for s in store.signals_after(sent[0].seq)] == ["s-1", "s-2", "s-3"]
+    assert [s.signal_id for s in store.signals_after(0, limit=2)] == ["s-0", "s-1"]
+    assert store.close_signals("a", [sent[0].seq, sent[2].seq], "dropped: test") == 2
+    assert store.close_signals("a", [sent[0].seq], "dropped: again") == 0
+    assert store.close_signals("a", [], "nothing") == 0
+    assert store.pending_signals("a") == []
+    assert [(s.signal_id, s.outcome) for s in store.list_signals("a")] == [
+        ("s-0", "dropped: test"),
+        ("s-2", "dropped: test"),
+    ]
+    assert [s.signal_id for s in store.signals_after(0)] == ["s-1", "s-3"]
+
+
+def test_workers_and_their_leases(store):
+    store.register_worker(worker("w1"), 60)
+    store.register_worker(worker("w1"), 60)  # replaced, not duplicated
+    ((listed, heartbeat, expires),) = store.list_workers()
+    assert listed == worker("w1") and expires - heartbeat == 60_000
+    assert store.renew_lease("w1", 30) is True
+    assert store.renew_lease("nobody", 30) is False
+    store.retire_worker("w1")
+    assert store.list_workers()[0][2] == 0
+    commit(store, create("e1"))
+    assert store.execution_owner("e1") == (None, 0, None)
+    with pytest.raises(NotFoundError):
+        store.execution_owner("ghost")
+    assert store.execution_fences(["e1", "ghost"]) == {"e1": (None, 0, True)}
+    assert store.execution_fences([]) == {}
+
+
+def test_claiming_an_execution(store):
+    store.register_worker(worker("w1"), 60)
+    store.register_worker(worker("w2"), 60)
+    store.register_worker(worker("late"), -1)  # its lease has passed
+    commit(store, create("e1"))
+    assert store.claimable_executions(("m",)) == [("e1", "m")]
+    assert store.claim_execution("e1", "late") is None  # its own lease is not valid
+    assert store.claim_execution("e1", "w1") == 1
+    assert store.claimable_executions(("m",)) == []
+    assert store.claim_execution("e1", "w2") is None  # a live worker owns it
+    assert store.claim_execution("e1", "w1") == 2  # its own: again
+    store.retire_worker("w1")
+    assert store.claimable_executions(("m",)) == [("e1", "m")]
+    assert store.claim_execution("e1", "w2") == 3
+    assert store.execution_owner("e1")[:2] == ("w2", 3)
+    commit(
+        store,
+        step(store.load_record("e1"), "@final", Fence("w2", 3), status=ExecutionStatus.COMPLETED),
+    )
+    assert store.claim_execution("e1", "w2") is None  # finished
+    assert store.claimable_executions(("m",)) == []
+
+
+def test_claiming_executions_in_bulk_racing_workers_take_disjoint_sets(store):
+    for i in range(40):
+        commit(store, create(f"e{i:02d}"))
+    commit(store, create("x", machine="other"))
+    names = [f"w{i}" for i in range(4)]
+    for name in names:
+        store.register_worker(worker(name), 60)
+    store.register_worker(worker("late"), -1)
+    assert store.claim_executions(("m",), "late", limit=5) == []
+    assert store.claim_executions((), "w0", limit=5) == []
+    got: dict[str, list[tuple[str, str, int]]] = {}
+    barrier = threading.Barrier(len(names))
+
+    def claim(name: str) -> None:
+        barrier.wait()
+        got[name] = []
+        while batch := store.claim_executions(("m",), name, limit=3):
+            got[name] += batch
+
+    threads = [threading.Thread(target=claim, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    claimed = [eid for batch in got.values() for eid, _m, _t in batch]
+    assert sorted(claimed) == [f"e{i:02d}" for i in range(40)]  # each exactly once
+    assert all(token == 1 and machine == "m" for b in got.values() for _e, machine, token in b)
+    owners = store.execution_fences([f"e{i:02d}" for i in range(40)])
+    for name, batch in got.items():
+        assert all(owners[eid][:2] == (name, 1) for eid, _m, _t in batch)
+    assert store.claimable_executions(("m",)) == []
+    assert store.claimable_executions(("other",)) == [("x", "other")]
+
+
+def test_machines_are_registered_once_and_loaded(store):
+    rec = MachineRecord("m", 1, "a" * 64, {"states": ["s0"]}, T0)
+    store.register_machine(rec)
+    store.register_machine(MachineRecord("m", 1, "a" * 64, {"changed": True}, T0))  # idempotent
+    assert store.load_machine("m") == rec
+    assert store.load_machine("m", "a" * 64) == rec
+    with pytest.raises(NotFoundError):
+        store.load_machine("m", "b" * 64)
+    with pytest.raises(NotFoundError, match="never registered"):
+        store.load_machine("ghost")
+
+
+def test_a_reopened_store_reads_what_was_committed(store_opener):
+    first = store_opener()
+    commit(first, create("e1"))
+    first.close()
+    again = store_opener()
+    assert again.load_record("e1") == record("e1")
+    reader = store_opener(read_only=True)
+    assert reader.load_record("e1") == record("e1")
+    with pytest.raises(StorageError, match="read-only"):
+        commit(reader, create("e2"))

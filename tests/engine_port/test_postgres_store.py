@@ -1,0 +1,108 @@
+"""What only the PostgreSQL store has: its schema versioning and migrations recorded by
+name, notifications, the inbox order under concurrent senders, and open_store's
+choice of backend."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import psycopg
+import pytest
+
+from phronomy_fsm.errors import SchemaVersionError
+from phronomy_fsm.store.open import is_postgres_dsn, open_store
+from phronomy_fsm.store.postgres import PostgresStore
+from phronomy_fsm.store.postgres.schema import KNOWN_MIGRATIONS, SCHEMA_VERSION
+from phronomy_fsm.store.sqlite import SqliteBarrierStore
+
+from .conftest import commit, create, signal
+
+
+def test_open_store_chooses_the_backend(tmp_path, pg_dsn):
+    assert is_postgres_dsn(pg_dsn) and is_postgres_dsn("host=db dbname=x")
+    assert not is_postgres_dsn(tmp_path / "x.db")
+    with open_store(pg_dsn) as store:
+        assert isinstance(store, PostgresStore)
+    with open_store(tmp_path / "x.db") as store:
+        assert isinstance(store, SqliteBarrierStore)
+
+
+def test_migrations_are_recorded_by_name_and_a_newer_schema_is_refused(pg_dsn):
+    PostgresStore(pg_dsn).close()
+    PostgresStore(pg_dsn).close()  # a second open migrates nothing
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM phronomy_migrations ORDER BY name")]
+        assert tuple(names) == KNOWN_MIGRATIONS
+        conn.execute(
+            "UPDATE phronomy_meta SET value = %s WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION + 1),),
+        )
+        before = conn.execute("SELECT count(*) FROM phronomy_migrations").fetchone()
+    with pytest.raises(SchemaVersionError, match="newer"):
+        PostgresStore(pg_dsn)
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM phronomy_migrations").fetchone() == before
+        conn.execute(
+            "UPDATE phronomy_meta SET value = %s WHERE key = 'schema_version'",
+            (str(SCHEMA_VERSION),),
+        )
+        conn.execute("INSERT INTO phronomy_migrations(name) VALUES ('9999_from_the_future')")
+    with pytest.raises(SchemaVersionError, match="9999_from_the_future"):
+        PostgresStore(pg_dsn)
+
+
+def test_a_database_of_another_application_is_refused(postgres):
+    dsn = postgres.database("foreign")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE executions (id int)")
+    with pytest.raises(SchemaVersionError, match="not a phronomy_fsm store"):
+        PostgresStore(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # nothing was written
+        assert conn.execute("SELECT to_regclass('phronomy_meta')").fetchone() == (None,)
+
+
+def test_a_signal_notifies_listeners_and_notifications_can_be_off(pg_dsn):
+    heard: queue.Queue[tuple[str, str]] = queue.Queue()
+    with PostgresStore(pg_dsn) as store, PostgresStore(pg_dsn, notifications=False) as quiet:
+        remove = store.add_listener(lambda channel, payload: heard.put((channel, payload)))
+        assert store._notifier is not None and store._notifier.connected.wait(10)
+        assert quiet.add_listener(lambda c, p: heard.put(("quiet", p)))() is None
+        commit(quiet, create("e1"))  # no owner: runnable by any worker
+        assert heard.get(timeout=10) == ("phronomy_work", "m")
+        quiet.send_signal(signal("e1", "s-1"))
+        assert heard.get(timeout=10) == ("phronomy_signals", "e1")
+        remove()
+
+
+def test_concurrent_senders_never_let_a_poller_skip_a_signal(pg_dsn):
+    """Sequence numbers become visible in increasing order: a poller that remembers
+    the last one it saw sees every signal."""
+    with PostgresStore(pg_dsn, pool_max=12) as store:
+        for i in range(8):
+            commit(store, create(f"e{i}"))
+        seen: list[int] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            last = 0
+            while not done.is_set() or store.signals_after(last):
+                for s in store.signals_after(last):
+                    seen.append(s.seq)
+                    last = s.seq
+
+        def send(i: int) -> None:
+            for n in range(25):
+                store.send_signal(signal(f"e{i}", f"s-{i}-{n}"))
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        senders = [threading.Thread(target=send, args=(i,)) for i in range(8)]
+        for t in senders:
+            t.start()
+        for t in senders:
+            t.join(60)
+        done.set()
+        poller.join(60)
+        assert sorted(seen) == sorted(s.seq for i in range(8) for s in store.list_signals(f"e{i}"))
+        assert len(seen) == 200
