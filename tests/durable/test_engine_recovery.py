@@ -145,12 +145,14 @@ def test_a_crash_before_a_barrier_commits_replays_from_the_previous_one(
     assert [e["effect"] for e in _ledger(tmp_path)] == ["charge_card", "send_email", "ship_parcel"]
 
 
-def test_an_effect_policy_may_declare_an_effect_safe_to_send_again(tmp_path, open_runtime):
+def test_an_effect_policy_may_declare_an_effect_safe_to_send_again(
+    tmp_path, open_runtime, store_target
+):
     import attrs
 
     from phronomy_fsm.durable import EffectKind
 
-    kill_at(tmp_path, "offload:charge_card:after")
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
     seen = []
 
     def policy(ctx, effect, declared):

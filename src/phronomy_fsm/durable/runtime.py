@@ -674,6 +674,8 @@ class DurableRuntime:
     def _verify_ownership(self) -> None:
         """Let go of live executions another worker has claimed since (watcher
         thread; the decision is taken on the loop)."""
+        if self._stop.is_set():
+            return
         asked = self.dispatcher.call(self.engine.fences).result(5)
         if not asked:
             return
@@ -704,6 +706,11 @@ class DurableRuntime:
             except PhronomyError:
                 break
             time.sleep(0.01)
+        self._stop.set()  # the watcher first: it asks the loop things
+        self._wake_watcher.set()
+        if self._unlisten is not None:
+            self._unlisten()
+        self._watcher.join(5)
         try:
             self.dispatcher.call(self._detach).result(5)
         except PhronomyError:
@@ -712,11 +719,6 @@ class DurableRuntime:
             timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
         )
         self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
-        self._stop.set()
-        self._wake_watcher.set()
-        if self._unlisten is not None:
-            self._unlisten()
-        self._watcher.join(5)
         try:
             self.store.retire_worker(self.worker_id)
         except PhronomyError as exc:

@@ -246,6 +246,30 @@ class PostgresReads:
         )
         return [from_json(JournalEntry, body) for (body,) in rows]
 
+    def journal_for_key(
+        self,
+        exclusive_key: str,
+        *,
+        statuses: tuple[str, ...] = ("completed",),
+        kinds: tuple[str, ...] | None = None,
+    ) -> list[tuple[str, JournalEntry]]:
+        """``(execution_id, entry)`` of the journal entries of every execution with
+        ``exclusive_key`` whose status is one of ``statuses``, in execution order
+        (creation time, then id) and commit order within each. ``kinds`` filters the
+        entries' kinds."""
+        sql = (
+            "SELECT j.execution_id, j.body FROM execution_journal j JOIN executions e"
+            " ON e.execution_id = j.execution_id WHERE e.exclusive_key = %s"
+            " AND e.status = ANY(%s)"
+        )
+        params: list[Any] = [exclusive_key, list(statuses)]
+        if kinds is not None:
+            sql += " AND j.kind = ANY(%s)"
+            params.append(list(kinds))
+        sql += " ORDER BY e.created_epoch_ms, e.execution_id, j.revision, j.position"
+        rows = self._fetchall("journal_for_key", sql, tuple(params))
+        return [(eid, from_json(JournalEntry, body)) for eid, body in rows]
+
     # ------------------------------------------------------------------ signals
 
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
