@@ -36,6 +36,7 @@ from phronomy_fsm.errors import (
     AgentBusyError,
     Cancelled,
     ConflictError,
+    DispatcherStoppedError,
     ExecutionFailedError,
     ExecutionTimeoutError,
     OutcomeUnknownError,
@@ -130,6 +131,7 @@ class AgentRuntime:
         self.claim_holders: set[Agent] = set()
         self._claims_lock = threading.Lock()  # held only to swap an agent's claim, never for I/O
         self.closed = False
+        self.dispatcher.on_failure(self._loop_failed)
         self.dispatcher.start()
 
     @classmethod
@@ -171,6 +173,48 @@ class AgentRuntime:
         for agent in holders:
             self.release_claim(agent)
 
+    def _known_agents(self) -> list[Agent]:
+        """Every agent of this runtime that may still hold live executions: the open
+        ones and the closed ones whose store claim is not released yet."""
+        with self._claims_lock:
+            agents = set(self.claim_holders)
+        with self.registry_lock:
+            agents.update(self.agents.values())
+        return sorted(agents, key=lambda a: a.agent_id)
+
+    def _loop_failed(self, error: BaseException) -> None:
+        """The dispatcher loop failed (:meth:`EventLoop.on_failure`, on the dying loop
+        thread): fail every task still waiting on an execution of this runtime —
+        invoke, approve and resolve callers — with a DispatcherStoppedError that says
+        the execution is durable as of its last barrier and how to continue it, so
+        nobody waits for ever on a loop that runs nothing more (issue 11 item 3)."""
+        for agent in self._known_agents():
+            for ctx in list(agent._live.values()):
+                self.fail_pending(
+                    ctx,
+                    DispatcherStoppedError(
+                        f"the dispatcher loop of this runtime failed ({error}); execution "
+                        f"{ctx.execution_id} of agent {agent.agent_id!r} is durable as of its "
+                        "last barrier: create a new AgentRuntime and load the agent again "
+                        "(Agent.load) to continue it",
+                        execution_id=ctx.execution_id,
+                        agent_id=agent.agent_id,
+                    ),
+                )
+
+    def fail_pending(self, ctx: Invocation, error: BaseException) -> None:
+        """Fail every task waiting on ``ctx`` (its invoke, approve and resolve callers)
+        with ``error`` and end its event stream; tasks already settled are left alone.
+        Used when no process-local path can settle them any more (the loop failed, the
+        runtime or agent was closed while the execution rested)."""
+        tasks = ctx.waiters + ctx.approvers + ctx.resolvers
+        ctx.waiters, ctx.approvers, ctx.resolvers = [], [], []
+        for task in tasks:
+            task.fail(error)
+        sink, ctx.stream_sink = ctx.stream_sink, None
+        if sink is not None:
+            sink(None)
+
     def _wait_for_rest(self, deadline: float) -> None:
         """Until ``deadline`` (monotonic seconds), wait for every live execution of this
         runtime — of open and of closed agents — to be delivered or halted (suspended,
@@ -178,11 +222,11 @@ class AgentRuntime:
         durable instead of being dropped by the stopping loop."""
 
         def resting() -> bool:
-            with self._claims_lock:
-                agents = set(self.claim_holders)
-            with self.registry_lock:
-                agents.update(self.agents.values())
-            return all(ctx.session_id is None for agent in agents for ctx in agent._live.values())
+            return all(
+                ctx.session_id is None
+                for agent in self._known_agents()
+                for ctx in agent._live.values()
+            )
 
         while True:
             remaining = deadline - time.monotonic()
@@ -388,8 +432,10 @@ class AgentRuntime:
         self, ctx: Invocation, result: SessionResult | None, error: BaseException | None
     ) -> None:
         ctx.session_id = None
-        if error is not None and self.closed:
-            return  # the runtime closed while this session was parked; durable as is
+        if error is not None and (self.closed or self.dispatcher.lifecycle == "failed"):
+            # the runtime closed while this session was parked, or its loop failed:
+            # durable as is; close() or _loop_failed tells the waiting callers
+            return
         if ctx.agent._closed and ctx.agent._claim is not None:
             self.dispatcher.call_soon(self.release_claim_when_idle, ctx.agent)
         if error is not None:

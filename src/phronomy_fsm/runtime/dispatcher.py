@@ -41,7 +41,9 @@ from phronomy_fsm.errors import (
     HOOK_ERRORS,
     BackpressureError,
     DispatcherStoppedError,
+    DispatchInputError,
     HookError,
+    SessionFaultError,
     StepLimitError,
     UndeclaredEventError,
     UnknownSessionError,
@@ -189,18 +191,42 @@ class Dispatcher(EventLoop):
 
         Raises:
             DispatcherStoppedError: the dispatcher is draining, stopped or failed.
-            ValueError: ``at_state`` or ``event`` is not part of the machine.
+            DispatchInputError: ``at_state`` or ``event`` is not a ``str`` naming a
+                state or event of the machine, ``group`` cannot be hashed, or
+                ``step_limit`` is not a positive ``int`` (also a ``ValueError``).
+                Nothing was queued.
         """
+        self._check_open()
         if self._state in (DRAINING, FAILED):
             raise DispatcherStoppedError(f"{self.name} is {self._state} and admits no new sessions")
+        machine = binding.machine
         if at_state is not None:
-            node = binding.nodes.get(at_state)
+            node = binding.nodes.get(at_state) if type(at_state) is str else None
             if node is None:
-                raise ValueError(f"machine {binding.machine!r} has no state {at_state!r}")
+                raise DispatchInputError(
+                    f"machine {machine!r} has no state {_shown(at_state)}", machine=machine
+                )
             if event is None and node.kind in (WAIT, FINAL):
-                raise ValueError(f"a resume start at {node.kind} state {at_state!r} needs an event")
-        if event is not None and event not in binding.events:
-            raise ValueError(f"machine {binding.machine!r} declares no event {event!r}")
+                raise DispatchInputError(
+                    f"a resume start at {node.kind} state {at_state!r} needs an event",
+                    machine=machine,
+                )
+        if event is not None and (type(event) is not str or event not in binding.events):
+            raise DispatchInputError(
+                f"machine {machine!r} declares no event {_shown(event)}", machine=machine
+            )
+        if step_limit is not None and (type(step_limit) is not int or step_limit < 1):
+            raise DispatchInputError(
+                f"step_limit must be a positive int, got {_shown(step_limit)}", machine=machine
+            )
+        try:
+            hash(group)
+        except Exception as exc:  # noqa: BLE001 - any failure to hash: refused here
+            raise DispatchInputError(
+                f"group must be hashable (it keys the in-flight count), got "
+                f"{type(group).__name__}: {exc}",
+                machine=machine,
+            ) from None
         sid = next(self._ids)
         session = Session(
             sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
@@ -234,8 +260,24 @@ class Dispatcher(EventLoop):
         is no longer admitted (finished, halted, failed or unknown). Thread-safe.
 
         ``state_completed`` is the engine's own event: posted from outside it is
-        dropped as stale (counted in ``stats.dropped_stale``)."""
+        dropped as stale at once (counted in ``stats.dropped_stale``; returns True as
+        for any other accepted event). The payload is passed to the session's hooks as
+        it is; an event the current state has no transition for ends that session
+        (:class:`~phronomy_fsm.errors.UndeclaredEventError`), never the loop.
+
+        Raises:
+            DispatchInputError: ``session_id`` is not an ``int`` or ``event`` is not
+                exactly a ``str`` (issue 11 item 2); nothing was queued.
+        """
+        if type(session_id) is not int:
+            raise DispatchInputError(
+                f"a session id is the int start_session returned, got {_shown(session_id)}"
+            )
+        _check_event(event)
         if session_id in self._admitted:
+            if event == _SC:
+                self.stats.dropped_stale += 1
+                return True
             self._append((session_id, event, payload))
             if self._sleeping:
                 self._wake()
@@ -245,7 +287,12 @@ class Dispatcher(EventLoop):
 
     def post_authorized(self, authority: Authority, event: str, payload: Any = None) -> None:
         """Queue ``event`` to be applied only if ``authority`` still holds (same
-        incarnation, revision, state entry and operation). Thread-safe."""
+        incarnation, revision, state entry and operation). Thread-safe.
+
+        Raises:
+            DispatchInputError: ``event`` is not exactly a ``str``; nothing was queued.
+        """
+        _check_event(event)
         self._post((None, self._apply_authorized, (authority, event, payload)))
 
     # ---- loop-thread queries -------------------------------------------------
@@ -307,45 +354,83 @@ class Dispatcher(EventLoop):
                 sid, event, payload = pop()
             except IndexError:
                 return handled - 1
-            if sid is None:
-                event(*payload)
-                continue
-            s = get(sid)
-            if s is None:
-                self.stats.dropped_unknown_session += 1
-                continue
-            if event is _SC:
-                if payload != s.serial:
-                    self.stats.dropped_stale += 1
+            try:
+                if sid is None:
+                    event(*payload)
                     continue
-                payload = None
-            row = s.node.get(event)
-            if row.__class__ is not Row or not fast:
-                self._deliver(s, event, payload)
-                continue
-            steps = s.steps = s.steps + 1
-            if steps > s.limit:
-                self._step_limit(s)
-                continue
-            action = row.action  # type: ignore[union-attr]
-            if action is not None:
-                try:
-                    action(s.ctx, payload)
-                except HOOK_ERRORS as exc:
-                    self._hook_failed(
-                        s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
-                    )  # type: ignore[union-attr]
+                s = get(sid)
+                if s is None:
+                    self.stats.dropped_unknown_session += 1
                     continue
-            target: Node = row.target  # type: ignore[union-attr,assignment]
-            s.node = target
-            serial = s.serial = s.serial + 1
-            mode = target.mode
-            if mode:
-                if mode == 1:
-                    append((sid, _SC, serial))
-                else:
-                    self._enter(s, target, row, payload)  # type: ignore[arg-type]
+                if event is _SC:
+                    if payload != s.serial:
+                        self.stats.dropped_stale += 1
+                        continue
+                    payload = None
+                row = s.node.get(event)
+                if row.__class__ is not Row or not fast:
+                    self._deliver(s, event, payload)
+                    continue
+                steps = s.steps = s.steps + 1
+                if steps > s.limit:
+                    self._step_limit(s)
+                    continue
+                action = row.action  # type: ignore[union-attr]
+                if action is not None:
+                    try:
+                        action(s.ctx, payload)
+                    except HOOK_ERRORS as exc:
+                        self._hook_failed(
+                            s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
+                        )  # type: ignore[union-attr]
+                        continue
+                target: Node = row.target  # type: ignore[union-attr,assignment]
+                s.node = target
+                serial = s.serial = s.serial + 1
+                mode = target.mode
+                if mode:
+                    if mode == 1:
+                        append((sid, _SC, serial))
+                    else:
+                        self._enter(s, target, row, payload)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - one item must not end the loop
+                self._item_failed(sid, event, payload, exc)
         return handled
+
+    def _item_failed(self, sid: Any, event: Any, payload: Any, exc: BaseException) -> None:
+        """An inbox item raised outside every hook boundary (hooks have their own): end
+        the session it concerns with :class:`SessionFaultError` (``__cause__`` is
+        ``exc``) so that one malformed item or engine defect ends at most that session
+        (issue 11 item 2). A control message that names no live session re-raises: the
+        loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
+        s: Session | None = None
+        if sid is None:
+            for arg in payload if isinstance(payload, tuple) else ():
+                if isinstance(arg, Authority):
+                    s = self._sessions.get(arg.session_id)
+                    break
+                if isinstance(arg, Session):
+                    s = arg if self._sessions.get(arg.id) is arg else None
+                    break
+            if s is None:
+                raise exc
+        else:
+            s = self._sessions.get(sid)
+            if s is None:
+                log.error("%s: item for ended session %s raised: %r", self.name, sid, exc)
+                return
+        log.error(
+            "%s: session %s: an inbox item raised %r; ending the session", self.name, s.id, exc
+        )
+        error = SessionFaultError(
+            f"session {s.id} of {s.binding.machine!r} (state {s.node.name!r}) could not handle "
+            f"{_shown(event)}: {type(exc).__name__}: {exc}",
+            machine=s.binding.machine,
+            state=s.node.name,
+            session_id=s.id,
+        )
+        error.__cause__ = exc
+        self._end(s, None, error)
 
     def _deliver(self, s: Session, event: str, payload: Any) -> None:
         cand = s.node.rows.get(event)
@@ -743,6 +828,26 @@ class Dispatcher(EventLoop):
 
 
 _VARARGS = 0x04  # inspect.CO_VARARGS
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` for a message, shortened, or the type's name when even
+    ``repr`` raises (an argument being refused may be hostile)."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a message must not fail
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_event(event: Any) -> None:
+    """Refuse an event that is not exactly a ``str`` (a subclass could hash or compare
+    by code of its own on the loop thread)."""
+    if type(event) is not str:
+        raise DispatchInputError(
+            f"event must be a str naming an event of the machine, got "
+            f"{type(event).__name__} {_shown(event)}"
+        )
 
 
 def _without_context(work: Callable[[], Any]) -> Callable[[Any], Any]:
