@@ -551,14 +551,29 @@ class Agent:
     ) -> Task[AgentResult]:
         """Decide a suspended execution's approval request; the task observes the
         execution's terminal outcome (like the original invoke task, reference §4.5).
-        A wrong request id, an execution that is not suspended, or a decision already
-        in flight fails only this task with :class:`ApprovalError`; a closed agent that
-        gave its store claim up fails it with AgentClosedError (load the agent again).
+
+        Args:
+            execution_id: the suspended execution (from the ``approval_required``
+                event).
+            approval_request_id: the pending request's id (same event).
+            approved: decides the whole request when ``decisions`` is None.
+            decisions: per-item decisions: a mapping from **every** item's
+                ``tool_invocation_id`` (the ``items`` of the request) to True (run it)
+                or False (reject it; the LLM sees the rejection and the execution
+                continues). ``approved`` is then ignored. A mapping that leaves an
+                item out, or names one that is not in the request, is refused: an
+                item nobody named is never approved (docs/getting-started.md "Tools
+                and approval").
+
+        A wrong request id, an execution that is not suspended, partial or unknown
+        ``decisions``, or a decision already in flight fails only this task with
+        :class:`ApprovalError` (nothing is decided); a closed agent that gave its store
+        claim up fails it with AgentClosedError (load the agent again).
 
         Raises:
             ApprovalError: an id that is not a string, ``approved`` that is not a bool,
-                or ``decisions`` that is not a mapping of tool_call_id to bool (nothing
-                is sent).
+                or ``decisions`` that is not a mapping of tool_invocation_id strings to
+                bools (nothing is sent).
         """
         if not isinstance(execution_id, str) or not isinstance(approval_request_id, str):
             raise ApprovalError(
@@ -573,8 +588,8 @@ class Agent:
             and all(isinstance(k, str) and isinstance(v, bool) for k, v in decisions.items())
         ):
             raise ApprovalError(
-                "decisions must map tool_call_id strings to True (approve) or False (reject), "
-                f"got {decisions!r}",
+                "decisions must map the tool_invocation_id of every item of the approval "
+                f"request to True (run it) or False (reject it), got {decisions!r}",
                 execution_id=execution_id,
             )
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
@@ -582,7 +597,7 @@ class Agent:
             execution_id,
             approval_request_id,
             approved,
-            dict(decisions) if decisions else None,
+            dict(decisions) if decisions is not None else None,
         )
         self.runtime.dispatcher.call_soon(self._approve, decision, task)
         return task
@@ -646,14 +661,15 @@ class Agent:
                 )
             )
             return
-        unknown = set(decision.decisions or {}) - {i.tool_invocation_id for i in request.items}
-        if unknown:
-            task.fail(
-                ApprovalError(
-                    f"decisions name unknown tool invocations: {sorted(unknown)}",
-                    execution_id=decision.execution_id,
-                )
+        try:
+            durable.check_decisions(
+                decision.execution_id,
+                request.request_id,
+                {i.tool_invocation_id for i in request.items},
+                decision.decisions,
             )
+        except ApprovalError as exc:
+            task.fail(exc)
             return
         ctx.approvers.append(task)
         ctx.approval_decision = decision

@@ -340,9 +340,17 @@ def approval_decision_commit(
     """The approval-decision barrier (reference §4.5): status active, phase resuming,
     the decision merged into the request, an ``approval_decided`` record.
 
+    Args:
+        decisions: ``None`` decides the whole request with ``approved``; otherwise a
+            mapping of **every** item's ``tool_invocation_id`` to True (run it) or
+            False (reject it) — ``approved`` is then ignored. A mapping that leaves an
+            item out is refused: an item nobody named is never approved (issue 11 item
+            1; docs/getting-started.md "Tools and approval").
+
     Raises:
         ApprovalError: the execution is not suspended for approval, the request id does
-            not match, it was already decided, or ``decisions`` names unknown items.
+            not match, it was already decided, or ``decisions`` names unknown items or
+            leaves items out. Nothing is built, so nothing is written.
     """
     from phronomy_fsm.errors import ApprovalError
 
@@ -365,27 +373,22 @@ def approval_decision_commit(
             execution_id=execution.execution_id,
         )
     items = {i.tool_invocation_id for i in request.items}
-    per_item = dict(decisions or {})
-    unknown = set(per_item) - items
-    if unknown:
-        raise ApprovalError(
-            f"decisions name tool invocations that are not part of request {request_id}: {sorted(unknown)}",
-            execution_id=execution.execution_id,
-        )
-    decided = {item: per_item.get(item, approved) for item in sorted(items)}
-    overall = approved if not per_item else any(decided.values())
+    check_decisions(execution.execution_id, request_id, items, decisions)
+    whole = decisions is None
+    decided = {item: approved if whole else bool(decisions[item]) for item in sorted(items)}  # type: ignore[index]
+    overall = approved if whole else any(decided.values())
     content = {
         "approval_request_id": request_id,
         "approved": overall,
         "decisions": decided,
-        "global": not per_item,
+        "global": whole,
     }
     records = [
         audit_record(execution.agent_id, execution.execution_id, APPROVAL_DECIDED, now, content)
     ]
     metadata = dict(execution.metadata)
     metadata["approval_decisions"] = decided
-    metadata["approval_global"] = not per_item
+    metadata["approval_global"] = whole
     updated = execution.advance(
         now=now,
         status=ExecutionStatus.ACTIVE,
@@ -396,6 +399,48 @@ def approval_decision_commit(
     return make_commit(
         "approval_decision", updated, execution.revision, root, records, now, AgentLifecycle.ACTIVE
     )
+
+
+def check_decisions(
+    execution_id: str,
+    request_id: str,
+    items: set[str] | frozenset[str],
+    decisions: dict[str, bool] | None,
+) -> None:
+    """Refuse per-item ``decisions`` that do not decide exactly the request's items.
+
+    Args:
+        execution_id: named in the error.
+        request_id: the approval request being decided.
+        items: the ``tool_invocation_id`` of every item of the request.
+        decisions: ``None`` (the whole request is decided at once: always fine) or
+            the per-item mapping.
+
+    Raises:
+        ApprovalError: ``decisions`` names a tool invocation that is not an item of
+            the request, or leaves an item out (an unnamed item is never approved;
+            issue 11 item 1). The message lists the ids.
+    """
+    from phronomy_fsm.errors import ApprovalError
+
+    if decisions is None:
+        return
+    unknown = set(decisions) - set(items)
+    if unknown:
+        raise ApprovalError(
+            f"decisions name unknown tool invocations, not part of request {request_id}: "
+            f"{sorted(unknown)}",
+            execution_id=execution_id,
+        )
+    missing = set(items) - set(decisions)
+    if missing:
+        raise ApprovalError(
+            f"per-item decisions must decide every item of request {request_id} of execution "
+            f"{execution_id}; missing: {sorted(missing)}. Give True (run) or False (reject) "
+            "for each tool_invocation_id, or leave decisions out to decide the whole request "
+            "with approved=True/False",
+            execution_id=execution_id,
+        )
 
 
 def batch_entries(children: Iterable[Any]) -> tuple[ToolBatchEntry, ...]:
