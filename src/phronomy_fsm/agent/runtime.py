@@ -581,7 +581,10 @@ class AgentRuntime:
             return store.load_execution(execution_id), store.load_agent(agent_id)
 
         def done(op: Any) -> None:
-            self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
+            try:
+                self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
+            except DispatcherStoppedError:  # the runtime closed meanwhile: durable as is
+                log.debug("execution %s: read back after the loop stopped", execution_id)
 
         try:
             op = self.pool.submit(read, name="recovery-readback", on_full="raise")
