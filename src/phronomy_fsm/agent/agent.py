@@ -17,7 +17,6 @@ import collections
 import logging
 import os
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -75,17 +74,13 @@ def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
         log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
 
 
-#: What an application-chosen execution id may look like: it is a key in the store and
-#: appears in CLI commands, so no whitespace or control characters, at most 128 chars.
-_EXECUTION_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
-
-
 def _check_execution_id(execution_id: object, agent_id: str) -> None:
-    """Raise InvalidInputError unless ``execution_id`` is a usable id string."""
-    if not isinstance(execution_id, str) or not _EXECUTION_ID.fullmatch(execution_id):
+    """Raise InvalidInputError unless ``execution_id`` is a usable id
+    (:data:`~phronomy_fsm.agent.durable.ID_RULE`)."""
+    problem = durable.id_problem(execution_id)
+    if problem is not None:
         raise InvalidInputError(
-            f"execution_id must be a string of 1-128 characters without whitespace or control "
-            f"characters, got {execution_id!r}; leave it out to get a random id",
+            f"execution_id must be {durable.ID_RULE}; {problem}. Leave it out to get a random id",
             agent_id=agent_id,
         )
 
@@ -211,7 +206,11 @@ class Agent:
         """Create a new agent in the store and make it live (not an upsert).
 
         Args:
-            agent_id: a non-empty string.
+            agent_id: 1-128 letters, marks, digits, punctuation or symbols — no
+                whitespace, control or format characters
+                (:data:`~phronomy_fsm.agent.durable.ID_RULE`; docs/getting-started.md
+                "Ids"). Loading an agent whose id an older version stored is not
+                restricted.
             store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite file path
                 (str or path-like).
             provider: the LLM provider.
@@ -225,15 +224,17 @@ class Agent:
             AgentExistsError: the agent already exists (use :meth:`load`).
             AgentOwnedError: another process claimed the new agent between its
                 creation and this process's claim (it exists; that process owns it).
-            ConfigurationError: inconsistent options.
+            ConfigurationError: an ``agent_id`` that breaks the id rule (nothing is
+                written), or inconsistent options.
             StoreError: the store failed.
 
         Ownership: the new agent is claimed for this process in the store (released
         by :meth:`close` or :meth:`AgentRuntime.close`; see docs/operations.md "Who
         owns an agent").
         """
-        if not isinstance(agent_id, str) or not agent_id:
-            raise ConfigurationError("agent_id must be a non-empty string")
+        problem = durable.id_problem(agent_id)
+        if problem is not None:
+            raise ConfigurationError(f"agent_id must be {durable.ID_RULE}; {problem}")
         store, lease = open_store(store)
         try:
             agent = cls._create(agent_id, store, provider, runtime, options)
@@ -424,8 +425,9 @@ class Agent:
             input: the user's message (a non-empty string).
             timeout_seconds: a deadline for the whole execution in seconds (0 <
                 seconds ≤ 1e9); default the agent's ``timeout_seconds``.
-            execution_id: an id of your choosing (1-128 characters, no whitespace or
-                control characters) instead of a random one.
+            execution_id: an id of your choosing instead of a random one: 1-128
+                letters, marks, digits, punctuation or symbols — no whitespace, control
+                or format characters (:data:`~phronomy_fsm.agent.durable.ID_RULE`).
 
         Raises:
             InvalidInputError: bad ``input``, ``timeout_seconds`` or ``execution_id``

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import os
 import random
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -96,6 +97,35 @@ def new_id() -> str:
 def new_record_id() -> str:
     """A journal record id: unique per process (random prefix) and cheap (a counter)."""
     return f"{_RECORD_PREFIX}{next(_record_counter):08x}"
+
+
+#: What an application-chosen id may be — an agent id (``Agent.create``) or an
+#: execution id (``invoke(..., execution_id=...)``): it is a key in the store, and the
+#: CLI prints it and takes it as an argument (docs/getting-started.md "Ids").
+ID_RULE = (
+    "a string of 1-128 characters, each a letter, mark, digit, punctuation or symbol "
+    "(Unicode categories L, M, N, P, S): no spaces or other whitespace, no control, "
+    "format (e.g. bidi override U+202E) or unassigned characters"
+)
+MAX_ID_CHARS = 128
+_ID_CATEGORIES = frozenset("LMNPS")
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an agent or execution id (see :data:`ID_RULE`), or None
+    when it can. The text names the value safely (``repr``, shortened): it is put into
+    error messages. Pure; never raises (issue 11 item 9)."""
+    if not isinstance(value, str):
+        return f"got {type(value).__name__}, not a string"
+    shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+    if not value or len(value) > MAX_ID_CHARS:
+        return f"got {len(value)} characters: {shown}"
+    for ch in value:
+        if unicodedata.category(ch)[0] not in _ID_CATEGORIES:
+            return (
+                f"got {shown}, which contains {ch!r} (U+{ord(ch):04X}, {unicodedata.category(ch)})"
+            )
+    return None
 
 
 def tool_invocation_id(

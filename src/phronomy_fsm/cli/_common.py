@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+import unicodedata
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, NoReturn
 
@@ -48,9 +49,54 @@ takeover_option = click.option(
 )
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    """Print ``error: <message>`` on stderr and exit with ``code``."""
-    click.echo(f"error: {message}", err=True)
+#: Unicode categories a terminal may act on: controls (newline, carriage return, ESC,
+#: NUL, the C1 range), format characters (bidi overrides such as U+202E, zero-width
+#: characters), surrogates, and the line and paragraph separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def one_line(text: str, *, json: bool = False) -> str:
+    """Return ``text`` with every character a terminal could act on written as an
+    escape, so one diagnostic or one table cell is always one line of the terminal and
+    nothing in it can move the cursor, recolour it or reverse the text (issue 11 item
+    9): categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
+    and other bidi and zero-width format characters, lone surrogates, U+2028/U+2029.
+
+    Args:
+        text: what is about to be printed (ids and messages from a store may hold
+            anything an older version or another tool wrote).
+        json: ``text`` is JSON produced by ``json.dumps(..., ensure_ascii=False)``:
+            escapes are ``\\uXXXX`` (UTF-16, valid inside JSON strings, so the output
+            still parses to the same values) and its structural newlines are kept —
+            ``json.dumps`` escapes every newline inside a string itself.
+
+    Returns:
+        The text, unchanged when it has nothing to escape; otherwise Python escapes
+        (``\\n``, ``\\x1b``, ``\\u202e``) or, with ``json``, JSON escapes. Backslashes
+        are left as they are. The CLI's :func:`fail` applies it to every ``error:``
+        line; docs/store.md "Inspection CLI" describes the output.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) not in _UNSAFE_CATEGORIES or (json and ch == "\n"):
+            out.append(ch)
+        elif json:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{units[i] << 8 | units[i + 1]:04x}" for i in range(0, len(units), 2))
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def fail(message: str, code: int = EXIT_FAILED, *, more_lines: Sequence[str] = ()) -> NoReturn:
+    """Print ``error: <message>`` on stderr (escaped by :func:`one_line`: ids from a
+    store or the command line cannot forge lines or drive the terminal), then each of
+    ``more_lines`` escaped on a line of its own, and exit with ``code``."""
+    click.echo(f"error: {one_line(message)}", err=True)
+    for line in more_lines:
+        click.echo(one_line(line), err=True)
     sys.exit(code)
 
 

@@ -22,14 +22,13 @@ import contextlib
 import json
 import os
 import sys
-import unicodedata
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
 import click
 
-from phronomy_fsm.cli._common import fail
+from phronomy_fsm.cli._common import fail, one_line
 from phronomy_fsm.errors import PhronomyError, ProjectConfigError, SpecError
 from phronomy_fsm.project import ProjectConfig, find_pyproject, load_project_config
 from phronomy_fsm.spec.issues import SpecIssue
@@ -49,17 +48,6 @@ _SUFFIX_FORMATS = {
 # ------------------------------------------------------------------------ helpers
 
 
-def one_line(text: str) -> str:
-    """Return ``text`` with control characters (newlines included) written as Python
-    escapes, so one diagnostic is always one line of the terminal."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(ch) in ("Cc", "Cs")
-        else ch
-        for ch in text
-    )
-
-
 def render_issue(issue: SpecIssue) -> str:
     """``file:line:col: CODE message (at path)``; warnings say ``warning:`` before the
     message. Control characters (from file names or spec text) are escaped."""
@@ -73,7 +61,7 @@ def _echo_issues(issues: Iterable[SpecIssue]) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    fail(one_line(message))
+    fail(message)  # fail() escapes it (one_line)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,10 @@
 items 9-10; ``docs/store.md``).
 
 A thin click layer over :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`. Read
-commands open the store read-only and never create a missing file. Exit codes: 0
+commands open the store read-only and never create a missing file. Everything they
+print that comes from the store (ids, phases, roles) is escaped by
+:func:`~phronomy_fsm.cli._common.one_line`: a store may hold ids written before ids
+were validated, and they must not forge rows or reach the terminal raw. Exit codes: 0
 success; 1 bad input or failure (no such file, not a database, schema too new,
 execution not found, storage error); 2 usage (click). Diagnostics go to stderr as one
 ``error: ...`` line, never a traceback.
@@ -16,7 +19,7 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import db_option, fail, open_store, require_store_file
+from phronomy_fsm.cli._common import db_option, fail, one_line, open_store, require_store_file
 from phronomy_fsm.errors import NotFoundError, PhronomyError
 from phronomy_fsm.store.records import ExecutionRecord, ExecutionStatus, to_json
 
@@ -39,7 +42,9 @@ def _summary(ex: ExecutionRecord) -> dict[str, Any]:
 
 
 def _emit_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    """Print ``data`` as indented JSON; characters a terminal would act on are written
+    as ``\\uXXXX`` escapes, so the text still parses to the same values."""
+    click.echo(one_line(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False), json=True))
 
 
 @click.group("executions")
@@ -72,13 +77,16 @@ def list_command(
         return
     header = ("EXECUTION", "AGENT", "STATUS", "PHASE", "REV", "UPDATED")
     table = [header] + [
-        (
-            ex.execution_id,
-            ex.agent_id,
-            ex.status.value,
-            ex.phase,
-            str(ex.revision),
-            ex.updated_at.isoformat(),
+        tuple(
+            one_line(cell)
+            for cell in (
+                ex.execution_id,
+                ex.agent_id,
+                ex.status.value,
+                ex.phase,
+                str(ex.revision),
+                ex.updated_at.isoformat(),
+            )
         )
         for ex in rows
     ]
@@ -131,24 +139,26 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
         "created_at",
         "updated_at",
     ):
-        click.echo(f"{key}: {data[key]}")
+        click.echo(one_line(f"{key}: {data[key]}"))
     if ex.terminal_reason:
-        click.echo(f"terminal_reason: {ex.terminal_reason}")
+        click.echo(one_line(f"terminal_reason: {ex.terminal_reason}"))
     if ex.approval_request is not None:
         decided = ex.approval_request.approved
         state = "pending" if decided is None else ("approved" if decided else "rejected")
-        click.echo(f"approval_request_id: {ex.approval_request.request_id} ({state})")
+        click.echo(one_line(f"approval_request_id: {ex.approval_request.request_id} ({state})"))
     if ex.pending_llm_call_id:
-        click.echo(f"pending_llm_call_id: {ex.pending_llm_call_id}")
+        click.echo(one_line(f"pending_llm_call_id: {ex.pending_llm_call_id}"))
     click.echo(f"barriers ({len(barriers)}):")
     for b in data["barriers"]:
         click.echo(
-            f"  r{b['revision']}  {b['barrier']}  {b['status']}/{b['phase']}  {b['committed_at']}"
+            one_line(
+                f"  r{b['revision']}  {b['barrier']}  {b['status']}/{b['phase']}  {b['committed_at']}"
+            )
         )
     click.echo(f"journal ({len(journal)}):")
     for r in journal:
         role = f" {r.role}" if r.role else ""
-        click.echo(f"  #{r.sequence}  {r.kind}{role}  {r.occurred_at.isoformat()}")
+        click.echo(one_line(f"  #{r.sequence}  {r.kind}{role}  {r.occurred_at.isoformat()}"))
 
 
 @click.group("store")
