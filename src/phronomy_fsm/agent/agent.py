@@ -306,7 +306,9 @@ class Agent:
                 host is never taken over. Keyword-only; default False.
 
         Raises:
-            NotFoundError: no such agent.
+            NotFoundError: no such agent; or ``store`` is a path naming no file or a
+                zero-length one (nothing is created: a mistyped path is not a new
+                store — use :meth:`create` for that).
             AgentOwnedError: another process that is still running owns the agent
                 (stop it — its executions stay durable — or approve/cancel through
                 it). Nothing was read into this process or written.
@@ -322,7 +324,7 @@ class Agent:
         """
         from phronomy_fsm.agent.recovery import install_recovered, load_history, pending_handoffs
 
-        store, lease = open_store(store)
+        store, lease = open_store(store, must_exist=True)
         try:
             runtime = runtime or AgentRuntime.default()
             key = (store_identity(store), agent_id)

@@ -8,6 +8,7 @@ needs an operator decision (``phronomy-fsm resolve``; reference §6).
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -24,12 +25,15 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1  #: invalid input, a refused operation or a failed check
 EXIT_NEEDS_OPERATOR = 3  #: recovery parked an execution for an operator decision
 
-#: ``--db PATH``: the store file every store and operator command needs.
+#: ``--db PATH``: the store file every store and operator command needs. Click checks
+#: nothing about the file (a directory or an unreadable file would be its usage error,
+#: exit 2): :func:`require_store_file` and the store refuse it with exit 1, as the docs
+#: say for a failure.
 db_option = click.option(
     "--db",
     "db",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=click.Path(readable=False),
     help="Path of the SQLite store file.",
 )
 #: ``--app MODULE:FACTORY``: the application factory of ``recover`` and ``resolve``.
@@ -101,10 +105,23 @@ def fail(message: str, code: int = EXIT_FAILED, *, more_lines: Sequence[str] = (
 
 
 def require_store_file(db: str) -> None:
-    """Exit 1 with a clear line unless ``db`` exists (the CLI never creates a store
-    by accident, except ``demo``)."""
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
+    """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
+    the CLI never creates or initialises a store by accident (except ``demo``), so a
+    mistyped path or a zero-length file is not reported as a store with nothing in it
+    (issue 11 item 10a). Checked before anything opens the file."""
+    try:
+        st = os.stat(db)
+    except FileNotFoundError:
+        fail(f"no store at {db} (the file does not exist); nothing was written")
+    except OSError as exc:
+        fail(f"cannot open the store {db}: {exc.strerror or exc}")
+    if stat.S_ISDIR(st.st_mode):
+        fail(f"{db} is a directory, not a store file")
+    if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+        fail(
+            f"{db} is empty (0 bytes), not a phronomy_fsm store; nothing was written "
+            "(a new store is made by Agent.create or `phronomy-fsm demo`)"
+        )
 
 
 @contextmanager

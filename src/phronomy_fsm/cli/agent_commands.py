@@ -31,6 +31,7 @@ from phronomy_fsm.cli._common import (
     fail,
     one_line,
     open_store,
+    require_store_file,
     takeover_option,
 )
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
@@ -81,6 +82,8 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
     db = db or DEFAULT_DB
     if resume and not os.path.exists(db):
         fail(f"no store at {db}; run `phronomy-fsm demo --db {db}` first")
+    if resume:
+        require_store_file(db)  # an empty file is not a demo store to resume
     os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
     runtime = AgentRuntime()
     listener = printing_listener(click.echo)

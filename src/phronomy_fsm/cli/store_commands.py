@@ -178,7 +178,7 @@ def store_group() -> None:
 @click.option(
     "--archive",
     "archive",
-    type=click.Path(dir_okay=False),
+    type=click.Path(readable=False),
     default=None,
     help="Copy removed executions (with barriers and journal copies) to this SQLite file first.",
 )
