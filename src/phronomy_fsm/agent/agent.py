@@ -27,7 +27,7 @@ from phronomy_fsm.agent.invocation import Invocation
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
 from phronomy_fsm.agent.stores import open_store, release_store, store_identity
-from phronomy_fsm.agent.tools import ApprovalPolicy, Tool
+from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
 from phronomy_fsm.agent.types import (
     AbortReason,
     AgentEvent,
@@ -90,7 +90,7 @@ class Agent:
 
     Attributes (read-only for applications): ``agent_id``, ``store``, ``provider``,
     ``tools`` (name → :class:`Tool`), ``approval_policy``, ``on_event``,
-    ``max_iterations``, ``timeout_seconds``, ``runtime``.
+    ``max_iterations``, ``timeout_seconds``, ``max_tool_result_bytes``, ``runtime``.
     """
 
     def __init__(
@@ -113,6 +113,7 @@ class Agent:
         system_prompt: str | None = None,
         listener_error_policy: str = "report",
         preparation_replayable: bool = True,
+        max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES,
     ) -> None:
         if listener_error_policy not in LISTENER_ERROR_POLICIES:
             raise ConfigurationError(
@@ -120,6 +121,13 @@ class Agent:
             )
         if max_iterations < 1:
             raise ConfigurationError("max_iterations must be at least 1")
+        if max_tool_result_bytes is not None and (
+            type(max_tool_result_bytes) is not int or max_tool_result_bytes < 1
+        ):
+            raise ConfigurationError(
+                "max_tool_result_bytes must be a positive int (bytes of a tool result's "
+                f"text kept and sent to the LLM) or None for no cap, got {max_tool_result_bytes!r}"
+            )
         if timeout_seconds is not None:
             try:
                 check_delay(timeout_seconds, "timeout_seconds")
@@ -170,6 +178,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.listener_error_policy = listener_error_policy
         self.preparation_replayable = preparation_replayable
+        self.max_tool_result_bytes = max_tool_result_bytes
         self.runtime = runtime
         # live state: touched only on the runtime's loop thread
         self.root = root
@@ -218,7 +227,11 @@ class Agent:
             **options: ``tools``, ``approval_policy``, ``on_event``, ``max_iterations``
                 (10), ``timeout_seconds``, ``input_filters``, ``output_filters``,
                 ``handoffs`` (tool name → target agent id), ``system_prompt``,
-                ``listener_error_policy`` (``report`` | ``fail_task``).
+                ``listener_error_policy`` (``report`` | ``fail_task``),
+                ``max_tool_result_bytes`` (256 KiB; None: no cap — the most UTF-8
+                bytes of a tool result's text, or of a tool's error, that are journaled
+                and sent to the LLM; longer text is cut, with a note, and its original
+                size is journaled: docs/getting-started.md "Tools and approval").
 
         Raises:
             AgentExistsError: the agent already exists (use :meth:`load`).

@@ -155,7 +155,8 @@ class LLMFact:
 
 @attrs.frozen
 class ToolFact:
-    """A finished tool call not yet journaled."""
+    """A finished tool call not yet journaled. ``original_bytes``: the size of the
+    result's whole text when it was cut to ``max_tool_result_bytes`` (None: not cut)."""
 
     tool_invocation_id: str
     tool_call_id: str
@@ -164,6 +165,7 @@ class ToolFact:
     status: str
     content: str
     result: Any = None
+    original_bytes: int | None = None
 
 
 def _record(
@@ -276,16 +278,25 @@ def tool_records(
     *,
     context: bool = True,
 ) -> list[JournalRecord]:
-    """Each finished tool call: an audit ``tool_result`` and the ``tool_message``."""
+    """Each finished tool call: an audit ``tool_result`` and the ``tool_message``.
+    A result cut to ``max_tool_result_bytes`` adds ``original_bytes`` to the
+    ``tool_result`` content (its ``result`` is then the kept text)."""
     out: list[JournalRecord] = []
     for fact in facts:
+        content: dict[str, Any] = {
+            "status": fact.status,
+            "result": fact.result,
+            "tool_name": fact.tool_name,
+        }
+        if fact.original_bytes is not None:
+            content["original_bytes"] = fact.original_bytes
         out.append(
             _record(
                 agent_id,
                 execution_id,
                 TOOL_RESULT,
                 now,
-                content={"status": fact.status, "result": fact.result, "tool_name": fact.tool_name},
+                content=content,
                 llm_call_id=fact.llm_call_id,
                 tool_call_id=fact.tool_call_id,
                 tool_invocation_id=fact.tool_invocation_id,

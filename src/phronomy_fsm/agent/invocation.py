@@ -56,6 +56,7 @@ class ToolInvocation:
         "error",
         "journaled",
         "llm_call_id",
+        "original_bytes",
         "parent",
         "rejected_by",
         "result",
@@ -86,6 +87,9 @@ class ToolInvocation:
         self.rejected_by: str | None = None
         self.session_id: int | None = None
         self.journaled = False
+        #: UTF-8 size of the result's (or error's) whole text when it was cut to the
+        #: agent's ``max_tool_result_bytes``; None when nothing was cut
+        self.original_bytes: int | None = None
 
     def __repr__(self) -> str:
         return f"<ToolInvocation {self.call.name} {self.status}>"
@@ -100,6 +104,7 @@ class ToolInvocation:
             status=self.status,
             content=self.message_text(),
             result=self.result,
+            original_bytes=self.original_bytes,
         )
 
     def message_text(self) -> str:
