@@ -570,60 +570,24 @@ class AgentRuntime:
         )
 
     def announce_recovery(self, ctx: Invocation, error: BaseException | None) -> None:
-        """Classify the durable record off-loop, then publish
-        ``recovery_resolution_required`` (reference §6.4)."""
-        store = ctx.agent.store
-        execution_id = ctx.execution_id
-        agent_id = ctx.agent.agent_id
+        """Fail closed, then act on what the store holds: the durable record is read
+        back off-loop and the execution is delivered, waits for approval, continues,
+        or is announced with ``recovery_resolution_required`` (reference §6.4;
+        :mod:`phronomy_fsm.agent.readback`, issue 11 items 4-5)."""
+        from phronomy_fsm.agent.readback import announce_recovery
 
-        def read() -> Any:
-            # the durable record and root may be ahead of the live view (a lost response)
-            return store.load_execution(execution_id), store.load_agent(agent_id)
+        announce_recovery(self, ctx, error)
 
-        def done(op: Any) -> None:
-            try:
-                self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
-            except DispatcherStoppedError:  # the runtime closed meanwhile: durable as is
-                log.debug("execution %s: read back after the loop stopped", execution_id)
-
-        try:
-            op = self.pool.submit(read, name="recovery-readback", on_full="raise")
-        except Exception as exc:  # noqa: BLE001 - fall back to the live view
-            self._publish_recovery(ctx, ctx.execution, exc, error)
-            return
-        op.add_settled_callback(done)
-
-    def _publish_recovery(
-        self,
-        ctx: Invocation,
-        durable_state: Any,
-        read_error: BaseException | None,
-        cause: BaseException | None,
-    ) -> None:
-        from phronomy_fsm.agent.recovery import announce_payload, classify
-
-        if durable_state is None or read_error is not None:
-            execution = ctx.execution
-        else:
-            execution, root = durable_state
-            if root.revision >= ctx.agent.root.revision:
-                ctx.agent.root = root
-        payload: dict[str, Any]
-        if execution is None:  # never admitted durably: nothing to resolve
-            payload = {
-                "execution_id": ctx.execution_id,
-                "execution_revision": None,
-                "reason": f"admission outcome unknown: {cause!r}",
-                "subject": None,
-                "allowed_outcomes": [],
-                "facts": {},
-            }
-        else:
-            if execution.is_active:
-                ctx.execution = execution
-            payload = announce_payload(execution, classify(execution), cause)
-        ctx.recovery_announcement = payload
-        self.emit(ctx, "recovery_resolution_required", payload)
+    def seat_admission(self, agent: Agent, at_state: str | None) -> None:
+        """Replace ``agent``'s admission slot by a new one at ``at_state`` (an
+        ``execution_admission`` state), or release it (``None``), without running the
+        old one's transitions — for an execution whose durable state was read back and
+        differs from what the slot followed (loop thread)."""
+        if agent._admission_sid is not None:
+            self.dispatcher.discard_session(agent._admission_sid)
+            agent._admission_sid = None
+        if at_state is not None:
+            self.start_admission(agent, at_state=at_state)
 
     # ------------------------------------------------------------ cancellation
 

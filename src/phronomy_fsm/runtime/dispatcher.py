@@ -295,6 +295,23 @@ class Dispatcher(EventLoop):
         _check_event(event)
         self._post((None, self._apply_authorized, (authority, event, payload)))
 
+    def discard_session(self, session_id: int) -> bool:
+        """End a live (or admitted, not yet begun) session at once, running nothing:
+        no hook, no ``on_done``; the authority of its in-flight work is revoked and
+        events still queued for it are dropped. For an owner that replaces a session
+        it no longer needs (the agent runtime re-seats an admission slot after reading
+        the durable record back). Loop thread only. Returns False when the session is
+        unknown or already ended."""
+        self._assert_loop()
+        s = self._sessions.pop(session_id, None)
+        admitted = session_id in self._admitted
+        self._admitted.discard(session_id)
+        if s is None:
+            return admitted
+        s.serial += 1
+        self.stats.sessions_halted += 1
+        return True
+
     # ---- loop-thread queries -------------------------------------------------
 
     def session_state(self, session_id: int) -> str | None:
