@@ -275,6 +275,18 @@ class AgentClosedError(AgentError):
     """The agent (or its runtime) was closed and accepts no new executions."""
 
 
+class ExecutionDetachedError(AgentClosedError):
+    """The caller's task of an execution this process no longer runs: the runtime (or
+    the agent) was closed while the execution was suspended for approval, waiting for
+    an operator's resolution, or still running. The execution is **not** lost: it
+    lives on in the store as of its last barrier. The message says how to continue it:
+    load the agent again (``Agent.load``, in a new runtime or process), then approve it
+    (``phronomy-fsm approve``), resolve it (``phronomy-fsm resolve``) or let the load
+    recover it (``phronomy-fsm recover``). Attributes: ``execution_id``, ``agent_id``,
+    ``state`` (the agent_session state it was in). Issue 11 item 6;
+    docs/getting-started.md "Cancellation and timeouts"."""
+
+
 class ExecutionRehydrationRequiredError(AgentError):
     """No live owner holds this execution in this process, or a recovered continuation
     is stale; load the agent again to recover it from the store (reference §4.5, §6.5)."""

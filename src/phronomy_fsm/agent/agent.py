@@ -389,7 +389,10 @@ class Agent:
 
     def close(self) -> None:
         """Refuse new executions and forget the live object (a running execution
-        continues to its end; a suspended one stays durable).
+        continues to its end; a suspended one stays durable). Once the claim is given
+        up, tasks still waiting on an execution that rests here (suspended, waiting
+        for an operator) fail with ExecutionDetachedError saying how to continue it:
+        nothing settles them through this object any more.
 
         Ownership: the store claim of this process is released once no execution of
         this agent is running here — before ``close`` returns when none is (called
@@ -434,7 +437,9 @@ class Agent:
     ) -> Task[AgentResult]:
         """Start an execution; the task settles with its :class:`AgentResult`, or fails
         with the execution's error (``Cancelled`` when cancelled). It stays pending
-        through suspension for approval (reference §8.2).
+        through suspension for approval (reference §8.2), until the approval's outcome —
+        or fails with ExecutionDetachedError when the runtime or agent is closed first
+        (the execution lives on in the store; the message says how to continue it).
 
         Args:
             input: the user's message (a non-empty string).
@@ -727,7 +732,16 @@ class Agent:
         """Request cancellation of the active execution (or ``execution_id``). Result
         authority is revoked at once; the terminal ``cancelled`` commit follows when
         in-flight work has physically finished. Returns False when there was nothing to
-        cancel (already ending, or waiting for an operator).
+        cancel (already ending, or waiting for an operator: answer the resolution
+        request instead).
+
+        A True return always takes effect in this process: requested during a barrier,
+        it acts on that barrier's outcome — an approval decision that does not commit
+        ends the execution cancelled; an operator's resolution that commits is kept and
+        the execution ends cancelled instead of going on, one that does not commit
+        waits for the operator's next answer, then ends cancelled (docs/operations.md
+        "Recovering after a restart"; issue 11 item 7). It is not durable before the
+        terminal commit: a crash forgets it.
 
         Raises:
             AgentClosedError: this object was closed and no longer owns the agent in

@@ -17,6 +17,7 @@ constructor runs on the dispatcher's loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -37,6 +38,7 @@ from phronomy_fsm.errors import (
     Cancelled,
     ConflictError,
     DispatcherStoppedError,
+    ExecutionDetachedError,
     ExecutionFailedError,
     ExecutionTimeoutError,
     OutcomeUnknownError,
@@ -84,6 +86,42 @@ class _NoHooks:
 #: locked (see :meth:`AgentRuntime.submit_barrier`); with the store's busy timeout on
 #: every attempt, a lock held for up to about 6 * busy_timeout + 3.75 s is ridden out.
 BUSY_RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 0.5, 1.0, 2.0)
+
+
+def detached_error(ctx: Invocation, why: str) -> ExecutionDetachedError:
+    """The :class:`~phronomy_fsm.errors.ExecutionDetachedError` for the callers of
+    ``ctx`` after ``why`` (``the runtime was closed``): what state the execution was
+    in, that it lives on in the store, and how to continue it (issue 11 item 6)."""
+    agent = ctx.agent
+    execution_id = ctx.execution_id
+    db = getattr(agent.store, "path", None) or "STORE"
+    revision = ctx.revision
+    where = f" (revision {revision})" if revision is not None else ""
+    load = f"load agent {agent.agent_id!r} again (Agent.load, in a new runtime or process)"
+    if ctx.state == "suspended" and ctx.approval_request is not None:
+        request = ctx.approval_request.request_id
+        state = f"suspended for approval request {request}"
+        how = (
+            f"{load} and approve it (agent.approve), or from any process: "
+            f"`phronomy-fsm approve {execution_id} --request {request} --db {db}`"
+        )
+    elif ctx.state in ("recovery_required", "resolving"):
+        state = "waiting for an operator's resolution"
+        how = (
+            f"{load} and answer its recovery_resolution_required request with "
+            f"agent.resolve, or `phronomy-fsm recover --db {db} --app ...` then "
+            "`phronomy-fsm resolve ...`"
+        )
+    else:
+        state = f"still running (state {ctx.state})"
+        how = f"{load} to recover it from its last barrier, or `phronomy-fsm recover --db {db} --app ...`"
+    return ExecutionDetachedError(
+        f"{why} while execution {execution_id} of agent {agent.agent_id!r} was {state}; "
+        f"the execution is not lost, it lives on in the store{where}: {how}",
+        execution_id=execution_id,
+        agent_id=agent.agent_id,
+        state=ctx.state,
+    )
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -153,13 +191,24 @@ class AgentRuntime:
         calling thread), so another process may load them — unless work was still in
         flight when the loop stopped (a tool or LLM call that did not return within
         ``timeout_seconds``): then the claims stay until this process exits, because
-        that work may still have its effect here."""
+        that work may still have its effect here.
+
+        Callers: every task still waiting on an execution of this runtime — an invoke
+        whose execution is suspended or waits for an operator, or one the stopping
+        loop cut off — fails with :class:`~phronomy_fsm.errors.ExecutionDetachedError`,
+        which says how to continue it (issue 11 item 6); nobody waits for ever."""
         self.closed = True
         deadline = time.monotonic() + timeout_seconds
         self._wait_for_rest(deadline)
+        with contextlib.suppress(PhronomyError):  # the loop already stopped or failed
+            self.dispatcher.call(self._detach_all, "the runtime was closed").result(
+                max(1.0, deadline - time.monotonic())
+            )
         clean = self.dispatcher.stop(
             timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
         )
+        # executions the stopping loop cut off (still running): their callers too
+        self._detach_all("the runtime was closed", running=True)
         self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
         with self._claims_lock:
             holders = list(self.claim_holders)
@@ -201,6 +250,26 @@ class AgentRuntime:
                         agent_id=agent.agent_id,
                     ),
                 )
+
+    def _detach_all(self, why: str, *, running: bool = False) -> None:
+        """Fail the tasks of every execution of this runtime's agents that rests here
+        (suspended, waiting for an operator) — or, with ``running``, of every one not
+        delivered — with :func:`detached_error`. Loop thread, or any thread once the
+        loop has stopped."""
+        for agent in self._known_agents():
+            self.detach_resting(agent, why, running=running)
+
+    def detach_resting(self, agent: Agent, why: str, *, running: bool = False) -> None:
+        """Fail the tasks waiting on ``agent``'s executions that this process will not
+        settle any more — those at rest (no session: suspended, waiting for an
+        operator), or with ``running`` every one not delivered — with an
+        :class:`~phronomy_fsm.errors.ExecutionDetachedError` saying how to continue
+        it. ``why`` says what happened (``the runtime was closed``)."""
+        for ctx in list(agent._live.values()):
+            if ctx.delivered or (ctx.session_id is not None and not running):
+                continue
+            if ctx.waiters or ctx.approvers or ctx.resolvers or ctx.stream_sink is not None:
+                self.fail_pending(ctx, detached_error(ctx, why))
 
     def fail_pending(self, ctx: Invocation, error: BaseException) -> None:
         """Fail every task waiting on ``ctx`` (its invoke, approve and resolve callers)
@@ -348,6 +417,8 @@ class AgentRuntime:
                     if remaining[0] == 0 and not any(
                         ctx.session_id is not None for ctx in agent._live.values()
                     ):
+                        # nothing settles their callers through this closed object
+                        self.detach_resting(agent, f"agent {agent.agent_id!r} was closed")
                         self.release_claim(agent, blocking=False, on_released=take_waiter())
 
                 for ctx in live:
@@ -447,6 +518,12 @@ class AgentRuntime:
         assert result is not None
         ctx.state = result.state
         if result.status == "halted":
+            if result.state == "suspended" and ctx.abort is not None:
+                # a cancel requested while an approval decision's barrier was in flight
+                # that did not commit: cancel() returned True, so it takes effect now
+                self.start_execution(
+                    ctx, at_state="suspended", event="cancel_requested", payload=ctx.abort
+                )
             return  # suspended or recovery_required: waiters stay pending
         ctx.outcome = ctx.outcome or result.state
         if ctx.agent._admission_sid is None:

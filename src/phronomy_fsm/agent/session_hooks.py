@@ -706,6 +706,11 @@ class AgentSessionHooks:
         acknowledge the snapshot" — the committed state is real whatever follows)."""
         if state == "resolving":
             self._settle_resolvers(ctx, outcome)
+            if outcome.outcome == COMMITTED and ctx.abort is not None and ctx.session_id:
+                # cancel() during the resolution barrier returned True: the operator's
+                # answer is durable; the execution then ends cancelled instead of
+                # going on (queued ahead of the next state's own work; issue 11 item 7)
+                self.runtime.dispatcher.post(ctx.session_id, "cancel_requested", ctx.abort)
         if outcome.outcome != COMMITTED or not isinstance(outcome.value, PreparedCommit):
             return
         prepared: PreparedCommit = outcome.value
