@@ -304,7 +304,8 @@ def test_a_cancel_during_a_resolution_that_does_not_commit_waits_for_the_answer(
 ) -> None:
     held = HeldStore(store, "recovery_resolution")
     held.add(FaultKind.FAIL_BEFORE, barrier="recovery_resolution", nth=1)
-    agent, provider, task, request = _parked(held, store, runtime, events)
+    # about the follow-up LLM call: its answer would complete the execution at once
+    agent, provider, task, request = _parked(held, store, runtime, events, "provider_dispatch")
     resolving = _answer(agent, request)
     assert held.held.wait(10)
     assert agent.cancel() is True
