@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from phronomy_fsm.agent import callers
 from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks, PreparedCommit
 from phronomy_fsm.agent.stores import release_store
@@ -37,8 +38,6 @@ from phronomy_fsm.errors import (
     AgentBusyError,
     Cancelled,
     ConflictError,
-    DispatcherStoppedError,
-    ExecutionDetachedError,
     ExecutionFailedError,
     ExecutionTimeoutError,
     OutcomeUnknownError,
@@ -86,42 +85,6 @@ class _NoHooks:
 #: locked (see :meth:`AgentRuntime.submit_barrier`); with the store's busy timeout on
 #: every attempt, a lock held for up to about 6 * busy_timeout + 3.75 s is ridden out.
 BUSY_RETRY_DELAYS: tuple[float, ...] = (0.05, 0.2, 0.5, 1.0, 2.0)
-
-
-def detached_error(ctx: Invocation, why: str) -> ExecutionDetachedError:
-    """The :class:`~phronomy_fsm.errors.ExecutionDetachedError` for the callers of
-    ``ctx`` after ``why`` (``the runtime was closed``): what state the execution was
-    in, that it lives on in the store, and how to continue it (issue 11 item 6)."""
-    agent = ctx.agent
-    execution_id = ctx.execution_id
-    db = getattr(agent.store, "path", None) or "STORE"
-    revision = ctx.revision
-    where = f" (revision {revision})" if revision is not None else ""
-    load = f"load agent {agent.agent_id!r} again (Agent.load, in a new runtime or process)"
-    if ctx.state == "suspended" and ctx.approval_request is not None:
-        request = ctx.approval_request.request_id
-        state = f"suspended for approval request {request}"
-        how = (
-            f"{load} and approve it (agent.approve), or from any process: "
-            f"`phronomy-fsm approve {execution_id} --request {request} --db {db}`"
-        )
-    elif ctx.state in ("recovery_required", "resolving"):
-        state = "waiting for an operator's resolution"
-        how = (
-            f"{load} and answer its recovery_resolution_required request with "
-            f"agent.resolve, or `phronomy-fsm recover --db {db} --app ...` then "
-            "`phronomy-fsm resolve ...`"
-        )
-    else:
-        state = f"still running (state {ctx.state})"
-        how = f"{load} to recover it from its last barrier, or `phronomy-fsm recover --db {db} --app ...`"
-    return ExecutionDetachedError(
-        f"{why} while execution {execution_id} of agent {agent.agent_id!r} was {state}; "
-        f"the execution is not lost, it lives on in the store{where}: {how}",
-        execution_id=execution_id,
-        agent_id=agent.agent_id,
-        state=ctx.state,
-    )
 
 
 def _is_busy(error: BaseException) -> bool:
@@ -233,56 +196,23 @@ class AgentRuntime:
 
     def _loop_failed(self, error: BaseException) -> None:
         """The dispatcher loop failed (:meth:`EventLoop.on_failure`, on the dying loop
-        thread): fail every task still waiting on an execution of this runtime —
-        invoke, approve and resolve callers — with a DispatcherStoppedError that says
-        the execution is durable as of its last barrier and how to continue it, so
-        nobody waits for ever on a loop that runs nothing more (issue 11 item 3)."""
+        thread): fail every task still waiting on an execution of this runtime with a
+        DispatcherStoppedError saying how to continue (:mod:`phronomy_fsm.agent.callers`;
+        issue 11 item 3)."""
         for agent in self._known_agents():
-            for ctx in list(agent._live.values()):
-                self.fail_pending(
-                    ctx,
-                    DispatcherStoppedError(
-                        f"the dispatcher loop of this runtime failed ({error}); execution "
-                        f"{ctx.execution_id} of agent {agent.agent_id!r} is durable as of its "
-                        "last barrier: create a new AgentRuntime and load the agent again "
-                        "(Agent.load) to continue it",
-                        execution_id=ctx.execution_id,
-                        agent_id=agent.agent_id,
-                    ),
-                )
+            callers.fail_after_loop_failure(agent, error)
 
     def _detach_all(self, why: str, *, running: bool = False) -> None:
-        """Fail the tasks of every execution of this runtime's agents that rests here
-        (suspended, waiting for an operator) — or, with ``running``, of every one not
-        delivered — with :func:`detached_error`. Loop thread, or any thread once the
-        loop has stopped."""
+        """:func:`~phronomy_fsm.agent.callers.detach_resting` for every agent of this
+        runtime. Loop thread, or any thread once the loop has stopped."""
         for agent in self._known_agents():
-            self.detach_resting(agent, why, running=running)
+            callers.detach_resting(agent, why, running=running)
 
-    def detach_resting(self, agent: Agent, why: str, *, running: bool = False) -> None:
-        """Fail the tasks waiting on ``agent``'s executions that this process will not
-        settle any more — those at rest (no session: suspended, waiting for an
-        operator), or with ``running`` every one not delivered — with an
-        :class:`~phronomy_fsm.errors.ExecutionDetachedError` saying how to continue
-        it. ``why`` says what happened (``the runtime was closed``)."""
-        for ctx in list(agent._live.values()):
-            if ctx.delivered or (ctx.session_id is not None and not running):
-                continue
-            if ctx.waiters or ctx.approvers or ctx.resolvers or ctx.stream_sink is not None:
-                self.fail_pending(ctx, detached_error(ctx, why))
-
-    def fail_pending(self, ctx: Invocation, error: BaseException) -> None:
-        """Fail every task waiting on ``ctx`` (its invoke, approve and resolve callers)
-        with ``error`` and end its event stream; tasks already settled are left alone.
-        Used when no process-local path can settle them any more (the loop failed, the
-        runtime or agent was closed while the execution rested)."""
-        tasks = ctx.waiters + ctx.approvers + ctx.resolvers
-        ctx.waiters, ctx.approvers, ctx.resolvers = [], [], []
-        for task in tasks:
+    def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
+        """Fail the approve calls whose decision did not commit."""
+        for task in ctx.approvers:
             task.fail(error)
-        sink, ctx.stream_sink = ctx.stream_sink, None
-        if sink is not None:
-            sink(None)
+        ctx.approvers.clear()
 
     def _wait_for_rest(self, deadline: float) -> None:
         """Until ``deadline`` (monotonic seconds), wait for every live execution of this
@@ -418,7 +348,7 @@ class AgentRuntime:
                         ctx.session_id is not None for ctx in agent._live.values()
                     ):
                         # nothing settles their callers through this closed object
-                        self.detach_resting(agent, f"agent {agent.agent_id!r} was closed")
+                        callers.detach_resting(agent, f"agent {agent.agent_id!r} was closed")
                         self.release_claim(agent, blocking=False, on_released=take_waiter())
 
                 for ctx in live:
@@ -688,12 +618,6 @@ class AgentRuntime:
                 ctx, at_state="suspended", event="cancel_requested", payload=reason
             )
         return True
-
-    def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
-        """Fail the approve calls whose decision did not commit."""
-        for task in ctx.approvers:
-            task.fail(error)
-        ctx.approvers.clear()
 
     # ----------------------------------------------------------------- barriers
 

@@ -41,7 +41,6 @@ from phronomy_fsm.errors import (
     HOOK_ERRORS,
     BackpressureError,
     DispatcherStoppedError,
-    DispatchInputError,
     HookError,
     SessionFaultError,
     StepLimitError,
@@ -60,6 +59,7 @@ from phronomy_fsm.runtime.binding import (
     Row,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.inputs import check_event, check_session_id, check_start, shown
 from phronomy_fsm.runtime.loop import DRAINING, FAILED, EventLoop
 from phronomy_fsm.runtime.offload import OffloadPool, Operation
 from phronomy_fsm.runtime.session import (
@@ -199,34 +199,7 @@ class Dispatcher(EventLoop):
         self._check_open()
         if self._state in (DRAINING, FAILED):
             raise DispatcherStoppedError(f"{self.name} is {self._state} and admits no new sessions")
-        machine = binding.machine
-        if at_state is not None:
-            node = binding.nodes.get(at_state) if type(at_state) is str else None
-            if node is None:
-                raise DispatchInputError(
-                    f"machine {machine!r} has no state {_shown(at_state)}", machine=machine
-                )
-            if event is None and node.kind in (WAIT, FINAL):
-                raise DispatchInputError(
-                    f"a resume start at {node.kind} state {at_state!r} needs an event",
-                    machine=machine,
-                )
-        if event is not None and (type(event) is not str or event not in binding.events):
-            raise DispatchInputError(
-                f"machine {machine!r} declares no event {_shown(event)}", machine=machine
-            )
-        if step_limit is not None and (type(step_limit) is not int or step_limit < 1):
-            raise DispatchInputError(
-                f"step_limit must be a positive int, got {_shown(step_limit)}", machine=machine
-            )
-        try:
-            hash(group)
-        except Exception as exc:  # noqa: BLE001 - any failure to hash: refused here
-            raise DispatchInputError(
-                f"group must be hashable (it keys the in-flight count), got "
-                f"{type(group).__name__}: {exc}",
-                machine=machine,
-            ) from None
+        check_start(binding, at_state, event, group, step_limit)
         sid = next(self._ids)
         session = Session(
             sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
@@ -269,11 +242,8 @@ class Dispatcher(EventLoop):
             DispatchInputError: ``session_id`` is not an ``int`` or ``event`` is not
                 exactly a ``str`` (issue 11 item 2); nothing was queued.
         """
-        if type(session_id) is not int:
-            raise DispatchInputError(
-                f"a session id is the int start_session returned, got {_shown(session_id)}"
-            )
-        _check_event(event)
+        check_session_id(session_id)
+        check_event(event)
         if session_id in self._admitted:
             if event == _SC:
                 self.stats.dropped_stale += 1
@@ -292,7 +262,7 @@ class Dispatcher(EventLoop):
         Raises:
             DispatchInputError: ``event`` is not exactly a ``str``; nothing was queued.
         """
-        _check_event(event)
+        check_event(event)
         self._post((None, self._apply_authorized, (authority, event, payload)))
 
     def discard_session(self, session_id: int) -> bool:
@@ -441,7 +411,7 @@ class Dispatcher(EventLoop):
         )
         error = SessionFaultError(
             f"session {s.id} of {s.binding.machine!r} (state {s.node.name!r}) could not handle "
-            f"{_shown(event)}: {type(exc).__name__}: {exc}",
+            f"{shown(event)}: {type(exc).__name__}: {exc}",
             machine=s.binding.machine,
             state=s.node.name,
             session_id=s.id,
@@ -845,26 +815,6 @@ class Dispatcher(EventLoop):
 
 
 _VARARGS = 0x04  # inspect.CO_VARARGS
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` for a message, shortened, or the type's name when even
-    ``repr`` raises (an argument being refused may be hostile)."""
-    try:
-        text = repr(value)
-    except Exception:  # noqa: BLE001 - a message must not fail
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _check_event(event: Any) -> None:
-    """Refuse an event that is not exactly a ``str`` (a subclass could hash or compare
-    by code of its own on the loop thread)."""
-    if type(event) is not str:
-        raise DispatchInputError(
-            f"event must be a str naming an event of the machine, got "
-            f"{type(event).__name__} {_shown(event)}"
-        )
 
 
 def _without_context(work: Callable[[], Any]) -> Callable[[Any], Any]:
