@@ -284,9 +284,17 @@ def check_run(app_spec: str, folder: Path, db: str | None = None) -> dict[str, i
         if not Path(db).exists():
             findings["lost"] += len(acks["started"])
             return findings
-    else:
+        app = load_app(app_spec, db)
+    else:  # a PostgreSQL store has no folder: the app finds its files through this
+        previous = os.environ.get("PHRONOMY_APP_DIR")
         os.environ["PHRONOMY_APP_DIR"] = str(folder)
-    app = load_app(app_spec, db)
+        try:
+            app = load_app(app_spec, db)
+        finally:
+            if previous is None:
+                os.environ.pop("PHRONOMY_APP_DIR", None)
+            else:
+                os.environ["PHRONOMY_APP_DIR"] = previous
     try:
         store = open_store(db, read_only=True)
     except SchemaVersionError:  # a database the run never initialised

@@ -21,12 +21,16 @@ from typing import Any
 
 #: What application code (a hook, guard, action, listener, callback or offloaded work)
 #: may raise that the runtime turns into a failure of that one session, operation or
-#: callback instead of letting it end a shared thread. ``SystemExit`` and
-#: ``KeyboardInterrupt`` are included: raised on a loop or worker thread they can only
-#: come from application code (signals go to the main thread), and ending the shared
-#: dispatcher loop or a pool worker would hang every other agent. ``Cancelled`` and
-#: ``GeneratorExit`` are not: they are control flow.
-HOOK_ERRORS: tuple[type[BaseException], ...] = (Exception, SystemExit, KeyboardInterrupt)
+#: callback instead of letting it end a shared thread: every ``BaseException``. Raised
+#: on a loop or worker thread, even ``SystemExit``, ``KeyboardInterrupt``,
+#: :class:`Cancelled` and ``GeneratorExit`` can only come from the application's own
+#: code (signals go to the main thread; nothing on those threads cancels the thread
+#: itself), and ending the shared dispatcher loop or a pool worker would hang every
+#: other agent (issue 11 item 3). The error is kept as the ``__cause__`` of the
+#: session's :class:`HookError`, or logged for callbacks and listeners; a
+#: :class:`Cancelled` raised by a hook is therefore that session's failure, not a
+#: cancellation of anything else.
+HOOK_ERRORS: tuple[type[BaseException], ...] = (BaseException,)
 
 
 class PhronomyError(Exception):
@@ -147,6 +151,16 @@ class UnknownSessionError(RuntimeFault):
     """No live session has this id (it finished, halted, or never existed)."""
 
 
+class DispatchInputError(RuntimeFault, ValueError):
+    """``Dispatcher.post``, ``post_authorized`` or ``start_session`` refused an
+    argument before anything was queued: an event that is not exactly a ``str``, a
+    session id that is not an ``int``, a state or event the machine does not declare,
+    a step limit that is not a positive ``int``, or a group that cannot be hashed.
+    Nothing reached the loop; other sessions are unaffected (issue 11 item 2). Also a
+    ``ValueError``, so callers that caught the old ``ValueError`` still do. Fix the
+    call; ``docs/getting-started.md`` "Your own machines" lists what ``post`` takes."""
+
+
 class DispatcherStoppedError(RuntimeFault):
     """The dispatcher is draining or stopped and refuses new admissions, or it failed
     and every pending waiter was failed with this error."""
@@ -170,6 +184,13 @@ class HookError(RuntimeFault):
     """A guard, action or hook raised; ``hook`` names it and ``__cause__`` is the
     original error. Ends that session only; the dispatcher and live state of other
     sessions are untouched."""
+
+
+class SessionFaultError(RuntimeFault):
+    """Handling one inbox item of a session raised outside every hook boundary (a
+    malformed item, or a defect of the engine); ``__cause__`` is the original error.
+    Ends that session only (``machine``, ``state``, ``session_id`` name it); the loop
+    and every other session go on (issue 11 item 2). Report it: it should not happen."""
 
 
 # --- store layer (reference §5.1 taxonomy) ----------------------------------------
@@ -342,6 +363,18 @@ class AgentExistsError(AgentError):
 
 class AgentClosedError(AgentError):
     """The agent (or its runtime) was closed and accepts no new executions."""
+
+
+class ExecutionDetachedError(AgentClosedError):
+    """The caller's task of an execution this process no longer runs: the runtime (or
+    the agent) was closed while the execution was suspended for approval, waiting for
+    an operator's resolution, or still running. The execution is **not** lost: it
+    lives on in the store as of its last barrier. The message says how to continue it:
+    load the agent again (``Agent.load``, in a new runtime or process), then approve it
+    (``phronomy-fsm approve``), resolve it (``phronomy-fsm resolve``) or let the load
+    recover it (``phronomy-fsm recover``). Attributes: ``execution_id``, ``agent_id``,
+    ``state`` (the agent_session state it was in). Issue 11 item 6;
+    docs/getting-started.md "Cancellation and timeouts"."""
 
 
 class ExecutionRehydrationRequiredError(AgentError):

@@ -80,3 +80,86 @@ def make_tool(
         },
         requires_approval=requires_approval,
     )
+
+
+def conversation_problems(messages: list[Any], *, open_end: bool = False) -> list[str]:
+    """What an OpenAI-compatible chat API would refuse in ``messages`` (Message
+    objects): the order must be system?, user, then assistant turns, where an assistant
+    message with tool calls is followed by exactly one tool message per call (any order)
+    and a tool message answers only such a call, once. ``open_end``: the last tool
+    calls may be unanswered (an execution that failed there). Empty when legal."""
+    problems: list[str] = []
+    pending: set[str] = set()
+    previous = None
+    for i, m in enumerate(messages):
+        if m.role == "system":
+            if i != 0:
+                problems.append(f"#{i}: a system message after the start")
+        elif m.role == "tool":
+            if m.tool_call_id not in pending:
+                problems.append(f"#{i}: tool message for {m.tool_call_id!r} answers no open call")
+            pending.discard(m.tool_call_id)
+        else:
+            if pending:
+                problems.append(f"#{i}: {m.role} message while {sorted(pending)} are unanswered")
+                pending = set()
+            if m.role == "assistant":
+                if previous == "assistant":
+                    problems.append(f"#{i}: two assistant messages in a row")
+                pending = {c.id for c in m.tool_calls}
+            elif m.role == "user" and previous == "user":
+                problems.append(f"#{i}: two user messages in a row")
+        previous = m.role
+    if pending and not open_end:
+        problems.append(f"end: {sorted(pending)} are unanswered")
+    return problems
+
+
+def stored_messages(store: Any, agent_id: str) -> dict[str, list[Any]]:
+    """Each execution's context messages from the agent's journal, in order."""
+    from phronomy_fsm.agent.durable import MESSAGE_KINDS
+    from phronomy_fsm.agent.types import Message
+
+    by_execution: dict[str, list[Any]] = {}
+    for r in store.read_journal(agent_id):
+        if r.kind in MESSAGE_KINDS and r.context_candidate:
+            by_execution.setdefault(r.execution_id, []).append(Message.from_json(r.content))
+    return by_execution
+
+
+def assert_stored_conversation_is_legal(store: Any, agent_id: str) -> None:
+    """In the agent's journal, every tool call is answered at most once, and exactly
+    once in executions that completed; roles come in a legal order
+    (:func:`conversation_problems`); and the messages of the completed executions, in
+    order — the history a next execution is sent — are legal. (A handed-off
+    execution ends with its unanswered handoff call, so it may end open.)"""
+    by_execution = stored_messages(store, agent_id)
+    history: list[Any] = []
+    for execution in store.list_executions(agent_id=agent_id):
+        messages = by_execution.get(execution.execution_id, [])
+        finished = execution.status.value == "completed"
+        problems = conversation_problems(messages, open_end=not finished)
+        assert problems == [], (execution.execution_id, execution.status, problems, messages)
+        if finished:
+            history += messages
+    assert conversation_problems(history) == [], history
+
+
+class StrictProvider:
+    """A ScriptedProvider that, like an OpenAI-compatible API, refuses a request whose
+    conversation is illegal (:func:`conversation_problems`) with an LLMError."""
+
+    def __init__(self, script: list[Any]) -> None:
+        from phronomy_fsm.agent import ScriptedProvider
+
+        self.inner = ScriptedProvider(script)
+        self.requests = self.inner.requests
+
+    def complete(self, request: Any, **kwargs: Any) -> Any:
+        from phronomy_fsm.errors import LLMError
+
+        problems = conversation_problems(list(request.messages))
+        if problems:
+            self.inner.requests.append(request)
+            raise LLMError(f"400: invalid conversation: {problems}")
+        return self.inner.complete(request, **kwargs)

@@ -1,6 +1,9 @@
 """Barrier failures during real executions: lost responses are reconciled, known
 failures end the execution durably, unprovable outcomes fail closed and wait for an
-operator (reference §4.4, §5.3, §6.6; issue 5 item 2, issue 6 item 3)."""
+operator (reference §4.4, §5.3, §6.6; issue 5 item 2, issue 6 item 3). After each, the
+stored conversation is legal — every tool call answered exactly once, roles in order —
+and the same agent's next execution succeeds against a provider that refuses an
+illegal conversation, as OpenAI-compatible APIs do (issue 11 item 4)."""
 
 from __future__ import annotations
 
@@ -19,16 +22,14 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.store import Fault, FaultInjectingStore, FaultKind
 from phronomy_fsm.store.records import ExecutionStatus
 
-from .conftest import Events, make_tool
+from .conftest import Events, StrictProvider, assert_stored_conversation_is_legal, make_tool
 from .test_agent_flows import assert_revisions_consistent, barrier_names
 
 
 def tool_agent(
     store: Any, runtime: Any, events: Events, log: list[Any], answer: str = "done"
-) -> tuple[Agent, ScriptedProvider]:
-    provider = ScriptedProvider(
-        [Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content=answer)]
-    )
+) -> tuple[Agent, StrictProvider]:
+    provider = StrictProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content=answer)])
     agent = Agent.create(
         "a",
         store=store,
@@ -40,6 +41,17 @@ def tool_agent(
     return agent, provider
 
 
+def conversation_survives(store: Any, agent: Agent, provider: Any) -> None:
+    """The stored conversation is legal and a next invoke of the same agent, whose
+    request carries it, succeeds against a provider that refuses illegal ones."""
+    assert_stored_conversation_is_legal(store, agent.agent_id)
+    if isinstance(provider, StrictProvider):
+        provider.inner.script[:] = [Reply(content="next answer")]
+    result = agent.invoke("next question", wait_seconds=10)
+    assert result.status == "completed"
+    assert_stored_conversation_is_legal(store, agent.agent_id)
+
+
 @pytest.mark.parametrize(
     "barrier",
     ["admission", "initial_preparation", "tool_dispatch", "provider_dispatch", "terminal_commit"],
@@ -49,7 +61,7 @@ def test_a_lost_response_is_reconciled_as_committed(
 ) -> None:
     faulty = FaultInjectingStore(store, [Fault(FaultKind.LOST_RESPONSE, barrier=barrier)])
     log: list[Any] = []
-    agent, _ = tool_agent(faulty, runtime, events, log)
+    agent, provider = tool_agent(faulty, runtime, events, log)
     result = agent.invoke("go", wait_seconds=10)
     assert result.status == "completed" and len(log) == 1
     assert faulty.faults[0].fired == 1
@@ -57,6 +69,7 @@ def test_a_lost_response_is_reconciled_as_committed(
         barrier_names(store, result.execution_id).count(barrier) == 1
     )  # committed once, not twice
     assert_revisions_consistent(store, result.execution_id)
+    conversation_survives(store, agent, provider)
 
 
 @pytest.mark.parametrize(
@@ -67,7 +80,7 @@ def test_a_known_failure_before_a_tool_runs_ends_the_execution_failed(
 ) -> None:
     faulty = FaultInjectingStore(store, [Fault(kind, barrier="tool_dispatch")])
     log: list[Any] = []
-    agent, _ = tool_agent(faulty, runtime, events, log)
+    agent, provider = tool_agent(faulty, runtime, events, log)
     with pytest.raises(
         StoreError
     ):  # StorageError, or OutcomeUnknownError reconciled to not_committed
@@ -79,6 +92,7 @@ def test_a_known_failure_before_a_tool_runs_ends_the_execution_failed(
     assert_revisions_consistent(store, execution.execution_id)
     # the agent is free again
     assert agent.invoke("again", wait_seconds=10).status == "completed"
+    conversation_survives(store, agent, provider)
 
 
 def test_admission_failure_leaves_nothing_durable_and_frees_the_agent(
@@ -148,6 +162,7 @@ def test_an_unprovable_tool_barrier_fails_closed_until_an_operator_answers(
         "terminal_commit",
     ]
     assert len(provider.requests) == 1
+    conversation_survives(store, agent, provider)
 
 
 def test_an_unprovable_provider_barrier_resolved_with_the_llm_answer(
@@ -180,6 +195,7 @@ def test_an_unprovable_provider_barrier_resolved_with_the_llm_answer(
     stored = store.load_execution(event.execution_id)
     assert stored.status is ExecutionStatus.COMPLETED
     assert_revisions_consistent(store, event.execution_id)
+    conversation_survives(store, agent, provider)
 
 
 def test_a_terminal_commit_that_cannot_be_proven_keeps_the_caller_waiting(
@@ -197,6 +213,19 @@ def test_a_terminal_commit_that_cannot_be_proven_keeps_the_caller_waiting(
         on_event=events,
     )
     task = agent.invoke_async("hi")
-    events.wait_for("recovery_resolution_required")
+    request = events.wait_for("recovery_resolution_required").payload
     assert not task.done() and "done" not in events.types()  # nobody is told "completed"
     assert store.list_executions(agent_id="a")[0].is_active
+    monkeypatch.undo()
+    # the store still shows the LLM call as possibly made: the operator answers with it
+    assert request["subject"]["type"] == "llm_call"
+    result = agent.resolve(
+        request["execution_id"],
+        expected_revision=request["execution_revision"],
+        subject=request["subject"],
+        outcome="succeeded",
+        result="hello",
+        wait_seconds=10,
+    )
+    assert result.output == "hello" and task.result(5) == result
+    conversation_survives(store, agent, None)

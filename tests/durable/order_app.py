@@ -137,12 +137,12 @@ KINDS = {"charge_card": "at_most_once", "send_email": "idempotent", "ship_parcel
 
 def ledger_path(db_path: str) -> Path:
     """The effects ledger of the app on store ``db_path`` (module docstring)."""
+    if "://" not in db_path and "=" not in db_path:  # a SQLite file: its folder
+        return Path(db_path).resolve().parent / "ledger.jsonl"
     folder = os.environ.get("PHRONOMY_APP_DIR")
-    if folder:
-        return Path(folder) / "ledger.jsonl"
-    if "://" in db_path or "=" in db_path:
+    if not folder:
         raise ValueError("a PostgreSQL store has no folder: set PHRONOMY_APP_DIR for the ledger")
-    return Path(db_path).resolve().parent / "ledger.jsonl"
+    return Path(folder) / "ledger.jsonl"
 
 
 def create_app(db_path: str) -> Any:

@@ -236,6 +236,22 @@ def test_killed_after_the_tool_effect_then_resolved_by_an_operator(tmp_path: Pat
         b["barrier"] for b in stored["barriers"]
     ]
     assert len(ledger(db)) == 1
+    # the same answer again: the execution already finished, and the refusal says so
+    # (issue 11 item 10f), without writing anything
+    repeated = resolve_cli(
+        db,
+        execution,
+        str(summary["execution_revision"]),
+        f"tool_invocation:{refund['idempotency_key']}",
+        "succeeded",
+        "--result",
+        "{}",
+        check=False,
+    )
+    assert repeated.returncode == 1 and repeated.stderr.startswith("error:")
+    assert "already finished" in repeated.stderr and "completed" in repeated.stderr
+    assert "in this process" not in repeated.stderr
+    assert show(db, execution)["revision"] == stored["revision"]
 
 
 def test_killed_before_the_terminal_commit_and_resolved_not_performed(tmp_path: Path) -> None:

@@ -52,15 +52,16 @@ def test_the_dst_edge_is_really_ambiguous():
     assert AMBIGUOUS_SECOND.astimezone(UTC) - AMBIGUOUS_FIRST.astimezone(UTC) == timedelta(hours=1)
 
 
-def test_zoneinfo_datetimes_at_the_fold_keep_instant_and_offset():
-    """ISO 8601 carries the offset, not the zone name: the decoded value has a fixed
-    offset. Both folds stay distinct and exact. (PEP 495: an aware datetime inside a
-    fold never compares equal to one with another tzinfo, so compare normalised
-    values; records meant to be compared should carry UTC or fixed offsets.)"""
+def test_zoneinfo_datetimes_at_the_fold_keep_their_instants():
+    """Times are stored in UTC (issue 11 item 10e), so the zone name and offset are not
+    kept, the instant is: both folds stay distinct and exact. (PEP 495: an aware
+    datetime inside a fold never compares equal to one with another tzinfo, so compare
+    normalised values; records meant to be compared should carry UTC or fixed
+    offsets.)"""
     ex = new_execution("a", "e", created_at=AMBIGUOUS_FIRST, updated_at=AMBIGUOUS_SECOND)
     back = from_json(ExecutionRecord, to_json(ex))
-    assert back.created_at.utcoffset() == timedelta(hours=-4)
-    assert back.updated_at.utcoffset() == timedelta(hours=-5)
+    assert back.created_at.utcoffset() == timedelta(0) == back.updated_at.utcoffset()
+    assert back.updated_at - back.created_at == timedelta(hours=1)
     assert back.created_at.astimezone(UTC) == AMBIGUOUS_FIRST.astimezone(UTC)
     assert back.updated_at.astimezone(UTC) == AMBIGUOUS_SECOND.astimezone(UTC)
     assert back == attrs.evolve(ex, created_at=FIRST_FIXED, updated_at=SECOND_FIXED)
@@ -149,11 +150,12 @@ def test_json_round_trip_is_exact(record):
     text = to_json(record)
     back = from_json(type(record), text)
     assert back == record
-    # offsets survive, not only the instant
+    # the instant survives, read back in UTC (issue 11 item 10e)
     for field in attrs.fields(type(record)):
         value = getattr(record, field.name)
         if isinstance(value, datetime):
-            assert getattr(back, field.name).utcoffset() == value.utcoffset()
+            assert getattr(back, field.name).utcoffset() == timedelta(0)
+            assert getattr(back, field.name) == value
     assert to_json(back) == text  # canonical: stable on re-encoding
 
 
@@ -185,7 +187,7 @@ def test_store_round_trip_of_every_stored_record(store):
         BarrierCommit("provider_barrier", full, 0, agent=root, journal=(record,))
     )
     assert store.load_execution("ex-ü") == full
-    assert store.load_execution("ex-ü").updated_at.utcoffset() == timedelta(hours=-5)
+    assert store.load_execution("ex-ü").updated_at.utcoffset() == timedelta(0)  # UTC
     assert store.load_agent("agent-ü") == root
     assert store.read_journal("agent-ü") == [attrs.evolve(record, sequence=1)]
     history = store.barrier_history("ex-ü")

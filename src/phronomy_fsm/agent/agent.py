@@ -17,7 +17,6 @@ import collections
 import logging
 import os
 import queue
-import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -28,7 +27,7 @@ from phronomy_fsm.agent.invocation import Invocation
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
 from phronomy_fsm.agent.stores import open_store, release_store, store_identity
-from phronomy_fsm.agent.tools import ApprovalPolicy, Tool
+from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
 from phronomy_fsm.agent.types import (
     AbortReason,
     AgentEvent,
@@ -75,17 +74,13 @@ def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
         log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
 
 
-#: What an application-chosen execution id may look like: it is a key in the store and
-#: appears in CLI commands, so no whitespace or control characters, at most 128 chars.
-_EXECUTION_ID = re.compile(r"[^\s\x00-\x1f\x7f]{1,128}")
-
-
 def _check_execution_id(execution_id: object, agent_id: str) -> None:
-    """Raise InvalidInputError unless ``execution_id`` is a usable id string."""
-    if not isinstance(execution_id, str) or not _EXECUTION_ID.fullmatch(execution_id):
+    """Raise InvalidInputError unless ``execution_id`` is a usable id
+    (:data:`~phronomy_fsm.agent.durable.ID_RULE`)."""
+    problem = durable.id_problem(execution_id)
+    if problem is not None:
         raise InvalidInputError(
-            f"execution_id must be a string of 1-128 characters without whitespace or control "
-            f"characters, got {execution_id!r}; leave it out to get a random id",
+            f"execution_id must be {durable.ID_RULE}; {problem}. Leave it out to get a random id",
             agent_id=agent_id,
         )
 
@@ -95,7 +90,7 @@ class Agent:
 
     Attributes (read-only for applications): ``agent_id``, ``store``, ``provider``,
     ``tools`` (name → :class:`Tool`), ``approval_policy``, ``on_event``,
-    ``max_iterations``, ``timeout_seconds``, ``runtime``.
+    ``max_iterations``, ``timeout_seconds``, ``max_tool_result_bytes``, ``runtime``.
     """
 
     def __init__(
@@ -118,6 +113,7 @@ class Agent:
         system_prompt: str | None = None,
         listener_error_policy: str = "report",
         preparation_replayable: bool = True,
+        max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES,
     ) -> None:
         if listener_error_policy not in LISTENER_ERROR_POLICIES:
             raise ConfigurationError(
@@ -125,6 +121,13 @@ class Agent:
             )
         if max_iterations < 1:
             raise ConfigurationError("max_iterations must be at least 1")
+        if max_tool_result_bytes is not None and (
+            type(max_tool_result_bytes) is not int or max_tool_result_bytes < 1
+        ):
+            raise ConfigurationError(
+                "max_tool_result_bytes must be a positive int (bytes of a tool result's "
+                f"text kept and sent to the LLM) or None for no cap, got {max_tool_result_bytes!r}"
+            )
         if timeout_seconds is not None:
             try:
                 check_delay(timeout_seconds, "timeout_seconds")
@@ -175,6 +178,7 @@ class Agent:
         self.system_prompt = system_prompt
         self.listener_error_policy = listener_error_policy
         self.preparation_replayable = preparation_replayable
+        self.max_tool_result_bytes = max_tool_result_bytes
         self.runtime = runtime
         # live state: touched only on the runtime's loop thread
         self.root = root
@@ -211,7 +215,11 @@ class Agent:
         """Create a new agent in the store and make it live (not an upsert).
 
         Args:
-            agent_id: a non-empty string.
+            agent_id: 1-128 letters, marks, digits, punctuation or symbols — no
+                whitespace, control or format characters
+                (:data:`~phronomy_fsm.agent.durable.ID_RULE`; docs/getting-started.md
+                "Ids"). Loading an agent whose id an older version stored is not
+                restricted.
             store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite file path
                 (str or path-like).
             provider: the LLM provider.
@@ -219,21 +227,27 @@ class Agent:
             **options: ``tools``, ``approval_policy``, ``on_event``, ``max_iterations``
                 (10), ``timeout_seconds``, ``input_filters``, ``output_filters``,
                 ``handoffs`` (tool name → target agent id), ``system_prompt``,
-                ``listener_error_policy`` (``report`` | ``fail_task``).
+                ``listener_error_policy`` (``report`` | ``fail_task``),
+                ``max_tool_result_bytes`` (256 KiB; None: no cap — the most UTF-8
+                bytes of a tool result's text, or of a tool's error, that are journaled
+                and sent to the LLM; longer text is cut, with a note, and its original
+                size is journaled: docs/getting-started.md "Tools and approval").
 
         Raises:
             AgentExistsError: the agent already exists (use :meth:`load`).
             AgentOwnedError: another process claimed the new agent between its
                 creation and this process's claim (it exists; that process owns it).
-            ConfigurationError: inconsistent options.
+            ConfigurationError: an ``agent_id`` that breaks the id rule (nothing is
+                written), or inconsistent options.
             StoreError: the store failed.
 
         Ownership: the new agent is claimed for this process in the store (released
         by :meth:`close` or :meth:`AgentRuntime.close`; see docs/operations.md "Who
         owns an agent").
         """
-        if not isinstance(agent_id, str) or not agent_id:
-            raise ConfigurationError("agent_id must be a non-empty string")
+        problem = durable.id_problem(agent_id)
+        if problem is not None:
+            raise ConfigurationError(f"agent_id must be {durable.ID_RULE}; {problem}")
         store, lease = open_store(store)
         try:
             agent = cls._create(agent_id, store, provider, runtime, options)
@@ -305,7 +319,9 @@ class Agent:
                 host is never taken over. Keyword-only; default False.
 
         Raises:
-            NotFoundError: no such agent.
+            NotFoundError: no such agent; or ``store`` is a path naming no file or a
+                zero-length one (nothing is created: a mistyped path is not a new
+                store — use :meth:`create` for that).
             AgentOwnedError: another process that is still running owns the agent
                 (stop it — its executions stay durable — or approve/cancel through
                 it). Nothing was read into this process or written.
@@ -321,7 +337,7 @@ class Agent:
         """
         from phronomy_fsm.agent.recovery import install_recovered, load_history, pending_handoffs
 
-        store, lease = open_store(store)
+        store, lease = open_store(store, must_exist=True)
         try:
             runtime = runtime or AgentRuntime.default()
             key = (store_identity(store), agent_id)
@@ -373,7 +389,10 @@ class Agent:
 
     def close(self) -> None:
         """Refuse new executions and forget the live object (a running execution
-        continues to its end; a suspended one stays durable).
+        continues to its end; a suspended one stays durable). Once the claim is given
+        up, tasks still waiting on an execution that rests here (suspended, waiting
+        for an operator) fail with ExecutionDetachedError saying how to continue it:
+        nothing settles them through this object any more.
 
         Ownership: the store claim of this process is released once no execution of
         this agent is running here — before ``close`` returns when none is (called
@@ -418,14 +437,17 @@ class Agent:
     ) -> Task[AgentResult]:
         """Start an execution; the task settles with its :class:`AgentResult`, or fails
         with the execution's error (``Cancelled`` when cancelled). It stays pending
-        through suspension for approval (reference §8.2).
+        through suspension for approval (reference §8.2), until the approval's outcome —
+        or fails with ExecutionDetachedError when the runtime or agent is closed first
+        (the execution lives on in the store; the message says how to continue it).
 
         Args:
             input: the user's message (a non-empty string).
             timeout_seconds: a deadline for the whole execution in seconds (0 <
                 seconds ≤ 1e9); default the agent's ``timeout_seconds``.
-            execution_id: an id of your choosing (1-128 characters, no whitespace or
-                control characters) instead of a random one.
+            execution_id: an id of your choosing instead of a random one: 1-128
+                letters, marks, digits, punctuation or symbols — no whitespace, control
+                or format characters (:data:`~phronomy_fsm.agent.durable.ID_RULE`).
 
         Raises:
             InvalidInputError: bad ``input``, ``timeout_seconds`` or ``execution_id``
@@ -551,14 +573,29 @@ class Agent:
     ) -> Task[AgentResult]:
         """Decide a suspended execution's approval request; the task observes the
         execution's terminal outcome (like the original invoke task, reference §4.5).
-        A wrong request id, an execution that is not suspended, or a decision already
-        in flight fails only this task with :class:`ApprovalError`; a closed agent that
-        gave its store claim up fails it with AgentClosedError (load the agent again).
+
+        Args:
+            execution_id: the suspended execution (from the ``approval_required``
+                event).
+            approval_request_id: the pending request's id (same event).
+            approved: decides the whole request when ``decisions`` is None.
+            decisions: per-item decisions: a mapping from **every** item's
+                ``tool_invocation_id`` (the ``items`` of the request) to True (run it)
+                or False (reject it; the LLM sees the rejection and the execution
+                continues). ``approved`` is then ignored. A mapping that leaves an
+                item out, or names one that is not in the request, is refused: an
+                item nobody named is never approved (docs/getting-started.md "Tools
+                and approval").
+
+        A wrong request id, an execution that is not suspended, partial or unknown
+        ``decisions``, or a decision already in flight fails only this task with
+        :class:`ApprovalError` (nothing is decided); a closed agent that gave its store
+        claim up fails it with AgentClosedError (load the agent again).
 
         Raises:
             ApprovalError: an id that is not a string, ``approved`` that is not a bool,
-                or ``decisions`` that is not a mapping of tool_call_id to bool (nothing
-                is sent).
+                or ``decisions`` that is not a mapping of tool_invocation_id strings to
+                bools (nothing is sent).
         """
         if not isinstance(execution_id, str) or not isinstance(approval_request_id, str):
             raise ApprovalError(
@@ -573,8 +610,8 @@ class Agent:
             and all(isinstance(k, str) and isinstance(v, bool) for k, v in decisions.items())
         ):
             raise ApprovalError(
-                "decisions must map tool_call_id strings to True (approve) or False (reject), "
-                f"got {decisions!r}",
+                "decisions must map the tool_invocation_id of every item of the approval "
+                f"request to True (run it) or False (reject it), got {decisions!r}",
                 execution_id=execution_id,
             )
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
@@ -582,7 +619,7 @@ class Agent:
             execution_id,
             approval_request_id,
             approved,
-            dict(decisions) if decisions else None,
+            dict(decisions) if decisions is not None else None,
         )
         self.runtime.dispatcher.call_soon(self._approve, decision, task)
         return task
@@ -646,14 +683,15 @@ class Agent:
                 )
             )
             return
-        unknown = set(decision.decisions or {}) - {i.tool_invocation_id for i in request.items}
-        if unknown:
-            task.fail(
-                ApprovalError(
-                    f"decisions name unknown tool invocations: {sorted(unknown)}",
-                    execution_id=decision.execution_id,
-                )
+        try:
+            durable.check_decisions(
+                decision.execution_id,
+                request.request_id,
+                {i.tool_invocation_id for i in request.items},
+                decision.decisions,
             )
+        except ApprovalError as exc:
+            task.fail(exc)
             return
         ctx.approvers.append(task)
         ctx.approval_decision = decision
@@ -694,7 +732,16 @@ class Agent:
         """Request cancellation of the active execution (or ``execution_id``). Result
         authority is revoked at once; the terminal ``cancelled`` commit follows when
         in-flight work has physically finished. Returns False when there was nothing to
-        cancel (already ending, or waiting for an operator).
+        cancel (already ending, or waiting for an operator: answer the resolution
+        request instead).
+
+        A True return always takes effect in this process: requested during a barrier,
+        it acts on that barrier's outcome — an approval decision that does not commit
+        ends the execution cancelled; an operator's resolution that commits is kept and
+        the execution ends cancelled instead of going on, one that does not commit
+        waits for the operator's next answer, then ends cancelled (docs/operations.md
+        "Recovering after a restart"; issue 11 item 7). It is not durable before the
+        terminal commit: a crash forgets it.
 
         Raises:
             AgentClosedError: this object was closed and no longer owns the agent in

@@ -28,6 +28,7 @@ import hashlib
 import itertools
 import os
 import random
+import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -98,6 +99,35 @@ def new_record_id() -> str:
     return f"{_RECORD_PREFIX}{next(_record_counter):08x}"
 
 
+#: What an application-chosen id may be — an agent id (``Agent.create``) or an
+#: execution id (``invoke(..., execution_id=...)``): it is a key in the store, and the
+#: CLI prints it and takes it as an argument (docs/getting-started.md "Ids").
+ID_RULE = (
+    "a string of 1-128 characters, each a letter, mark, digit, punctuation or symbol "
+    "(Unicode categories L, M, N, P, S): no spaces or other whitespace, no control, "
+    "format (e.g. bidi override U+202E) or unassigned characters"
+)
+MAX_ID_CHARS = 128
+_ID_CATEGORIES = frozenset("LMNPS")
+
+
+def id_problem(value: object) -> str | None:
+    """Why ``value`` cannot be an agent or execution id (see :data:`ID_RULE`), or None
+    when it can. The text names the value safely (``repr``, shortened): it is put into
+    error messages. Pure; never raises (issue 11 item 9)."""
+    if not isinstance(value, str):
+        return f"got {type(value).__name__}, not a string"
+    shown = repr(value) if len(value) <= 40 else f"{value[:40]!r}... ({len(value)} characters)"
+    if not value or len(value) > MAX_ID_CHARS:
+        return f"got {len(value)} characters: {shown}"
+    for ch in value:
+        if unicodedata.category(ch)[0] not in _ID_CATEGORIES:
+            return (
+                f"got {shown}, which contains {ch!r} (U+{ord(ch):04X}, {unicodedata.category(ch)})"
+            )
+    return None
+
+
 def tool_invocation_id(
     execution_id: str, llm_call_id: str, tool_call_id: str, tool_name: str
 ) -> str:
@@ -125,7 +155,8 @@ class LLMFact:
 
 @attrs.frozen
 class ToolFact:
-    """A finished tool call not yet journaled."""
+    """A finished tool call not yet journaled. ``original_bytes``: the size of the
+    result's whole text when it was cut to ``max_tool_result_bytes`` (None: not cut)."""
 
     tool_invocation_id: str
     tool_call_id: str
@@ -134,6 +165,7 @@ class ToolFact:
     status: str
     content: str
     result: Any = None
+    original_bytes: int | None = None
 
 
 def _record(
@@ -246,16 +278,25 @@ def tool_records(
     *,
     context: bool = True,
 ) -> list[JournalRecord]:
-    """Each finished tool call: an audit ``tool_result`` and the ``tool_message``."""
+    """Each finished tool call: an audit ``tool_result`` and the ``tool_message``.
+    A result cut to ``max_tool_result_bytes`` adds ``original_bytes`` to the
+    ``tool_result`` content (its ``result`` is then the kept text)."""
     out: list[JournalRecord] = []
     for fact in facts:
+        content: dict[str, Any] = {
+            "status": fact.status,
+            "result": fact.result,
+            "tool_name": fact.tool_name,
+        }
+        if fact.original_bytes is not None:
+            content["original_bytes"] = fact.original_bytes
         out.append(
             _record(
                 agent_id,
                 execution_id,
                 TOOL_RESULT,
                 now,
-                content={"status": fact.status, "result": fact.result, "tool_name": fact.tool_name},
+                content=content,
                 llm_call_id=fact.llm_call_id,
                 tool_call_id=fact.tool_call_id,
                 tool_invocation_id=fact.tool_invocation_id,
@@ -340,9 +381,17 @@ def approval_decision_commit(
     """The approval-decision barrier (reference §4.5): status active, phase resuming,
     the decision merged into the request, an ``approval_decided`` record.
 
+    Args:
+        decisions: ``None`` decides the whole request with ``approved``; otherwise a
+            mapping of **every** item's ``tool_invocation_id`` to True (run it) or
+            False (reject it) — ``approved`` is then ignored. A mapping that leaves an
+            item out is refused: an item nobody named is never approved (issue 11 item
+            1; docs/getting-started.md "Tools and approval").
+
     Raises:
         ApprovalError: the execution is not suspended for approval, the request id does
-            not match, it was already decided, or ``decisions`` names unknown items.
+            not match, it was already decided, or ``decisions`` names unknown items or
+            leaves items out. Nothing is built, so nothing is written.
     """
     from phronomy_fsm.errors import ApprovalError
 
@@ -365,27 +414,22 @@ def approval_decision_commit(
             execution_id=execution.execution_id,
         )
     items = {i.tool_invocation_id for i in request.items}
-    per_item = dict(decisions or {})
-    unknown = set(per_item) - items
-    if unknown:
-        raise ApprovalError(
-            f"decisions name tool invocations that are not part of request {request_id}: {sorted(unknown)}",
-            execution_id=execution.execution_id,
-        )
-    decided = {item: per_item.get(item, approved) for item in sorted(items)}
-    overall = approved if not per_item else any(decided.values())
+    check_decisions(execution.execution_id, request_id, items, decisions)
+    whole = decisions is None
+    decided = {item: approved if whole else bool(decisions[item]) for item in sorted(items)}  # type: ignore[index]
+    overall = approved if whole else any(decided.values())
     content = {
         "approval_request_id": request_id,
         "approved": overall,
         "decisions": decided,
-        "global": not per_item,
+        "global": whole,
     }
     records = [
         audit_record(execution.agent_id, execution.execution_id, APPROVAL_DECIDED, now, content)
     ]
     metadata = dict(execution.metadata)
     metadata["approval_decisions"] = decided
-    metadata["approval_global"] = not per_item
+    metadata["approval_global"] = whole
     updated = execution.advance(
         now=now,
         status=ExecutionStatus.ACTIVE,
@@ -396,6 +440,48 @@ def approval_decision_commit(
     return make_commit(
         "approval_decision", updated, execution.revision, root, records, now, AgentLifecycle.ACTIVE
     )
+
+
+def check_decisions(
+    execution_id: str,
+    request_id: str,
+    items: set[str] | frozenset[str],
+    decisions: dict[str, bool] | None,
+) -> None:
+    """Refuse per-item ``decisions`` that do not decide exactly the request's items.
+
+    Args:
+        execution_id: named in the error.
+        request_id: the approval request being decided.
+        items: the ``tool_invocation_id`` of every item of the request.
+        decisions: ``None`` (the whole request is decided at once: always fine) or
+            the per-item mapping.
+
+    Raises:
+        ApprovalError: ``decisions`` names a tool invocation that is not an item of
+            the request, or leaves an item out (an unnamed item is never approved;
+            issue 11 item 1). The message lists the ids.
+    """
+    from phronomy_fsm.errors import ApprovalError
+
+    if decisions is None:
+        return
+    unknown = set(decisions) - set(items)
+    if unknown:
+        raise ApprovalError(
+            f"decisions name unknown tool invocations, not part of request {request_id}: "
+            f"{sorted(unknown)}",
+            execution_id=execution_id,
+        )
+    missing = set(items) - set(decisions)
+    if missing:
+        raise ApprovalError(
+            f"per-item decisions must decide every item of request {request_id} of execution "
+            f"{execution_id}; missing: {sorted(missing)}. Give True (run) or False (reject) "
+            "for each tool_invocation_id, or leave decisions out to decide the whole request "
+            "with approved=True/False",
+            execution_id=execution_id,
+        )
 
 
 def batch_entries(children: Iterable[Any]) -> tuple[ToolBatchEntry, ...]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from phronomy_fsm.agent.durable import LLMFact, ToolFact
+from phronomy_fsm.agent.durable import LLMFact, ToolFact, handoff_target_execution_id
 from phronomy_fsm.agent.types import (
     AbortReason,
     ApprovalDecision,
@@ -26,6 +26,7 @@ from phronomy_fsm.agent.types import (
     ToolCall,
     Usage,
 )
+from phronomy_fsm.errors import LLMError
 from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.store.records import ApprovalRequest, ExecutionRecord, RecoveryDescriptor
 
@@ -56,6 +57,7 @@ class ToolInvocation:
         "error",
         "journaled",
         "llm_call_id",
+        "original_bytes",
         "parent",
         "rejected_by",
         "result",
@@ -86,6 +88,9 @@ class ToolInvocation:
         self.rejected_by: str | None = None
         self.session_id: int | None = None
         self.journaled = False
+        #: UTF-8 size of the result's (or error's) whole text when it was cut to the
+        #: agent's ``max_tool_result_bytes``; None when nothing was cut
+        self.original_bytes: int | None = None
 
     def __repr__(self) -> str:
         return f"<ToolInvocation {self.call.name} {self.status}>"
@@ -100,6 +105,7 @@ class ToolInvocation:
             status=self.status,
             content=self.message_text(),
             result=self.result,
+            original_bytes=self.original_bytes,
         )
 
     def message_text(self) -> str:
@@ -157,6 +163,9 @@ class Invocation:
         self.deadline_at: datetime | None = None
         self.stream_sink: Any = None
         self.delivered = False
+        #: the durable revision a read-back after an unproven outcome last continued
+        #: from (agent/readback.py: continue once per revision, never in a loop)
+        self.readback_continued_at: int | None = None
 
     def __repr__(self) -> str:
         return f"<Invocation {self.execution_id} {self.state}>"
@@ -165,6 +174,37 @@ class Invocation:
     def revision(self) -> int | None:
         """The durable revision last committed (None before admission)."""
         return None if self.execution is None else self.execution.revision
+
+    def decide_handoff(self, response: LLMResponse) -> None:
+        """Decide whether ``response`` hands the conversation off (reference §1.5
+        ``accept_tool_calls!``): exactly one call of a configured handoff tool sets
+        :attr:`handoff` (target agent, deterministic target execution id, call id,
+        arguments); a handoff call next to other calls sets :attr:`handoff_error` and
+        :attr:`error` (the execution fails); otherwise both are cleared. Used for an
+        LLM's answer, an operator's answer to an unproven LLM call, and an answer
+        recovered from the journal after a restart (issue 11 item 10d)."""
+        self.handoff = self.handoff_error = None
+        handoffs = self.agent.handoffs
+        handoff_calls = [c for c in response.tool_calls if c.name in handoffs]
+        if not handoff_calls:
+            return
+        if len(response.tool_calls) > 1:
+            self.handoff_error = "a handoff must be the only tool call of a response"
+            self.error = LLMError(self.handoff_error, execution_id=self.execution_id)
+            return
+        call = handoff_calls[0]
+        target = handoffs[call.name]
+        try:
+            arguments = call.parsed_arguments()
+        except ValueError:
+            arguments = {"raw": call.arguments_json}
+        self.handoff = {
+            "target_agent_id": target,
+            "target_execution_id": handoff_target_execution_id(self.execution_id, target),
+            "tool_call_id": call.id,
+            "arguments": arguments,
+            "llm_call_id": response.llm_call_id,
+        }
 
     # --- facts waiting for the next barrier -------------------------------------
 

@@ -269,9 +269,35 @@ def load_history(
 def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[Any]) -> Invocation:
     """Rebuild the live context of a durable execution from its record and journal."""
     ctx = Invocation(agent, execution.execution_id, execution.input, execution.invocation_mode)
+    rebuild_from_store(ctx, execution, records)
+    return ctx
+
+
+def rebuild_from_store(ctx: Invocation, execution: ExecutionRecord, records: list[Any]) -> None:
+    """Make ``ctx``'s conversation and tool batch exactly what the store holds: the
+    durable ``execution`` and the execution's journal ``records`` (reference §6.4).
+
+    The messages become the agent's base messages plus the journaled context
+    messages; the tool invocations those of the durable batch (journaled or not as
+    the journal says); facts that were never journaled are dropped — an answer or a
+    result the store does not hold is exactly what an operator is asked about. Used
+    on load, and in a live process after a barrier whose outcome could not be
+    proven, so that nothing is journaled twice (issue 11 item 4). Also derived from
+    the record: a handoff in an operator-supplied LLM answer (phase
+    ``recovery_provider_completed``) and an operator's failure text (phase
+    ``recovery_resolved_failed``; issue 11 item 10d). Waiters, the cancellation
+    request and the event sink of ``ctx`` are kept. Loop thread (or before ``ctx``
+    is live)."""
+    agent = ctx.agent
     ctx.execution = execution
     ctx.messages = agent.base_messages()
     ctx.base_len = len(ctx.messages)
+    ctx.llm_facts = []
+    ctx.last_response = None
+    ctx.handoff = ctx.handoff_error = None
+    ctx.approval_decision = ctx.resolution = None
+    ctx.outcome = ctx.output = None
+    ctx.error = None
     last_assistant: Message | None = None
     for record in records:
         if record.kind in durable.MESSAGE_KINDS and record.context_candidate:
@@ -294,6 +320,7 @@ def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[A
         ctx.last_response = LLMResponse(
             llm_call_id, last_assistant.content, last_assistant.tool_calls, Usage()
         )
+    ctx.children = []
     for entry in execution.tool_batch:
         arguments_json = (
             entry.arguments
@@ -322,7 +349,39 @@ def restore_invocation(agent: Agent, execution: ExecutionRecord, records: list[A
                 "person" if execution.metadata.get("approval_global", True) else "person_item"
             )
         ctx.children.append(child)
-    return ctx
+    phase = _rename(execution)[0].phase
+    if phase == "recovery_provider_completed" and ctx.last_response is not None:
+        ctx.decide_handoff(ctx.last_response)  # the operator's answer may hand off
+    elif phase == "recovery_resolved_failed":
+        ctx.error = resolution_failure(execution)
+
+
+def resolution_failure(execution: ExecutionRecord) -> RecoveryResolutionError:
+    """The error an execution resolved as ``failed`` or ``not_performed`` ends with:
+    the operator's text (or the not-performed reason) from its recovery descriptor,
+    the same in the process that committed the resolution and after a restart."""
+    recovery = execution.recovery
+    failure = recovery.failure if recovery is not None else None
+    return RecoveryResolutionError(
+        failure.message if failure else "resolved as failed",
+        execution_id=execution.execution_id,
+    )
+
+
+#: Where the admission slot of a continued execution starts: the state whose events
+#: the resumed session's next step posts (the rest continue from ``executing``).
+_SLOT_FOR_CONTINUATION = {"admitting": "admitting", "resuming": "resuming"}
+
+
+def admission_slot_for(classification: Classification) -> str:
+    """The ``execution_admission`` state the agent's slot must be in for an execution
+    classified as ``classification`` (suspended, waiting for an operator, or
+    continuing from ``classification.state``)."""
+    if classification.kind == SUSPENDED:
+        return "suspended"
+    if classification.kind == RESOLUTION_REQUIRED:
+        return "recovery_required"
+    return _SLOT_FOR_CONTINUATION.get(classification.state or "", "executing")
 
 
 def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
@@ -360,10 +419,7 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
             runtime.emit(ctx, "recovery_resolution_required", ctx.recovery_announcement)
         else:
             # the slot starts where the resumed session's next step expects it
-            slot = {"admitting": "admitting", "resuming": "resuming"}.get(
-                classification.state or "", "executing"
-            )
-            runtime.start_admission(agent, at_state=slot)
+            runtime.start_admission(agent, at_state=admission_slot_for(classification))
             outcome = BarrierOutcome("committed", execution.revision)
             runtime.start_execution(
                 ctx, at_state=classification.state, event=classification.event, payload=outcome
@@ -381,17 +437,30 @@ def install_recovered(agent: Agent, execution: ExecutionRecord) -> None:
 
 def begin_resolution(agent: Agent, resolution: Resolution, task: Task[Any]) -> None:
     """Validate an operator resolution on the loop and start the resolving session
-    (reference §6.6 steps 1-2). Refusals fail only ``task``."""
+    (reference §6.6 steps 1-2). Refusals fail only ``task``; an execution that is not
+    waiting for a resolution here is explained from its durable record
+    (:func:`explain_not_resolvable`)."""
     ctx = agent._live.get(resolution.execution_id)
-    if (
-        ctx is None
-        or ctx.state != "recovery_required"
-        or ctx.session_id is not None
-        or ctx.execution is None
-    ):
+    if ctx is None:
+        explain_not_resolvable(agent, resolution.execution_id, task)
+        return
+    if ctx.state != "recovery_required" or ctx.session_id is not None or ctx.execution is None:
+        what = {
+            "suspended": "is suspended for approval: approve or reject it",
+            "resolving": "has a resolution being committed; wait for its outcome",
+        }.get(ctx.state, f"is running (state {ctx.state}); wait for it, or cancel it")
         task.fail(
             RecoveryResolutionError(
-                f"execution {resolution.execution_id} is not waiting for a resolution in this process",
+                f"execution {resolution.execution_id} is not waiting for a resolution: it {what}",
+                execution_id=resolution.execution_id,
+            )
+        )
+        return
+    if ctx.recovery_announcement is None:
+        task.fail(
+            RecoveryResolutionError(
+                f"execution {resolution.execution_id}: its durable record is being read back; "
+                "answer the recovery_resolution_required event that follows",
                 execution_id=resolution.execution_id,
             )
         )
@@ -416,6 +485,45 @@ def begin_resolution(agent: Agent, resolution: Resolution, task: Task[Any]) -> N
     agent.runtime.start_execution(
         ctx, at_state="recovery_required", event="resolution_requested", payload=resolution
     )
+
+
+def explain_not_resolvable(agent: Agent, execution_id: str, task: Task[Any]) -> None:
+    """Fail ``task`` with why ``execution_id`` has nothing to resolve through
+    ``agent``, read from the store off the loop (issue 11 item 10f):
+    RecoveryResolutionError saying it already finished, with its status and why, for a
+    terminal execution (a second ``resolve``); NotFoundError for none;
+    ExecutionRehydrationRequiredError for an active execution this process does not
+    run (load the agent again). Loop thread."""
+    from phronomy_fsm.errors import ExecutionRehydrationRequiredError
+
+    store = agent.store
+
+    def explain() -> BaseException:
+        try:
+            execution = store.load_execution(execution_id)
+        except Exception as exc:  # noqa: BLE001 - not found or unreadable: say so
+            return exc
+        if not execution.is_active:
+            why = f" ({execution.error.render()})" if execution.error is not None else ""
+            return RecoveryResolutionError(
+                f"execution {execution_id} already finished: status "
+                f"{execution.status.value}{why}; there is nothing left to resolve",
+                execution_id=execution_id,
+                status=execution.status.value,
+            )
+        return ExecutionRehydrationRequiredError(
+            f"execution {execution_id} ({execution.status.value}, phase {execution.phase}) "
+            f"is not run by agent {agent.agent_id!r} in this process; load the agent again "
+            "(Agent.load) to recover it, then resolve what it announces",
+            execution_id=execution_id,
+        )
+
+    try:
+        op = agent.runtime.pool.submit(explain, name="resolution-readback", on_full="raise")
+    except Exception as exc:  # noqa: BLE001 - the pool is full or closed
+        task.fail(exc)
+        return
+    op.add_settled_callback(lambda o: task.fail(o.value if o.error is None else o.error))
 
 
 def validate_resolution(execution: ExecutionRecord, resolution: Resolution) -> Classification:
@@ -600,13 +708,9 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
     """After a committed resolution, bring the live context in line with it: the
     supplied LLM response, the resolved tool results, or the failure to end with."""
     execution = commit.execution
-    recovery = execution.recovery
     ctx.resolution = None
     if execution.phase == "recovery_resolved_failed":
-        failure = recovery.failure if recovery is not None else None
-        ctx.error = RecoveryResolutionError(
-            failure.message if failure else "resolved as failed", execution_id=ctx.execution_id
-        )
+        ctx.error = resolution_failure(execution)
         return
     for record in commit.journal:
         if record.kind == durable.ASSISTANT_MESSAGE:
@@ -615,6 +719,7 @@ def apply_resolution(ctx: Invocation, commit: BarrierCommit) -> None:
             ctx.last_response = LLMResponse(
                 record.llm_call_id or "", message.content, message.tool_calls, Usage()
             )
+            ctx.decide_handoff(ctx.last_response)  # an operator's answer may hand off
     for entry in execution.tool_batch:
         for child in ctx.children:
             if (

@@ -17,6 +17,7 @@ constructor runs on the dispatcher's loop thread.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from phronomy_fsm.agent import callers
 from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks, PreparedCommit
 from phronomy_fsm.agent.stores import release_store
@@ -130,6 +132,7 @@ class AgentRuntime:
         self.claim_holders: set[Agent] = set()
         self._claims_lock = threading.Lock()  # held only to swap an agent's claim, never for I/O
         self.closed = False
+        self.dispatcher.on_failure(self._loop_failed)
         self.dispatcher.start()
 
     @classmethod
@@ -151,13 +154,24 @@ class AgentRuntime:
         calling thread), so another process may load them — unless work was still in
         flight when the loop stopped (a tool or LLM call that did not return within
         ``timeout_seconds``): then the claims stay until this process exits, because
-        that work may still have its effect here."""
+        that work may still have its effect here.
+
+        Callers: every task still waiting on an execution of this runtime — an invoke
+        whose execution is suspended or waits for an operator, or one the stopping
+        loop cut off — fails with :class:`~phronomy_fsm.errors.ExecutionDetachedError`,
+        which says how to continue it (issue 11 item 6); nobody waits for ever."""
         self.closed = True
         deadline = time.monotonic() + timeout_seconds
         self._wait_for_rest(deadline)
+        with contextlib.suppress(PhronomyError):  # the loop already stopped or failed
+            self.dispatcher.call(self._detach_all, "the runtime was closed").result(
+                max(1.0, deadline - time.monotonic())
+            )
         clean = self.dispatcher.stop(
             timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
         )
+        # executions the stopping loop cut off (still running): their callers too
+        self._detach_all("the runtime was closed", running=True)
         self.pool.shutdown(wait=True, timeout_seconds=timeout_seconds)
         with self._claims_lock:
             holders = list(self.claim_holders)
@@ -171,6 +185,35 @@ class AgentRuntime:
         for agent in holders:
             self.release_claim(agent)
 
+    def _known_agents(self) -> list[Agent]:
+        """Every agent of this runtime that may still hold live executions: the open
+        ones and the closed ones whose store claim is not released yet."""
+        with self._claims_lock:
+            agents = set(self.claim_holders)
+        with self.registry_lock:
+            agents.update(self.agents.values())
+        return sorted(agents, key=lambda a: a.agent_id)
+
+    def _loop_failed(self, error: BaseException) -> None:
+        """The dispatcher loop failed (:meth:`EventLoop.on_failure`, on the dying loop
+        thread): fail every task still waiting on an execution of this runtime with a
+        DispatcherStoppedError saying how to continue (:mod:`phronomy_fsm.agent.callers`;
+        issue 11 item 3)."""
+        for agent in self._known_agents():
+            callers.fail_after_loop_failure(agent, error)
+
+    def _detach_all(self, why: str, *, running: bool = False) -> None:
+        """:func:`~phronomy_fsm.agent.callers.detach_resting` for every agent of this
+        runtime. Loop thread, or any thread once the loop has stopped."""
+        for agent in self._known_agents():
+            callers.detach_resting(agent, why, running=running)
+
+    def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
+        """Fail the approve calls whose decision did not commit."""
+        for task in ctx.approvers:
+            task.fail(error)
+        ctx.approvers.clear()
+
     def _wait_for_rest(self, deadline: float) -> None:
         """Until ``deadline`` (monotonic seconds), wait for every live execution of this
         runtime — of open and of closed agents — to be delivered or halted (suspended,
@@ -178,11 +221,11 @@ class AgentRuntime:
         durable instead of being dropped by the stopping loop."""
 
         def resting() -> bool:
-            with self._claims_lock:
-                agents = set(self.claim_holders)
-            with self.registry_lock:
-                agents.update(self.agents.values())
-            return all(ctx.session_id is None for agent in agents for ctx in agent._live.values())
+            return all(
+                ctx.session_id is None
+                for agent in self._known_agents()
+                for ctx in agent._live.values()
+            )
 
         while True:
             remaining = deadline - time.monotonic()
@@ -304,6 +347,8 @@ class AgentRuntime:
                     if remaining[0] == 0 and not any(
                         ctx.session_id is not None for ctx in agent._live.values()
                     ):
+                        # nothing settles their callers through this closed object
+                        callers.detach_resting(agent, f"agent {agent.agent_id!r} was closed")
                         self.release_claim(agent, blocking=False, on_released=take_waiter())
 
                 for ctx in live:
@@ -388,8 +433,10 @@ class AgentRuntime:
         self, ctx: Invocation, result: SessionResult | None, error: BaseException | None
     ) -> None:
         ctx.session_id = None
-        if error is not None and self.closed:
-            return  # the runtime closed while this session was parked; durable as is
+        if error is not None and (self.closed or self.dispatcher.lifecycle == "failed"):
+            # the runtime closed while this session was parked, or its loop failed:
+            # durable as is; close() or _loop_failed tells the waiting callers
+            return
         if ctx.agent._closed and ctx.agent._claim is not None:
             self.dispatcher.call_soon(self.release_claim_when_idle, ctx.agent)
         if error is not None:
@@ -401,6 +448,12 @@ class AgentRuntime:
         assert result is not None
         ctx.state = result.state
         if result.status == "halted":
+            if result.state == "suspended" and ctx.abort is not None:
+                # a cancel requested while an approval decision's barrier was in flight
+                # that did not commit: cancel() returned True, so it takes effect now
+                self.start_execution(
+                    ctx, at_state="suspended", event="cancel_requested", payload=ctx.abort
+                )
             return  # suspended or recovery_required: waiters stay pending
         ctx.outcome = ctx.outcome or result.state
         if ctx.agent._admission_sid is None:
@@ -524,57 +577,24 @@ class AgentRuntime:
         )
 
     def announce_recovery(self, ctx: Invocation, error: BaseException | None) -> None:
-        """Classify the durable record off-loop, then publish
-        ``recovery_resolution_required`` (reference §6.4)."""
-        store = ctx.agent.store
-        execution_id = ctx.execution_id
-        agent_id = ctx.agent.agent_id
+        """Fail closed, then act on what the store holds: the durable record is read
+        back off-loop and the execution is delivered, waits for approval, continues,
+        or is announced with ``recovery_resolution_required`` (reference §6.4;
+        :mod:`phronomy_fsm.agent.readback`, issue 11 items 4-5)."""
+        from phronomy_fsm.agent.readback import announce_recovery
 
-        def read() -> Any:
-            # the durable record and root may be ahead of the live view (a lost response)
-            return store.load_execution(execution_id), store.load_agent(agent_id)
+        announce_recovery(self, ctx, error)
 
-        def done(op: Any) -> None:
-            self.dispatcher.call_soon(self._publish_recovery, ctx, op.value, op.error, error)
-
-        try:
-            op = self.pool.submit(read, name="recovery-readback", on_full="raise")
-        except Exception as exc:  # noqa: BLE001 - fall back to the live view
-            self._publish_recovery(ctx, ctx.execution, exc, error)
-            return
-        op.add_settled_callback(done)
-
-    def _publish_recovery(
-        self,
-        ctx: Invocation,
-        durable_state: Any,
-        read_error: BaseException | None,
-        cause: BaseException | None,
-    ) -> None:
-        from phronomy_fsm.agent.recovery import announce_payload, classify
-
-        if durable_state is None or read_error is not None:
-            execution = ctx.execution
-        else:
-            execution, root = durable_state
-            if root.revision >= ctx.agent.root.revision:
-                ctx.agent.root = root
-        payload: dict[str, Any]
-        if execution is None:  # never admitted durably: nothing to resolve
-            payload = {
-                "execution_id": ctx.execution_id,
-                "execution_revision": None,
-                "reason": f"admission outcome unknown: {cause!r}",
-                "subject": None,
-                "allowed_outcomes": [],
-                "facts": {},
-            }
-        else:
-            if execution.is_active:
-                ctx.execution = execution
-            payload = announce_payload(execution, classify(execution), cause)
-        ctx.recovery_announcement = payload
-        self.emit(ctx, "recovery_resolution_required", payload)
+    def seat_admission(self, agent: Agent, at_state: str | None) -> None:
+        """Replace ``agent``'s admission slot by a new one at ``at_state`` (an
+        ``execution_admission`` state), or release it (``None``), without running the
+        old one's transitions — for an execution whose durable state was read back and
+        differs from what the slot followed (loop thread)."""
+        if agent._admission_sid is not None:
+            self.dispatcher.discard_session(agent._admission_sid)
+            agent._admission_sid = None
+        if at_state is not None:
+            self.start_admission(agent, at_state=at_state)
 
     # ------------------------------------------------------------ cancellation
 
@@ -598,12 +618,6 @@ class AgentRuntime:
                 ctx, at_state="suspended", event="cancel_requested", payload=reason
             )
         return True
-
-    def fail_approvers(self, ctx: Invocation, error: BaseException) -> None:
-        """Fail the approve calls whose decision did not commit."""
-        for task in ctx.approvers:
-            task.fail(error)
-        ctx.approvers.clear()
 
     # ----------------------------------------------------------------- barriers
 

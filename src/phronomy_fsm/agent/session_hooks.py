@@ -245,30 +245,8 @@ class AgentSessionHooks:
         )
         ctx.messages.append(response.message())
         ctx.usage = ctx.usage + response.usage
-        ctx.handoff = ctx.handoff_error = None
-        handoffs = ctx.agent.handoffs
-        handoff_calls = [c for c in response.tool_calls if c.name in handoffs]
-        if handoff_calls:
-            if len(response.tool_calls) > 1:
-                ctx.handoff_error = "a handoff must be the only tool call of a response"
-                ctx.error = LLMError(ctx.handoff_error, execution_id=ctx.execution_id)
-            else:
-                call = handoff_calls[0]
-                target = handoffs[call.name]
-                try:
-                    arguments = call.parsed_arguments()
-                except ValueError:
-                    arguments = {"raw": call.arguments_json}
-                ctx.handoff = {
-                    "target_agent_id": target,
-                    "target_execution_id": durable.handoff_target_execution_id(
-                        ctx.execution_id, target
-                    ),
-                    "tool_call_id": call.id,
-                    "arguments": arguments,
-                    "llm_call_id": response.llm_call_id,
-                }
-        else:
+        ctx.decide_handoff(response)
+        if ctx.handoff is None and ctx.handoff_error is None:
             for call in response.tool_calls:
                 self.runtime.emit(
                     ctx,
@@ -728,6 +706,11 @@ class AgentSessionHooks:
         acknowledge the snapshot" — the committed state is real whatever follows)."""
         if state == "resolving":
             self._settle_resolvers(ctx, outcome)
+            if outcome.outcome == COMMITTED and ctx.abort is not None and ctx.session_id:
+                # cancel() during the resolution barrier returned True: the operator's
+                # answer is durable; the execution then ends cancelled instead of
+                # going on (queued ahead of the next state's own work; issue 11 item 7)
+                self.runtime.dispatcher.post(ctx.session_id, "cancel_requested", ctx.abort)
         if outcome.outcome != COMMITTED or not isinstance(outcome.value, PreparedCommit):
             return
         prepared: PreparedCommit = outcome.value

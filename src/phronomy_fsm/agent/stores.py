@@ -22,12 +22,23 @@ _lock = threading.Lock()
 _shared: dict[str, list[Any]] = {}
 
 
-def open_store(store: BarrierStore | str | os.PathLike[str]) -> tuple[BarrierStore, str | None]:
+def open_store(
+    store: BarrierStore | str | os.PathLike[str], *, must_exist: bool = False
+) -> tuple[BarrierStore, str | None]:
     """``(store, lease)``: a store object as given (lease None), or the shared store of
     the file a path names with one more lease (its key) — pass it to
     :func:`release_store` exactly once.
 
+    Args:
+        store: a store object, or the path of a SQLite store file.
+        must_exist: the path must name an existing, non-empty file (``Agent.load``):
+            a missing file is not created and a zero-length one is not initialised
+            (issue 11 item 10a). Without it (``Agent.create``) a new store is made.
+
     Raises:
+        NotFoundError: ``must_exist`` and the file does not exist or is empty
+            (nothing was created or written); the message says to use
+            ``Agent.create`` for a new store.
         StoreError: opening the file failed (not a database, unreadable, newer
             schema...); no lease is taken.
     """
@@ -38,10 +49,34 @@ def open_store(store: BarrierStore | str | os.PathLike[str]) -> tuple[BarrierSto
     key = os.path.realpath(os.fspath(store))
     with _lock:
         entry = _shared.get(key)
+        if entry is None and must_exist:
+            _require_existing(key)
         if entry is None:
             entry = _shared[key] = [SqliteBarrierStore(key), 0]
         entry[1] += 1
         return entry[0], key
+
+
+def _require_existing(path: str) -> None:
+    """Raise NotFoundError unless ``path`` exists and is not a zero-length file."""
+    from phronomy_fsm.errors import NotFoundError
+
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        raise NotFoundError(
+            f"no store at {path} (the file does not exist); Agent.load opens an existing "
+            "store: check the path, or use Agent.create to make a new one",
+            path=path,
+        ) from None
+    except OSError:
+        return  # not a missing file: the store reports what is wrong with it
+    if size == 0 and os.path.isfile(path):
+        raise NotFoundError(
+            f"{path} is empty (0 bytes), not a phronomy_fsm store; Agent.load opens an "
+            "existing store: check the path, or use Agent.create to initialise a new one",
+            path=path,
+        )
 
 
 def release_store(lease: str | None) -> None:

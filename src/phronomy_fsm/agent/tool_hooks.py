@@ -15,6 +15,9 @@ from phronomy_fsm.agent.tools import (
     Authorization,
     ToolCallView,
     ToolContext,
+    ToolResult,
+    cap_text,
+    capped_result,
     normalize_authorization,
     tool_result_text,
 )
@@ -64,16 +67,26 @@ class ToolInvocationHooks:
         self.runtime.notify_parent(ctx)
 
     def record_tool_result(self, ctx: ToolInvocation, payload: Any) -> None:
-        """The tool returned: its value and the text the LLM sees."""
-        ctx.result = payload
-        ctx.content = tool_result_text(payload)
+        """The tool returned: its value, the text the LLM sees and, when the text was
+        cut to the agent's ``max_tool_result_bytes``, its original size."""
+        if isinstance(payload, ToolResult):
+            ctx.result, ctx.content = payload.value, payload.content
+            ctx.original_bytes = payload.original_bytes
+        else:  # a value that did not come through execute_tool's work
+            ctx.result, ctx.content = payload, tool_result_text(payload)
 
     def record_tool_error(self, ctx: ToolInvocation, payload: BaseException) -> None:
-        """The tool raised: the error becomes the tool result."""
+        """The tool raised: the error becomes the tool result (cut, like a result, to
+        the agent's ``max_tool_result_bytes``)."""
         text = f"{type(payload).__name__}: {payload}"
         # recorded durably: a lone surrogate in an exception message must not fail the
         # barrier, so it is kept as its escape
-        ctx.error = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+        ctx.error, original = cap_text(
+            text, ctx.parent.agent.max_tool_result_bytes, "the tool's error was"
+        )
+        if original is not None:
+            ctx.original_bytes = original
 
     # offload hooks
 
@@ -116,8 +129,9 @@ class ToolInvocationHooks:
         )
         arguments = ctx.arguments
         fn = tool.fn
+        max_bytes = parent.agent.max_tool_result_bytes
 
-        def work(octx: OffloadContext) -> Any:
+        def work(octx: OffloadContext) -> ToolResult:
             parent.cancellation.raise_if_cancelled()
             result = fn(arguments, context)
             try:
@@ -130,6 +144,6 @@ class ToolInvocationHooks:
                     "return JSON data: dict with string keys, list, str, int, finite "
                     "float, bool or None"
                 ) from exc
-            return result
+            return capped_result(result, max_bytes)  # measured and cut here, off the loop
 
         return work

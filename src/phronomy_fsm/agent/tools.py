@@ -27,6 +27,11 @@ from phronomy_fsm.errors import ConfigurationError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.store.records import ensure_json
 
+#: Default of the agent option ``max_tool_result_bytes``: the most UTF-8 bytes of a
+#: tool result's text (or of a tool's error) that are journaled and sent to the LLM
+#: (docs/getting-started.md "Tools and approval").
+DEFAULT_MAX_TOOL_RESULT_BYTES = 256 * 1024
+
 DEFAULT_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {},
@@ -189,6 +194,61 @@ def normalize_authorization(value: Any) -> Authorization:
         raise ConfigurationError(
             f"approval policy returned {value!r}; return 'allow', 'require_approval', 'deny' or a bool"
         ) from None
+
+
+@attrs.frozen
+class ToolResult:
+    """What a tool call produced, as the agent records it (the ``execution_completed``
+    payload of the ``tool_invocation`` machine).
+
+    ``value`` is the JSON result — or, when its text was longer than the agent's
+    ``max_tool_result_bytes``, the kept text itself (a string); ``content`` is the
+    text the LLM sees; ``original_bytes`` is the UTF-8 size of the whole text when it
+    was cut, else None (it is journaled with the ``tool_result`` record)."""
+
+    value: Any
+    content: str
+    original_bytes: int | None = None
+
+
+def cap_text(
+    text: str, max_bytes: int | None, what: str = "the tool returned"
+) -> tuple[str, int | None]:
+    """``(text, None)`` when ``text`` fits in ``max_bytes`` UTF-8 bytes (or there is no
+    cap); otherwise ``(kept, original_bytes)``: the longest prefix of at most
+    ``max_bytes`` bytes that ends on a character boundary, then a note saying how much
+    there was (``[truncated: the tool returned N bytes; the first M are kept
+    (max_tool_result_bytes=...)]``). Pure. Issue 11 item 10c.
+
+    Args:
+        text: valid Unicode (no lone surrogates).
+        max_bytes: the cap in bytes, or None for none.
+        what: how the note names the source (``the tool returned``, ``the tool's
+            error was``).
+    """
+    if max_bytes is None or len(text) * 4 <= max_bytes:  # cannot exceed: no encoding
+        return text, None
+    encoded = text.encode("utf-8")
+    if len(encoded) <= max_bytes:
+        return text, None
+    kept = encoded[:max_bytes].decode("utf-8", "ignore")
+    note = (
+        f"\n[truncated: {what} {len(encoded)} bytes; the first {len(kept.encode('utf-8'))} "
+        f"are kept (max_tool_result_bytes={max_bytes})]"
+    )
+    return kept + note, len(encoded)
+
+
+def capped_result(result: Any, max_bytes: int | None) -> ToolResult:
+    """The :class:`ToolResult` of a tool's JSON ``result`` under the cap
+    ``max_bytes`` (None: no cap): its text (:func:`tool_result_text`) is measured in
+    UTF-8 bytes and, when longer, replaced by :func:`cap_text`'s kept prefix and note,
+    which then stands for the result everywhere (journal, LLM). Runs on a worker."""
+    text = tool_result_text(result)
+    kept, original = cap_text(text, max_bytes)
+    if original is None:
+        return ToolResult(result, text)
+    return ToolResult(kept, kept, original)
 
 
 def tool_result_text(result: Any) -> str:

@@ -156,9 +156,12 @@ class TokenChunk:
 class ApprovalDecision:
     """An approve/reject call for approval request ``request_id`` of an execution.
 
-    ``approved`` applies to every item; ``decisions`` (tool invocation id → bool), when
-    given, decides items one by one (a rejected item becomes a rejected tool result the
-    LLM sees, and the execution continues)."""
+    ``approved`` applies to every item when ``decisions`` is None; ``decisions``
+    (tool invocation id → bool), when given, decides items one by one and must name
+    every item of the request (a rejected item becomes a rejected tool result the LLM
+    sees, and the execution continues). ``Agent.approve`` refuses a mapping that
+    leaves an item out (issue 11 item 1).
+    """
 
     execution_id: str
     request_id: str

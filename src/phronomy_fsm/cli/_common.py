@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 import sys
 import unicodedata
 from collections.abc import Iterator, Sequence
@@ -27,12 +28,15 @@ if TYPE_CHECKING:
 EXIT_FAILED = 1  #: invalid input, a refused operation or a failed check
 EXIT_NEEDS_OPERATOR = 3  #: recovery parked an execution for an operator decision
 
-#: ``--db PATH``: the store file every store and operator command needs.
+#: ``--db PATH``: the store file every store and operator command needs. Click checks
+#: nothing about the file (a directory or an unreadable file would be its usage error,
+#: exit 2): :func:`require_store_file` and the store refuse it with exit 1, as the docs
+#: say for a failure.
 db_option = click.option(
     "--db",
     "db",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=click.Path(readable=False),
     help="Path of the SQLite store file.",
 )
 #: ``--app MODULE:FACTORY``: the application factory of ``recover``.
@@ -53,22 +57,54 @@ takeover_option = click.option(
 )
 
 
-def one_line(text: str) -> str:
-    """Return ``text`` with control characters (newlines included) written as Python
-    escapes, so one diagnostic is always one line of the terminal and a hostile id
-    or reason never prints a raw control character."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii")
-        if unicodedata.category(ch) in ("Cc", "Cs")
-        else ch
-        for ch in text
-    )
+#: Unicode categories a terminal may act on: controls (newline, carriage return, ESC,
+#: NUL, the C1 range), format characters (bidi overrides such as U+202E, zero-width
+#: characters), surrogates, and the line and paragraph separators.
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
-def fail(message: str, code: int = EXIT_FAILED) -> NoReturn:
-    """Print ``error: <message>`` (control characters escaped) on stderr and exit
-    with ``code``."""
+def one_line(text: str, *, json: bool = False) -> str:
+    """Return ``text`` with every character a terminal could act on written as an
+    escape, so one diagnostic or one table cell is always one line of the terminal and
+    nothing in it can move the cursor, recolour it or reverse the text (issue 11 item
+    9): categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
+    and other bidi and zero-width format characters, lone surrogates, U+2028/U+2029.
+
+    Args:
+        text: what is about to be printed (ids and messages from a store may hold
+            anything an older version or another tool wrote).
+        json: ``text`` is JSON produced by ``json.dumps(..., ensure_ascii=False)``:
+            escapes are ``\\uXXXX`` (UTF-16, valid inside JSON strings, so the output
+            still parses to the same values) and its structural newlines are kept —
+            ``json.dumps`` escapes every newline inside a string itself.
+
+    Returns:
+        The text, unchanged when it has nothing to escape; otherwise Python escapes
+        (``\\n``, ``\\x1b``, ``\\u202e``) or, with ``json``, JSON escapes. Backslashes
+        are left as they are. The CLI's :func:`fail` applies it to every ``error:``
+        line; docs/store.md "Inspection CLI" describes the output.
+    """
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if unicodedata.category(ch) not in _UNSAFE_CATEGORIES or (json and ch == "\n"):
+            out.append(ch)
+        elif json:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{units[i] << 8 | units[i + 1]:04x}" for i in range(0, len(units), 2))
+        else:
+            out.append(ch.encode("unicode_escape").decode("ascii"))
+    return "".join(out)
+
+
+def fail(message: str, code: int = EXIT_FAILED, *, more_lines: Sequence[str] = ()) -> NoReturn:
+    """Print ``error: <message>`` on stderr (escaped by :func:`one_line`: ids from a
+    store or the command line cannot forge lines or drive the terminal), then each of
+    ``more_lines`` escaped on a line of its own, and exit with ``code``."""
     click.echo(f"error: {one_line(message)}", err=True)
+    for line in more_lines:
+        click.echo(one_line(line), err=True)
     sys.exit(code)
 
 
@@ -104,9 +140,11 @@ def echo(text: str = "") -> None:
 
 
 def emit_json(data: Any) -> None:
-    """Print ``data`` as indented JSON with sorted keys (non-ASCII kept; control
-    characters are escaped by JSON itself)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False))
+    """Print ``data`` as indented JSON with sorted keys; non-ASCII text is kept, and
+    every character a terminal would act on (bidi overrides, line separators, C1
+    controls — JSON itself only escapes C0 controls) is written as ``\\uXXXX`` by
+    :func:`one_line`, so the output still parses to the same values."""
+    click.echo(one_line(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False), json=True))
 
 
 def parse_json_option(text: str | None, option: str) -> Any:
@@ -138,10 +176,23 @@ def echo_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def require_store_file(db: str) -> None:
-    """Exit 1 with a clear line unless ``db`` exists (the CLI never creates a store
-    by accident, except ``demo``)."""
-    if not os.path.exists(db):
-        fail(f"no store at {db} (the file does not exist)")
+    """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
+    the CLI never creates or initialises a store by accident (except ``demo``), so a
+    mistyped path or a zero-length file is not reported as a store with nothing in it
+    (issue 11 item 10a). Checked before anything opens the file."""
+    try:
+        st = os.stat(db)
+    except FileNotFoundError:
+        fail(f"no store at {db} (the file does not exist); nothing was written")
+    except OSError as exc:
+        fail(f"cannot open the store {db}: {exc.strerror or exc}")
+    if stat.S_ISDIR(st.st_mode):
+        fail(f"{db} is a directory, not a store file")
+    if stat.S_ISREG(st.st_mode) and st.st_size == 0:
+        fail(
+            f"{db} is empty (0 bytes), not a phronomy_fsm store; nothing was written "
+            "(a new store is made by Agent.create or `phronomy-fsm demo`)"
+        )
 
 
 @contextmanager

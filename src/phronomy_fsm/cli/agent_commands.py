@@ -29,7 +29,9 @@ from phronomy_fsm.cli._common import (
     EXIT_NEEDS_OPERATOR,
     db_option,
     fail,
+    one_line,
     open_store,
+    require_store_file,
     takeover_option,
 )
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
@@ -80,6 +82,8 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
     db = db or DEFAULT_DB
     if resume and not os.path.exists(db):
         fail(f"no store at {db}; run `phronomy-fsm demo --db {db}` first")
+    if resume:
+        require_store_file(db)  # an empty file is not a demo store to resume
     os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
     runtime = AgentRuntime()
     listener = printing_listener(click.echo)
@@ -166,11 +170,14 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
 
 def _print_approval(active: dict[str, Any], db: str) -> None:
     """The suspended demo execution's ids and the commands that continue it."""
-    click.echo(f"execution_id: {active['execution_id']}")
-    click.echo(f"approval_request_id: {active['approval_request_id']}")
+    click.echo(one_line(f"execution_id: {active['execution_id']}"))
+    click.echo(one_line(f"approval_request_id: {active['approval_request_id']}"))
     click.echo(
-        f"next: phronomy-fsm approve {active['execution_id']} --request {active['approval_request_id']} --db {db}"
-        " [--reject], then phronomy-fsm demo --resume --db " + db
+        one_line(
+            f"next: phronomy-fsm approve {active['execution_id']} --request "
+            f"{active['approval_request_id']} --db {db} [--reject], then phronomy-fsm demo "
+            f"--resume --db {db}"
+        )
     )
 
 
@@ -182,12 +189,17 @@ def _needs_operator(active: dict[str, Any], db: str) -> NoReturn:
     kind = subject.get("type", "llm_call")
     ident = subject.get(f"{kind}_id", "?")
     fail(
-        f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.\n"
-        f"subject: {json.dumps(subject, sort_keys=True)}\n"
-        f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
-        f"--app phronomy_fsm.demo:create_app --expected-revision {request.get('execution_revision')} "
-        f"--subject {kind}:{ident} --outcome succeeded|failed|not_performed [--result JSON | --error TEXT]",
+        f"execution {active['execution_id']} needs an operator decision: {request.get('reason')}.",
         EXIT_NEEDS_OPERATOR,
+        more_lines=(
+            f"subject: {json.dumps(subject, sort_keys=True)}",
+            (
+                f"answer with: phronomy-fsm resolve {active['execution_id']} --db {db} "
+                f"--app phronomy_fsm.demo:create_app --expected-revision "
+                f"{request.get('execution_revision')} --subject {kind}:{ident} "
+                "--outcome succeeded|failed|not_performed [--result JSON | --error TEXT]"
+            ),
+        ),
     )
 
 
@@ -222,9 +234,13 @@ def approve(execution_id: str, request_id: str, db: str, reject: bool, takeover:
             try:
                 store.release_agent(owner, claim.owner_token)
             except PhronomyError as exc:  # the claim goes with this process when it exits
-                click.echo(f"warning: could not release the claim on {owner}: {exc}", err=True)
+                click.echo(
+                    one_line(f"warning: could not release the claim on {owner}: {exc}"), err=True
+                )
     verb = "rejected" if reject else "approved"
-    click.echo(f"{verb}: execution {execution_id} (request {request_id}), revision {revision}")
+    click.echo(
+        one_line(f"{verb}: execution {execution_id} (request {request_id}), revision {revision}")
+    )
     what = "ends as rejected" if reject else "continues"
     click.echo(
         f"the execution {what} when its agent is loaded again (Agent.load, "

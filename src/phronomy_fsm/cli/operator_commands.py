@@ -46,6 +46,7 @@ from phronomy_fsm.cli._common import (
     app_option,
     db_option,
     fail,
+    one_line,
     open_store,
     require_store_file,
     takeover_option,
@@ -265,7 +266,7 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                 )
             except PhronomyError as exc:
                 if isinstance(exc, AgentOwnedError):  # on its own line, above the bar
-                    tqdm.write(f"error: {exc}", file=sys.stderr)
+                    tqdm.write(f"error: {one_line(str(exc))}", file=sys.stderr)
                 summary.append(
                     {
                         "agent_id": agent_id,
@@ -304,7 +305,10 @@ def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: boo
                 k: v for k, v in entry.items() if k not in ("agent_id", "execution_id", "state")
             }
             click.echo(
-                f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} {json.dumps(extra, sort_keys=True) if extra else ''}".rstrip()
+                one_line(
+                    f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} "
+                    f"{json.dumps(extra, sort_keys=True) if extra else ''}".rstrip()
+                )
             )
     if any(e["state"] == "not_loaded" for e in summary):
         sys.exit(EXIT_FAILED)

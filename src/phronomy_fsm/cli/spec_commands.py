@@ -62,7 +62,7 @@ def _echo_issues(issues: Iterable[SpecIssue]) -> None:
 
 
 def _fail(message: str) -> NoReturn:
-    fail(one_line(message))
+    fail(message)  # fail() escapes it (one_line)
 
 
 @contextlib.contextmanager

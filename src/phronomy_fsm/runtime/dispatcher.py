@@ -42,6 +42,7 @@ from phronomy_fsm.errors import (
     BackpressureError,
     DispatcherStoppedError,
     HookError,
+    SessionFaultError,
     StepLimitError,
     UndeclaredEventError,
     UnknownSessionError,
@@ -59,6 +60,7 @@ from phronomy_fsm.runtime.binding import (
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.runtime.inputs import check_event, check_session_id, check_start, shown
 from phronomy_fsm.runtime.loop import DRAINING, FAILED, EventLoop
 from phronomy_fsm.runtime.offload import OffloadPool, Operation
 from phronomy_fsm.runtime.session import (
@@ -200,18 +202,15 @@ class Dispatcher(EventLoop):
 
         Raises:
             DispatcherStoppedError: the dispatcher is draining, stopped or failed.
-            ValueError: ``at_state`` or ``event`` is not part of the machine.
+            DispatchInputError: ``at_state`` or ``event`` is not a ``str`` naming a
+                state or event of the machine, ``group`` cannot be hashed, or
+                ``step_limit`` is not a positive ``int`` (also a ``ValueError``).
+                Nothing was queued.
         """
+        self._check_open()
         if self._state in (DRAINING, FAILED):
             raise DispatcherStoppedError(f"{self.name} is {self._state} and admits no new sessions")
-        if at_state is not None:
-            node = binding.nodes.get(at_state)
-            if node is None:
-                raise ValueError(f"machine {binding.machine!r} has no state {at_state!r}")
-            if event is None and node.kind in (WAIT, FINAL):
-                raise ValueError(f"a resume start at {node.kind} state {at_state!r} needs an event")
-        if event is not None and event not in binding.events:
-            raise ValueError(f"machine {binding.machine!r} declares no event {event!r}")
+        check_start(binding, at_state, event, group, step_limit)
         sid = next(self._ids)
         session = Session(
             sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
@@ -246,8 +245,21 @@ class Dispatcher(EventLoop):
         is no longer admitted (finished, halted, failed or unknown). Thread-safe.
 
         ``state_completed`` is the engine's own event: posted from outside it is
-        dropped as stale (counted in ``stats.dropped_stale``)."""
+        dropped as stale at once (counted in ``stats.dropped_stale``; returns True as
+        for any other accepted event). The payload is passed to the session's hooks as
+        it is; an event the current state has no transition for ends that session
+        (:class:`~phronomy_fsm.errors.UndeclaredEventError`), never the loop.
+
+        Raises:
+            DispatchInputError: ``session_id`` is not an ``int`` or ``event`` is not
+                exactly a ``str`` (issue 11 item 2); nothing was queued.
+        """
+        check_session_id(session_id)
+        check_event(event)
         if session_id in self._admitted:
+            if event == _SC:
+                self.stats.dropped_stale += 1
+                return True
             self._append((session_id, event, payload))
             if self._sleeping:
                 self._wake()
@@ -257,8 +269,30 @@ class Dispatcher(EventLoop):
 
     def post_authorized(self, authority: Authority, event: str, payload: Any = None) -> None:
         """Queue ``event`` to be applied only if ``authority`` still holds (same
-        incarnation, revision, state entry and operation). Thread-safe."""
+        incarnation, revision, state entry and operation). Thread-safe.
+
+        Raises:
+            DispatchInputError: ``event`` is not exactly a ``str``; nothing was queued.
+        """
+        check_event(event)
         self._post((None, self._apply_authorized, (authority, event, payload)))
+
+    def discard_session(self, session_id: int) -> bool:
+        """End a live (or admitted, not yet begun) session at once, running nothing:
+        no hook, no ``on_done``; the authority of its in-flight work is revoked and
+        events still queued for it are dropped. For an owner that replaces a session
+        it no longer needs (the agent runtime re-seats an admission slot after reading
+        the durable record back). Loop thread only. Returns False when the session is
+        unknown or already ended."""
+        self._assert_loop()
+        s = self._sessions.pop(session_id, None)
+        admitted = session_id in self._admitted
+        self._admitted.discard(session_id)
+        if s is None:
+            return admitted
+        s.serial += 1
+        self.stats.sessions_halted += 1
+        return True
 
     # ---- loop-thread queries -------------------------------------------------
 
@@ -337,45 +371,83 @@ class Dispatcher(EventLoop):
                 sid, event, payload = pop()
             except IndexError:
                 return handled - 1
-            if sid is None:
-                event(*payload)
-                continue
-            s = get(sid)
-            if s is None:
-                self.stats.dropped_unknown_session += 1
-                continue
-            if event is _SC:
-                if payload != s.serial:
-                    self.stats.dropped_stale += 1
+            try:
+                if sid is None:
+                    event(*payload)
                     continue
-                payload = None
-            row = s.node.get(event)
-            if row.__class__ is not Row or not fast:
-                self._deliver(s, event, payload)
-                continue
-            steps = s.steps = s.steps + 1
-            if steps > s.limit:
-                self._step_limit(s)
-                continue
-            action = row.action  # type: ignore[union-attr]
-            if action is not None:
-                try:
-                    action(s.ctx, payload)
-                except HOOK_ERRORS as exc:
-                    self._hook_failed(
-                        s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
-                    )  # type: ignore[union-attr]
+                s = get(sid)
+                if s is None:
+                    self.stats.dropped_unknown_session += 1
                     continue
-            target: Node = row.target  # type: ignore[union-attr,assignment]
-            s.node = target
-            serial = s.serial = s.serial + 1
-            mode = target.mode
-            if mode:
-                if mode == 1:
-                    append((sid, _SC, serial))
-                else:
-                    self._enter(s, target, row, payload)  # type: ignore[arg-type]
+                if event is _SC:
+                    if payload != s.serial:
+                        self.stats.dropped_stale += 1
+                        continue
+                    payload = None
+                row = s.node.get(event)
+                if row.__class__ is not Row or not fast:
+                    self._deliver(s, event, payload)
+                    continue
+                steps = s.steps = s.steps + 1
+                if steps > s.limit:
+                    self._step_limit(s)
+                    continue
+                action = row.action  # type: ignore[union-attr]
+                if action is not None:
+                    try:
+                        action(s.ctx, payload)
+                    except HOOK_ERRORS as exc:
+                        self._hook_failed(
+                            s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
+                        )  # type: ignore[union-attr]
+                        continue
+                target: Node = row.target  # type: ignore[union-attr,assignment]
+                s.node = target
+                serial = s.serial = s.serial + 1
+                mode = target.mode
+                if mode:
+                    if mode == 1:
+                        append((sid, _SC, serial))
+                    else:
+                        self._enter(s, target, row, payload)  # type: ignore[arg-type]
+            except BaseException as exc:  # noqa: BLE001 - one item must not end the loop
+                self._item_failed(sid, event, payload, exc)
         return handled
+
+    def _item_failed(self, sid: Any, event: Any, payload: Any, exc: BaseException) -> None:
+        """An inbox item raised outside every hook boundary (hooks have their own): end
+        the session it concerns with :class:`SessionFaultError` (``__cause__`` is
+        ``exc``) so that one malformed item or engine defect ends at most that session
+        (issue 11 item 2). A control message that names no live session re-raises: the
+        loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
+        s: Session | None = None
+        if sid is None:
+            for arg in payload if isinstance(payload, tuple) else ():
+                if isinstance(arg, Authority):
+                    s = self._sessions.get(arg.session_id)
+                    break
+                if isinstance(arg, Session):
+                    s = arg if self._sessions.get(arg.id) is arg else None
+                    break
+            if s is None:
+                raise exc
+        else:
+            s = self._sessions.get(sid)
+            if s is None:
+                log.error("%s: item for ended session %s raised: %r", self.name, sid, exc)
+                return
+        log.error(
+            "%s: session %s: an inbox item raised %r; ending the session", self.name, s.id, exc
+        )
+        error = SessionFaultError(
+            f"session {s.id} of {s.binding.machine!r} (state {s.node.name!r}) could not handle "
+            f"{shown(event)}: {type(exc).__name__}: {exc}",
+            machine=s.binding.machine,
+            state=s.node.name,
+            session_id=s.id,
+        )
+        error.__cause__ = exc
+        self._end(s, None, error)
 
     def _deliver(self, s: Session, event: str, payload: Any) -> None:
         cand = s.node.rows.get(event)

@@ -11,6 +11,12 @@ Concurrency: :meth:`~EventLoop.call_soon`, :meth:`~EventLoop.call`,
 :meth:`~EventLoop.start` and :meth:`~EventLoop.stop` may be called from any thread;
 :meth:`~EventLoop.call_later` and everything that touches loop state only on the loop
 thread (asserted with :class:`~phronomy_fsm.errors.WrongThreadError`).
+
+A loop that failed, or that ran on its own thread and stopped, runs nothing more:
+:meth:`~EventLoop.call_soon` then raises
+:class:`~phronomy_fsm.errors.DispatcherStoppedError` and :meth:`~EventLoop.call`
+returns a task failed with it, so no caller waits for ever on a dead inbox (issue 11
+item 3); :meth:`~EventLoop.on_failure` callbacks learn of a failure.
 """
 
 from __future__ import annotations
@@ -56,6 +62,7 @@ class EventLoop:
         self._thread: threading.Thread | None = None
         self._loop_ident: int | None = None
         self._failure: BaseException | None = None
+        self._failure_callbacks: list[Callable[[BaseException], object]] = []
         clock.on_advance(self._wake)
 
     # ------------------------------------------------------------------ threads
@@ -125,10 +132,8 @@ class EventLoop:
                         deadline = self._timers.next_deadline()
                         self._cond.wait(sleep_seconds(deadline, self.clock.monotonic()))
                     self._sleeping = False
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - logged by _fail; the thread just ends
             self._fail(exc)
-            if not isinstance(exc, Exception):
-                raise
         finally:
             self._leave_loop()
 
@@ -240,17 +245,63 @@ class EventLoop:
         log.exception("%s: loop failed", self.name, exc_info=exc)
         self._failure = exc
         self._state = FAILED
-        self._abort(DispatcherStoppedError(f"{self.name} failed: {exc!r}", cause=repr(exc)))
+        error = DispatcherStoppedError(f"{self.name} failed: {exc!r}", cause=repr(exc))
+        try:
+            self._abort(error)
+        finally:
+            for callback in list(self._failure_callbacks):
+                try:
+                    callback(error)
+                except HOOK_ERRORS:
+                    log.exception("%s: failure callback raised", self.name)
+
+    def on_failure(self, callback: Callable[[BaseException], object]) -> None:
+        """Call ``callback(error)`` if the loop fails, after every session it held was
+        ended: on the failing loop thread, with the
+        :class:`~phronomy_fsm.errors.DispatcherStoppedError` waiters were failed with
+        (its ``cause`` names the original exception). A raising callback is logged.
+        Any thread; the agent runtime uses it to fail the tasks of executions that
+        were resting (suspended, waiting for an operator) when the loop died."""
+        self._failure_callbacks.append(callback)
+
+    def is_dead(self) -> bool:
+        """True when nothing posted will run any more: the loop failed, or it ran on
+        its own thread and has stopped. A loop driven by :meth:`run_until_idle`, or
+        not started yet, is not dead (posts wait for the next run). Any thread."""
+        return self._state == FAILED or (self._state == STOPPED and self._thread is not None)
+
+    def _dead_error(self) -> DispatcherStoppedError:
+        if self._state == FAILED:
+            return DispatcherStoppedError(
+                f"{self.name} failed ({self._failure!r}) and runs nothing more; "
+                "create a new runtime (its executions are durable as of their last barrier: "
+                "load the agents again)",
+                cause=repr(self._failure),
+            )
+        return DispatcherStoppedError(f"{self.name} is stopped and runs nothing more")
+
+    def _check_open(self) -> None:
+        """Raise DispatcherStoppedError when the loop is dead (:meth:`is_dead`)."""
+        if self.is_dead():
+            raise self._dead_error()
 
     # ------------------------------------------------------------ control messages
 
     def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop thread, FIFO with events. Thread-safe.
-        An exception from ``fn`` is logged; it does not stop the loop."""
+        An exception from ``fn`` is logged; it does not stop the loop.
+
+        Raises:
+            DispatcherStoppedError: the loop is dead (:meth:`is_dead`); ``fn`` will
+                never run.
+        """
+        self._check_open()
         self._post((None, self._call_isolated, (fn, args)))
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Task[Any]:
-        """Run ``fn(*args)`` on the loop thread; return a :class:`Task` for its result."""
+        """Run ``fn(*args)`` on the loop thread; return a :class:`Task` for its result.
+        On a dead loop (:meth:`is_dead`, also when it dies before running ``fn``) the
+        task fails with :class:`~phronomy_fsm.errors.DispatcherStoppedError`."""
         task: Task[Any] = Task(getattr(fn, "__name__", "call"))
 
         def run() -> None:
@@ -259,7 +310,12 @@ class EventLoop:
             except BaseException as exc:  # noqa: BLE001 - delivered to the caller
                 task.fail(exc)
 
+        if self.is_dead():
+            task.fail(self._dead_error())
+            return task
         self._post((None, run, ()))
+        if self.is_dead():  # died meanwhile: the inbox will not be read again
+            task.fail(self._dead_error())
         return task
 
     def call_later(self, delay_seconds: float, fn: Callable[..., Any], *args: Any) -> Any:

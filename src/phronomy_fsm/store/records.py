@@ -4,8 +4,8 @@ These are the facts the barrier store keeps (reference §2 "The durable Executio
 record", §2.7 journal, §5 persistence): the agent root, executions with their revision,
 status and phase, the append-only journal, and the barrier log. Records are serialised
 to canonical JSON through a strict cattrs converter: unknown or missing keys fail,
-datetimes must be timezone-aware and round-trip exactly (ISO 8601 with offset and
-microseconds), and nothing is ever pickled.
+datetimes must be timezone-aware and round-trip to the same instant (written in UTC as
+ISO 8601 with microseconds, read back in UTC), and nothing is ever pickled.
 
 Values typed ``Any`` hold JSON data (``None``, bools, numbers, strings, lists, dicts with
 string keys); they are checked when encoded. Records are frozen; treat the dicts and
@@ -397,7 +397,8 @@ def _structure_datetime(value: Any, _: Any) -> datetime:
     parsed = datetime.fromisoformat(value)
     if parsed.tzinfo is None:
         raise ValueError(f"timestamp {value!r} has no UTC offset; store timezone-aware times only")
-    return parsed
+    # in UTC, as written since issue 11 item 10e (older stores may hold other offsets)
+    return parsed if parsed.tzinfo is UTC else parsed.astimezone(UTC)
 
 
 def _strict(kind: type, label: str) -> Any:
@@ -506,19 +507,25 @@ def _unstructure_key(owner: str, name: str, kind: type) -> Any:
 
 
 def _unstructure_stamp(name: str) -> Any:
-    """A datetime field passes through (orjson writes it as RFC 3339 with its offset),
-    once checked to be a timezone-aware datetime."""
+    """A datetime field, once checked to be timezone-aware, is written in UTC with its
+    microseconds always present (``2026-03-01T12:00:00.000000+00:00``), whatever offset
+    the caller gave it: one instant has one stored form (issue 11 item 10e; orjson
+    alone would keep the caller's offset and drop a zero microsecond field)."""
 
-    def hook(value: datetime) -> datetime:
+    def hook(value: datetime) -> datetime | str:
         if not isinstance(value, datetime):
             raise SerializationError(
                 f"{name} must be a datetime, got {type(value).__name__} {value!r}"
             )
+        if value.tzinfo is UTC and value.microsecond:
+            # the common case (the runtime's clock): orjson writes exactly this form,
+            # 6x faster than isoformat (this is the commit path)
+            return value
         if value.tzinfo is None or value.utcoffset() is None:
             raise SerializationError(
                 f"naive datetime {value!r} in {name}: store timezone-aware times only"
             )
-        return value
+        return value.astimezone(UTC).isoformat(timespec="microseconds")
 
     return hook
 
@@ -594,6 +601,7 @@ def _unstructure_overrides(conv: cattrs.Converter, cls: type) -> dict[str, Any]:
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
     conv.register_structure_hook(datetime, _structure_datetime)
+    conv.register_unstructure_hook(datetime, _unstructure_stamp("datetime"))
     conv.register_structure_hook(str, _strict(str, "a string"))
     conv.register_structure_hook(int, _strict(int, "an integer"))
     conv.register_structure_hook(bool, _strict(bool, "a boolean"))
@@ -614,8 +622,8 @@ def _make_converter() -> cattrs.Converter:
 
 CONVERTER = _make_converter()
 
-# orjson writes the typed fields (datetimes as RFC 3339 with their offset, enums as
-# their value); the unstructure hooks have checked what orjson would accept silently.
+# orjson writes the typed fields (enums as their value; datetimes arrive as UTC text
+# from their hook); the unstructure hooks have checked what orjson would accept silently.
 _ORJSON_OPTIONS = (
     orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
 )
@@ -648,7 +656,7 @@ def ensure_json(value: Any) -> None:
 
 def to_json(record: Any, **replace: Any) -> str:
     """Encode an attrs record as canonical JSON: sorted keys, compact, UTF-8 text,
-    datetimes as ISO 8601 with microseconds and offset (orjson does the writing).
+    datetimes in UTC as ISO 8601 with microseconds (``...T12:00:00.000000+00:00``).
 
     ``replace`` overrides top-level fields with already-JSON values (the store sets a
     journal record's assigned ``sequence`` this way without copying the record).

@@ -75,6 +75,14 @@ MAX_GROUP_BATCH = 1000
 #: ``wal_autocheckpoint`` (1000 pages), so the WAL is reused, never grown, in steady state.
 WAL_PREWARM_FRAMES = 1000
 
+#: The writer's ``PRAGMA journal_size_limit``, in WAL frames: twice the prewarmed size,
+#: so the steady-state WAL (about one autocheckpoint's worth of frames, plus the last
+#: batch) is never cut, while a WAL that a long reader let grow to hundreds of MB is
+#: truncated back to this size by the first commit after the WAL restarts — one
+#: ``ftruncate`` after such a peak, no extra fsync on ordinary commits (issue 11 item 8;
+#: docs/store.md "Commit latency").
+WAL_SIZE_LIMIT_FRAMES = 2 * WAL_PREWARM_FRAMES
+
 
 def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     """Grow a small WAL file to ``frames`` frames, then checkpoint it so later commits
@@ -172,6 +180,14 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         faults: crash points to honour (``barrier:<name>:during``, inside the
             transaction before COMMIT); tests and the crash harness only.
 
+    Attributes:
+        wal_size_limit_bytes: the WAL size the writer truncates back to after it grew
+            past it (``PRAGMA journal_size_limit``: twice the larger of
+            ``wal_prewarm_frames`` and :data:`WAL_PREWARM_FRAMES` frames, about 8 MiB
+            with 4 KiB pages). A reader holding a transaction open keeps every commit
+            in the WAL; once it is gone, the next checkpoint and WAL restart cut the
+            file back to this size (docs/store.md "Commit latency").
+
     Raises:
         StorageError: the file is not a SQLite database, cannot be created or opened,
             or stays locked past the busy timeout while the schema is checked.
@@ -209,6 +225,8 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         self.busy_timeout_seconds = float(busy_timeout_seconds)
         self.read_only = read_only
         self.wal_prewarm_frames = int(wal_prewarm_frames) if sync == "FULL" else 0
+        self._wal_limit_frames = 2 * max(self.wal_prewarm_frames, WAL_PREWARM_FRAMES)
+        self.wal_size_limit_bytes = 32 + self._wal_limit_frames * (4096 + 24)  # set at open
         self._clock = clock
         self._uri = Path(self.path).as_uri() + ("?mode=ro" if read_only else "?mode=rw")
         self._write_lock = threading.Lock()
@@ -237,6 +255,8 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         except sqlite3.Error as exc:
             raise storage_error(exc, operation="open", path=self.path) from exc
         try:
+            page_size = int(conn.execute("PRAGMA page_size").fetchone()[0])
+            self.wal_size_limit_bytes = 32 + self._wal_limit_frames * (page_size + 24)
             version = schema.inspect_version(conn, self.path)  # read-only: nothing written yet
             if self.read_only:
                 if version is None:
@@ -315,6 +335,15 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_seconds * 1000)}")
         return conn
 
+    def _connect_writer(self) -> sqlite3.Connection:
+        """A new writer connection at the store's ``synchronous`` level, with the WAL
+        size limit (:attr:`wal_size_limit_bytes`) that lets SQLite truncate a WAL that
+        grew past it when the WAL next restarts."""
+        conn = self._connect(self._uri)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA journal_size_limit={int(self.wal_size_limit_bytes)}")
+        return conn
+
     def _writer_cursor(self) -> sqlite3.Cursor:
         """The writer's cursor; (re)opens the writer connection. Call under the lock."""
         if self._closed:
@@ -322,16 +351,14 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         if self.read_only:
             raise StorageError(f"the store {self.path} was opened read-only", path=self.path)
         if self._wcur is None:
-            conn = self._connect(self._uri)
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn = self._connect_writer()
             try:
                 prewarm_wal(conn, self.path + "-wal", self.wal_prewarm_frames)
             except sqlite3.Error:
                 # an optimisation only (another writer holds the lock, a read-only
                 # WAL): start over on a fresh connection, whatever state it left
                 conn.close()
-                conn = self._connect(self._uri)
-                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                conn = self._connect_writer()
             self._writer = conn
             self._wcur = conn.cursor()
         return self._wcur
