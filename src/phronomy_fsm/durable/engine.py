@@ -87,6 +87,12 @@ EXECUTION_OUTCOMES = (ResolutionOutcome.FAILED.value,)
 READBACK_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
+def _fragment_data(fragment: orjson.Fragment) -> Any:
+    """The JSON data of an ``orjson.Fragment`` (which does not expose its bytes: they are
+    written out by ``orjson.dumps`` and parsed back)."""
+    return orjson.loads(orjson.dumps(fragment))
+
+
 def resolution_problem(record: ExecutionRecord, signal: SignalRecord) -> str | None:
     """Why a resolution signal cannot be applied to ``record`` now, or ``None``.
 
@@ -273,8 +279,8 @@ class Engine:
         """The decoded context (decoded from the record on first use)."""
         if live.ctx is None:
             data = live.record.context
-            if isinstance(data, orjson.Fragment):
-                data = orjson.loads(data.contents)
+            if isinstance(data, orjson.Fragment):  # a child's start record, built here
+                data = _fragment_data(data)
             live.ctx = live.reg.codec.decode(data)
         return live.ctx
 
@@ -790,7 +796,7 @@ class Engine:
         """The signal telling a parent that its child ``record`` finished."""
         context = record.context
         if isinstance(context, orjson.Fragment):
-            context = orjson.loads(context.contents)
+            context = _fragment_data(context)
         return SignalRecord(
             signal_id=f"child-done:{record.execution_id}",
             execution_id=record.parent_execution_id or "",
