@@ -3,15 +3,20 @@ on the examples' machines (docs/examples/).
 
 - a child execution started by a barrier crashed the parent's session (the engine read
   ``orjson.Fragment.contents``, which orjson does not have);
+- a signal that was waiting in the inbox when a transition entered a wait state was
+  consumed by that state's ``@wait`` commit without ever being applied;
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
+from typing import Any
 
+import order_workflow as ow
 import review_agent as ra
 
-from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus, Machine
 from phronomy_fsm.store import SqliteBarrierStore
 
 from .conftest import Events
@@ -43,3 +48,50 @@ def test_a_child_execution_started_by_a_barrier_runs_and_tells_its_parent(
         task = store.load_record("t-1")
         assert task.context["tool_results"][0]["name"] == "lookup_order"
         assert '"in transit"' in task.context["tool_results"][0]["content"]
+
+
+def test_a_signal_sent_before_its_wait_state_is_reached_is_applied_there(
+    tmp_path: Path, events: Events
+) -> None:
+    """The person approves while the confirmation is still being sent: the approval
+    waits in the inbox (selective receive) and must take the order on when it reaches
+    ``awaiting_approval``, not be consumed there unread."""
+    mailed = threading.Event()
+
+    class GatedHooks(ow.OrderHooks):
+        def send_confirmation(self, ctx: ow.Order, payload: Any) -> Any:
+            work = super().send_confirmation(ctx, payload)
+
+            def gated(octx: Any) -> Any:
+                mailed.wait(10)
+                return work(octx)
+
+            return gated
+
+    effects = ow.ShopEffects.beside(tmp_path / "shop.db")
+    machine = Machine(
+        ow.TABLE,
+        GatedHooks(effects),
+        context_type=ow.Order,
+        final_status={"cancelled": ExecutionStatus.CANCELLED, "failed": ExecutionStatus.FAILED},
+    )
+    store = SqliteBarrierStore(tmp_path / "shop.db")
+    with DurableRuntime(store, machines=[machine], listeners=[events], own_store=True) as runtime:
+        runtime.start(
+            "order_workflow", ow.Order("o-1", 1000, "o-1@example.invalid"), execution_id="o-1"
+        )
+        events.wait_for(
+            lambda e: (
+                e.kind is DurableEventKind.EFFECT_STARTED
+                and e.detail["effect"] == "send_confirmation"
+            )
+        )
+        runtime.signal("o-1", "approve", {"by": "early bird"})
+        mailed.set()
+        # unapplied, the approval would leave the order waiting until its 10-second
+        # timer refunds it
+        # unapplied, the approval would leave the order waiting until its 10-second
+        # timer refunds it
+        events.wait_for(lambda e: e.kind is DurableEventKind.FINISHED, 30)
+        order = store.load_record("o-1")
+        assert (order.state, order.context["decision"]) == ("delivered", {"by": "early bird"})

@@ -499,7 +499,10 @@ class Engine:
         if target == facts.fail_closed and target != source:
             self.halt(live, "fail_closed")
             return
-        if session.binding.nodes[target].kind != AUTO and not live.signal_in_flight:
+        # a wait state halts the session in this very step (an event posted now would be
+        # dropped while the @wait commit consumed its signal); its committed() callback
+        # delivers the pending signals instead
+        if session.binding.nodes[target].kind not in (AUTO, WAIT) and not live.signal_in_flight:
             self.deliver_next(live, target)
 
     def halt(self, live: LiveExecution, why: str) -> None:
