@@ -5,6 +5,9 @@ on the examples' machines (docs/examples/).
   ``orjson.Fragment.contents``, which orjson does not have);
 - a signal that was waiting in the inbox when a transition entered a wait state was
   consumed by that state's ``@wait`` commit without ever being applied;
+- an ``at_most_once`` effect retried on an operator's ``retry`` ran again, blindly, when
+  the process died during the retried attempt (the committed resolution was applied
+  again by every later recovery).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import durable_crash
 import order_workflow as ow
 import review_agent as ra
 
@@ -95,3 +99,24 @@ def test_a_signal_sent_before_its_wait_state_is_reached_is_applied_there(
         events.wait_for(lambda e: e.kind is DurableEventKind.FINISHED, 30)
         order = store.load_record("o-1")
         assert (order.state, order.context["decision"]) == ("delivered", {"by": "early bird"})
+
+
+def test_a_retried_at_most_once_effect_is_not_run_again_after_a_second_crash(
+    tmp_path: Path,
+) -> None:
+    """The card charge is killed before it starts, the operator answers ``retry`` (the
+    ledger proves it never happened), the process dies right after the retried charge
+    returned: the next recovery must park the order again, not charge a second time."""
+    app = "docs.examples.order_workflow:create_app"
+    plan = durable_crash.Plan(
+        "approved", ("effect:charge_card:before", "offload:charge_card:after")
+    )
+    outcome = durable_crash.run_plan(app, plan, tmp_path / "run")
+    assert outcome["killed"] == 2, outcome
+    charges = [
+        e
+        for e in ow.ShopEffects.beside(tmp_path / "run" / "store.db").card.entries()
+        if e["effect"] == "charge_card"
+    ]
+    assert [(c["attempt"], c["key"]) for c in charges] == [(2, charges[0]["key"])], charges
+    assert outcome["findings"] == dict.fromkeys(durable_crash.INVARIANTS, 0), outcome

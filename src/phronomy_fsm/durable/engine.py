@@ -145,12 +145,17 @@ class Registration:
 
 class Replay:
     """Set while a recovered execution re-runs from its last barrier, until it reaches
-    its first non-pure effect, a barrier, a wait or a final state."""
+    its first non-pure effect, a barrier, a wait or a final state.
 
-    __slots__ = ("resolution",)
+    ``fresh`` is true only right after this runtime committed ``resolution`` (nothing
+    of it has run yet); a resolution read back from the store may have been acted on
+    before the process stopped (a ``retry`` may have run its attempt)."""
 
-    def __init__(self, resolution: Any = None) -> None:
+    __slots__ = ("fresh", "resolution")
+
+    def __init__(self, resolution: Any = None, *, fresh: bool = False) -> None:
         self.resolution = resolution
+        self.fresh = fresh
 
 
 class LiveExecution:
@@ -458,7 +463,25 @@ class Engine:
                             key=key,
                         )
                     )
-                return self.effect_start(live, spec.name, kind, key, subject.attempt + 1)
+                attempt = subject.attempt + 1
+                if kind is EffectKind.AT_MOST_ONCE and not replay.fresh:
+                    # the retried attempt may have run before the process stopped
+                    self.park(
+                        live,
+                        session,
+                        RecoveryInfo(
+                            reason=(
+                                f"the at_most_once effect {spec.name} (attempt {attempt}, "
+                                "retried by an operator) may or may not have run before the "
+                                "process stopped"
+                            ),
+                            subject=attrs.evolve(subject, attempt=attempt),
+                            allowed_outcomes=EFFECT_OUTCOMES,
+                            detected_at=self.now(),
+                        ),
+                    )
+                    return PARKED
+                return self.effect_start(live, spec.name, kind, key, attempt)
             if kind is EffectKind.AT_MOST_ONCE:
                 self.park(
                     live,
@@ -919,7 +942,7 @@ class Engine:
         )
 
         def committed() -> None:
-            self.install(live, resumed, list(live.pending))
+            self.install(live, resumed, list(live.pending), fresh_resolution=True)
 
         self.engine_commit(
             live, "@resolution", resumed, consume=(signal.seq,), on_committed=committed
@@ -1008,9 +1031,17 @@ class Engine:
             task.fail(error)
         live.waiters.clear()
 
-    def install(self, live: LiveExecution, record: ExecutionRecord, signals: list[SignalRecord]) -> None:
-        """Make ``record`` (just read from the store) the live execution and resume
-        it per ``docs/semantics.md`` "Recovery" (loop thread)."""
+    def install(
+        self,
+        live: LiveExecution,
+        record: ExecutionRecord,
+        signals: list[SignalRecord],
+        *,
+        fresh_resolution: bool = False,
+    ) -> None:
+        """Make ``record`` (just read from the store, or just committed with a
+        resolution: ``fresh_resolution``) the live execution and resume it per
+        ``docs/semantics.md`` "Recovery" (loop thread)."""
         self.live[live.execution_id] = live
         facts = live.reg.facts
         renames = facts.rename_for(record.spec_version, record.spec_sha256)
@@ -1055,7 +1086,7 @@ class Engine:
         if record.status is ExecutionStatus.RECOVERY_REQUIRED:
             self.react(live)
             return
-        live.replay = Replay(record.resolution)
+        live.replay = Replay(record.resolution, fresh=fresh_resolution)
         if record.point is DurablePoint.START:
             self.start_session(live)
         elif record.point is DurablePoint.BARRIER and record.resume_event is not None:
