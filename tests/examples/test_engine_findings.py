@@ -5,6 +5,9 @@ on the examples' machines (docs/examples/).
   ``orjson.Fragment.contents``, which orjson does not have);
 - a signal that was waiting in the inbox when a transition entered a wait state was
   consumed by that state's ``@wait`` commit without ever being applied;
+- a signal arriving while a session resumed from a wait state with another signal was
+  posted into that session: dropped, or delivered in the next state (which failed the
+  execution with UndeclaredEventError);
 - an ``at_most_once`` effect retried on an operator's ``retry`` ran again, blindly, when
   the process died during the retried attempt (the committed resolution was applied
   again by every later recovery).
@@ -13,6 +16,7 @@ on the examples' machines (docs/examples/).
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +124,35 @@ def test_a_retried_at_most_once_effect_is_not_run_again_after_a_second_crash(
     ]
     assert [(c["attempt"], c["key"]) for c in charges] == [(2, charges[0]["key"])], charges
     assert outcome["findings"] == dict.fromkeys(durable_crash.INVARIANTS, 0), outcome
+
+
+def test_a_signal_arriving_while_a_wait_state_resumes_is_not_fed_to_the_session(
+    tmp_path: Path, events: Events
+) -> None:
+    """Two decisions reach a waiting order in the same turn of the loop: the first
+    resumes the wait state's session; the second must stay in the inbox (the order has
+    moved on: it is dropped when the order finishes), not be posted to the resuming
+    session, where it arrived in ``announcing_shipment`` and failed the order."""
+    effects = ow.ShopEffects.beside(tmp_path / "shop.db")
+    store = SqliteBarrierStore(tmp_path / "shop.db")
+    with DurableRuntime(
+        store, machines=[ow.order_machine(effects)], listeners=[events], own_store=True
+    ) as runtime:
+        runtime.start(
+            "order_workflow", ow.Order("o-1", 1000, "o-1@example.invalid"), execution_id="o-1"
+        )
+        events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+        loop_free = threading.Event()
+        runtime.dispatcher.call_soon(loop_free.wait, 10)  # hold the loop: both arrive together
+        runtime.signal("o-1", "approve", {"by": "ana"})
+        runtime.signal("o-1", "reject", {"by": "bo"})
+        loop_free.set()
+        events.wait_for(lambda e: e.kind is DurableEventKind.FINISHED, 30)
+        order = store.load_record("o-1")
+        deadline = time.monotonic() + 10  # the finished order's inbox is closed off the loop
+        while any(s.outcome is None for s in store.list_signals("o-1")):
+            assert time.monotonic() < deadline, store.list_signals("o-1")
+            threading.Event().wait(0.01)
+        signals = [(s.event, s.outcome) for s in store.list_signals("o-1")]
+    assert (order.status, order.state) == (ExecutionStatus.COMPLETED, "delivered"), order.error
+    assert signals == [("approve", "consumed"), ("reject", "dropped: finished in delivered")]

@@ -570,8 +570,10 @@ class Engine:
             self.deliver_next(live, live.record.state)
             return
         if live.session_id is not None and not live.signal_in_flight:
+            # a live session in a wait state is resuming from it with its own event
+            # (or halting there): it takes no other; the @wait commit's react does
             node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind != AUTO:
+            if node is not None and node.kind not in (AUTO, WAIT):
                 self.deliver_next(live, live.state)
 
     def deliver_next(self, live: LiveExecution, state: str) -> None:
@@ -599,7 +601,7 @@ class Engine:
         live.signal_in_flight = False
         if live.session_id is not None and live.pending:
             node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind is not AUTO:
+            if node is not None and node.kind not in (AUTO, WAIT):
                 self.deliver_next(live, live.state)
 
     # ------------------------------------------------------------------ session end
