@@ -82,7 +82,9 @@ def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.store import SqliteBarrierStore
 
     folder = Path(args.db).resolve().parent
-    trace_fd = os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
+    trace_fd = (
+        os.open(args.trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if args.trace else None
+    )
     acks_fd = os.open(folder / ACKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def trace(point: str) -> None:
@@ -107,7 +109,12 @@ def _child(args: argparse.Namespace) -> int:
     scenario = app.scenarios[args.scenario]
     store = SqliteBarrierStore(args.db, faults=faults)
     runtime = DurableRuntime(
-        store, machines=app.machines, faults=faults, listeners=[ack], own_store=True, lease_seconds=5.0
+        store,
+        machines=app.machines,
+        faults=faults,
+        listeners=[ack],
+        own_store=True,
+        lease_seconds=5.0,
     )
     try:
         if args.mode == "run":
@@ -165,17 +172,47 @@ class Plan:
         return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
 
 
+def offload_effects(table: Any) -> dict[str, str]:
+    """The declared effect kind of each offload hook of ``table`` (``at_most_once``
+    unless the spec says otherwise)."""
+    rows = [s.offload for s in table.states] + [t.offload for t in table.transitions]
+    return {r.hook: getattr(r, "effect", None) or "at_most_once" for r in rows if r is not None}
+
+
 def crash_points(table: Any) -> list[str]:
-    """Every crash point of a machine's table, in a stable order."""
+    """Every crash point of a machine's table, in a stable order.
+
+    A ``pure`` offload has no ``effect:<hook>:before`` point: the engine starts no
+    effect for it (it runs it, again if need be, like any computation)."""
+    kinds = offload_effects(table)
     points = []
     for name in (*ENGINE_BARRIERS, *table.barriers):
         points += [f"barrier:{name}:{when}" for when in ("before", "during", "after")]
     for hook in table.offload_hooks:
-        points += [f"effect:{hook}:before", f"offload:{hook}:after"]
+        if kinds.get(hook, "at_most_once") != "pure":
+            points.append(f"effect:{hook}:before")
+        points.append(f"offload:{hook}:after")
     return points
 
 
-def _run_child(mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path) -> int:
+def parking_points(tables: Iterable[Any]) -> list[str]:
+    """``effect:<hook>:before`` of every ``at_most_once`` offload of ``tables``: a kill
+    there leads the next process to ``recovery_required`` (so to ``@recovery`` and
+    ``@resolution``)."""
+    points: list[str] = []
+    for table in tables:
+        kinds = offload_effects(table)
+        points += [
+            f"effect:{hook}:before"
+            for hook in table.offload_hooks
+            if kinds.get(hook) == "at_most_once" and f"effect:{hook}:before" not in points
+        ]
+    return points
+
+
+def _run_child(
+    mode: str, app: str, folder: Path, scenario: str, crash: str | None, trace: Path
+) -> int:
     cmd = [
         sys.executable,
         str(Path(__file__).resolve()),
@@ -192,12 +229,21 @@ def _run_child(mode: str, app: str, folder: Path, scenario: str, crash: str | No
     ]
     if crash is not None:
         cmd += ["--crash-at", crash]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     env.pop("PHRONOMY_CRASH_AT", None)
     with open(folder / f"{mode}.log", "ab") as log:
         try:
             proc = subprocess.run(
-                cmd, cwd=ROOT, env=env, stdout=log, stderr=log, timeout=PROCESS_TIMEOUT_SECONDS
+                cmd,
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=log,
+                timeout=PROCESS_TIMEOUT_SECONDS,
+                check=False,
             )
         except subprocess.TimeoutExpired:
             return -999
@@ -231,6 +277,7 @@ def run_plan(app: str, plan: Plan, folder: Path) -> dict[str, Any]:
         "killed": killed,
         "reached": [sorted(r) for r in reached],
         "findings": findings,
+        "folder": str(folder),
     }
 
 
@@ -255,7 +302,12 @@ def check_run(app_spec: str, folder: Path) -> dict[str, int]:
     with SqliteBarrierStore(db, read_only=True) as store:
         records = {r.execution_id: r for r in store.list_records()}
         finishing = {
-            eid: [b for b in store.barrier_log(eid) if b.barrier in ("@final", "@cancel", "@resolution") and b.status in ("completed", "failed", "cancelled")]
+            eid: [
+                b
+                for b in store.barrier_log(eid)
+                if b.barrier in ("@final", "@cancel", "@resolution")
+                and b.status in ("completed", "failed", "cancelled")
+            ]
             for eid in records
         }
         retries: Counter[str] = Counter()
@@ -284,7 +336,7 @@ def check_run(app_spec: str, folder: Path) -> dict[str, int]:
             findings["double_terminal"] += 1
     effects = list(app.effects()) if app.effects is not None else []
     once = [e for e in effects if e.kind == "at_most_once"]
-    for (_key, _attempt), count in Counter((e.key, e.attempt) for e in once).items():
+    for count in Counter((e.key, e.attempt) for e in once).values():
         findings["duplicate_effects"] += count - 1
     for e in once:
         if e.attempt > 1 and retries[e.execution_id] < e.attempt - 1:
@@ -311,10 +363,22 @@ def _read_acks(path: Path) -> dict[str, Any]:
 
 
 def plans_for(
-    points: list[str], baselines: dict[str, list[Counter[str]]], *, quick: bool
+    points: list[str],
+    baselines: dict[str, list[Counter[str]]],
+    *,
+    quick: bool,
+    parking: list[str] | None = None,
 ) -> list[Plan]:
     """The plans of the matrix from the baseline runs' traces (what each scenario
-    reaches in its run process and in its recover processes)."""
+    reaches in its run process and in its recover processes).
+
+    ``parking`` (:func:`parking_points` of the application's machines) are the first
+    kills of the two-kill plans: for points only a recovery reaches, a kill that leads
+    to one (an ``at_most_once`` effect parks the execution; the operator's resolution
+    follows); and for every ``at_most_once`` effect of the spec's machine, a second
+    kill during the attempt an operator's ``retry`` started (before it, and after its
+    work returned), which must park the execution again, never run it a third time.
+    """
     plans: list[Plan] = []
     covered: set[str] = set()
     for scenario, traces in baselines.items():
@@ -326,16 +390,31 @@ def plans_for(
             covered.add(point)
             for nth in range(1, (1 if quick else min(hits, NTH_CAP)) + 1):
                 plans.append(Plan(scenario, (point if nth == 1 else f"{point}@{nth}",)))
+    reached_in_run = {p for traces in baselines.values() for p in traces[0]}
+    parking = [p for p in parking or () if p in reached_in_run]
+    # a second kill during an operator's retry of an at_most_once effect
+    for point in parking:
+        if point not in points:
+            continue
+        scenario = next(s for s, traces in baselines.items() if traces[0].get(point))
+        hook = point.split(":")[1]
+        for second in (point, f"offload:{hook}:after"):
+            plans.append(Plan(scenario, (point, second)))
     # points only a recovery reaches: kill the run at a point that leads to recovery,
     # then at that point in the first recover process
     recovery_only = [p for p in points if p not in covered]
     if recovery_only:
-        leaders = [p for p in points if p.startswith("effect:")] or [p for p in points if p in covered]
+        leaders = (
+            parking
+            or [p for p in points if p.startswith("effect:")]
+            or [p for p in points if p in covered]
+        )
         for point in recovery_only:
-            for scenario in baselines:
-                for leader in leaders[: 1 if quick else len(leaders)]:
+            for scenario, traces in baselines.items():
+                reached = [leader for leader in leaders if traces[0].get(leader)]
+                for leader in reached[: 1 if quick else len(reached)]:
                     plans.append(Plan(scenario, (leader, point)))
-                if quick:
+                if quick and reached:
                     break
     return plans
 
@@ -367,7 +446,10 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
                 _read_trace(base / f"baseline-{scenario}" / f"trace-{i}.txt")
                 for i in range(len(outcome["codes"]))
             ]
-        plans = plans_for(points, baselines, quick=quick)
+        parking = parking_points(
+            [machine.table] + [m.table for m in loaded.machines if m is not machine]
+        )
+        plans = plans_for(points, baselines, quick=quick, parking=parking)
 
         def one(indexed: tuple[int, Plan]) -> dict[str, Any]:
             i, plan = indexed
@@ -382,7 +464,9 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
                 reached_any |= set(reached)
             for crash, code in zip(outcome["plan"].split(":", 1)[1].split(","), outcome["codes"]):
                 if code == -signal.SIGKILL and crash != "-":
-                    killed_at.add(crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash)
+                    killed_at.add(
+                        crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash
+                    )
         totals = dict.fromkeys(INVARIANTS, 0)
         failures = []
         for outcome in results:
@@ -390,17 +474,19 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
             for k, v in outcome["findings"].items():
                 totals[k] += v
             if bad:
-                failures.append({"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]})
+                failures.append(
+                    {"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]}
+                )
                 if keep is not None:
                     target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
-                    shutil.copytree(base / _folder_of(outcome, results), target, dirs_exist_ok=True)
+                    shutil.copytree(outcome["folder"], target, dirs_exist_ok=True)
         return {
             "spec": str(spec),
             "machine": machine.table.machine,
             "mode": "quick" if quick else "full",
             "points": len(points),
             "points_reached": sorted(p for p in points if p in reached_any),
-            "points_killed": sorted(killed_at),
+            "points_killed": sorted(p for p in points if p in killed_at),
             "points_never_reached": sorted(p for p in points if p not in reached_any),
             "runs": len(results),
             "kills": sum(o["killed"] for o in results),
@@ -410,11 +496,6 @@ def matrix(spec: Path, app: str, *, quick: bool, jobs: int, keep: Path | None) -
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _folder_of(outcome: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    index = results.index(outcome)
-    return outcome["plan"] if index < 0 else f"run-{index:04d}"
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -453,7 +534,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         for name, count in report["invariants"].items():
             print(f"  {name}: {count}")
         for failure in report["failures"]:
-            print(f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})")
+            print(
+                f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})"
+            )
     return 0 if not any(report["invariants"].values()) else 1
 
 
