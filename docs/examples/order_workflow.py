@@ -135,7 +135,7 @@ class ShopEffects:
         if total_cents > CARD_LIMIT_CENTS:
             raise CardDeclinedError(f"{total_cents} cents is above the card's limit")
         result = {"charge_id": f"ch-{key[-12:]}-{attempt}", "amount_cents": total_cents}
-        return self.card.record(  # type: ignore[no-any-return]
+        return self.card.record(
             execution_id=order_id,
             effect="charge_card",
             kind="at_most_once",
@@ -151,7 +151,7 @@ class ShopEffects:
             "charge_id": charge["charge_id"],
             "amount_cents": charge["amount_cents"],
         }
-        return self.card.once(  # type: ignore[no-any-return]
+        return self.card.once(
             key, lambda: _entry(order_id, "refund_card", "idempotent", key, result)
         )
 
@@ -159,7 +159,7 @@ class ShopEffects:
         """Put an e-mail in the outbox; a key seen before returns the first one's result
         (the mail goes out once)."""
         result = {"message_id": f"m-{key[-12:]}", "to": to, "subject": subject}
-        return self.outbox.once(  # type: ignore[no-any-return]
+        return self.outbox.once(
             key, lambda: _entry(order_id, "send_confirmation", "idempotent", key, result)
         )
 
@@ -172,7 +172,7 @@ class ShopEffects:
         if destination == NOWHERE:
             raise CarrierRefusedError(f"the carrier does not deliver to {destination}")
         result = {"tracking": f"T-{key[-12:]}-{attempt}", "destination": destination}
-        return self.carrier.record(  # type: ignore[no-any-return]
+        return self.carrier.record(
             execution_id=order_id,
             effect="ship_order",
             kind="at_most_once",

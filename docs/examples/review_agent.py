@@ -222,10 +222,10 @@ class AgentEffects:
     # the tools
 
     def lookup_order(self, arguments: dict[str, Any], key: str | None, task_id: str) -> Any:
-        """Read an order (raises KeyError for an unknown one: the error is the result)."""
+        """Read an order (LookupError for an unknown one: the error is the result)."""
         order_id = arguments["order_id"]
         if order_id not in ORDERS:
-            raise KeyError(f"no order {order_id}")
+            raise LookupError(f"no order {order_id}")
         return {"order_id": order_id, **ORDERS[order_id]}
 
     def open_ticket(self, arguments: dict[str, Any], key: str | None, task_id: str) -> Any:
@@ -292,7 +292,7 @@ class AgentEffects:
             ],
             "model": response.model,
         }
-        return self.llm_calls.record(  # type: ignore[no-any-return]
+        return self.llm_calls.record(
             execution_id=execution_id,
             effect=effect,
             kind="at_most_once",
@@ -576,14 +576,28 @@ def scripted_provider() -> ScriptedProvider:
 
 
 def provider_from_env(environ: Mapping[str, str] | None = None) -> Provider:
-    """The OpenAI-compatible provider when ``PHRONOMY_LLM_MODEL`` or ``OPENAI_MODEL``
-    is set (it reads its base URL and key from the environment too), else
-    :func:`scripted_provider`. Raises ConfigurationError for an incomplete
-    configuration (``OpenAICompatibleProvider``)."""
+    """The LLM of the example: an OpenAI-compatible provider when ``PHRONOMY_LLM_MODEL``
+    (or ``OPENAI_MODEL``) is set in ``environ`` (default ``os.environ``), configured
+    from ``PHRONOMY_LLM_BASE_URL`` and ``PHRONOMY_LLM_API_KEY`` (or their ``OPENAI_``
+    forms) there too; else :func:`scripted_provider`.
+
+    Raises:
+        ConfigurationError: the configuration is incomplete (e.g. no API key for a
+            server that is not on localhost).
+    """
     env = os.environ if environ is None else environ
-    if env.get("PHRONOMY_LLM_MODEL", "").strip() or env.get("OPENAI_MODEL", "").strip():
-        return OpenAICompatibleProvider()
-    return scripted_provider()
+
+    def first(*names: str) -> str | None:
+        return next((env[n].strip() for n in names if env.get(n, "").strip()), None)
+
+    model = first("PHRONOMY_LLM_MODEL", "OPENAI_MODEL")
+    if model is None:
+        return scripted_provider()
+    return OpenAICompatibleProvider(
+        base_url=first("PHRONOMY_LLM_BASE_URL", "OPENAI_BASE_URL"),
+        api_key=first("PHRONOMY_LLM_API_KEY", "OPENAI_API_KEY"),
+        model=model,
+    )
 
 
 # ------------------------------------------------------------------ the application
