@@ -4,9 +4,10 @@ Takes a spec and an application (``--app MODULE:FACTORY``, a
 :class:`~phronomy_fsm.durable.app.DurableApp` factory) and kills the application with
 SIGKILL at every crash point its generated table defines — before, during and after
 each barrier of the spec and each engine commit (``@start``, ``@wait``, ``@final``,
-``@recovery``, ``@resolution``), before each effect starts and right after each
-offloaded piece of work returns — then restarts it (``recover``) until its executions
-finish, and checks on the store and the application's own record of effects:
+``@recovery``, ``@resolution``), before each effect starts (every offload that is not
+``pure``) and right after each offloaded piece of work returns — then restarts it
+(``recover``) until its executions finish, and checks on the store and the
+application's own record of effects:
 
 - ``lost``: an execution whose start was acknowledged is missing, or was acknowledged
   finished while the store says otherwise;
@@ -23,8 +24,11 @@ Each run uses a fresh folder; the application's scenarios say how to start execu
 and how a person answers a waiting one, and its ``operator`` how an operator who knows
 the truth answers one in ``recovery_required`` (``docs/operations.md``, "The
 crash-injection matrix"). ``--quick`` kills once at every point some scenario reaches;
-the full matrix kills at every hit of every point (up to 4) in every scenario, plus a
-second kill in the first recovery process at every point only recovery reaches.
+the full matrix kills at every hit of every point (up to 4) in every scenario. Both add
+two-kill plans: a kill at an ``at_most_once`` effect (which parks the execution) followed
+by a second kill in the first recovery process at every point only recovery reaches,
+and, for each ``at_most_once`` effect of the spec, a second kill during the attempt an
+operator's ``retry`` started (before it starts, and after its work returned).
 
 Usage::
 
@@ -169,6 +173,7 @@ class Plan:
     crashes: tuple[str | None, ...] = ()
 
     def label(self) -> str:
+        """``scenario:point,point`` (``-`` for an unarmed process)."""
         return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
 
 

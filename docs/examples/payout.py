@@ -35,12 +35,15 @@ class PayoutHooks(Hooks):
     barrier needs none: the engine commits it)."""
 
     def remember_confirmation(self, ctx: Payout, payload: dict[str, Any]) -> None:
+        """Action of ``confirm``: who confirmed."""
         ctx.confirmed_by = payload["by"]  # the signal's payload
 
     def remember_receipt(self, ctx: Payout, payload: dict[str, Any]) -> None:
+        """Action of ``paid``: the bank's receipt."""
         ctx.receipt = payload  # what the work returned
 
     def send_payment(self, ctx: Payout, payload: Any) -> Any:
+        """Offload hook of ``paying`` (at_most_once): returns the work."""
         invoice, amount = ctx.invoice, ctx.amount_cents  # snapshot on the loop thread
 
         def work(octx: Any) -> dict[str, Any]:  # on a worker, after `payment` committed
