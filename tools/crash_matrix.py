@@ -32,6 +32,15 @@ Usage::
 
     python tools/crash_matrix.py [--json | --markdown] [--quick] [--jobs N] [--keep-failures DIR]
                                  [--scenario NAME ...] [--plan SCENARIO:POINT[,POINT] ...]
+    python tools/crash_matrix.py --spec SPEC --app MODULE:FACTORY [--quick] [--json]
+                                 [--jobs N] [--keep-failures DIR]
+
+With ``--spec`` and ``--app`` the matrix runs on any durable machine instead of the
+agent: it delegates to :mod:`durable_crash` (``tools/durable_crash.py``), which kills an
+application built by ``MODULE:FACTORY`` (a :class:`~phronomy_fsm.durable.app.DurableApp`
+factory) at every crash point of the machine generated from ``SPEC`` and checks its
+invariants (``docs/operations.md``, "The crash-injection matrix"). The report is that
+module's (``points``, ``points_killed``, ``runs``, ``kills``, ``invariants``...).
 
 Exit status: 0 when every invariant holds and every app process ran, 1 otherwise, 2 on
 a usage error.
@@ -490,6 +499,24 @@ def render_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def durable_matrix(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run :mod:`durable_crash`'s matrix for ``--spec`` and ``--app`` (exit 0 when every
+    invariant is 0, 1 otherwise; 2 for options that only the agent's matrix takes or a
+    missing ``--spec``/``--app``, after ``parser.error``)."""
+    if args.spec is None or args.app is None:
+        parser.error("--spec and --app go together")
+    if args.scenario or args.plan or args.markdown:
+        parser.error("--scenario, --plan and --markdown apply to the agent's matrix, not --spec")
+    import durable_crash  # only this mode needs it
+
+    forwarded = ["matrix", "--spec", str(args.spec), "--app", args.app, "--jobs", str(args.jobs)]
+    forwarded += ["--quick"] if args.quick else []
+    forwarded += ["--json"] if args.json else []
+    if args.keep_failures is not None:
+        forwarded += ["--keep-failures", str(args.keep_failures)]
+    return durable_crash.main(forwarded)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
     parser = argparse.ArgumentParser(
@@ -516,7 +543,20 @@ def main(argv: list[str] | None = None) -> int:
         help="run only these plans (one armed point per process, '-' for none), e.g. a "
         "failing run's label, to reproduce it",
     )
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        help="a durable machine's spec: run its matrix (with --app) instead of the agent's",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:FACTORY",
+        help="with --spec: the DurableApp factory that runs the machine (e.g. "
+        "docs.examples.order_workflow:create_app)",
+    )
     args = parser.parse_args(argv)
+    if args.spec is not None or args.app is not None:
+        return durable_matrix(parser, args)
     started = time.monotonic()
     points = crash_points()
     scenarios = args.scenario or list(SCENARIOS)

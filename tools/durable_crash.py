@@ -4,9 +4,10 @@ Takes a spec and an application (``--app MODULE:FACTORY``, a
 :class:`~phronomy_fsm.durable.app.DurableApp` factory) and kills the application with
 SIGKILL at every crash point its generated table defines — before, during and after
 each barrier of the spec and each engine commit (``@start``, ``@wait``, ``@final``,
-``@recovery``, ``@resolution``), before each effect starts and right after each
-offloaded piece of work returns — then restarts it (``recover``) until its executions
-finish, and checks on the store and the application's own record of effects:
+``@recovery``, ``@resolution``), before each effect starts (every offload that is not
+``pure``) and right after each offloaded piece of work returns — then restarts it
+(``recover``) until its executions finish, and checks on the store and the
+application's own record of effects:
 
 - ``lost``: an execution whose start was acknowledged is missing, or was acknowledged
   finished while the store says otherwise;
@@ -23,8 +24,11 @@ Each run uses a fresh folder; the application's scenarios say how to start execu
 and how a person answers a waiting one, and its ``operator`` how an operator who knows
 the truth answers one in ``recovery_required`` (``docs/operations.md``, "The
 crash-injection matrix"). ``--quick`` kills once at every point some scenario reaches;
-the full matrix kills at every hit of every point (up to 4) in every scenario, plus a
-second kill in the first recovery process at every point only recovery reaches.
+the full matrix kills at every hit of every point (up to 4) in every scenario. Both add
+two-kill plans: a kill at an ``at_most_once`` effect (which parks the execution) followed
+by a second kill in the first recovery process at every point only recovery reaches,
+and, for each ``at_most_once`` effect of the spec, a second kill during the attempt an
+operator's ``retry`` started (before it starts, and after its work returned).
 
 Usage::
 
@@ -171,16 +175,45 @@ class Plan:
     crashes: tuple[str | None, ...] = ()
 
     def label(self) -> str:
+        """``scenario:point,point`` (``-`` for an unarmed process)."""
         return f"{self.scenario}:" + ",".join(c or "-" for c in self.crashes)
 
 
+def offload_effects(table: Any) -> dict[str, str]:
+    """The declared effect kind of each offload hook of ``table`` (``at_most_once``
+    unless the spec says otherwise)."""
+    rows = [s.offload for s in table.states] + [t.offload for t in table.transitions]
+    return {r.hook: getattr(r, "effect", None) or "at_most_once" for r in rows if r is not None}
+
+
 def crash_points(table: Any) -> list[str]:
-    """Every crash point of a machine's table, in a stable order."""
+    """Every crash point of a machine's table, in a stable order.
+
+    A ``pure`` offload has no ``effect:<hook>:before`` point: the engine starts no
+    effect for it (it runs it, again if need be, like any computation)."""
+    kinds = offload_effects(table)
     points = []
     for name in (*ENGINE_BARRIERS, *table.barriers):
         points += [f"barrier:{name}:{when}" for when in ("before", "during", "after")]
     for hook in table.offload_hooks:
-        points += [f"effect:{hook}:before", f"offload:{hook}:after"]
+        if kinds.get(hook, "at_most_once") != "pure":
+            points.append(f"effect:{hook}:before")
+        points.append(f"offload:{hook}:after")
+    return points
+
+
+def parking_points(tables: Iterable[Any]) -> list[str]:
+    """``effect:<hook>:before`` of every ``at_most_once`` offload of ``tables``: a kill
+    there leads the next process to ``recovery_required`` (so to ``@recovery`` and
+    ``@resolution``)."""
+    points: list[str] = []
+    for table in tables:
+        kinds = offload_effects(table)
+        points += [
+            f"effect:{hook}:before"
+            for hook in table.offload_hooks
+            if kinds.get(hook) == "at_most_once" and f"effect:{hook}:before" not in points
+        ]
     return points
 
 
@@ -262,6 +295,7 @@ def run_plan(app: str, plan: Plan, folder: Path, db: str | None = None) -> dict[
         "killed": killed,
         "reached": [sorted(r) for r in reached],
         "findings": findings,
+        "folder": str(folder),
     }
 
 
@@ -364,10 +398,22 @@ def _read_acks(path: Path) -> dict[str, Any]:
 
 
 def plans_for(
-    points: list[str], baselines: dict[str, list[Counter[str]]], *, quick: bool
+    points: list[str],
+    baselines: dict[str, list[Counter[str]]],
+    *,
+    quick: bool,
+    parking: list[str] | None = None,
 ) -> list[Plan]:
     """The plans of the matrix from the baseline runs' traces (what each scenario
-    reaches in its run process and in its recover processes)."""
+    reaches in its run process and in its recover processes).
+
+    ``parking`` (:func:`parking_points` of the application's machines) are the first
+    kills of the two-kill plans: for points only a recovery reaches, a kill that leads
+    to one (an ``at_most_once`` effect parks the execution; the operator's resolution
+    follows); and for every ``at_most_once`` effect of the spec's machine, a second
+    kill during the attempt an operator's ``retry`` started (before it, and after its
+    work returned), which must park the execution again, never run it a third time.
+    """
     plans: list[Plan] = []
     covered: set[str] = set()
     for scenario, traces in baselines.items():
@@ -379,18 +425,31 @@ def plans_for(
             covered.add(point)
             for nth in range(1, (1 if quick else min(hits, NTH_CAP)) + 1):
                 plans.append(Plan(scenario, (point if nth == 1 else f"{point}@{nth}",)))
+    reached_in_run = {p for traces in baselines.values() for p in traces[0]}
+    parking = [p for p in parking or () if p in reached_in_run]
+    # a second kill during an operator's retry of an at_most_once effect
+    for point in parking:
+        if point not in points:
+            continue
+        scenario = next(s for s, traces in baselines.items() if traces[0].get(point))
+        hook = point.split(":")[1]
+        for second in (point, f"offload:{hook}:after"):
+            plans.append(Plan(scenario, (point, second)))
     # points only a recovery reaches: kill the run at a point that leads to recovery,
     # then at that point in the first recover process
     recovery_only = [p for p in points if p not in covered]
     if recovery_only:
-        leaders = [p for p in points if p.startswith("effect:")] or [
-            p for p in points if p in covered
-        ]
+        leaders = (
+            parking
+            or [p for p in points if p.startswith("effect:")]
+            or [p for p in points if p in covered]
+        )
         for point in recovery_only:
-            for scenario in baselines:
-                for leader in leaders[: 1 if quick else len(leaders)]:
+            for scenario, traces in baselines.items():
+                reached = [leader for leader in leaders if traces[0].get(leader)]
+                for leader in reached[: 1 if quick else len(reached)]:
                     plans.append(Plan(scenario, (leader, point)))
-                if quick:
+                if quick and reached:
                     break
     return plans
 
@@ -436,12 +495,14 @@ def matrix(
                 app, Plan(scenario), base / f"baseline-{scenario}", db_for(f"b_{scenario}")
             )
             results.append(outcome)
-            baselines[scenario] = [Counter(dict.fromkeys(r, 1)) for r in outcome["reached"]]
             baselines[scenario] = [
                 _read_trace(base / f"baseline-{scenario}" / f"trace-{i}.txt")
                 for i in range(len(outcome["codes"]))
             ]
-        plans = plans_for(points, baselines, quick=quick)
+        parking = parking_points(
+            [machine.table] + [m.table for m in loaded.machines if m is not machine]
+        )
+        plans = plans_for(points, baselines, quick=quick, parking=parking)
 
         def one(indexed: tuple[int, Plan]) -> dict[str, Any]:
             i, plan = indexed
@@ -471,14 +532,14 @@ def matrix(
                 )
                 if keep is not None:
                     target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
-                    shutil.copytree(base / _folder_of(outcome, results), target, dirs_exist_ok=True)
+                    shutil.copytree(outcome["folder"], target, dirs_exist_ok=True)
         return {
             "spec": str(spec),
             "machine": machine.table.machine,
             "mode": "quick" if quick else "full",
             "points": len(points),
             "points_reached": sorted(p for p in points if p in reached_any),
-            "points_killed": sorted(killed_at),
+            "points_killed": sorted(p for p in points if p in killed_at),
             "points_never_reached": sorted(p for p in points if p not in reached_any),
             "runs": len(results),
             "kills": sum(o["killed"] for o in results),
@@ -488,11 +549,6 @@ def matrix(
         }
     finally:
         shutil.rmtree(base, ignore_errors=True)
-
-
-def _folder_of(outcome: dict[str, Any], results: list[dict[str, Any]]) -> str:
-    index = results.index(outcome)
-    return outcome["plan"] if index < 0 else f"run-{index:04d}"
 
 
 def main(argv: Iterable[str] | None = None) -> int:

@@ -236,7 +236,8 @@ def test_a_stale_worker_that_resumes_mid_run_is_fenced(tmp_path, open_runtime):
     old.signal("o", "approve", {"by": "old"})  # reaches the old owner at once
     with pytest.raises(LeaseLostError):
         waiter.result(10)
-    assert "ship" not in [b.barrier for b in old.store.barrier_log("o")]
+    old_commits = [e for e in old_events.events if e.kind is DurableEventKind.COMMITTED]
+    assert [e.detail["barrier"] for e in old_commits] == ["charge", "paid", "@wait"]
     result = new.handle("o").result(10)
     assert result.state == "shipped"
     ships = [e for e in read_ledger(tmp_path / "ledger.jsonl") if e["effect"] == "ship_parcel"]

@@ -139,12 +139,17 @@ class Registration:
 
 class Replay:
     """Set while a recovered execution re-runs from its last barrier, until it reaches
-    its first non-pure effect, a barrier, a wait or a final state."""
+    its first non-pure effect, a barrier, a wait or a final state.
 
-    __slots__ = ("resolution",)
+    ``fresh`` is true only right after this runtime committed ``resolution`` (nothing
+    of it has run yet); a resolution read back from the store may have been acted on
+    before the process stopped (a ``retry`` may have run its attempt)."""
 
-    def __init__(self, resolution: Any = None) -> None:
+    __slots__ = ("fresh", "resolution")
+
+    def __init__(self, resolution: Any = None, *, fresh: bool = False) -> None:
         self.resolution = resolution
+        self.fresh = fresh
 
 
 class LiveExecution:
@@ -466,7 +471,25 @@ class Engine:
                             key=key,
                         )
                     )
-                return self.effect_start(live, spec.name, kind, key, subject.attempt + 1)
+                attempt = subject.attempt + 1
+                if kind is EffectKind.AT_MOST_ONCE and not replay.fresh:
+                    # the retried attempt may have run before the process stopped
+                    self.park(
+                        live,
+                        session,
+                        RecoveryInfo(
+                            reason=(
+                                f"the at_most_once effect {spec.name} (attempt {attempt}, "
+                                "retried by an operator) may or may not have run before the "
+                                "process stopped"
+                            ),
+                            subject=attrs.evolve(subject, attempt=attempt),
+                            allowed_outcomes=EFFECT_OUTCOMES,
+                            detected_at=self.now(),
+                        ),
+                    )
+                    return PARKED
+                return self.effect_start(live, spec.name, kind, key, attempt)
             if kind is EffectKind.AT_MOST_ONCE:
                 self.park(
                     live,
@@ -509,7 +532,10 @@ class Engine:
         if target == facts.fail_closed and target != source:
             self.halt(live, "fail_closed")
             return
-        if session.binding.nodes[target].kind != AUTO and not live.signal_in_flight:
+        # a wait state halts the session in this very step (an event posted now would be
+        # dropped while the @wait commit consumed its signal); its committed() callback
+        # delivers the pending signals instead
+        if session.binding.nodes[target].kind not in (AUTO, WAIT) and not live.signal_in_flight:
             self.deliver_next(live, target)
 
     def halt(self, live: LiveExecution, why: str) -> None:
@@ -554,8 +580,10 @@ class Engine:
             self.deliver_next(live, live.record.state)
             return
         if live.session_id is not None and not live.signal_in_flight:
+            # a live session in a wait state is resuming from it with its own event
+            # (or halting there): it takes no other; the @wait commit's react does
             node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind != AUTO:
+            if node is not None and node.kind not in (AUTO, WAIT):
                 self.deliver_next(live, live.state)
 
     def deliver_next(self, live: LiveExecution, state: str) -> None:
@@ -587,7 +615,7 @@ class Engine:
         live.signal_in_flight = False
         if live.session_id is not None and live.pending:
             node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind is not AUTO:
+            if node is not None and node.kind not in (AUTO, WAIT):
                 self.deliver_next(live, live.state)
 
     # ------------------------------------------------------------------ session end
@@ -1002,7 +1030,7 @@ class Engine:
         )
 
         def committed() -> None:
-            self.install(live, resumed, list(live.pending))
+            self.install(live, resumed, list(live.pending), fresh_resolution=True)
 
         self.engine_commit(
             live, "@resolution", resumed, consume=(signal.seq,), on_committed=committed
@@ -1115,10 +1143,16 @@ class Engine:
         live.waiters.clear()
 
     def install(
-        self, live: LiveExecution, record: ExecutionRecord, signals: list[SignalRecord]
+        self,
+        live: LiveExecution,
+        record: ExecutionRecord,
+        signals: list[SignalRecord],
+        *,
+        fresh_resolution: bool = False,
     ) -> None:
-        """Make ``record`` (just read from the store) the live execution and resume
-        it per ``docs/semantics.md`` "Recovery" (loop thread)."""
+        """Make ``record`` (just read from the store, or just committed with a
+        resolution: ``fresh_resolution``) the live execution and resume it per
+        ``docs/semantics.md`` "Recovery" (loop thread)."""
         self.live[live.execution_id] = live
         facts = live.reg.facts
         renames = facts.rename_for(record.spec_version, record.spec_sha256)
@@ -1164,7 +1198,7 @@ class Engine:
         if record.status is ExecutionStatus.RECOVERY_REQUIRED:
             self.react(live)
             return
-        live.replay = Replay(record.resolution)
+        live.replay = Replay(record.resolution, fresh=fresh_resolution)
         if record.point is DurablePoint.START:
             self.start_session(live)
         elif record.point is DurablePoint.BARRIER and record.resume_event is not None:

@@ -1,0 +1,170 @@
+"""The review agent example (docs/examples/review_agent.py) in one process on a real SQLite
+file: the plan's tools as child executions, the conversation in the context, approval
+(with an edited reply), rejection, a plan without tools, and the OpenAI-compatible
+provider against the loopback stub server."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import review_agent as ra
+from stub_llm_server import StubLLMServer
+
+from phronomy_fsm.agent import OpenAICompatibleProvider
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
+from phronomy_fsm.errors import ConfigurationError
+from phronomy_fsm.store import SqliteBarrierStore
+
+from .conftest import Events
+
+
+def _approval(events: Events, task_id: str) -> Any:
+    return events.wait_for(
+        lambda e: (
+            e.kind is DurableEventKind.WAITING
+            and e.execution_id == task_id
+            and e.record.state == "awaiting_approval"
+        )
+    ).record
+
+
+def _run(
+    tmp_path: Path, events: Events, request: str, decision: dict[str, Any], provider: Any = None
+) -> tuple[Any, ra.AgentEffects, SqliteBarrierStore]:
+    db = tmp_path / "agent.db"
+    effects = ra.AgentEffects.beside(db, provider or ra.scripted_provider())
+    store = SqliteBarrierStore(db)
+    with DurableRuntime(store, machines=ra.agent_machines(effects), listeners=[events]) as runtime:
+        handle = runtime.start("review_agent", ra.task_context("t-1", request), execution_id="t-1")
+        waiting = _approval(events, "t-1")
+        event = decision.pop("event")
+        runtime.signal("t-1", event, decision, expected_revision=waiting.revision)
+        result = handle.result(10)
+    return result, effects, store
+
+
+def test_an_approved_task_runs_its_tools_as_children_and_sends_once(
+    tmp_path: Path, events: Events
+) -> None:
+    result, effects, store = _run(
+        tmp_path, events, "Order A1 arrived broken.", {"event": "approve", "by": "ana"}
+    )
+    with store:
+        tools = store.list_records(parent_execution_id="t-1")
+        log = [(b.barrier, b.state) for b in store.barrier_log("t-1")]
+    assert (result.status, result.state) == (ExecutionStatus.COMPLETED, "delivered")
+    task = result.context
+    assert [c["name"] for c in task.plan] == ["lookup_order", "open_ticket"]
+    assert sorted((t.machine, t.status, t.state, t.labels["tool"]) for t in tools) == [
+        ("review_tool", ExecutionStatus.COMPLETED, "done", "lookup_order"),
+        ("review_tool", ExecutionStatus.COMPLETED, "done", "open_ticket"),
+    ]
+    assert log[:3] == [
+        ("@start", "starting"),
+        ("plan", "announcing_plan"),
+        ("start_tools", "starting_tools"),
+    ]
+    assert log[-4:] == [
+        ("review", "announcing_review"),
+        ("@wait", "awaiting_approval"),
+        ("send", "announcing_send"),
+        ("@final", "delivered"),
+    ]
+    assert [m["role"] for m in task.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    ticket = effects.tickets.entries()
+    assert len(ticket) == 1 and ticket[0]["result"]["ticket_id"] in task.draft
+    assert '"status": "delivered"' in task.draft
+    sent = effects.sent.entries()
+    assert [(s["text"], s["result"]) for s in sent] == [(task.draft, task.delivery)]
+    calls = effects.llm_calls.entries()
+    assert [c["effect"] for c in calls] == ["call_planner", "call_reviewer"]
+    assert calls[1]["result"]["content"] == task.draft
+
+
+def test_a_person_may_edit_the_reply_when_approving(tmp_path: Path, events: Events) -> None:
+    result, effects, _ = _run(
+        tmp_path,
+        events,
+        "Where is order B7?",
+        {"event": "approve", "by": "ana", "text": "On its way!"},
+    )
+    assert result.context.draft == "On its way!"
+    assert [s["text"] for s in effects.sent.entries()] == ["On its way!"]
+    assert effects.tickets.entries() == []  # no "broken": no ticket
+
+
+def test_a_rejected_reply_is_not_sent(tmp_path: Path, events: Events) -> None:
+    result, effects, _ = _run(
+        tmp_path, events, "Where is order B7?", {"event": "reject", "by": "bo"}
+    )
+    assert (result.status, result.state) == (ExecutionStatus.CANCELLED, "declined")
+    assert effects.sent.entries() == []
+
+
+def test_a_plan_without_tools_goes_straight_to_the_reviewer(tmp_path: Path, events: Events) -> None:
+    result, _, store = _run(
+        tmp_path, events, "Thanks, all good!", {"event": "approve", "by": "ana"}
+    )
+    with store:
+        assert store.list_records(parent_execution_id="t-1") == []
+    assert result.state == "delivered"
+    assert result.context.plan == [] and result.context.tool_results == []
+    assert result.context.draft == "Hello, here is what we found. Thank you for your message."
+
+
+def test_a_tool_error_is_the_result_the_reviewer_sees(tmp_path: Path) -> None:
+    effects = ra.AgentEffects(tmp_path, ra.scripted_provider())
+    run = ra.ToolRun("t-1", "call-1", "lookup_order", '{"order_id": "Z9"}')
+    with pytest.raises(LookupError, match="no order Z9"):
+        effects.run_tool(run, None)
+    with pytest.raises(ValueError, match="bad arguments for lookup_order"):
+        effects.run_tool(ra.ToolRun("t-1", "c", "lookup_order", '{"id": 1}'), None)
+    with pytest.raises(LookupError, match="unknown tool 'fly'"):
+        effects.run_tool(ra.ToolRun("t-1", "c", "fly", "{}"), None)
+
+
+def test_the_openai_compatible_provider_drives_the_same_flow(
+    tmp_path: Path, events: Events
+) -> None:
+    script = [
+        {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "B7"}}]},
+        {"content": "Your toaster is in transit."},
+    ]
+    with StubLLMServer(script=script) as server:
+        provider = OpenAICompatibleProvider(base_url=server.base_url, model="stub-model")
+        result, effects, _ = _run(
+            tmp_path, events, "Where is order B7?", {"event": "approve", "by": "ana"}, provider
+        )
+        requests = list(server.requests)
+    assert (result.state, result.context.draft) == ("delivered", "Your toaster is in transit.")
+    planner, reviewer = (r.body for r in requests)
+    assert [t["function"]["name"] for t in planner["tools"]] == ["lookup_order", "open_ticket"]
+    assert "tools" not in reviewer
+    assert [m["role"] for m in reviewer["messages"]] == ["system", "user", "assistant", "tool"]
+    assert json.loads(reviewer["messages"][3]["content"])["status"] == "in transit"
+    keys = [c["key"] for c in effects.llm_calls.entries()]
+    assert [r.headers["idempotency-key"] for r in requests] == keys
+
+
+def test_the_provider_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PHRONOMY_LLM_API_KEY", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    assert isinstance(ra.provider_from_env({}), type(ra.scripted_provider()))
+    configured = ra.provider_from_env(
+        {"PHRONOMY_LLM_MODEL": "m", "PHRONOMY_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
+    )
+    assert isinstance(configured, OpenAICompatibleProvider)
+    with pytest.raises(ConfigurationError):
+        ra.provider_from_env(
+            {"OPENAI_MODEL": "m", "PHRONOMY_LLM_BASE_URL": "https://llm.invalid/v1"}
+        )
