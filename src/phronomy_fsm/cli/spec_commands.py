@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -299,6 +299,21 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
 @click.option(
     "--check", is_flag=True, help="With --all: write nothing; exit 1 listing stale diagrams."
 )
+@click.option(
+    "--execution",
+    "execution_id",
+    default=None,
+    help="Draw this execution over its machine: its current state and the path of its "
+    "durable points (needs --db; without SPEC the machine's table registered in the store "
+    "is drawn).",
+)
+@click.option(
+    "--db",
+    "db",
+    default=None,
+    type=click.Path(readable=False),
+    help="The store holding --execution (a SQLite file or a postgresql:// DSN).",
+)
 def diagram_command(
     spec: Path | None,
     fmt: str | None,
@@ -307,6 +322,8 @@ def diagram_command(
     no_legend: bool,
     all_: bool,
     check: bool,
+    execution_id: str | None,
+    db: str | None,
 ) -> None:
     """Draw the state diagram of SPEC as DOT, SVG, PNG or Mermaid.
 
@@ -321,16 +338,30 @@ def diagram_command(
     are refreshed (the full view as .dot, .mmd and .svg, the main view as .main.dot
     and .main.png; texts are compared byte for byte, each image carries the sha256 of
     the DOT it was rendered from); --all --check verifies them without 'dot'.
+
+    With --execution ID --db PATH, one execution is drawn over its machine: its
+    current state and the states of its commits, in a distinct colour.
     """
     if all_:
-        if spec is not None or fmt is not None or output is not None or no_legend or view != "full":
-            raise click.UsageError("--all takes no SPEC, --format, -o, --view or --no-legend")
+        if (
+            spec is not None
+            or fmt is not None
+            or output is not None
+            or no_legend
+            or view != "full"
+            or execution_id is not None
+        ):
+            raise click.UsageError(
+                "--all takes no SPEC, --format, -o, --view, --no-legend or --execution"
+            )
         _diagram_all(check)
         return
     if check:
         raise click.UsageError("--check only applies with --all")
-    if spec is None:
-        raise click.UsageError("give a SPEC file, or --all")
+    if (execution_id is None) != (db is None):
+        raise click.UsageError("--execution and --db go together")
+    if spec is None and execution_id is None:
+        raise click.UsageError("give a SPEC file, or --all, or --execution ID --db PATH")
     if fmt is None:
         if output is not None:
             fmt = _SUFFIX_FORMATS.get(output.suffix.lower(), "dot")
@@ -351,20 +382,35 @@ def diagram_command(
     )
 
     with _errors_to_exit_code():
-        result = check_spec_file(spec)
-        _echo_issues(result.issues)
-        if not result.ok or result.spec is None:
-            unreadable = any(i.code == "FILE_UNREADABLE" for i in result.issues)
-            _fail(
-                f"{spec}: {'cannot read the file' if unreadable else 'invalid spec'}; nothing drawn"
-            )
-        assert result.spec is not None
-        diagram = build_diagram(result.spec)
+        highlight = None
+        lowered = None
+        if spec is not None:
+            result = check_spec_file(spec)
+            _echo_issues(result.issues)
+            if not result.ok or result.spec is None:
+                unreadable = any(i.code == "FILE_UNREADABLE" for i in result.issues)
+                _fail(
+                    f"{spec}: {'cannot read the file' if unreadable else 'invalid spec'}; "
+                    "nothing drawn"
+                )
+            assert result.spec is not None
+            diagram = build_diagram(result.spec)
+            lowered = _lower(result.spec) if execution_id is not None else None
+        if execution_id is not None:
+            drawing = _execution_drawing(db or "", execution_id, lowered)
+            diagram = drawing.diagram
+            highlight = drawing.highlight
         main = view == "main"
         if fmt == "mermaid":
             data = render_mermaid(diagram, view=view, with_actions=not main).encode("utf-8")
         else:
-            dot = render_dot(diagram, legend=not no_legend, view=view, with_actions=not main)
+            dot = render_dot(
+                diagram,
+                legend=not no_legend,
+                view=view,
+                with_actions=not main,
+                highlight=highlight,
+            )
             if fmt == "dot":
                 data = dot.encode("utf-8")
             elif fmt == "svg":
@@ -380,6 +426,29 @@ def diagram_command(
             sys.stdout.buffer.flush()
         else:
             click.echo(data.decode("utf-8"), nl=False)
+
+
+def _lower(spec: Any) -> Any:
+    from phronomy_fsm.codegen.lower import lower
+
+    return lower(spec)
+
+
+def _execution_drawing(db: str, execution_id: str, table: Any) -> Any:
+    """The drawing of one execution (operator library); a spec of another version
+    than the execution's is reported on stderr."""
+    from phronomy_fsm.operator.drawing import execution_diagram
+    from phronomy_fsm.store.open import open_store
+
+    with open_store(db, read_only=True) as store:
+        drawing = execution_diagram(store, execution_id, table=table)
+    if not drawing.same_spec:
+        click.echo(
+            f"warning: execution {one_line(execution_id)} runs another version of machine "
+            f"{drawing.machine} than the spec given; its path is drawn where names match",
+            err=True,
+        )
+    return drawing
 
 
 def _diagram_all(check: bool) -> None:

@@ -37,6 +37,7 @@ from phronomy_fsm.operator.actions import (
     resolve_execution,
     signal_execution,
 )
+from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
 from phronomy_fsm.operator.recovery import is_at_rest, recover_store
 from phronomy_fsm.operator.views import (
     AGENT_MACHINE,
@@ -58,6 +59,7 @@ __all__ = [
     "RESULT_PLACEHOLDER",
     "AgentExecutionDetail",
     "ExecutionDetail",
+    "ExecutionDrawing",
     "ExecutionPage",
     "ExecutionSummary",
     "InboxReceipt",
@@ -68,6 +70,7 @@ __all__ = [
     "awaited_events",
     "cancel_execution",
     "describe_execution",
+    "execution_diagram",
     "execution_owner",
     "is_at_rest",
     "list_executions",
