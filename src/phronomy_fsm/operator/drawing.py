@@ -12,6 +12,7 @@ two consecutive durable states directly is drawn as taken (``docs/operations.md`
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import attrs
@@ -75,7 +76,7 @@ def execution_diagram(
     current = row["state"] if row["state"] in names else (path[-1] if path else None)
     edges: set[tuple[str, ...]] = set()
     direct = {(e.source, e.target) for e in diagram.edges}
-    for a, b in zip(path, path[1:]):
+    for a, b in itertools.pairwise(path):
         if (a, b) in direct:
             edges.add((a, b))
     highlight = Highlight(
