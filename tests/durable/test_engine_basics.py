@@ -86,3 +86,18 @@ def test_a_rejection_finishes_failed_and_a_second_signal_is_refused(tmp_path: Pa
         assert result.status is ExecutionStatus.FAILED and result.state == "rejected"
         with pytest.raises(ExecutionFinishedError):
             runtime.signal("o-2", "approve", {})
+
+
+def test_effects_report_their_start_and_their_return(tmp_path: Path) -> None:
+    runtime, events = _runtime(tmp_path)
+    with runtime:
+        handle = runtime.start("order_flow", Order("o-3", 1), execution_id="o-3")
+        _wait_for(events, lambda e: e.kind is DurableEventKind.WAITING)
+        runtime.signal("o-3", "approve", {})
+        handle.result(10)
+    started = [e.detail for e in events if e.kind is DurableEventKind.EFFECT_STARTED]
+    finished = [e.detail for e in events if e.kind is DurableEventKind.EFFECT_FINISHED]
+    assert [d["effect"] for d in started] == ["charge_card", "send_email", "ship_parcel"]
+    assert [(d["effect"], d["key"]) for d in finished] == [(d["effect"], d["key"]) for d in started]
+    assert finished[0]["value"]["charged_cents"] == 1 + 500  # the amount and shipping
+    assert all(d["error"] is None for d in finished)

@@ -225,6 +225,18 @@ class _Driver:
     def step(self, session: Session, source: str, target: str) -> None:
         self.engine.step(self.live, session, source, target)
 
+    def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
+        self.engine.emit(
+            DurableEventKind.EFFECT_FINISHED,
+            self.live,
+            effect=name,
+            kind=effect.kind,
+            key=effect.key,
+            attempt=effect.attempt,
+            value=value,
+            error=error,
+        )
+
 
 @attrs.frozen
 class _Committed:

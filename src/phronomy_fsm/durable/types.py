@@ -146,6 +146,7 @@ class DurableEventKind(str, enum.Enum):
     RESUMED = "resumed"
     FINISHED = "finished"
     EFFECT_STARTED = "effect_started"
+    EFFECT_FINISHED = "effect_finished"
     RELEASED = "released"
 
 
@@ -154,7 +155,10 @@ class DurableEvent:
     """One thing that happened to an execution, reported on the runtime's loop thread
     to its listeners. ``record`` is the committed record for commits (``None``
     otherwise); ``detail`` carries the kind's facts (the effect and its key, the
-    barrier's name, why an execution was released)."""
+    barrier's name, why an execution was released). ``effect_finished`` carries the
+    work's returned ``value`` or raised ``error`` as they are (not JSON): it reports
+    that the work came back, not that its result was applied or made durable — the
+    next ``committed`` event of the execution does that."""
 
     kind: DurableEventKind
     execution_id: str

@@ -742,15 +742,29 @@ class Dispatcher(EventLoop):
             return
         self._count_in(group)
         # one message per operation: physical completion and, if the work ran, its result
-        op.add_physical_callback(lambda op: post((None, returned, (group, authority, spec, op))))
+        watcher = s.driver if effect is not None else None
+        op.add_physical_callback(
+            lambda op: post((None, returned, (group, authority, spec, op, watcher, effect)))
+        )
 
     def _offload_returned(
-        self, group: Any, authority: Authority, spec: OffloadWorkSpec, op: Operation
+        self,
+        group: Any,
+        authority: Authority,
+        spec: OffloadWorkSpec,
+        op: Operation,
+        watcher: SessionDriver | None = None,
+        effect: EffectStart | None = None,
     ) -> None:
         self._physical_done(group)
         if op.returned is None:  # never ran (cancelled while queued): nothing to apply
             return
         value, error = op.returned
+        if watcher is not None and effect is not None:
+            try:
+                watcher.effect_done(spec.name, effect, value, error)
+            except HOOK_ERRORS:
+                log.exception("%s: the durable runtime's effect_done hook raised", self.name)
         if error is None:
             self._apply_authorized(authority, spec.completed, value)
         else:

@@ -121,6 +121,11 @@ class SessionDriver(Protocol):
         """Called after every transition the session takes."""
         ...
 
+    def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
+        """An effect's work returned (``value``) or raised (``error``), whether or
+        not its result is still authoritative (observation only)."""
+        ...
+
 
 class Session:
     """One live incarnation of a machine. Touched only on the loop thread."""
