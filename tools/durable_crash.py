@@ -118,7 +118,7 @@ def _child(args: argparse.Namespace) -> int:
         store,
         machines=app.machines,
         faults=faults,
-        listeners=[ack],
+        listeners=[ack, *app.listeners],
         own_store=True,
         lease_seconds=5.0,
     )

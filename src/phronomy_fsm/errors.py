@@ -367,29 +367,24 @@ class AgentClosedError(AgentError):
 
 class ExecutionDetachedError(AgentClosedError):
     """The caller's task of an execution this process no longer runs: the runtime (or
-    the agent) was closed while the execution was suspended for approval, waiting for
-    an operator's resolution, or still running. The execution is **not** lost: it
-    lives on in the store as of its last barrier. The message says how to continue it:
-    load the agent again (``Agent.load``, in a new runtime or process), then approve it
-    (``phronomy-fsm approve``), resolve it (``phronomy-fsm resolve``) or let the load
-    recover it (``phronomy-fsm recover``). Attributes: ``execution_id``, ``agent_id``,
-    ``state`` (the agent_session state it was in). Issue 11 item 6;
-    docs/getting-started.md "Cancellation and timeouts"."""
+    the agent) was closed, or another worker took the execution over, while it was
+    waiting for approval, waiting for an operator, or still running. The execution is
+    **not** lost: it lives on in the store as of its last commit. The message says how
+    to continue it: load the agent again (``Agent.load``), then approve it
+    (``phronomy-fsm approve``) or resolve it (``phronomy-fsm resolve``). Attribute:
+    ``execution_id``. ``docs/agent.md``, "Closing"."""
 
 
-class ExecutionRehydrationRequiredError(AgentError):
-    """No live owner holds this execution in this process, or a recovered continuation
-    is stale; load the agent again to recover it from the store (reference §4.5, §6.5)."""
+class AgentNotLoadedError(AgentError):
+    """An agent execution needs its agent's configuration (provider, tools) in this
+    process, and the agent is not loaded here: load it (``Agent.load``) in the process
+    that should run its executions. Attribute: ``agent_id``."""
 
 
 class ApprovalError(AgentError):
-    """An approval decision was refused: wrong request id, execution not suspended,
-    or already decided. Only the approve call fails; the execution is untouched."""
-
-
-class RecoveryResolutionError(AgentError):
-    """An operator resolution was refused: wrong subject, outcome not allowed, missing
-    or forbidden result/error, or the execution is not in ``recovery_required``."""
+    """An approval decision was refused: wrong request id, the execution is not
+    waiting for approval, the request was already decided, or the decisions do not
+    name every item. Nothing was sent; the execution is untouched."""
 
 
 class LLMError(AgentError):
@@ -403,17 +398,18 @@ class InvalidInputError(AgentError):
 
 
 class ExecutionTimeoutError(AgentError):
-    """The execution ran past its ``timeout_seconds``; it is terminalized as failed
-    once in-flight work has finished (reference §2.2: timeout → failed)."""
+    """The execution ran past its ``timeout_seconds``; it ends ``failed`` once nothing
+    of it runs any more (``docs/agent.md``, "Outcomes")."""
 
 
 class ContentBlockedError(AgentError):
-    """An input or output filter blocked the content (reference §2.2 FilterBlockError →
-    status ``blocked``); ``reason`` says why. Raise it from a filter to block."""
+    """An input or output filter blocked the content (the execution ends
+    ``blocked``); ``reason`` says why. Raise it from a filter to block."""
 
 
 class StreamCallbackError(AgentError):
-    """The application's event listener raised (reference §8.4)."""
+    """The application's event listener raised (under ``listener_error_policy=
+    "fail_task"`` the execution ends ``failed`` with it)."""
 
 
 class ExecutionFailedError(AgentError):

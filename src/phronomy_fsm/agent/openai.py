@@ -37,10 +37,12 @@ import hashlib
 import ipaddress
 import json
 import os
+import socket
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
+import attrs
 import httpx
 
 from phronomy_fsm.agent.providers import TokenSink
@@ -228,8 +230,8 @@ class OpenAICompatibleProvider:
             on_token: called with each content delta when streaming. What it raises
                 propagates unchanged.
             cancellation: checked before sending, between stream lines and after the
-                answer arrived. A read blocked waiting for the server is not interrupted;
-                it ends within ``timeout_seconds``.
+                answer arrived; cancelling it while a read is blocked waiting for the
+                server closes the response, so the call ends at once with Cancelled.
 
         Returns:
             An :class:`LLMResponse` with ``llm_call_id == request.llm_call_id``, the
@@ -269,7 +271,11 @@ class OpenAICompatibleProvider:
                 f"request for LLM call {call_id} could not be encoded: {exc}",
                 "bad_message",
             ) from exc
+        if cancellation is not None:  # a cancel shuts the socket: a blocked read ends
+            cancellation.on_cancel(lambda _error: _interrupt(response))
         try:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()
             if response.status_code >= 300:  # redirects are not followed: a wrong base URL
                 _read_quietly(response)
                 raise _status_error(call_id, self.url, response)
@@ -282,15 +288,19 @@ class OpenAICompatibleProvider:
                 if request.stream and on_token is not None and result.content:
                     on_token(result.content)
         except _HTTPX_ERRORS as exc:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()  # the read ended because of the cancel
             raise self._transport_error(call_id, exc) from exc
+        except LLMError:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()  # e.g. a stream cut short by the cancel
+            raise
         finally:
             response.close()
         if cancellation is not None:
             cancellation.raise_if_cancelled()
         if result.model is None:
-            result = LLMResponse(
-                call_id, result.content, result.tool_calls, result.usage, self.model
-            )
+            result = attrs.evolve(result, model=self.model)
         return result
 
     def _transport_error(self, call_id: str, exc: Exception) -> LLMError:
@@ -498,13 +508,30 @@ def parse_completion(call_id: str, raw: bytes | str) -> LLMResponse:
             )
         )
     model = data.get("model")
+    finish = choices[0].get("finish_reason")
     return LLMResponse(
         call_id,
         content,
         tuple(calls),
         _usage(data.get("usage")),
         model if isinstance(model, str) and model else None,
+        finish if isinstance(finish, str) and finish else None,
     )
+
+
+def _interrupt(response: httpx.Response) -> None:
+    """Shut the socket of ``response`` down from another thread (a cancel), so a read
+    blocked on it returns at once (closing it would not wake the reader, and the
+    connection pool's locks belong to the reading thread). Best effort: a response
+    without a reachable socket is left to its timeout."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed or not connected: nothing is blocked on it
+        pass
 
 
 def _bad_tool_call(call_id: str, index: int, problem: str, raw: Any) -> LLMError:
@@ -546,6 +573,7 @@ class _StreamAssembler:
         self.last_index: int | None = None
         self.usage = Usage()
         self.model: str | None = None
+        self.finish_reason: str | None = None
 
     def run(
         self,
@@ -578,7 +606,7 @@ class _StreamAssembler:
             for i, c in enumerate(self.calls[k] for k in sorted(self.calls))
         )
         content = "".join(self.content) if self.saw_content else None
-        return LLMResponse(self.call_id, content, calls, self.usage, self.model)
+        return LLMResponse(self.call_id, content, calls, self.usage, self.model, self.finish_reason)
 
     def _bad(self, problem: str, data: str) -> LLMError:
         return _error(
@@ -618,6 +646,9 @@ class _StreamAssembler:
             if choice.get("index", 0) != 0:
                 continue  # only one answer is requested; ignore others defensively
             self.saw_choice = True
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self.finish_reason = finish
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise self._bad("delta is not an object", data)

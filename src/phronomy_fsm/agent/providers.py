@@ -203,7 +203,14 @@ class ScriptedProvider:
             )
             for i, (name, args) in enumerate(reply.tool_calls)
         )
-        return LLMResponse(request.llm_call_id, reply.content, calls, reply.usage, self.model)
+        return LLMResponse(
+            request.llm_call_id,
+            reply.content,
+            calls,
+            reply.usage,
+            self.model,
+            "tool_calls" if calls else "stop",
+        )
 
 
 def _tokens(text: str) -> list[str]:

@@ -76,12 +76,17 @@ class DurableApp:
         operator: for an execution in ``recovery_required``, what an operator who
             knows the truth answers (from ``effects``); the harness calls it.
         effects: reads the application's record of effects that really happened.
+        listeners: called with every
+            :class:`~phronomy_fsm.durable.types.DurableEvent` of a runtime that runs
+            the machines (an agent application keeps its conversations' history this
+            way); the operator tools and the harness pass them to the runtime.
     """
 
     machines: tuple[Machine, ...]
     scenarios: Mapping[str, Scenario] = attrs.field(factory=dict)
     operator: Callable[[ExecutionRecord], Answer | None] | None = None
     effects: Callable[[], Sequence[EffectEntry]] | None = None
+    listeners: tuple[Callable[[Any], None], ...] = ()
 
 
 def load_app(spec: str, db_path: str) -> DurableApp:

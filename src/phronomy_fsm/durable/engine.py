@@ -601,6 +601,21 @@ class Engine:
     def deliver_next(self, live: LiveExecution, state: str) -> None:
         """Deliver the first pending event signal that ``state`` handles."""
         handled = live.reg.facts.handled.get(state, frozenset())
+        stale = [
+            s
+            for s in live.pending
+            if s.expected_revision is not None
+            and s.kind is SignalKind.EVENT
+            and s.expected_revision != live.record.revision
+        ]
+        if stale:  # meant for the execution as it stood at an earlier revision
+            for signal in stale:
+                live.pending.remove(signal)
+            self.rt.drop_signals(
+                live.execution_id,
+                [s.seq for s in stale],
+                f"rejected: stale (the execution is past revision {stale[0].expected_revision})",
+            )
         for signal in live.pending:
             if signal.kind in (SignalKind.EVENT, SignalKind.CHILD) and signal.event in handled:
                 break

@@ -467,6 +467,20 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
+    def notify(self, execution_id: str) -> None:
+        """Something was written to ``execution_id``'s inbox by other means (an
+        operator function on the store): when this runtime owns it, read its inbox
+        now rather than at the next poll. Any thread."""
+        if self._closed:
+            return
+
+        def check() -> None:
+            live = self.engine.live.get(execution_id)
+            if live is not None:
+                self.refresh_signals(live)
+
+        self.dispatcher.call_soon(check)
+
     def _table_of(self, execution_id: str) -> Any:
         try:
             record = self.store.load_record(execution_id)
@@ -539,8 +553,7 @@ class DurableRuntime:
             if not row["active"] or row["execution_id"] in dict(claimed):
                 continue
             if row["machine"] not in registered:
-                if row["machine"] != "agent_session":
-                    unknown.append((row["execution_id"], row["machine"]))
+                unknown.append((row["execution_id"], row["machine"]))
             elif row["owner_id"] not in (None, self.worker_id):
                 owned.append((row["execution_id"], row["owner_id"]))
         return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
@@ -578,6 +591,45 @@ class DurableRuntime:
             claimed.append((execution_id, record.status.value))
             self._install(record, Fence(self.worker_id, token), signals)
         return claimed
+
+    def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
+        """Claim and resume the given executions, as :meth:`claim` does for every
+        claimable one: each that is active, of a registered machine, not live here
+        already, and owned by no live worker. Returns ``[(execution_id, status)]`` of
+        those claimed. An application that runs only some executions of a machine
+        (an agent runtime: the agents it has loaded) adopts those instead of calling
+        :meth:`recover`.
+
+        Raises: RuntimeClosedError, StorageError (some may have been claimed and
+        resumed already)."""
+        self._check_open()
+        wanted = [check_id(e) for e in execution_ids]
+        if not wanted:
+            return []
+        live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
+        claimed: list[tuple[str, str]] = []
+        registered = set(self.machines)
+        for execution_id in wanted:
+            if execution_id in live:
+                continue
+            try:
+                record = self.store.load_record(execution_id)
+            except NotFoundError:
+                continue
+            if not record.is_active or record.machine not in registered:
+                continue
+            token = self.store.claim_execution(execution_id, self.worker_id)
+            if token is None:
+                continue
+            record = self.store.load_record(execution_id)
+            signals = self.store.pending_signals(execution_id)
+            claimed.append((execution_id, record.status.value))
+            self._install(record, Fence(self.worker_id, token), signals)
+        return claimed
+
+    def is_live(self, execution_id: str) -> bool:
+        """True when this runtime runs ``execution_id`` now (any thread but the loop)."""
+        return bool(self.dispatcher.call(lambda: execution_id in self.engine.live).result(10))
 
     def retire_dead_workers(self) -> list[str]:
         """End the lease of every worker whose process is provably gone on this host

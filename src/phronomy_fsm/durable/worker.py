@@ -98,7 +98,7 @@ class Worker:
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds or (1.0 if notifies else 0.05),
             max_workers=max_offload or max(4, min(64, self.concurrency * 2)),
-            listeners=[self._on_event, *listeners],
+            listeners=[self._on_event, *app.listeners, *listeners],
             name=name,
             own_store=own_store,
         )

@@ -108,7 +108,7 @@ def recover_store(
         store,
         machines=app.machines,
         clock=clock,
-        listeners=[lambda _event: wake.set()],
+        listeners=[lambda _event: wake.set(), *app.listeners],
         name="phronomy-operator",
     )
     started = time.monotonic()

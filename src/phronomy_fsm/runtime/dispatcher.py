@@ -58,6 +58,7 @@ from phronomy_fsm.runtime.binding import (
     OffloadWorkSpec,
     Row,
 )
+from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.inputs import check_event, check_session_id, check_start, shown
@@ -291,6 +292,8 @@ class Dispatcher(EventLoop):
         if s is None:
             return admitted
         s.serial += 1
+        if s.token is not None:
+            s.cancel_work("the session was detached")
         self.stats.sessions_halted += 1
         return True
 
@@ -511,6 +514,8 @@ class Dispatcher(EventLoop):
         if not row.internal:
             s.node = target  # type: ignore[assignment]
             s.serial += 1
+            if s.token is not None:
+                s.cancel_work(f"the session left state {source.name}")
         driver = s.driver
         if driver is not None:
             try:
@@ -635,6 +640,8 @@ class Dispatcher(EventLoop):
         self._sessions.pop(s.id, None)
         self._admitted.discard(s.id)
         s.serial += 1  # revoke the authority of anything still in flight
+        if s.token is not None:
+            s.cancel_work("the session ended")
         if error is not None:
             self.stats.sessions_failed += 1
         elif status == FINISHED:
@@ -732,9 +739,15 @@ class Dispatcher(EventLoop):
         group = s.group
         post = self._post
         returned = self._offload_returned
+        token = None
+        if s.driver is not None:  # a durable execution's work can be told to stop
+            token = s.token = CancellationToken()
         try:
             op = self.pool.submit(
-                work, OffloadContext(self, authority, effect), name=spec.name, on_full="raise"
+                work,
+                OffloadContext(self, authority, effect, token),
+                name=spec.name,
+                on_full="raise",
             )
         except BackpressureError as exc:
             self.stats.backpressure += 1

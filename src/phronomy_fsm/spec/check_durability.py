@@ -3,10 +3,11 @@ instant (``docs/spec-format.md`` "Effects and durability").
 
 - ``EFFECT_WITHOUT_BARRIER``: every non-``pure`` effect (an offload declared
   ``idempotent`` or ``at_most_once``) starts only after a *committed edge* since the
-  initial state and since the outcome of any non-``pure`` effect (itself included: a
-  retry loop). A committed edge is a transition on the ``committed`` outcome of the
-  barrier running in its source state, or on an event declared ``durable: true``. Wait
-  and external states do not count: a signal consumed after a wait is not durable
+  outcome of any non-``pure`` effect (itself included: a retry loop). A committed edge
+  is a transition on the ``committed`` outcome of the barrier running in its source
+  state, or on an event declared ``durable: true``; starting an execution is a commit
+  too (the engine's ``@start``), so the initial state counts as entered through one.
+  Wait and external states do not count: a signal consumed after a wait is not durable
   before the effect runs.
 - ``WAIT_STATE_NO_SIGNAL``: a wait state can be left by a signal or a timer.
 - ``STATE_NO_RECOVERY``: an external state that waits only for engine-internal events
@@ -41,7 +42,7 @@ from phronomy_fsm.spec.resolve import FlatRow
 MAX_PATH_STEPS = 10
 
 #: A node of the effect search: a leaf state, and whether no committed edge was taken
-#: since the initial state or the last non-pure effect's outcome.
+#: since the last non-pure effect's outcome (the start of an execution is a commit).
 _Node = tuple[str, bool]
 
 
@@ -136,7 +137,7 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
     for row in resolved.rows:
         for source in row.sources:
             rows_from[source].append(row)
-    start: _Node = (resolved.initial, True)
+    start: _Node = (resolved.initial, False)  # the engine's @start commit precedes it
     parent: dict[_Node, tuple[_Node, str] | None] = {start: None}
     reported: set[str] = set()
 
@@ -166,7 +167,7 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
         ctx.report(
             "EFFECT_WITHOUT_BARRIER",
             f"{offload.effect.value} effect {offload.hook!r} can start without a committed "
-            f"barrier since the initial state or the last non-pure effect: {path_to(node, via)}; "
+            f"barrier since the last non-pure effect: {path_to(node, via)}; "
             "add a barrier state before it whose committed outcome leads here, or declare "
             "'effect: pure' if running it again is harmless",
             path,
@@ -178,7 +179,7 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
         if dirty and own is not None and own[1].effect is not EffectKind.PURE:
             violation(own[0], own[1], node, None)
 
-    enter(start[0], True, start)
+    enter(start[0], False, start)
     queue: deque[_Node] = deque([start])
     while queue:
         node = queue.popleft()

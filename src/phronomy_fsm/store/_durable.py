@@ -411,6 +411,7 @@ class SqliteDurable:
         *,
         machine: str | None = None,
         status: str | None = None,
+        state: str | None = None,
         exclusive_key: str | None = None,
         parent_execution_id: str | None = None,
         active: bool | None = None,
@@ -418,13 +419,14 @@ class SqliteDurable:
         limit: int | None = None,
         offset: int = 0,
     ) -> list[ExecutionRecord]:
-        """Engine executions matching every given filter, oldest first (agent rows of
-        the agent layer are skipped). Raises SerializationError, StorageError."""
-        where = ["json_extract(body, '$.point') IS NOT NULL"]
+        """Executions matching every given filter, oldest first. Raises
+        SerializationError, StorageError."""
+        where = ["TRUE"]
         params: list[Any] = []
         for column, value in (
             ("machine", machine),
             ("status", None if status is None else str(getattr(status, "value", status))),
+            ("state", state),
             ("exclusive_key", exclusive_key),
             ("parent_execution_id", parent_execution_id),
             ("owner_id", owner_id),
@@ -812,6 +814,31 @@ class SqliteDurable:
                 ).fetchone()
                 claimed.append((eid, machine, int(fence)))
         return claimed
+
+    # ------------------------------------------------------------------ agents
+
+    def register_agent(self, agent_id: str) -> bool:
+        """Record agent ``agent_id``; False when it exists already (nothing written).
+        Raises StorageError."""
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("register_agent") as cur:
+            row = cur.execute(
+                "INSERT INTO agents(agent_id, created_epoch_ms, body) VALUES (?, ?, '{}')"
+                " ON CONFLICT(agent_id) DO NOTHING RETURNING agent_id",
+                (agent_id, now_ms),
+            ).fetchone()
+        return row is not None
+
+    def agent_exists(self, agent_id: str) -> bool:
+        """True when agent ``agent_id`` was registered. Raises StorageError."""
+        with self._reading("agent_exists") as conn:
+            row = conn.execute("SELECT 1 FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+        return row is not None
+
+    def agent_ids(self) -> list[str]:
+        """Every registered agent id, sorted. Raises StorageError."""
+        with self._reading("agent_ids") as conn:
+            return [r[0] for r in conn.execute("SELECT agent_id FROM agents ORDER BY agent_id")]
 
     # ------------------------------------------------------------------ machines
 

@@ -47,7 +47,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -321,6 +321,63 @@ def _m0004_generic_executions(db: sqlite_utils.Database) -> None:
         " body TEXT NOT NULL, registered_epoch_ms INTEGER NOT NULL,"
         " PRIMARY KEY (machine, spec_sha256)) WITHOUT ROWID, STRICT"
     )
+
+
+@MIGRATIONS(name="0005_agents_on_the_engine")
+def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
+    # Why: the agent runs on the durable engine (docs/agent.md). Its executions are
+    # engine executions (the legacy ones are converted: store/legacy.py), its
+    # conversation is the engine's execution journal, who runs an execution is the
+    # worker lease, and an agent is just a registered id.
+    import json
+
+    from phronomy_fsm.store import legacy
+
+    journals: dict[str, list[dict[str, object]]] = {}
+    for (body,) in db.execute("SELECT body FROM journal ORDER BY agent_id, sequence").fetchall():
+        record = json.loads(body)
+        journals.setdefault(str(record.get("execution_id")), []).append(record)
+    rows = db.execute(
+        "SELECT execution_id, body FROM executions WHERE json_extract(body, '$.point') IS NULL"
+    ).fetchall()
+    for execution_id, body in rows:
+        old = json.loads(body)
+        records = journals.get(execution_id, [])
+        new = legacy.convert_execution(old, records)
+        db.execute(
+            "UPDATE executions SET machine = ?, state = ?, status = ?, active = ?,"
+            " spec_sha256 = ?, body = ?, owner_id = NULL WHERE execution_id = ?",
+            (
+                new.machine,
+                new.state,
+                new.status.value,
+                1 if new.is_active else 0,
+                new.spec_sha256,
+                legacy.encode(new),
+                execution_id,
+            ),
+        )
+        if new.is_active:  # its context holds the conversation; its end journals it
+            continue
+        in_history = old.get("status") in ("completed", "handed_off")
+        for position, (kind, data) in enumerate(legacy.convert_journal(records, in_history)):
+            db.execute(
+                "INSERT INTO execution_journal(execution_id, revision, position, kind, body)"
+                " VALUES (?, 0, ?, ?, ?)",
+                (execution_id, position, kind, legacy.encode_entry(kind, data, position)),
+            )
+    db.execute(
+        "CREATE TABLE agents_v5 (agent_id TEXT PRIMARY KEY, created_epoch_ms INTEGER NOT NULL,"
+        " body TEXT NOT NULL) STRICT"
+    )
+    db.execute(
+        "INSERT INTO agents_v5(agent_id, created_epoch_ms, body)"
+        " SELECT agent_id, created_epoch_ms, '{}' FROM agents"
+    )
+    db.execute("DROP TABLE agents")
+    db.execute("ALTER TABLE agents_v5 RENAME TO agents")
+    db.execute("DROP TABLE journal")
+    db.execute("DROP TABLE agent_owners")
 
 
 #: Migration names this code knows, in order.
