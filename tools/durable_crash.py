@@ -126,7 +126,7 @@ def _child(args: argparse.Namespace) -> int:
         if args.mode == "run":
             scenario.start(runtime)
         else:
-            runtime.recover()
+            runtime.recover(accept=app.accept)
         deadline = time.monotonic() + args.drive_seconds
         machines = set(runtime.machines)
         while time.monotonic() < deadline:

@@ -76,6 +76,34 @@ def agent_machines(directory: AgentDirectory) -> tuple[Machine, Machine]:
     )
 
 
+def start_execution(
+    runtime: Any,
+    agent_id: str,
+    input: str,
+    *,
+    execution_id: str | None = None,
+    mode: str = "invoke",
+    timeout_seconds: float | None = None,
+) -> tuple[str, bool]:
+    """Start an execution of ``agent_id`` on a durable ``runtime`` running the agent's
+    machines (an :func:`agent_app`, or an agent runtime's); at most one is active per
+    agent. Returns ``(execution_id, created)``: starting an id that exists starts
+    nothing (``created`` False).
+
+    Raises: as :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.start`
+    (AgentBusyError when the agent has an active execution)."""
+    eid = execution_id or new_execution_id()
+    handle = runtime.start(
+        agent_session.MACHINE,
+        SessionContext(agent_id, eid, input=input, mode=mode),
+        execution_id=eid,
+        exclusive_key=agent_id,
+        labels={"agent_id": agent_id},
+        timeout_seconds=timeout_seconds,
+    )
+    return eid, bool(handle.created)
+
+
 _shared_lock = threading.Lock()
 _shared: dict[Any, AgentRuntime] = {}
 
@@ -214,16 +242,15 @@ class AgentRuntime:
         """
         self._check_open()
         eid = execution_id or new_execution_id()
-        context = SessionContext(agent_id, eid, input=input, mode=mode)
         if caller is not None:
             self.dispatcher.call(self.directory.add_caller, eid, caller).result(10)
         try:
-            handle = self.durable.start(
-                agent_session.MACHINE,
-                context,
+            eid, created = start_execution(
+                self.durable,
+                agent_id,
+                input,
                 execution_id=eid,
-                exclusive_key=agent_id,
-                labels={"agent_id": agent_id},
+                mode=mode,
                 timeout_seconds=timeout_seconds,
             )
         except AgentBusyError:
@@ -239,11 +266,11 @@ class AgentRuntime:
         except BaseException as exc:
             self._forget_caller(eid, caller, exc)
             raise
-        if not handle.created and caller is not None:
+        if not created and caller is not None:
             record = self.store.load_record(eid)
             if record.is_finished:  # nothing will finish it again: settle from the record
                 self.dispatcher.call_soon(self.directory.settle_callers, record)
-        return eid, handle.created
+        return eid, created
 
     def _forget_caller(
         self, execution_id: str, caller: Caller | None, error: BaseException
@@ -435,4 +462,4 @@ def _close_shared() -> None:
 
 atexit.register(_close_shared)
 
-__all__ = ["AgentRuntime", "agent_machines", "require_store_file"]
+__all__ = ["AgentRuntime", "agent_machines", "require_store_file", "start_execution"]

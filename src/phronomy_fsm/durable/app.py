@@ -76,6 +76,9 @@ class DurableApp:
         operator: for an execution in ``recovery_required``, what an operator who
             knows the truth answers (from ``effects``); the harness calls it.
         effects: reads the application's record of effects that really happened.
+        accept: which executions of its machines it runs (``None``: every one); a
+            runtime running the application claims only those it accepts (an agent
+            application: the executions of the agents it configures).
         listeners: called with every
             :class:`~phronomy_fsm.durable.types.DurableEvent` of a runtime that runs
             the machines (an agent application keeps its conversations' history this
@@ -86,6 +89,7 @@ class DurableApp:
     scenarios: Mapping[str, Scenario] = attrs.field(factory=dict)
     operator: Callable[[ExecutionRecord], Answer | None] | None = None
     effects: Callable[[], Sequence[EffectEntry]] | None = None
+    accept: Callable[[ExecutionRecord], bool] | None = None
     listeners: tuple[Callable[[Any], None], ...] = ()
 
 

@@ -74,6 +74,8 @@ from phronomy_fsm.runtime.tasks import Task
 log = logging.getLogger("phronomy_fsm.durable")
 
 Listener = Callable[[DurableEvent], None]
+#: Decides whether a runtime takes an execution on (see :meth:`DurableRuntime.recover`).
+Accept = Callable[[ExecutionRecord], bool]
 
 #: Default lease of a worker, in seconds: a dead worker's executions are claimable
 #: by others once it has passed (heartbeats renew it every third of it).
@@ -534,18 +536,23 @@ class DurableRuntime:
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self) -> RecoveryReport:
+    def recover(self, accept: Accept | None = None) -> RecoveryReport:
         """Claim and resume every active execution of the registered machines that no
         live worker owns (``docs/semantics.md``, "Recovery"): executions in flight are
         replayed from their last barrier, waiting ones wait again with their timers
         re-armed, parked ones wait for an operator. Returns what was found.
+
+        Args:
+            accept: when given, only executions whose stored record it accepts are
+                claimed (an agent application runs the executions of the agents it
+                has loaded); the others are left to other workers.
 
         Raises: RuntimeClosedError, StorageError (some executions may have been
         claimed and resumed already).
         """
         self._check_open()
         self.retire_dead_workers()
-        claimed = self.claim()
+        claimed = self.claim(accept=accept)
         owned: list[tuple[str, str]] = []
         unknown: list[tuple[str, str]] = []
         registered = set(self.machines)
@@ -558,11 +565,14 @@ class DurableRuntime:
                 owned.append((row["execution_id"], row["owner_id"]))
         return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
 
-    def claim(self, limit: int | None = None) -> list[tuple[str, str]]:
+    def claim(
+        self, limit: int | None = None, *, accept: Accept | None = None
+    ) -> list[tuple[str, str]]:
         """Claim up to ``limit`` (default: every) active execution of the registered
-        machines that no live worker owns, and resume each as :meth:`recover` does;
-        returns ``[(execution_id, status)]`` of those claimed, oldest first. A worker
-        calls it periodically with its free capacity (``docs/scale-out.md``).
+        machines that no live worker owns (and that ``accept``, when given, accepts),
+        and resume each as :meth:`recover` does; returns ``[(execution_id, status)]``
+        of those claimed, oldest first. A worker calls it periodically with its free
+        capacity (``docs/scale-out.md``).
 
         Raises: RuntimeClosedError, StorageError (some may have been claimed and
         resumed already)."""
@@ -570,6 +580,20 @@ class DurableRuntime:
         wanted = 1000 if limit is None else int(limit)
         if wanted <= 0:
             return []
+        if accept is not None:  # read, filter, then claim one by one
+            chosen = []
+            for execution_id, _machine in self.store.claimable_executions(
+                self.machines, limit=max(wanted * 4, 1000)
+            ):
+                try:
+                    record = self.store.load_record(execution_id)
+                except NotFoundError:
+                    continue
+                if accept(record):
+                    chosen.append(execution_id)
+                if len(chosen) >= wanted:
+                    break
+            return self.adopt(chosen)
         batch = getattr(self.store, "claim_executions", None)
         tokens: list[tuple[str, int]] = []
         if callable(batch):

@@ -145,7 +145,7 @@ class Worker:
         free = self.concurrency - self.held
         if free <= 0:
             return []
-        claimed = self.runtime.claim(free)
+        claimed = self.runtime.claim(free, accept=self.app.accept)
         if claimed:
             self.claimed_total += len(claimed)
             resumed = [f"{eid} ({status})" for eid, status in claimed]

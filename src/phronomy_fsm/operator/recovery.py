@@ -113,7 +113,7 @@ def recover_store(
     )
     started = time.monotonic()
     try:
-        found = runtime.recover()
+        found = runtime.recover(accept=app.accept)
         claimed = dict(found.claimed)
         watched = list(claimed) if wait_for is None else list(wait_for)
         _wait_until_rest(store, watched, facts, wake, started + wait_seconds, on_progress, clock)
