@@ -515,9 +515,9 @@ class Agent:
     # --------------------------------------------------------------- helpers
 
     def _observe(self, execution_id: str, task: Task[AgentResult]) -> None:
-        self.runtime.dispatcher.call(
-            self.runtime.directory.add_caller, execution_id, Caller(task)
-        ).result(10)
+        """Make ``task`` settle with how ``execution_id`` ends: this runtime tells it
+        when it runs the execution; else the store is watched until it finishes."""
+        self.runtime.observe(execution_id, Caller(task))
 
     def _unobserve(self, execution_id: str, task: Task[AgentResult], error: BaseException) -> None:
         self.runtime.dispatcher.call(

@@ -22,6 +22,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Self
 
@@ -272,6 +273,29 @@ class AgentRuntime:
                 self.dispatcher.call_soon(self.directory.settle_callers, record)
         return eid, created
 
+    def observe(self, execution_id: str, caller: Caller) -> None:
+        """Make ``caller`` wait for ``execution_id`` (an ``agent_session``
+        execution): settled by this runtime's directory when it runs the execution,
+        else by a thread watching the store (another worker runs it). Any thread but
+        the loop."""
+        self.dispatcher.call(self.directory.add_caller, execution_id, caller).result(10)
+        if self.durable.is_live(execution_id):
+            return
+
+        def watch() -> None:
+            try:
+                self.durable.wait(execution_id)
+                record = self.store.load_record(execution_id)
+            except PhronomyError as exc:  # closed, or the store failed: say so
+                if not self._closed:
+                    self._forget_caller(execution_id, caller, exc)
+                return
+            if not self._closed:
+                self.dispatcher.call_soon(self.directory.settle_callers, record)
+
+        name = f"{self.durable.name}-watch-{execution_id[:8]}"
+        threading.Thread(target=watch, name=name, daemon=True).start()
+
     def _forget_caller(
         self, execution_id: str, caller: Caller | None, error: BaseException
     ) -> None:
@@ -420,12 +444,14 @@ class AgentRuntime:
         with _shared_lock:
             if _shared.get(self._shared_key) is self:
                 del _shared[self._shared_key]
+        started = time.monotonic()
+        self.durable.wait_at_rest(timeout_seconds)  # executions in flight come to rest
+        self._side.shutdown(wait=True, cancel_futures=True)
         try:
             self.dispatcher.call(self.directory.detach_all, "the agent runtime closed").result(5)
         except PhronomyError:
             pass
-        self._side.shutdown(wait=True, cancel_futures=True)
-        self.durable.close(timeout_seconds=timeout_seconds)
+        self.durable.close(timeout_seconds=max(0.1, timeout_seconds - (time.monotonic() - started)))
 
 
 def require_store_file(path: str) -> None:

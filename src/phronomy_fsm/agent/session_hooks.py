@@ -39,7 +39,7 @@ from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_auth
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
 from phronomy_fsm.durable.records import EffectKind
 from phronomy_fsm.durable.types import BarrierRecords, ChildStart
-from phronomy_fsm.errors import Cancelled, ContentBlockedError, LLMError
+from phronomy_fsm.errors import Cancelled, ConfigurationError, ContentBlockedError, LLMError
 from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.runtime.session import OffloadContext
 from phronomy_fsm.table import Settled
@@ -343,7 +343,13 @@ class AgentSessionHooks(agent_session.Hooks):
                     else Authorization.ALLOW
                 )
             else:
-                verdict = normalize_authorization(policy(view))
+                try:
+                    verdict = normalize_authorization(policy(view))
+                except Exception as exc:  # noqa: BLE001 - the call fails; the LLM is told why
+                    error = str(exc) if isinstance(exc, ConfigurationError) else _error_text(exc)
+                    return ToolDecision(
+                        view.tool_invocation_id, None, error=f"the approval policy failed: {error}"
+                    )
             return ToolDecision(view.tool_invocation_id, verdict, view.arguments, reason=reason)
 
         if policy is None:  # decided here: no round trip to the pool

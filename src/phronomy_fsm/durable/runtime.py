@@ -764,6 +764,23 @@ class DurableRuntime:
         if self._closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
 
+    def wait_at_rest(self, timeout_seconds: float) -> bool:
+        """Wait up to ``timeout_seconds`` until no execution runs a session or waits
+        for a commit here (they all wait, are parked or finished); True when so. Any
+        thread but the loop."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                if self.dispatcher.call(self.engine.at_rest).result(
+                    max(0.0, deadline - time.monotonic())
+                ):
+                    return True
+            except PhronomyError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
     def close(self, *, timeout_seconds: float = 10.0) -> None:
         """Let running executions reach a resting point (waiting, parked, finished)
         for up to ``timeout_seconds``, then stop. Executions that have not finished
@@ -773,15 +790,7 @@ class DurableRuntime:
             return
         self._closed = True
         deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            try:
-                if self.dispatcher.call(self.engine.at_rest).result(
-                    max(0.0, deadline - time.monotonic())
-                ):
-                    break
-            except PhronomyError:
-                break
-            time.sleep(0.01)
+        self.wait_at_rest(timeout_seconds)
         self._stop.set()  # the watcher first: it asks the loop things
         self._wake_watcher.set()
         if self._unlisten is not None:
