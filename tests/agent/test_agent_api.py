@@ -263,3 +263,28 @@ def test_a_policy_answer_that_is_not_a_decision_reaches_the_llm_as_the_tool_erro
     assert log == []  # never ran
     tool_text = next(m.content for m in provider.requests[1].messages if m.role == "tool")
     assert "approval policy returned" in tool_text and "require_approval" in tool_text
+
+
+def test_invoke_async_can_be_chained_from_a_done_callback(store: Any, runtime: Any) -> None:
+    """A task's callbacks run on the loop thread: starting the next execution there
+    must not block it (the start is committed asynchronously)."""
+    agent = Agent.create("a", provider=ScriptedProvider([Reply(content="x")]), runtime=runtime)
+    finished = threading.Event()
+    outputs: list[Any] = []
+
+    def chain(left: int) -> None:
+        task = agent.invoke_async("go")
+
+        def next_run(done: Any) -> None:
+            outputs.append(done.future.result().output)
+            if left > 1:
+                chain(left - 1)
+            else:
+                finished.set()
+
+        task.add_done_callback(next_run)
+
+    chain(5)
+    assert finished.wait(20)
+    assert outputs == ["x"] * 5
+    assert len(store.list_records(machine="agent_session", status="completed")) == 5

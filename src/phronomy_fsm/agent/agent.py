@@ -37,7 +37,6 @@ from phronomy_fsm.errors import (
     AgentClosedError,
     AgentExistsError,
     ConfigurationError,
-    ExecutionExistsError,
     ExecutionFinishedError,
     InvalidInputError,
     NotFoundError,
@@ -317,7 +316,7 @@ class Agent:
         if execution_id is not None:
             check_execution_id(execution_id, self.agent_id)
         task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
-        _eid, created = self.runtime.start(
+        self.runtime.start(
             self.agent_id,
             input,
             mode=mode,
@@ -325,16 +324,6 @@ class Agent:
             timeout_seconds=timeout_seconds or self.config.timeout_seconds,
             caller=Caller(task, sink),
         )
-        if not created and not task.done():
-            record = self.store.load_record(_eid)
-            if record.is_active and not self.runtime.durable.is_live(_eid):
-                error = ExecutionExistsError(
-                    f"execution {_eid} exists already and runs elsewhere; pick another id",
-                    execution_id=_eid,
-                )
-                self.runtime.dispatcher.call(
-                    self.runtime.directory.drop_callers, _eid, error
-                ).result(10)
         return task
 
     # --------------------------------------------------------------- approval

@@ -36,10 +36,16 @@ from phronomy_fsm.durable.keys import new_execution_id
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import Machine
-from phronomy_fsm.errors import AgentBusyError, PhronomyError, RuntimeClosedError
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ExecutionExistsError,
+    PhronomyError,
+    RuntimeClosedError,
+)
 from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.runtime.tasks import Task
 
 if TYPE_CHECKING:
     from phronomy_fsm.agent.agent import Agent
@@ -94,15 +100,37 @@ def start_execution(
     Raises: as :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.start`
     (AgentBusyError when the agent has an active execution)."""
     eid = execution_id or new_execution_id()
-    handle = runtime.start(
-        agent_session.MACHINE,
-        SessionContext(agent_id, eid, input=input, mode=mode),
+    handle = start_execution_async(
+        runtime,
+        agent_id,
+        input,
         execution_id=eid,
+        mode=mode,
+        timeout_seconds=timeout_seconds,
+    ).result()
+    return eid, bool(handle.created)
+
+
+def start_execution_async(
+    runtime: Any,
+    agent_id: str,
+    input: str,
+    *,
+    execution_id: str,
+    mode: str = "invoke",
+    timeout_seconds: float | None = None,
+) -> Task[Any]:
+    """:func:`start_execution` without blocking: the task settles with the engine's
+    :class:`~phronomy_fsm.durable.runtime.ExecutionHandle` once the start is
+    committed (``DurableRuntime.start_async``)."""
+    return runtime.start_async(  # type: ignore[no-any-return]
+        agent_session.MACHINE,
+        SessionContext(agent_id, execution_id, input=input, mode=mode),
+        execution_id=execution_id,
         exclusive_key=agent_id,
         labels={"agent_id": agent_id},
         timeout_seconds=timeout_seconds,
     )
-    return eid, bool(handle.created)
 
 
 _shared_lock = threading.Lock()
@@ -229,49 +257,82 @@ class AgentRuntime:
         execution_id: str | None = None,
         timeout_seconds: float | None = None,
         caller: Caller | None = None,
-    ) -> tuple[str, bool]:
-        """Start an execution of ``agent_id`` (loaded here) on ``input``; ``caller``
-        waits for it. Returns ``(execution_id, created)`` — ``created`` is False when
-        that id existed already (as an execution of an agent; it is not started
-        again). Any thread but the loop.
+    ) -> Task[tuple[str, bool]]:
+        """Start an execution of ``agent_id`` (loaded here) on ``input``, without
+        blocking (any thread, the loop thread included); ``caller`` waits for it. The
+        returned task settles with ``(execution_id, created)`` once the start is
+        committed — ``created`` is False when that id existed already (it is not
+        started again; a caller of a finished one is settled from the store) — or
+        fails, failing ``caller`` too, with:
 
-        Raises:
-            AgentBusyError: the agent has an active execution (its id is in the
-                message and ``execution_id``).
-            ExecutionExistsError: the id belongs to an execution of another machine.
-            RuntimeClosedError, StorageError.
+        - AgentBusyError: the agent has an active execution (its id is in the message
+          and ``execution_id``);
+        - ExecutionExistsError: the id belongs to another machine's execution, or to
+          an agent execution another worker runs;
+        - StorageError.
+
+        Raises (at once): RuntimeClosedError, InvalidIdError.
         """
         self._check_open()
         eid = execution_id or new_execution_id()
+        outcome: Task[tuple[str, bool]] = Task(f"start {eid}")
         if caller is not None:
-            self.dispatcher.call(self.directory.add_caller, eid, caller).result(10)
+            self.dispatcher.call_soon(self.directory.add_caller, eid, caller)
+
+        def failed(error: BaseException) -> None:  # off the loop: may read the store
+            if isinstance(error, AgentBusyError):
+                busy = self.active_execution_id(agent_id) or "unknown"
+                error = AgentBusyError(
+                    f"agent {agent_id!r} already has an active execution ({busy}); wait for "
+                    "it, approve, resolve or cancel it",
+                    agent_id=agent_id,
+                    execution_id=busy,
+                )
+            self._forget_caller(eid, caller, error)
+            outcome.fail(error)
+
+        def existed() -> None:  # off the loop: the id was there already
+            try:
+                record = self.store.load_record(eid)
+            except PhronomyError as exc:
+                failed(exc)
+                return
+            if caller is not None:
+                if record.is_finished:  # nothing will finish it again
+                    self.dispatcher.call_soon(self.directory.settle_callers, record)
+                elif not self.durable.is_live(eid):
+                    failed(
+                        ExecutionExistsError(
+                            f"execution {eid} exists already and runs elsewhere; pick another id",
+                            execution_id=eid,
+                        )
+                    )
+                    return
+            outcome.complete((eid, False))
+
+        def started(task: Task[Any]) -> None:
+            error = task.future.exception()
+            if error is not None:
+                self._side_submit(failed, error)
+            elif task.future.result().created:
+                outcome.complete((eid, True))
+            else:
+                self._side_submit(existed)
+
         try:
-            eid, created = start_execution(
+            start_execution_async(
                 self.durable,
                 agent_id,
                 input,
                 execution_id=eid,
                 mode=mode,
                 timeout_seconds=timeout_seconds,
-            )
-        except AgentBusyError:
-            busy = self.active_execution_id(agent_id) or "unknown"
-            error = AgentBusyError(
-                f"agent {agent_id!r} already has an active execution ({busy}); wait for it, "
-                "approve, resolve or cancel it",
-                agent_id=agent_id,
-                execution_id=busy,
-            )
-            self._forget_caller(eid, caller, error)
-            raise error from None
+            ).add_done_callback(started)
         except BaseException as exc:
-            self._forget_caller(eid, caller, exc)
+            if caller is not None:
+                self.dispatcher.call_soon(self.directory.drop_callers, eid, exc)
             raise
-        if not created and caller is not None:
-            record = self.store.load_record(eid)
-            if record.is_finished:  # nothing will finish it again: settle from the record
-                self.dispatcher.call_soon(self.directory.settle_callers, record)
-        return eid, created
+        return outcome
 
     def observe(self, execution_id: str, caller: Caller) -> None:
         """Make ``caller`` wait for ``execution_id`` (an ``agent_session``
@@ -302,7 +363,7 @@ class AgentRuntime:
         if caller is None:
             return
         try:
-            self.dispatcher.call(self.directory.drop_callers, execution_id, error).result(10)
+            self.dispatcher.call_soon(self.directory.drop_caller, execution_id, caller.task, error)
         except PhronomyError:
             caller.task.fail(error)
 
@@ -380,29 +441,34 @@ class AgentRuntime:
             handoff = queue[0]
         if self.directory.live(agent_id) is None or self._closed:
             return
+        def done(task: Task[Any]) -> None:
+            error = task.future.exception()
+            if isinstance(error, AgentBusyError):
+                return  # its current execution finishes first; agent_idle comes back
+            if error is not None:
+                log.warning(
+                    "agent %s: could not start handoff %s: %r",
+                    agent_id,
+                    handoff.get("target_execution_id"),
+                    error,
+                )
+            with self.lock:
+                queue = self._handoffs.get(agent_id)
+                if queue and queue[0] is handoff:
+                    queue.popleft()
+                more = bool(queue)
+            if more:
+                self._side_submit(self._next_handoff, agent_id)
+
         try:
             self.start(
                 agent_id,
                 handoff.get("message") or "",
                 execution_id=str(handoff["target_execution_id"]),
                 timeout_seconds=self.directory.config(agent_id).timeout_seconds,
-            )
-        except AgentBusyError:
-            return  # its current execution finishes first; agent_idle comes back
+            ).add_done_callback(done)
         except PhronomyError as exc:
-            log.warning(
-                "agent %s: could not start handoff %s: %r",
-                agent_id,
-                handoff.get("target_execution_id"),
-                exc,
-            )
-        with self.lock:
-            queue = self._handoffs.get(agent_id)
-            if queue and queue[0] is handoff:
-                queue.popleft()
-            more = bool(queue)
-        if more:
-            self._side_submit(self._next_handoff, agent_id)
+            log.warning("agent %s: could not start a handoff: %r", agent_id, exc)
 
     # ------------------------------------------------------------------ listener failures
 
@@ -488,4 +554,10 @@ def _close_shared() -> None:
 
 atexit.register(_close_shared)
 
-__all__ = ["AgentRuntime", "agent_machines", "require_store_file", "start_execution"]
+__all__ = [
+    "AgentRuntime",
+    "agent_machines",
+    "require_store_file",
+    "start_execution",
+    "start_execution_async",
+]

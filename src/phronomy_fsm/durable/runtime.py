@@ -49,7 +49,7 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     WorkerRecord,
 )
-from phronomy_fsm.durable.submit import commit_start, start_record, submit_execution
+from phronomy_fsm.durable.submit import start_outcome, start_record, submit_execution
 from phronomy_fsm.durable.types import (
     DurableEvent,
     DurableEventKind,
@@ -58,8 +58,10 @@ from phronomy_fsm.durable.types import (
     RecoveryReport,
 )
 from phronomy_fsm.errors import (
+    ConflictError,
     DurableError,
     NotFoundError,
+    OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
     TaskTimeoutError,
@@ -319,6 +321,35 @@ class DurableRuntime:
                 timeout_seconds=timeout_seconds,
             )
             return ExecutionHandle(self, eid, created=created)
+        return self.start_async(
+            machine,
+            context,
+            execution_id=execution_id,
+            exclusive_key=exclusive_key,
+            labels=labels,
+            timeout_seconds=timeout_seconds,
+        ).result()
+
+    def start_async(
+        self,
+        machine: str,
+        context: Any,
+        *,
+        execution_id: str | None = None,
+        exclusive_key: str | None = None,
+        labels: dict[str, Any] | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Task[ExecutionHandle]:
+        """:meth:`start` without blocking (any thread, the loop thread included): the
+        arguments are checked now, the start is committed with the store's group
+        commit, and the returned task settles with the
+        :class:`ExecutionHandle` once it is — the execution then runs here.
+
+        Raises (at once): UnknownMachineError, InvalidIdError,
+        ContextSerializationError, RuntimeClosedError. The task fails with
+        ExecutionExistsError, AgentBusyError or StorageError."""
+        self._check_open()
+        reg = self.registration(machine)
         eid = new_execution_id() if execution_id is None else check_id(execution_id)
         reg.codec.check(context)
         encoded = reg.codec.encode(context)
@@ -335,21 +366,49 @@ class DurableRuntime:
         commit = DurableCommit("@start", record, None, fence)
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
-        if not commit_start(self.store, commit):
-            return ExecutionHandle(self, eid, created=False)
-        if self.faults is not None:
-            self.faults.hit("barrier:@start:after")
-        live = LiveExecution(reg, record, fence)
-        live.ctx = reg.codec.decode(orjson.loads(encoded))
+        task: Task[ExecutionHandle] = Task(f"start {eid}")
 
-        def install() -> None:
-            self.engine.live[eid] = live
-            self.engine.emit(DurableEventKind.STARTED, live, record)
-            self.engine.arm_expiry(live)
-            self.engine.start_session(live)
+        def started(created: bool) -> None:
+            if not created:
+                task.complete(ExecutionHandle(self, eid, created=False))
+                return
+            if self.faults is not None:
+                self.faults.hit("barrier:@start:after")
+            live = LiveExecution(reg, record, fence)
+            live.ctx = reg.codec.decode(orjson.loads(encoded))
 
-        self.dispatcher.call_soon(install)
-        return ExecutionHandle(self, eid)
+            def install() -> None:
+                self.engine.live[eid] = live
+                self.engine.emit(DurableEventKind.STARTED, live, record)
+                self.engine.arm_expiry(live)
+                self.engine.start_session(live)
+
+            try:
+                self.dispatcher.call_soon(install)
+            except PhronomyError as exc:
+                task.fail(exc)
+                return
+            task.complete(ExecutionHandle(self, eid))
+
+        def read_back(error: BaseException) -> None:  # off the store's writer thread
+            try:
+                created = start_outcome(self.store, commit, error)
+            except BaseException as exc:  # noqa: BLE001 - the caller's task says why
+                task.fail(exc)
+                return
+            started(created)
+
+        def committed(future: Any) -> None:
+            error = future.exception()
+            if error is None:
+                started(True)
+            elif isinstance(error, OutcomeUnknownError | ConflictError):
+                threading.Thread(target=read_back, args=(error,), daemon=True).start()
+            else:
+                task.fail(error)
+
+        self.store.submit(commit).add_done_callback(committed)
+        return task
 
     def handle(self, execution_id: str) -> ExecutionHandle:
         """A handle on an existing execution. Raises NotFoundError, InvalidIdError."""
