@@ -5,7 +5,6 @@ real SQLite file."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -22,8 +21,13 @@ from phronomy_fsm.store import SqliteBarrierStore
 CHILD = textwrap.dedent(
     """
     import sys
-    from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
-    agent = Agent.create("a", store=sys.argv[1], provider=ScriptedProvider([Reply("fast")]),
+    from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
+    from phronomy_fsm.runtime.faults import FaultPlan
+    from phronomy_fsm.store import SqliteBarrierStore
+    faults = FaultPlan.parse(sys.argv[3])  # crash injection is passed in, never read from env
+    runtime = AgentRuntime(SqliteBarrierStore(sys.argv[1], faults=faults), faults=faults,
+                           own_store=True)
+    agent = Agent.create("a", runtime=runtime, provider=ScriptedProvider([Reply("fast")]),
                          timeout_seconds=float(sys.argv[2]))
     agent.invoke("hi", wait_seconds=30)
     """
@@ -31,10 +35,8 @@ CHILD = textwrap.dedent(
 
 
 def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
-    env = dict(os.environ, PHRONOMY_CRASH_AT=crash_at)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(db), str(timeout_seconds)],
-        env=env,
+        [sys.executable, "-c", CHILD, str(db), str(timeout_seconds), crash_at],
         capture_output=True,
         text=True,
         timeout=60,
