@@ -44,7 +44,7 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.generated import agent_session
 from phronomy_fsm.runtime.tasks import Task
-from phronomy_fsm.runtime.timers import check_delay
+from phronomy_fsm.table import check_delay
 
 log = logging.getLogger("phronomy_fsm.agent")
 
