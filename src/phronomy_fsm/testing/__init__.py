@@ -1,0 +1,1 @@
+"""Test support shipped with the package, for testing applications built on phronomy_fsm."""
