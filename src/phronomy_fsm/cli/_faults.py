@@ -4,7 +4,8 @@ The library reads no environment for crash injection (``runtime/faults.py``): a
 command that supports it takes this hidden option (or the ``PHRONOMY_CRASH_AT``
 environment variable, which tests and the crash harnesses set on a child process),
 turns it into a :class:`~phronomy_fsm.runtime.faults.FaultPlan` and passes that plan
-to the store and the runtime it builds (``docs/operations.md``, "Crash injection").
+to the store and the runtime it builds (``docs/operations.md``, "Crashing at a chosen
+point yourself").
 """
 
 from __future__ import annotations
