@@ -49,6 +49,7 @@ def _schema_accepts(document: Any) -> bool:
     so no JSON schema accepts it (jsonschema-rs refuses to look at one)."""
     return not _has_non_string_keys(document) and VALIDATOR.is_valid(document)
 
+
 #: loader codes that are about the document's shape (what a schema can see)
 SHAPE_CODES = {"WRONG_TYPE", "UNKNOWN_KEY", "MISSING_KEY", "UNSUPPORTED_FORMAT", "BAD_VALUE"}
 
