@@ -47,7 +47,7 @@ def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
 
 def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
-    _killed_child(db, 2.0, "barrier:admission:after")  # admitted, preparation to replay
+    _killed_child(db, 2.0, "barrier:initial_preparation:after")  # admitted, to replay
     runtime = AgentRuntime()
     try:
         started = time.monotonic()
@@ -75,7 +75,7 @@ def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
 
 def test_a_deadline_that_passed_while_down_fires_at_once(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
-    _killed_child(db, 0.5, "barrier:admission:after")
+    _killed_child(db, 0.5, "barrier:initial_preparation:after")
     time.sleep(1.0)  # the deadline passes while no process runs the execution
     runtime = AgentRuntime()
     try:
