@@ -72,8 +72,8 @@ checks() {
 lints() {
   echo "== lint-imports" >&2
   "$VENV/bin/lint-imports"
-  echo "== mypy src" >&2
-  "$VENV/bin/mypy" src
+  echo "== mypy src codegen" >&2
+  "$VENV/bin/mypy" src codegen
   echo "== ruff" >&2
   "$VENV/bin/ruff" check .
   "$VENV/bin/ruff" format --check .
