@@ -22,7 +22,9 @@ happened, ``not_performed`` otherwise (for an ``execution`` subject: ``not_perfo
 
 Environment (read at start):
 
-- ``PHRONOMY_CRASH_AT`` — the library's crash point (``runtime/crashpoints.py``);
+- ``PHRONOMY_CRASH_AT`` — the crash point (``NAME`` or ``NAME@N``), turned into the
+  :class:`~phronomy_fsm.runtime.faults.FaultPlan` given to the store and the runtime
+  (the library itself reads no environment);
 - ``PHRONOMY_CRASH_TRACE`` — a file to which every crash point reached is appended
   (one name a line, flushed before the point may kill the process), so the harness
   knows what a run reached;
@@ -48,10 +50,13 @@ from crash_scenarios import GUARDS, SCENARIOS, AgentDef, Scenario
 
 from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider, Tool, recovery
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse
-from phronomy_fsm.runtime import crashpoints
+from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store import SqliteBarrierStore
 
+CRASH_ENV = "PHRONOMY_CRASH_AT"
 TRACE_ENV = "PHRONOMY_CRASH_TRACE"
+#: The fault plan of this process (built in :func:`main` from the environment).
+FAULTS: FaultPlan | None = None
 META = "scenario.json"
 EFFECTS = "effects.jsonl"
 LLM_LOG = "llm.jsonl"
@@ -264,8 +269,8 @@ class Driver:
         self.db = db
         self.mode = mode
         self.paths = log_paths(db)
-        self.store = SqliteBarrierStore(db)
-        self.runtime = AgentRuntime(max_workers=8, name=f"crash-app-{mode}")
+        self.store = SqliteBarrierStore(db, faults=FAULTS)
+        self.runtime = AgentRuntime(max_workers=8, name=f"crash-app-{mode}", faults=FAULTS)
         self.inbox: queue.SimpleQueue[tuple[str, str, Any]] = queue.SimpleQueue()
         self.agents: dict[str, Agent] = {}
         self.tasks: list[Any] = []
@@ -508,20 +513,21 @@ class Driver:
         return 0 if settled else 3
 
 
-def install_trace(path: str) -> None:
-    """Record every crash point reached to ``path`` (flushed before the point may kill
-    the process) by wrapping :func:`crashpoints.hit`."""
-    original = crashpoints.hit
-    fh = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives as long as the process
+def fault_plan(crash_at: str | None, trace_path: str | None) -> FaultPlan:
+    """The process's fault plan: crash at ``crash_at`` (``NAME[@N]``, or none), and
+    append every crash point reached to ``trace_path`` (flushed before the point may
+    kill the process)."""
+    if not trace_path:
+        return FaultPlan.parse(crash_at)
+    fh = open(trace_path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - lives as long as the process
     lock = threading.Lock()
 
-    def traced(point: str) -> None:
+    def trace(point: str) -> None:
         with lock:
             fh.write(point + "\n")
             fh.flush()
-        original(point)
 
-    crashpoints.hit = traced  # type: ignore[assignment]
+    return FaultPlan.parse(crash_at, trace=trace)
 
 
 def command_run(scenario: Scenario, db: str) -> int:
@@ -573,9 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     rec = sub.add_parser("recover", help="recover every active execution and drive it to the end")
     rec.add_argument("--db", required=True)
     args = parser.parse_args(argv)
-    trace = os.environ.get(TRACE_ENV)
-    if trace:
-        install_trace(trace)
+    global FAULTS
+    FAULTS = fault_plan(os.environ.get(CRASH_ENV), os.environ.get(TRACE_ENV))
     if args.command == "run":
         return command_run(SCENARIOS[args.scenario], args.db)
     return command_recover(args.db)

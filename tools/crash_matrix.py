@@ -8,7 +8,7 @@ invariants of :mod:`crash_checks` on the store and the app's logs.
 
 Crash points come from the generated tables (every module of
 ``phronomy_fsm.generated``: ``TABLE.barriers`` and ``TABLE.offload_hooks`` through
-``crashpoints.points_for``), so a barrier or offload hook added to a spec is covered
+``faults.points_for``), so a barrier or offload hook added to a spec is covered
 without editing this file.
 
 A *run* is one scenario with a *crash plan*: one armed point (or none) per process —
@@ -69,16 +69,13 @@ import attrs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crash_app import TRACE_ENV
+from crash_app import CRASH_ENV, TRACE_ENV
 from crash_checks import EXTRA_CHECKS, INVARIANTS, check_run, snapshot
 from crash_scenarios import SCENARIOS
 
-from phronomy_fsm.runtime import crashpoints
+from phronomy_fsm.runtime.faults import points_for
 
 APP = Path(__file__).resolve().parent / "crash_app.py"
-#: Armed in processes that must not crash: never matches, but makes the dispatcher
-#: wrap offload work so the trace sees ``offload:*`` points too.
-TRACE_ONLY = "trace:none"
 #: Most recover processes after the last armed one.
 EXTRA_RECOVERS = 3
 #: Most hits of one point to target in the full matrix (``point@N``).
@@ -98,7 +95,7 @@ def crash_points() -> list[str]:
             continue
         barriers += [b for b in table.barriers if b not in barriers]
         hooks += [h for h in table.offload_hooks if h not in hooks]
-    return crashpoints.points_for(tuple(barriers), tuple(hooks))
+    return points_for(tuple(barriers), tuple(hooks))
 
 
 def base_point(spec: str | None) -> str | None:
@@ -210,8 +207,9 @@ def _run_process(
     folder: Path, db: Path, stage: int, command: list[str], armed: str | None
 ) -> dict[str, Any]:
     trace = folder / f"trace-{stage}.txt"
-    env = {k: v for k, v in os.environ.items() if k not in (crashpoints.ENV, TRACE_ENV)}
-    env[crashpoints.ENV] = armed or TRACE_ONLY
+    env = {k: v for k, v in os.environ.items() if k not in (CRASH_ENV, TRACE_ENV)}
+    if armed:  # unarmed processes trace only (the trace file makes the plan)
+        env[CRASH_ENV] = armed
     env[TRACE_ENV] = str(trace)
     started = time.monotonic()
     try:

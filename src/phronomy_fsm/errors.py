@@ -9,10 +9,11 @@ Errors carry the ids involved as attributes and a message that says what to do n
 All of them pickle (errors cross the worker boundary and may be logged by other
 processes): keyword arguments are kept and replayed by ``__reduce__``.
 
-Layers (see ``../shared/design/STYLE.md`` "Errors"): spec errors (loading, validation,
-generation), runtime errors (dispatcher, offload pool, tasks), store errors (the taxonomy
-of reference §5.1: not-found, conflict, agent-busy, serialization, plus storage and
-outcome-unknown) and agent errors. Only the CLI turns these into exit codes.
+Layers: spec errors (loading, validation, generation; ``docs/spec-format.md``), runtime
+errors (dispatcher, offload pool, tasks), store errors (not-found, conflict, agent-busy,
+serialization, storage and outcome-unknown; ``docs/store.md``, "Error taxonomy — what
+each means for the caller"), durable-engine errors (``docs/semantics.md``) and agent
+errors. Only the CLI turns these into exit codes.
 """
 
 from __future__ import annotations
@@ -415,3 +416,66 @@ class StreamCallbackError(AgentError):
 class ExecutionFailedError(AgentError):
     """An execution ended as ``failed``, ``blocked`` or ``cancelled`` without a more
     specific error; ``status`` and ``execution_id`` say which."""
+
+
+__all__ = [
+    "HOOK_ERRORS",
+    "AgentBusyError",
+    "AgentClosedError",
+    "AgentError",
+    "AgentExistsError",
+    "AgentNotLoadedError",
+    "AgentOwnedError",
+    "ApprovalError",
+    "BackpressureError",
+    "Cancelled",
+    "ConfigurationError",
+    "ConflictError",
+    "ContentBlockedError",
+    "ContextSerializationError",
+    "DeadlineExceededError",
+    "DispatchInputError",
+    "DispatcherStoppedError",
+    "DurableError",
+    "EffectFailedError",
+    "EffectNotPerformedError",
+    "ExecutionDetachedError",
+    "ExecutionExistsError",
+    "ExecutionFailedError",
+    "ExecutionFinishedError",
+    "ExecutionOwnedError",
+    "ExecutionTimeoutError",
+    "GenerationError",
+    "HookError",
+    "InvalidIdError",
+    "InvalidInputError",
+    "InvalidStatusTransitionError",
+    "LLMError",
+    "LeaseLostError",
+    "MissingDependencyError",
+    "MissingHookError",
+    "NotFoundError",
+    "OutcomeUnknownError",
+    "PhronomyError",
+    "PoolShutdownError",
+    "ProjectConfigError",
+    "RenderError",
+    "ReplayDivergedError",
+    "ResolutionError",
+    "RuntimeClosedError",
+    "RuntimeFault",
+    "SchemaVersionError",
+    "SerializationError",
+    "SessionFaultError",
+    "SignalRefusedError",
+    "SpecError",
+    "StepLimitError",
+    "StorageError",
+    "StoreError",
+    "StreamCallbackError",
+    "TaskTimeoutError",
+    "UndeclaredEventError",
+    "UnknownMachineError",
+    "UnknownSessionError",
+    "WrongThreadError",
+]

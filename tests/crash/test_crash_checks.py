@@ -17,7 +17,7 @@ from crash_matrix import Plan, crash_points, parse_plan, plan_stage_one, plan_st
 from crash_scenarios import SCENARIOS
 
 from phronomy_fsm.generated import agent_session, execution_admission, tool_invocation
-from phronomy_fsm.runtime import crashpoints
+from phronomy_fsm.runtime.faults import points_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -260,7 +260,7 @@ def test_crash_points_come_from_every_generated_table() -> None:
     barriers = tuple(dict.fromkeys(b for t in tables for b in t.barriers))
     hooks = tuple(dict.fromkeys(h for t in tables for h in t.offload_hooks))
     points = crash_points()
-    assert sorted(points) == sorted(crashpoints.points_for(barriers, hooks))
+    assert sorted(points) == sorted(points_for(barriers, hooks))
     assert len(points) == 3 * len(barriers) + len(hooks) == len(set(points))
     assert {
         "barrier:terminal_commit:during",

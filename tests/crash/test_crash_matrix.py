@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from phronomy_fsm.generated import agent_session, execution_admission, tool_invocation
-from phronomy_fsm.runtime import crashpoints
+from phronomy_fsm.runtime.faults import points_for
 
 MATRIX = Path(__file__).resolve().parents[2] / "tools" / "crash_matrix.py"
 COUNTERS = (
@@ -30,7 +30,7 @@ def points_from_tables() -> list[str]:
     tables = (agent_session.TABLE, execution_admission.TABLE, tool_invocation.TABLE)
     barriers = tuple(dict.fromkeys(b for t in tables for b in t.barriers))
     hooks = tuple(dict.fromkeys(h for t in tables for h in t.offload_hooks))
-    return crashpoints.points_for(barriers, hooks)
+    return points_for(barriers, hooks)
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """OpenAICompatibleProvider against the real stub server on localhost (issue 5 item 5).
 
-No httpx mocks: every test sends real HTTP to ``tools/stub_llm_server.py`` running in
+No httpx mocks: every test sends real HTTP to ``phronomy_fsm.testing.stub_llm`` running in
 this process (one test runs it as a subprocess). Covers the answer shapes (text, tool
 calls, streaming, usage), the headers, every failure path (each an ``LLMError`` with
 the right attributes), cancellation mid-stream, configuration from the environment,
@@ -9,7 +9,6 @@ concurrent use from several threads, and one real Agent execution end to end.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import subprocess
@@ -25,22 +24,7 @@ from phronomy_fsm.agent.openai import DEFAULT_BASE_URL, OpenAICompatibleProvider
 from phronomy_fsm.agent.types import LLMRequest, Message, ToolSpec, Usage
 from phronomy_fsm.errors import Cancelled, ConfigurationError, LLMError
 from phronomy_fsm.runtime.cancellation import CancellationToken
-
-ROOT = Path(__file__).resolve().parents[2]
-STUB_PATH = ROOT / "tools" / "stub_llm_server.py"
-
-
-def _load_stub() -> Any:
-    spec = importlib.util.spec_from_file_location("stub_llm_server", STUB_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["stub_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-stub = _load_stub()
-StubLLMServer = stub.StubLLMServer
+from phronomy_fsm.testing.stub_llm import StubLLMServer
 
 ENV_VARIABLES = (
     "PHRONOMY_LLM_BASE_URL",
@@ -579,15 +563,15 @@ def test_stub_server_runs_as_a_script(tmp_path: Path) -> None:
     script = tmp_path / "steps.json"
     script.write_text(json.dumps([{"content": "from the script"}]))
     proc = subprocess.Popen(
-        [sys.executable, str(STUB_PATH), "--port", "0", "--script", str(script)],
+        [sys.executable, "-m", "phronomy_fsm.testing.stub_llm", "--script", str(script)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
-        assert line.startswith("base_url: http://127.0.0.1:")
-        with OpenAICompatibleProvider(base_url=line.split(" ", 1)[1], model="m") as provider:
+        assert line.startswith("http://127.0.0.1:")
+        with OpenAICompatibleProvider(base_url=line, model="m") as provider:
             assert provider.complete(request()).content == "from the script"
             err = llm_error(provider, request("second"))
             assert "stub script exhausted after 1 steps" in str(err)

@@ -5,7 +5,6 @@ real SQLite file."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -22,8 +21,13 @@ from phronomy_fsm.store import SqliteBarrierStore
 CHILD = textwrap.dedent(
     """
     import sys
-    from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
-    agent = Agent.create("a", store=sys.argv[1], provider=ScriptedProvider([Reply("fast")]),
+    from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
+    from phronomy_fsm.runtime.faults import FaultPlan
+    from phronomy_fsm.store import SqliteBarrierStore
+    faults = FaultPlan.parse(sys.argv[3])  # crash injection is passed in, never read from env
+    runtime = AgentRuntime(SqliteBarrierStore(sys.argv[1], faults=faults), faults=faults,
+                           own_store=True)
+    agent = Agent.create("a", runtime=runtime, provider=ScriptedProvider([Reply("fast")]),
                          timeout_seconds=float(sys.argv[2]))
     agent.invoke("hi", wait_seconds=30)
     """
@@ -31,10 +35,8 @@ CHILD = textwrap.dedent(
 
 
 def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
-    env = dict(os.environ, PHRONOMY_CRASH_AT=crash_at)
     proc = subprocess.run(
-        [sys.executable, "-c", CHILD, str(db), str(timeout_seconds)],
-        env=env,
+        [sys.executable, "-c", CHILD, str(db), str(timeout_seconds), crash_at],
         capture_output=True,
         text=True,
         timeout=60,
@@ -45,7 +47,7 @@ def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
 
 def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
-    _killed_child(db, 2.0, "barrier:admission:after")  # admitted, preparation to replay
+    _killed_child(db, 2.0, "barrier:initial_preparation:after")  # admitted, to replay
     runtime = AgentRuntime()
     try:
         started = time.monotonic()
@@ -73,7 +75,7 @@ def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
 
 def test_a_deadline_that_passed_while_down_fires_at_once(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
-    _killed_child(db, 0.5, "barrier:admission:after")
+    _killed_child(db, 0.5, "barrier:initial_preparation:after")
     time.sleep(1.0)  # the deadline passes while no process runs the execution
     runtime = AgentRuntime()
     try:

@@ -43,7 +43,7 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.generated import agent_session
 from phronomy_fsm.runtime.tasks import Task
-from phronomy_fsm.runtime.timers import check_delay
+from phronomy_fsm.table import check_delay
 
 log = logging.getLogger("phronomy_fsm.agent")
 
@@ -174,7 +174,7 @@ class Agent:
         rt = _runtime_for(store, runtime, must_exist=True)
         with rt.lock:
             existing = rt.agents.get(agent_id)
-            if existing is not None and not existing._closed:
+            if isinstance(existing, Agent) and not existing._closed:
                 if config.on_event is not None and config.on_event is not existing.config.on_event:
                     raise ConfigurationError(
                         f"agent {agent_id!r} is already loaded with another listener; "

@@ -23,7 +23,7 @@ from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPoli
 from phronomy_fsm.agent.types import Message, ToolSpec
 from phronomy_fsm.durable.records import EffectKind
 from phronomy_fsm.errors import ConfigurationError
-from phronomy_fsm.runtime.timers import check_delay
+from phronomy_fsm.table import check_delay
 
 Listener = Callable[[AgentEvent], None]
 TextFilter = Callable[[str], str]

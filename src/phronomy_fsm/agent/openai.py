@@ -11,8 +11,8 @@ re-sent blindly).
 Wire format: the OpenAI chat-completions API (``messages``, ``tools``, ``tool_calls``,
 ``stream`` with ``stream_options.include_usage``, ``data: ...`` / ``data: [DONE]``
 server-sent events). Any server that speaks it works: OpenAI, vLLM, llama.cpp's server,
-Ollama's ``/v1`` endpoint, LiteLLM and similar gateways, and ``tools/stub_llm_server.py``
-used by the tests.
+Ollama's ``/v1`` endpoint, LiteLLM and similar gateways, and the loopback stub
+:mod:`phronomy_fsm.testing.stub_llm` used by the tests.
 
 Every failure is an :class:`~phronomy_fsm.errors.LLMError` with these attributes (so a
 caller can branch on data, not on message text):

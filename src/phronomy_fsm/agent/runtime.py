@@ -48,7 +48,6 @@ from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.tasks import Task
 
 if TYPE_CHECKING:
-    from phronomy_fsm.agent.agent import Agent
     from phronomy_fsm.runtime.dispatcher import Dispatcher
 
 log = logging.getLogger("phronomy_fsm.agent")
@@ -184,8 +183,10 @@ class AgentRuntime:
             name=name,
             own_store=own_store,
         )
-        #: the Agent objects handed out, by agent id (guarded by ``lock``)
-        self.agents: dict[str, Agent] = {}
+        #: the :class:`~phronomy_fsm.agent.agent.Agent` objects handed out, by agent id
+        #: (guarded by ``lock``; kept and read by that class, which sits above this
+        #: module, so they are typed ``object`` here and no import runs back up)
+        self.agents: dict[str, object] = {}
         self.lock = threading.RLock()
         self._side = ThreadPoolExecutor(1, thread_name_prefix=f"{name}-side")
         self._handoffs: dict[str, collections.deque[dict[str, Any]]] = {}

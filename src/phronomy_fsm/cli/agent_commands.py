@@ -34,7 +34,9 @@ from phronomy_fsm.cli._common import (
     require_store_file,
     takeover_option,
 )
+from phronomy_fsm.cli._faults import crash_at_option
 from phronomy_fsm.errors import ApprovalError, ConflictError, OutcomeUnknownError, PhronomyError
+from phronomy_fsm.runtime.faults import FaultPlan
 
 
 def _print_history(store: Any, execution_id: str) -> None:
@@ -65,7 +67,8 @@ def _print_history(store: Any, execution_id: str) -> None:
     type=float,
     help="How long to wait for the execution.",
 )
-def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
+@crash_at_option
+def demo(db: str | None, resume: bool, wait_seconds: float, faults: FaultPlan | None) -> None:
     """Run the scripted support agent until it suspends for a refund approval, or with
     --resume continue it to its end after `phronomy-fsm approve`."""
     from phronomy_fsm.agent import Agent, AgentRuntime
@@ -85,7 +88,7 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
     if resume:
         require_store_file(db)  # an empty file is not a demo store to resume
     os.makedirs(os.path.dirname(os.path.abspath(db)), exist_ok=True)
-    runtime = AgentRuntime()
+    runtime = AgentRuntime(faults=faults)
     listener = printing_listener(click.echo)
     settled = threading.Event()
 
@@ -102,7 +105,7 @@ def demo(db: str | None, resume: bool, wait_seconds: float) -> None:
             settled.set()
 
     try:
-        store = SqliteBarrierStore(db)
+        store = SqliteBarrierStore(db, faults=faults)
         app = create_app(DEMO_AGENT_ID, db)
         try:
             agent = Agent.load(

@@ -27,8 +27,7 @@ from phronomy_fsm.durable.records import (
 from phronomy_fsm.durable.types import Machine
 from phronomy_fsm.errors import ConflictError, ExecutionExistsError, OutcomeUnknownError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.runtime.timers import check_delay
-from phronomy_fsm.table import COMMITTED, NOT_COMMITTED
+from phronomy_fsm.table import COMMITTED, NOT_COMMITTED, check_delay
 
 
 def start_record(

@@ -51,6 +51,7 @@ from phronomy_fsm.operator.views import (
     StoreRecoveryReport,
     WorkerLease,
 )
+from phronomy_fsm.operator.worker import run_worker
 
 __all__ = [
     "AGENT_MACHINE",
@@ -78,5 +79,6 @@ __all__ = [
     "recover_store",
     "recovery_request",
     "resolve_execution",
+    "run_worker",
     "signal_execution",
 ]

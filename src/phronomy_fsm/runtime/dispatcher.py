@@ -47,7 +47,6 @@ from phronomy_fsm.errors import (
     UndeclaredEventError,
     UnknownSessionError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.binding import (
     AUTO,
     FINAL,
@@ -350,8 +349,6 @@ class Dispatcher(EventLoop):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     # ----------------------------------------------------------------- loop
 
@@ -731,7 +728,7 @@ class Dispatcher(EventLoop):
             code = getattr(work, "__code__", None)
             if code is not None and code.co_argcount == 0 and not code.co_flags & _VARARGS:
                 work = _without_context(work)  # ``work()`` is accepted as well as ``work(octx)``
-            if self.faults is not None or crashpoints.ARMED is not None:
+            if self.faults is not None:
                 work = _crash_after(work, f"offload:{spec.name}:after", self._crash_point)
         except HOOK_ERRORS as exc:
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))

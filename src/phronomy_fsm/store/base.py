@@ -214,8 +214,10 @@ class BarrierStore(Protocol):
 
     def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
         """Record that this process owns ``agent_id``, in one transaction that checks
-        the current owner and writes the claim (docs/operations.md "Who owns an
-        agent"; the rule is :func:`~phronomy_fsm.store.ownership.decide_claim`):
+        the current owner and writes the claim.
+
+        The rule (docs/operations.md "Who owns an agent";
+        :func:`~phronomy_fsm.store.ownership.decide_claim`):
 
         - no owner → claimed (fresh random ``owner_token``);
         - this same process (host, boot, PID namespace, pid, start time) → re-entered:

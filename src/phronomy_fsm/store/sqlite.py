@@ -39,7 +39,6 @@ from phronomy_fsm.errors import (
     SerializationError,
     StorageError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store import ownership, schema
 from phronomy_fsm.store._durable import PreparedDurable, SqliteDurable, apply_durable
@@ -385,8 +384,6 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     def install_fault_hook(self, hook: FaultHook | None) -> None:
         """Install (or remove, with ``None``) the fault-injection seam (see

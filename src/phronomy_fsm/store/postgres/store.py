@@ -47,7 +47,6 @@ from phronomy_fsm.errors import (
     SerializationError,
     StorageError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.postgres import schema
@@ -315,8 +314,6 @@ class PostgresStore(PostgresReads):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     def submit(self, commit: DurableCommit) -> Future[Any]:
         """Queue ``commit`` for group commit. Returns at once; the future is set once

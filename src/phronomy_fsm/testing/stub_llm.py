@@ -1,8 +1,10 @@
-"""A scripted OpenAI-compatible chat-completions server on localhost (issue 5 item 5).
+"""A scripted OpenAI-compatible chat-completions server on a loopback address.
 
-For tests and demos of :class:`phronomy_fsm.agent.openai.OpenAICompatibleProvider`:
-standard library only (``http.server``, ``threading``), so it runs anywhere Python
-does. It answers ``POST .../chat/completions`` (any prefix, e.g. ``/v1``) with the next
+For tests and demos of :class:`phronomy_fsm.agent.openai.OpenAICompatibleProvider` —
+the library's own tests and those of applications built on it (``docs/getting-started.md``,
+"A local stub of the API"): standard library only (``http.server``, ``threading``), so
+it runs anywhere Python does, and it binds loopback addresses only (it is a test
+double, not a server to expose). It answers ``POST .../chat/completions`` (any prefix, e.g. ``/v1``) with the next
 *step* of a script, as one JSON body or — when the request says ``"stream": true`` — as
 server-sent events shaped like OpenAI's (content split into several deltas, each tool
 call's arguments split across chunks, a finish chunk, a usage chunk when
@@ -46,6 +48,8 @@ all it echoes the last user message (``"echo: ..."``).
 
 Importable::
 
+    from phronomy_fsm.testing import StubLLMServer
+
     with StubLLMServer(script=[{"content": "hi"}]) as server:
         provider = OpenAICompatibleProvider(base_url=server.base_url, model="m")
         ...
@@ -53,16 +57,19 @@ Importable::
 
 Runnable::
 
-    python tools/stub_llm_server.py --port 8765 --script steps.json
+    python -m phronomy_fsm.testing.stub_llm [--host 127.0.0.1] [--port 0] [--script steps.json]
 
-where ``steps.json`` holds a JSON list of steps. It prints ``base_url: ...`` and serves
-until interrupted.
+where ``steps.json`` holds a JSON list of steps. Once it listens it prints its base URL
+(``http://127.0.0.1:PORT/v1``) alone on the first line of stdout, then serves until
+SIGINT or SIGTERM (exit status 0; 1 for an unreadable script, 2 for bad arguments).
 """
 
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
+import signal
 import socket
 import sys
 import threading
@@ -98,6 +105,16 @@ class ReceivedRequest:
     body: Any
     outcome: str = "pending"
     done: threading.Event = field(default_factory=threading.Event, repr=False)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Tell whether ``host`` is ``localhost`` or a loopback IP address (``127.0.0.0/8``, ``::1``)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class _ClientGone(Exception):
@@ -395,6 +412,10 @@ class _Server(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class StubLLMServer:
     """A scripted chat-completions server on ``host:port`` (see the module docstring).
 
@@ -402,13 +423,18 @@ class StubLLMServer:
         script: a list of steps (dicts or callables ``(body, n) -> dict``), or one
             callable; ``None`` echoes the last user message.
         port: the TCP port; ``0`` picks a free one.
-        host: the address to bind (loopback by default).
+        host: the loopback address to bind (``127.0.0.1`` by default, ``::1`` or
+            ``localhost``).
         model: the model name reported when neither the step nor the request names one.
         verbose: log requests and handler errors to stderr.
 
     Attributes:
         base_url: ``http://host:port/v1``.
         requests: :class:`ReceivedRequest` records in arrival order.
+
+    Raises:
+        ValueError: ``host`` is not a loopback address.
+        OSError: the address cannot be bound (the port is taken).
 
     The server starts serving on construction (a daemon thread) and stops on
     :meth:`close` or at the end of a ``with`` block. Concurrency: requests are handled on
@@ -424,18 +450,25 @@ class StubLLMServer:
         model: str = "stub-model",
         verbose: bool = False,
     ) -> None:
+        if not is_loopback_host(host):
+            raise ValueError(
+                f"the stub LLM server binds loopback addresses only, not {host!r} "
+                "(127.0.0.1, ::1 or localhost)"
+            )
         self.script = script
         self.requests: list[ReceivedRequest] = []
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
-        self._server = _Server((host, port), _Handler)
+        server_class = _Server6 if ":" in host else _Server
+        self._server = server_class((host, port), _Handler)
         self._server.stub = self
         self._server.model = model
         self._server.verbose = verbose
         self.host = host
         self.port: int = self._server.server_port
-        self.base_url = f"http://{self.host}:{self.port}/v1"
+        shown = f"[{host}]" if ":" in host else host
+        self.base_url = f"http://{shown}:{self.port}/v1"
         self._thread = threading.Thread(
             target=self._server.serve_forever, args=(0.02,), name="stub-llm-server", daemon=True
         )
@@ -513,20 +546,35 @@ class StubLLMServer:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: serve a script file until interrupted. Returns the exit code."""
+    """Serve a script file until SIGINT or SIGTERM (``python -m phronomy_fsm.testing.stub_llm``).
+
+    Prints the base URL on the first line of stdout once the server listens.
+
+    Returns:
+        The exit status: 0 after a signal, 1 when the script cannot be read; bad
+        arguments (a non-loopback ``--host``) exit 2 through argparse.
+    """
     parser = argparse.ArgumentParser(
-        description="Scripted OpenAI-compatible chat-completions stub server."
+        prog="python -m phronomy_fsm.testing.stub_llm",
+        description="A scripted OpenAI-compatible chat-completions server on a loopback "
+        "address, for tests. Prints its base URL on stdout when ready.",
     )
     parser.add_argument(
-        "--port", type=int, default=8765, help="TCP port (0: any free port); default 8765"
+        "--host",
+        default="127.0.0.1",
+        help="loopback address to bind: 127.0.0.1 (default), ::1 or localhost",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind; default 127.0.0.1")
+    parser.add_argument(
+        "--port", type=int, default=0, help="TCP port; 0 (the default) picks a free one"
+    )
     parser.add_argument(
         "--script", help="JSON file holding a list of steps; default: echo the last user message"
     )
     parser.add_argument("--model", default="stub-model", help="model name to report")
     parser.add_argument("--verbose", action="store_true", help="log requests to stderr")
     args = parser.parse_args(argv)
+    if not is_loopback_host(args.host):
+        parser.error(f"--host {args.host}: only loopback addresses (127.0.0.1, ::1, localhost)")
     script = None
     if args.script:
         try:
@@ -541,7 +589,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = StubLLMServer(
         script, port=args.port, host=args.host, model=args.model, verbose=args.verbose
     )
-    print(f"base_url: {server.base_url}", flush=True)
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: server.stopping.set())
+    print(server.base_url, flush=True)
     try:
         server.stopping.wait()
     except KeyboardInterrupt:
@@ -549,6 +598,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         server.close()
     return 0
+
+
+__all__ = ["ReceivedRequest", "StubLLMServer", "is_loopback_host", "main"]
 
 
 if __name__ == "__main__":
