@@ -12,6 +12,7 @@ from phronomy_fsm.durable.records import (
     DurablePoint,
     ExecutionRecord,
     ExecutionStatus,
+    Fence,
     JournalEntry,
     SignalKind,
     SignalRecord,
@@ -40,9 +41,9 @@ def new_execution(execution_id: str, **fields: Any) -> ExecutionRecord:
     return ExecutionRecord(**values)
 
 
-def create(execution_id: str, **fields: Any) -> DurableCommit:
-    """The ``@start`` commit of a new execution."""
-    return DurableCommit("@start", new_execution(execution_id, **fields), None)
+def create(execution_id: str, fence: Fence | None = None, **fields: Any) -> DurableCommit:
+    """The ``@start`` commit of a new execution (made under ``fence`` when given)."""
+    return DurableCommit("@start", new_execution(execution_id, **fields), None, fence)
 
 
 def admit(store: Any, execution_id: str, exclusive_key: str | None = None) -> ExecutionRecord:

@@ -14,7 +14,7 @@ from phronomy_fsm.errors import ConflictError, OutcomeUnknownError, StorageError
 from phronomy_fsm.store import FaultInjectingStore, FaultKind
 from phronomy_fsm.table import NOT_COMMITTED
 
-from .helpers import admit, create, finish, journal, signal, step
+from .helpers import T0, admit, create, finish, journal, signal, step
 
 
 def _executions(store: Any, count: int) -> list[Any]:
@@ -214,22 +214,89 @@ def test_a_mixed_batch_keeps_submission_order(store_factory):
     assert len(store.journal_entries("ex-first")) == 1
 
 
-def test_savepoints_only_around_commits_of_several_statements(store_factory):
-    """A commit that only moves its execution is one statement, atomic alone: a batch
-    of them runs without savepoints; a commit with journal entries gets its own."""
+def _kinds(statements: list[str]) -> list[str]:
+    """The distinct statement kinds, in order (the trace repeats a statement for its
+    trigger steps)."""
+
+    def kind(sql: str) -> str:
+        words = sql.replace("(", " ").split()
+        return " ".join(words[:3] if words[0] == "INSERT" else words[:2])
+
+    return list(dict.fromkeys(map(kind, statements)))
+
+
+def test_one_statement_commits_share_one_multi_row_update(store_factory):
+    """Commits that only move their execution are applied by one multi-row UPDATE (in
+    a savepoint, replayed one by one if any is refused); a commit with journal entries
+    gets a savepoint of its own."""
+    from phronomy_fsm.store import _commit
+
+    runs: list[tuple[int, bool]] = []
+    original = _commit._apply_run
+
+    def spy(cur: Any, run: list[Any], now_ms: int) -> bool:
+        applied = original(cur, run, now_ms)
+        runs.append((len(run), applied))
+        return applied
+
     store = _full_batch_store(store_factory, 4)
     executions = _executions(store, 4)
     statements: list[str] = []
     store._writer.set_trace_callback(statements.append)
-    plain = [f.result(timeout=60) for f in [store.submit(step(ex)) for ex in executions]]
-    assert [r.revision for r in plain] == [1] * 4
-    assert not any(s.startswith("SAVEPOINT") for s in statements)
-    statements.clear()
-    moved = [store.load_record(ex.execution_id) for ex in executions]
-    commits = [step(moved[0], journal=journal(1)), *(step(ex) for ex in moved[1:])]
-    assert [f.result(timeout=60).revision for f in [store.submit(c) for c in commits]] == [2] * 4
-    assert sum(s.startswith("SAVEPOINT") for s in statements) == 1
+    try:
+        _commit._apply_run = spy  # type: ignore[assignment]
+        plain = [f.result(timeout=60) for f in [store.submit(step(ex)) for ex in executions]]
+        assert [r.revision for r in plain] == [1] * 4 and runs == [(4, True)]
+        assert _kinds(statements) == [
+            "BEGIN IMMEDIATE",
+            "SAVEPOINT run",
+            "UPDATE executions",
+            "RELEASE run",
+            "COMMIT",
+        ]
+        statements.clear()
+        moved = [store.load_record(ex.execution_id) for ex in executions]
+        commits = [step(moved[0], journal=journal(1)), *(step(ex) for ex in moved[1:])]
+        receipts = [f.result(timeout=60) for f in [store.submit(c) for c in commits]]
+        assert [r.revision for r in receipts] == [2] * 4 and runs[1:] == [(3, True)]
+        assert _kinds(statements) == [
+            "BEGIN IMMEDIATE",
+            "SAVEPOINT barrier",
+            "UPDATE executions",
+            "INSERT INTO execution_journal",
+            "RELEASE barrier",
+            "SAVEPOINT run",
+            "RELEASE run",
+            "COMMIT",
+        ]
+    finally:
+        _commit._apply_run = original  # type: ignore[assignment]
     assert len(store.journal_entries(moved[0].execution_id)) == 1
+    assert all(store.barrier_log(ex.execution_id)[-1].revision == 2 for ex in executions)
+
+
+def test_fenced_commits_in_one_batch_are_checked_one_by_one(store_factory):
+    """In a multi-row run each commit keeps its own fence check: the one whose token
+    moved on fails alone with LeaseLostError; once the worker's lease has passed,
+    every commit it makes is refused and nothing is written."""
+    from phronomy_fsm.durable.records import Fence, WorkerRecord
+
+    store = _full_batch_store(store_factory, 4)
+    store.register_worker(WorkerRecord("w1", "h", 1, "w1", T0, T0, T0), 600)
+    fence = Fence("w1", 1)
+    for i in range(4):
+        store.commit(create(f"f-{i}", fence=fence))
+    current = [store.load_record(f"f-{i}") for i in range(4)]
+    assert store.claim_execution("f-2", "w1") == 2  # its token moved on
+    futures = [store.submit(step(ex, fence=fence)) for ex in current]
+    assert _outcomes(futures) == [1, 1, "LeaseLostError", 1]
+    assert store.load_record("f-2") == current[2]
+    store.retire_worker("w1")
+    moved = [store.load_record(f"f-{i}") for i in range(4)]
+    fences = [fence, fence, Fence("w1", 2), fence]
+    futures = [store.submit(step(ex, fence=f)) for ex, f in zip(moved, fences)]
+    assert _outcomes(futures) == ["LeaseLostError"] * 4
+    assert [store.load_record(ex.execution_id) for ex in moved] == moved
 
 
 @pytest.mark.parametrize("size", [0, 1001])

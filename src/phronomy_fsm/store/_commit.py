@@ -361,6 +361,91 @@ def classify_update(cur: sqlite3.Cursor, commit: DurableCommit, now_ms: int) -> 
     )
 
 
+def _values(width: int, rows: int) -> str:
+    """``rows`` parenthesised groups of ``width`` placeholders, comma-separated."""
+    group = "(" + ",".join("?" * width) + ")"
+    return ",".join([group] * rows)
+
+
+#: Parameters per row of :func:`bulk_update_sql`.
+BULK_WIDTH = 13
+
+
+@functools.cache
+def bulk_update_sql(rows: int) -> str:
+    """One ``UPDATE ... FROM (VALUES ...)`` applying ``rows`` one-statement commits,
+    each with the compare-and-set of :data:`UPDATE_EXECUTION` (plus :data:`FENCED`
+    when its fence column is not NULL). Parameters: the commit time twice (the
+    ``updated_epoch_ms`` written, the lease check), then per row :func:`bulk_row`."""
+    return (
+        "UPDATE executions SET revision=v.column2, status=v.column3, state=v.column4,"
+        " active=v.column5, body=v.column6, updated_epoch_ms=?1, deadline_epoch_ms=v.column7,"
+        " last_barrier=v.column8, last_digest=v.column9"
+        f" FROM (VALUES {_values(BULK_WIDTH, rows)}) AS v"
+        " WHERE executions.execution_id=v.column1 AND executions.revision=v.column10"
+        " AND executions.machine=v.column11 AND executions.active=1"
+        " AND (v.column12 IS NULL OR (executions.owner_id=v.column12"
+        " AND executions.fence=v.column13 AND EXISTS (SELECT 1 FROM workers w"
+        " WHERE w.worker_id=v.column12 AND w.lease_expires_epoch_ms >= ?1)))"
+    )
+
+
+def bulk_row(p: PreparedDurable) -> tuple[Any, ...]:
+    """The :func:`bulk_update_sql` parameters of one one-statement commit:
+    ``execution_id, revision, status, state, active, body, deadline_epoch_ms, barrier,
+    digest, expected_revision, machine, fence worker (or NULL), fence token``."""
+    commit = p.commit
+    ex = commit.execution
+    fence = commit.fence
+    return (
+        ex.execution_id,
+        ex.revision,
+        ex.status.value,
+        ex.state,
+        1 if ex.is_active else 0,
+        p.body,
+        _epoch(ex.deadline_at),
+        commit.barrier,
+        p.digest,
+        commit.expected_revision,
+        ex.machine,
+        None if fence is None else fence.worker_id,
+        0 if fence is None else fence.token,
+    )
+
+
+def _run_end(batch: list[PreparedDurable], i: int) -> int:
+    """The end of the run of commits starting at ``i`` that one multi-row statement
+    can apply: one-statement commits of distinct executions (so no row of the run
+    depends on another's effect)."""
+    seen: set[str] = set()
+    j = i
+    while j < len(batch):
+        p = batch[j]
+        eid = p.commit.execution.execution_id
+        if not p.is_one_statement or eid in seen:
+            break
+        seen.add(eid)
+        j += 1
+    return j
+
+
+def _apply_run(cur: sqlite3.Cursor, run: list[PreparedDurable], now_ms: int) -> bool:
+    """Apply ``run`` with one statement inside the savepoint ``run``. Returns whether
+    every commit applied; if not, the savepoint was rolled back and nothing of the run
+    is written."""
+    cur.execute("SAVEPOINT run")
+    params: list[Any] = [now_ms]
+    for p in run:
+        params.extend(bulk_row(p))
+    cur.execute(bulk_update_sql(len(run)), params)
+    applied = cur.rowcount == len(run)
+    if not applied:
+        cur.execute("ROLLBACK TO run")
+    cur.execute("RELEASE run")
+    return applied
+
+
 def apply_batch(
     cur: sqlite3.Cursor,
     batch: list[PreparedDurable],
@@ -370,10 +455,16 @@ def apply_batch(
 ) -> tuple[list[Any], list[int]]:
     """Apply a group-commit batch, in submission order, inside the open transaction.
 
-    A commit of several statements runs inside its own savepoint, so a refused commit
-    fails only itself; a one-statement commit (:attr:`PreparedDurable.is_one_statement`)
-    is atomic alone and needs none. ``hook`` (the store's fault seam) is called with
-    ``("write", (commit,))`` before each commit's statements.
+    Runs of one-statement commits of distinct executions (:func:`_run_end`) are
+    applied optimistically by one multi-row UPDATE inside a savepoint — one SQLite
+    call for the whole run instead of one per commit, each of which gives up the GIL
+    and must win it back while the event loop is busy (``docs/store.md``,
+    "Performance"). If any of them is refused, the savepoint is rolled back and the
+    run replayed one commit at a time to find which. Other commits run one by one: a
+    commit of several statements inside its own savepoint, so a refused commit fails
+    only itself; a one-statement commit is atomic alone. ``hook`` (the store's fault
+    seam) is called with ``("write", (commit,))`` before each commit's statements and
+    disables the multi-row path.
 
     Returns:
         ``(results, ok)``: per commit a DurableReceipt or the typed refusal, and the
@@ -384,28 +475,44 @@ def apply_batch(
     """
     results: list[Any] = [None] * len(batch)
     ok: list[int] = []
-    for k, p in enumerate(batch):
-        savepoint = not p.is_one_statement
-        if savepoint:
-            cur.execute("SAVEPOINT barrier")
-        try:
-            if hook is not None:
-                hook("write", (p.commit,))
-            results[k] = apply_durable(cur, p, now_ms, committed_at)
-            ok.append(k)
-        except PhronomyError as exc:
+    i = 0
+    count = len(batch)
+    while i < count:
+        j = _run_end(batch, i) if hook is None else i
+        if j - i > 1 and _apply_run(cur, batch[i:j], now_ms):
+            for k in range(i, j):
+                ex = batch[k].commit.execution
+                results[k] = DurableReceipt(ex.execution_id, ex.revision, (), committed_at)
+                ok.append(k)
+            i = j
+            continue
+        for k in range(i, max(j, i + 1)):
+            p = batch[k]
+            savepoint = not p.is_one_statement
             if savepoint:
-                cur.execute("ROLLBACK TO barrier")
-            results[k] = exc
-        if savepoint:
-            cur.execute("RELEASE barrier")
+                cur.execute("SAVEPOINT barrier")
+            try:
+                if hook is not None:
+                    hook("write", (p.commit,))
+                results[k] = apply_durable(cur, p, now_ms, committed_at)
+                ok.append(k)
+            except PhronomyError as exc:
+                if savepoint:
+                    cur.execute("ROLLBACK TO barrier")
+                results[k] = exc
+            if savepoint:
+                cur.execute("RELEASE barrier")
+        i = max(j, i + 1)
     return results, ok
 
 
 __all__ = [
+    "BULK_WIDTH",
     "PreparedDurable",
     "apply_batch",
     "apply_durable",
+    "bulk_row",
+    "bulk_update_sql",
     "classify_insert",
     "classify_update",
 ]

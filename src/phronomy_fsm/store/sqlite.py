@@ -68,8 +68,9 @@ _Item = tuple[DurableCommit, "Future[DurableReceipt]"]
 
 _SYNCHRONOUS = ("FULL", "NORMAL")
 
-#: Largest ``group_max_batch``: nine bound parameters per barrier in a batch's
-#: multi-row UPDATE must stay under SQLite's default limit of 32,766.
+#: Largest ``group_max_batch``: a batch's multi-row UPDATE binds
+#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit, which must
+#: stay under SQLite's default limit of 32,766.
 MAX_GROUP_BATCH = 1000
 
 #: Frames the WAL is grown to before the first FULL commit: SQLite's default
@@ -160,7 +161,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             lock before failing with StorageError.
         group_window_seconds: extra wait for a group-commit batch to fill (0: flush as
             soon as the writer is idle).
-        group_max_batch: most barriers per group-commit transaction, 1 to
+        group_max_batch: most commits per group-commit transaction, 1 to
             :data:`MAX_GROUP_BATCH` (a batch's multi-row statements must stay within
             SQLite's default limit of 32,766 bound parameters).
         clock: returns the current timezone-aware time (commit times, defaults); the
