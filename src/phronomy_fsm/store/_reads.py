@@ -78,7 +78,6 @@ def _row_filters(
     return where, params
 
 
-
 class SqliteReads:
     """The read methods of the SQLite store (module docstring)."""
 

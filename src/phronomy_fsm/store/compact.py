@@ -285,9 +285,7 @@ def _archive_chunk(
         for table in ("executions", "execution_journal", "signals"):
             columns = ARCHIVE_TABLES[table][0]
             rows[table] = _dicts(
-                conn.execute(
-                    f"SELECT {columns} FROM {table} WHERE execution_id IN ({marks})", ids
-                )
+                conn.execute(f"SELECT {columns} FROM {table} WHERE execution_id IN ({marks})", ids)
             )
         rows["barriers"] = [
             row
