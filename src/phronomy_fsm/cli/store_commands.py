@@ -1,5 +1,5 @@
 """``phronomy-fsm executions list|show``, ``store compact`` and ``store migrate``
-(``docs/store.md`` "Command line", ``docs/operations.md``).
+(``docs/store.md`` "Inspection CLI", ``docs/operations.md``).
 
 A thin click layer: each command parses its options, calls
 :func:`phronomy_fsm.operator.list_executions` /
