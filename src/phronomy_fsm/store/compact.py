@@ -210,6 +210,8 @@ def compact_store(
     """
     if older_than_days < 0:
         raise ValueError("older_than_days must not be negative")
+    if store.read_only:  # before anything is read or an archive created
+        raise StorageError(f"the store {store.path} was opened read-only", path=store.path)
     cutoff = now - timedelta(days=older_than_days)
     cutoff_ms = datetime_to_epoch_ms(cutoff)
     kept = (_PARENT_ACTIVE, _CHILD_ACTIVE, _PENDING_HANDOFF)
