@@ -224,9 +224,9 @@ def test_compact_refuses_bad_arguments_and_removes_nothing(aged, tmp_path):
 def test_a_read_only_store_is_not_compacted_and_no_archive_is_made(aged, tmp_path):
     store, clock = aged
     store.close()
-    with SqliteBarrierStore(store.path, read_only=True) as reader:
-        with pytest.raises(StorageError, match="read-only"):
-            reader.compact(older_than_days=7, archive_path=tmp_path / "a.db", now=clock.now)
+    reader = SqliteBarrierStore(store.path, read_only=True)
+    with reader, pytest.raises(StorageError, match="read-only"):
+        reader.compact(older_than_days=7, archive_path=tmp_path / "a.db", now=clock.now)
     assert not (tmp_path / "a.db").exists()
 
 
