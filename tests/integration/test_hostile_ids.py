@@ -1,9 +1,9 @@
-"""Hostile ids cannot forge CLI output (issue 11 item 9): agent and execution ids are
-validated where they are created, and whatever a store already holds is printed
-escaped by ``executions list|show`` — in tables, in ``--json`` and in ``error:`` lines.
+"""Hostile ids cannot forge CLI output: agent and execution ids are validated where
+they are created, and whatever a store already holds is printed escaped by
+``executions list|show`` — in tables, in ``--json`` and in ``error:`` lines.
 
 Real components: SQLite files under tmp_path, the CLI through click's CliRunner and as
-a subprocess, the runtime's loop.
+a subprocess, the agent runtime.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
+from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
 from phronomy_fsm.cli import main
 from phronomy_fsm.errors import ConfigurationError, InvalidInputError
 from phronomy_fsm.store import SqliteBarrierStore
-from tests.store.helpers import admission
+from tests.store.helpers import create
 
 HOSTILE = [
     pytest.param("a\nb", id="newline"),
@@ -40,17 +40,14 @@ HOSTILE = [
 
 
 @pytest.fixture
-def runtime() -> Any:
-    rt = AgentRuntime(max_workers=2)
-    yield rt
-    rt.close(timeout_seconds=5)
-
-
-@pytest.fixture
 def store(tmp_path: Any) -> Any:
     s = SqliteBarrierStore(tmp_path / "agents.db")
     yield s
     s.close()
+
+
+def _provider() -> ScriptedProvider:
+    return ScriptedProvider([Reply("x")])
 
 
 def _unsafe(text: str) -> list[str]:
@@ -63,42 +60,47 @@ def _unsafe(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("agent_id", HOSTILE)
-def test_agent_create_refuses_a_hostile_agent_id(store: Any, runtime: Any, agent_id: str) -> None:
-    with pytest.raises(ConfigurationError, match="1-128 characters") as refused:
-        Agent.create(
-            agent_id, store=store, runtime=runtime, provider=ScriptedProvider([Reply("x")])
-        )
+def test_agent_create_refuses_a_hostile_agent_id(store: Any, agent_id: str) -> None:
+    with pytest.raises(ConfigurationError, match="agent_id") as refused:
+        Agent.create(agent_id, store=store, provider=_provider())
     assert "\n" not in str(refused.value) and not _unsafe(str(refused.value))
-    assert store.list_agents() == []
+    assert store.agent_ids() == []
 
 
 @pytest.mark.parametrize("execution_id", HOSTILE)
-def test_invoke_refuses_a_hostile_execution_id(store: Any, runtime: Any, execution_id: str) -> None:
-    agent = Agent.create("a", store=store, runtime=runtime, provider=ScriptedProvider([Reply("x")]))
-    with pytest.raises(InvalidInputError, match="1-128 characters"):
-        agent.invoke("hi", execution_id=execution_id, wait_seconds=10)
-    assert store.list_executions() == []
+def test_invoke_refuses_a_hostile_execution_id(store: Any, execution_id: str) -> None:
+    agent = Agent.create("a", store=store, provider=_provider())
+    try:
+        with pytest.raises(InvalidInputError, match="execution_id"):
+            agent.invoke("hi", execution_id=execution_id, wait_seconds=10)
+        assert store.list_records() == []
+    finally:
+        agent.close()
+        agent.runtime.close()
 
 
-def test_ordinary_ids_are_still_accepted(store: Any, runtime: Any) -> None:
-    agent = Agent.create(
-        "support-agent.eu:1/ümlaut",
-        store=store,
-        runtime=runtime,
-        provider=ScriptedProvider([Reply("x")]),
-    )
-    result = agent.invoke("hi", execution_id="order-42:retry.1#é", wait_seconds=10)
-    assert result.status == "completed"
+def test_ordinary_ids_are_still_accepted(store: Any) -> None:
+    agent = Agent.create("support-agent.eu:1/ümlaut", store=store, provider=_provider())
+    try:
+        result = agent.invoke("hi", execution_id="order-42:retry.1#é", wait_seconds=10)
+        assert result.status == "completed"
+    finally:
+        agent.close()
+        agent.runtime.close()
 
 
 @pytest.fixture
 def hostile_db(tmp_path: Any) -> str:
-    """A store that already holds hostile ids (written below the agent layer, as an
-    older version or another tool could have)."""
+    """A store that already holds hostile ids (written below the engine's id checks, as
+    an older version or another tool could have)."""
     path = tmp_path / "hostile.db"
+    agents = [
+        ("agent\nFORGED  a2  completed  completed  9  x", "ex\x1b[2J\u202e1"),
+        ("a\u202ebad", "ex\r\x00\u2028two"),
+    ]
     with SqliteBarrierStore(path) as store:
-        admission(store, "agent\nFORGED  a2  completed  completed  9  x", "ex\x1b[2J\u202e1")
-        admission(store, "a\u202ebad", "ex\r\x00\u2028two")
+        for agent_id, execution_id in agents:
+            store.commit(create(execution_id, machine="agent_session", exclusive_key=agent_id))
     return str(path)
 
 

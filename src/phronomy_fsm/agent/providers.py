@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, ToolCall, Usage
+from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.errors import ConfigurationError, LLMError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
-from phronomy_fsm.store.records import ensure_json
 
 TokenSink = Callable[[str], None]
 

@@ -41,7 +41,6 @@ from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
 from phronomy_fsm.operator.recovery import is_at_rest, recover_store
 from phronomy_fsm.operator.views import (
     AGENT_MACHINE,
-    AgentExecutionDetail,
     ExecutionDetail,
     ExecutionPage,
     ExecutionSummary,
@@ -58,7 +57,6 @@ __all__ = [
     "DEFAULT_SENDER",
     "ERROR_PLACEHOLDER",
     "RESULT_PLACEHOLDER",
-    "AgentExecutionDetail",
     "ExecutionDetail",
     "ExecutionDrawing",
     "ExecutionPage",

@@ -1,7 +1,7 @@
 """The operator's reads and inbox writes: list, describe, signal, resolve, cancel.
 
-Reads cover every execution of a store (the durable engine's and the agent layer's);
-writes go through :mod:`phronomy_fsm.durable.operations`, which validates against the
+Reads cover every execution of a store, of any machine (agent executions included:
+they are engine executions of ``agent_session``); writes go through :mod:`phronomy_fsm.durable.operations`, which validates against the
 stored execution and its machine's registered table and writes nothing when it
 refuses. Returns the values of :mod:`phronomy_fsm.operator.views`.
 """
@@ -16,10 +16,8 @@ from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
-from phronomy_fsm.errors import ResolutionError, SerializationError
+from phronomy_fsm.errors import ResolutionError
 from phronomy_fsm.operator.views import (
-    AGENT_MACHINE,
-    AgentExecutionDetail,
     ExecutionDetail,
     ExecutionPage,
     ExecutionSummary,
@@ -28,7 +26,6 @@ from phronomy_fsm.operator.views import (
     WorkerLease,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.store import records as agent_records
 
 #: What ``sender`` the operator's signals record unless a front end names itself.
 DEFAULT_SENDER = "operator"
@@ -47,13 +44,13 @@ def list_executions(
     limit: int | None = None,
     offset: int = 0,
 ) -> ExecutionPage:
-    """One page of the store's executions of every machine, agent rows included.
+    """One page of the store's executions of every machine.
 
     Args:
         store: a :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` (read-only is
             enough).
         machine / status / exclusive_key: only executions matching every given filter
-            (an agent row's exclusive key is its agent id).
+            (an agent execution's exclusive key is its agent id).
         limit: at most this many rows (``None``: all); offset: skip this many first.
 
     Returns:
@@ -61,8 +58,7 @@ def list_executions(
 
     Raises:
         ValueError: a negative ``limit`` or ``offset``.
-        StorageError: the read failed. SerializationError: an agent row's body is
-            damaged.
+        StorageError: the read failed.
     """
     if (limit is not None and limit < 0) or offset < 0:
         raise ValueError("limit and offset must not be negative")
@@ -78,10 +74,7 @@ def list_executions(
 
 def _summary(store: Any, row: Mapping[str, Any]) -> ExecutionSummary:
     active = bool(row["active"])
-    if row["machine"] == AGENT_MACHINE:
-        needs = active and _agent_needs_operator(store, row["execution_id"])
-    else:
-        needs = row["status"] == ExecutionStatus.RECOVERY_REQUIRED.value
+    needs = row["status"] == ExecutionStatus.RECOVERY_REQUIRED.value
     deadline = row["deadline_epoch_ms"]
     return ExecutionSummary(
         execution_id=row["execution_id"],
@@ -100,76 +93,16 @@ def _summary(store: Any, row: Mapping[str, Any]) -> ExecutionSummary:
     )
 
 
-def _agent_needs_operator(store: Any, execution_id: str) -> bool:
-    return _agent_request(store, store.load_execution(execution_id)) is not None
-
-
-def _agent_request(store: Any, execution: agent_records.ExecutionRecord) -> Any:
-    """The agent layer's classification of an active agent execution when recovering
-    it would ask an operator for a resolution
-    (:func:`phronomy_fsm.agent.recovery.classify`) and no live process owns its agent
-    (a live owner is running it, or has asked already); else ``None``."""
-    from phronomy_fsm.agent.recovery import RESOLUTION_REQUIRED, classify
-    from phronomy_fsm.runtime.processes import DEAD, current_process, probe_owner
-
-    if not execution.is_active:
-        return None
-    found = classify(execution)
-    if found.kind != RESOLUTION_REQUIRED:
-        return None
-    owner = store.agent_owner(execution.agent_id)
-    if owner is not None and probe_owner(owner.process, current_process())[0] != DEAD:
-        return None
-    return found
-
-
-_AGENT_SUBJECT_KEYS = {
-    "llm_call": "llm_call_id",
-    "tool_invocation": "tool_invocation_id",
-    "execution": "execution_id",
-}
-
-
-def _agent_commands(
-    execution: agent_records.ExecutionRecord, found: Any, db_path: str
-) -> tuple[str, ...]:
-    subject = found.subject or {}
-    kind = subject.get("type", "execution")
-    ident = subject.get(_AGENT_SUBJECT_KEYS.get(kind, "execution_id"), execution.execution_id)
-    base = [
-        "phronomy-fsm", "resolve", execution.execution_id, "--db", db_path,
-        "--app", "MODULE:FACTORY", "--expected-revision", str(execution.revision),
-        "--subject", f"{kind}:{ident}",
-    ]  # fmt: skip
-    commands = []
-    for outcome in found.allowed_outcomes:
-        words = [*base, "--outcome", outcome]
-        if outcome == "succeeded":
-            words += ["--result", RESULT_PLACEHOLDER]
-        elif outcome == "failed":
-            words += ["--error", ERROR_PLACEHOLDER]
-        commands.append(shlex.join(words))
-    return tuple(commands)
-
-
-def load_any_execution(
-    store: Any, execution_id: str
-) -> ExecutionRecord | agent_records.ExecutionRecord:
-    """The stored execution ``execution_id``: an engine
-    :class:`~phronomy_fsm.durable.records.ExecutionRecord`, or the agent layer's
-    :class:`~phronomy_fsm.store.records.ExecutionRecord` for an agent execution.
+def load_any_execution(store: Any, execution_id: str) -> ExecutionRecord:
+    """The stored execution ``execution_id`` (``store.load_record``). Since schema
+    version 5 every execution, an agent's included, is an engine execution
+    (``docs/store.md``, "Upgrading to version 5").
 
     Raises:
-        NotFoundError: no such execution. SerializationError: its body is damaged
-            (the engine decoder's message). StorageError.
+        NotFoundError: no such execution. SerializationError: its body is damaged.
+        StorageError.
     """
-    try:
-        return store.load_record(execution_id)  # type: ignore[no-any-return]
-    except SerializationError as engine_error:
-        try:
-            return store.load_execution(execution_id)  # type: ignore[no-any-return]
-        except SerializationError:
-            raise engine_error from None
+    return store.load_record(execution_id)  # type: ignore[no-any-return]
 
 
 def describe_execution(
@@ -179,7 +112,7 @@ def describe_execution(
     db_path: str | None = None,
     app_spec: str | None = None,
     clock: Clock = SYSTEM_CLOCK,
-) -> ExecutionDetail | AgentExecutionDetail:
+) -> ExecutionDetail:
     """Everything an operator reads about one execution.
 
     Args:
@@ -190,25 +123,14 @@ def describe_execution(
         clock: decides whether the owner's lease still runs.
 
     Returns:
-        :class:`ExecutionDetail` for an engine execution (record, barrier log, signals
-        with their outcomes, journal entries, owner, awaited events, recovery request),
-        :class:`AgentExecutionDetail` for an agent execution.
+        :class:`ExecutionDetail`: record, barrier log, signals with their outcomes,
+        journal entries, owner, awaited events, recovery request.
 
     Raises:
         NotFoundError, SerializationError, StorageError.
     """
     record = load_any_execution(store, execution_id)
     db = store.path if db_path is None else db_path
-    if isinstance(record, agent_records.ExecutionRecord):
-        found = _agent_request(store, record)
-        return AgentExecutionDetail(
-            record,
-            tuple(store.barrier_history(execution_id)),
-            tuple(store.execution_journal(execution_id)),
-            needs_operator=found is not None,
-            reason=None if found is None else found.reason,
-            commands=() if found is None else _agent_commands(record, found, db),
-        )
     return ExecutionDetail(
         record=record,
         barriers=tuple(store.barrier_log(execution_id)),

@@ -24,9 +24,8 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     to_json,
 )
-from phronomy_fsm.store import records as agent_records
 
-#: The machine of the agent layer's executions (their exclusive key is the agent id).
+#: The machine of agent executions (their exclusive key is the agent id).
 AGENT_MACHINE = "agent_session"
 
 
@@ -77,10 +76,8 @@ class WorkerLease:
 class ExecutionSummary:
     """One row of :func:`list_executions`: an execution of any machine.
 
-    ``needs_operator`` is True for an engine execution in ``recovery_required``, and
-    for an active agent execution whose recovery needs an operator's resolution and
-    that no live process owns. For an agent row ``exclusive_key`` is its agent id and
-    ``state`` its durable phase.
+    ``needs_operator`` is True for an execution in ``recovery_required``. For an
+    agent execution (machine ``agent_session``) ``exclusive_key`` is its agent id.
     """
 
     execution_id: str
@@ -99,12 +96,13 @@ class ExecutionSummary:
 
     @property
     def is_agent(self) -> bool:
-        """True for an execution of the agent layer (machine ``agent_session``)."""
+        """True for an agent execution (machine ``agent_session``)."""
         return self.machine == AGENT_MACHINE
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; agent rows also carry ``agent_id`` and ``phase`` (``None``
-        for engine rows), as ``executions list --json`` always printed them."""
+        """JSON-ready form; agent executions also carry ``agent_id`` and ``phase`` (its
+        state; both ``None`` for other machines), as ``executions list --json`` always
+        printed them."""
         return {
             "execution_id": self.execution_id,
             "machine": self.machine,
@@ -254,22 +252,6 @@ class ExecutionDetail:
 
 
 @attrs.frozen
-class AgentExecutionDetail:
-    """What :func:`describe_execution` returns for an agent execution: the agent
-    layer's record, its barrier history and journal records, and whether its recovery
-    needs an operator (see :class:`ExecutionSummary`) — then ``reason`` and one
-    ``phronomy-fsm resolve`` command per allowed outcome for its first unresolved
-    subject (``--app MODULE:FACTORY`` left for the operator to fill in)."""
-
-    record: agent_records.ExecutionRecord
-    barriers: tuple[agent_records.BarrierRecord, ...]
-    journal: tuple[agent_records.JournalRecord, ...]
-    needs_operator: bool = False
-    reason: str | None = None
-    commands: tuple[str, ...] = ()
-
-
-@attrs.frozen
 class InboxReceipt:
     """What a signal, resolution or cancel wrote: the stored ``signal`` (with its
     ``seq``) and the execution's ``owner`` when it was written. With a live owner that
@@ -382,7 +364,6 @@ class StoreRecoveryReport:
 
 __all__ = [
     "AGENT_MACHINE",
-    "AgentExecutionDetail",
     "ExecutionDetail",
     "ExecutionPage",
     "ExecutionSummary",

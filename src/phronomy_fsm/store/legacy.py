@@ -9,16 +9,22 @@ stored execution, exactly as a person reading it would, and never so that an eff
 might run twice (``docs/store.md``, "Upgrading to version 5"):
 
 - **finished** executions keep their outcome: ``completed``/``rejected``/``handed_off``
-  finish ``completed`` in that state, ``failed``/``blocked`` finish ``failed``,
-  ``cancelled`` ``cancelled``; their conversation stays the agent's history;
+  finish ``completed`` in that state, ``failed``/``blocked`` finish ``failed`` in
+  that state, ``cancelled`` finishes ``cancelled`` (in the final state ``failed``: the
+  old layer did not keep the state it was cancelled in); their journal becomes their
+  journal entries, and the messages of ``completed``/``handed_off`` ones stay the
+  agent's history (marked ``context``);
 - one **suspended for approval** waits again, in ``awaiting_approval``, with the same
-  approval request: approving it runs its tools as the engine does;
+  approval request id and tool calls (their ids are the idempotency keys the old layer
+  would have used): approving it runs its tools as the engine does;
 - any other **active** one (between barriers when the old process stopped: an LLM call
   or a tool may or may not have happened) is parked in ``recovery_required`` with the
-  execution as its subject — an operator ends it (``failed``) and runs the request
-  again if it must.
+  execution as its subject (``subject`` ``None``) — the only answer an operator can
+  give is ``failed``; whoever asked runs the request again if it must be.
 
-:func:`convert_journal` turns the old journal records into the engine's journal
+An active execution's conversation, LLM answers, tool results and approval records go
+into its context (:class:`~phronomy_fsm.agent.context.SessionContext` as JSON), which
+the engine journals when it ends. :func:`convert_journal` turns the old journal records into the engine's journal
 entries (kinds and data as ``phronomy_fsm.agent.journal`` writes them).
 
 The functions are pure: JSON in, JSON out.
@@ -71,8 +77,56 @@ _TOOL_STATUS = {
 }
 
 
+#: Journal kinds the engine keeps in the context's ``audit`` until the execution ends.
+_AUDIT_KINDS = ("approval_required", "approval_decided")
+
+
 def _time(text: Any) -> datetime:
     return datetime.fromisoformat(str(text))
+
+
+def _approval(request: Any, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``ApprovalRequestState`` JSON of a legacy approval request: decided once the
+    old layer recorded ``approved``; per-item decisions from its metadata (or all the
+    same as the whole request)."""
+    if not isinstance(request, dict):
+        return None
+    items = [i["tool_invocation_id"] for i in request.get("items", [])]
+    approved = request.get("approved")
+    decisions: dict[str, bool] | None = None
+    if approved is not None:
+        recorded = metadata.get("approval_decisions")
+        decisions = (
+            {str(k): bool(v) for k, v in recorded.items()}
+            if isinstance(recorded, dict)
+            else {item: bool(approved) for item in items}
+        )
+    return {
+        "request_id": request.get("request_id"),
+        "items": items,
+        "decided": approved is not None,
+        "decisions": decisions,
+    }
+
+
+def _audit_data(kind: str, content: Any) -> dict[str, Any]:
+    """The data of an approval journal record in the engine's shape
+    (``agent/session_hooks.py``): ``approval_required`` ``{approval_request_id,
+    items}``; ``approval_decided`` ``{approval_request_id, approved (None when decided
+    item by item), decisions, by}``."""
+    data = content if isinstance(content, dict) else {}
+    if kind == "approval_required":
+        return {
+            "approval_request_id": data.get("approval_request_id"),
+            "items": list(data.get("items") or []),
+        }
+    whole = data.get("global", True)
+    return {
+        "approval_request_id": data.get("approval_request_id"),
+        "approved": data.get("approved") if whole else None,
+        "decisions": data.get("decisions"),
+        "by": None,
+    }
 
 
 def _context(
@@ -90,18 +144,20 @@ def _context(
         used = content.get("usage") or {}
         usage["prompt_tokens"] += int(used.get("prompt_tokens") or 0)
         usage["completion_tokens"] += int(used.get("completion_tokens") or 0)
-        responses.append(
-            {
-                "llm_call_id": content.get("llm_call_id"),
-                "model": content.get("model"),
-                "usage": {
-                    "prompt_tokens": int(used.get("prompt_tokens") or 0),
-                    "completion_tokens": int(used.get("completion_tokens") or 0),
-                },
-                "finish_reason": None,
-                "tool_call_count": content.get("tool_call_count", 0),
-            }
-        )
+        fact = {
+            "llm_call_id": content.get("llm_call_id"),
+            "model": content.get("model"),
+            "usage": {
+                "prompt_tokens": int(used.get("prompt_tokens") or 0),
+                "completion_tokens": int(used.get("completion_tokens") or 0),
+            },
+            "finish_reason": None,
+            "tool_call_count": content.get("tool_call_count", 0),
+        }
+        for key in ("started_at", "completed_at"):  # the old layer's timings, kept
+            if content.get(key) is not None:
+                fact[key] = content[key]
+        responses.append(fact)
     answer = next(
         (m.get("content") for m in reversed(messages) if m.get("role") == "assistant"), None
     )
@@ -118,6 +174,7 @@ def _context(
         if r.get("kind") == "tool_result"
     ]
     request = body.get("approval_request")
+    metadata = body.get("metadata") or {}
     tools = []
     awaiting = {i["tool_invocation_id"]: i for i in (request or {}).get("items", [])}
     for entry in body.get("tool_batch") or ():
@@ -140,7 +197,6 @@ def _context(
                 "rejected_by": None,
             }
         )
-    metadata = body.get("metadata") or {}
     error = body.get("error") or {}
     return {
         "agent_id": body.get("agent_id"),
@@ -156,15 +212,12 @@ def _context(
         "finish_reason": None,
         "tools": tools,
         "tool_log": tool_log,
-        "approval": None
-        if request is None
-        else {
-            "request_id": request.get("request_id"),
-            "items": [i["tool_invocation_id"] for i in request.get("items", [])],
-            "decided": False,
-            "decisions": None,
-        },
-        "audit": [],
+        "approval": _approval(request, metadata),
+        "audit": [
+            {"kind": r["kind"], "data": _audit_data(r["kind"], r.get("content"))}
+            for r in records
+            if r.get("kind") in _AUDIT_KINDS
+        ],
         "outcome": outcome,
         "output": body.get("output"),
         "error": error.get("message") if isinstance(error, dict) else None,
@@ -221,6 +274,12 @@ def convert_execution(body: dict[str, Any], records: list[dict[str, Any]]) -> Ex
             context=_context(body, records, None),
             **base,
         )
+    old = body.get("recovery")
+    waited = (
+        f"; it was waiting for an operator: {old.get('reason')}"
+        if isinstance(old, dict) and old.get("reason")
+        else ""
+    )
     return ExecutionRecord(
         state=agent_session.State.RECOVERY_REQUIRED.value,
         point=DurablePoint.WAIT,
@@ -231,7 +290,7 @@ def convert_execution(body: dict[str, Any], records: list[dict[str, Any]]) -> Ex
                 f"started by an earlier version of phronomy_fsm and stopped in phase "
                 f"{body.get('phase')!r} (status {status}): an LLM call or a tool may or may "
                 "not have happened, and it cannot be resumed; answer failed to end it, then "
-                "run the request again if it must be"
+                f"run the request again if it must be{waited}"
             ),
             subject=None,
             allowed_outcomes=(ResolutionOutcome.FAILED,),
@@ -274,6 +333,8 @@ def convert_journal(
                 data["original_bytes"] = content["original_bytes"]
         elif kind == "input_received":
             data = {"input": content}
+        elif kind in _AUDIT_KINDS:
+            data = _audit_data(kind, content)
         else:
             data = content if isinstance(content, dict) else {"content": content}
         out.append((kind, data))

@@ -1,39 +1,46 @@
-"""The SQLite schema of the barrier store, its version and its migrations (issue 4 item 1).
+"""The SQLite schema of the store, its version and its migrations (``docs/store.md``,
+"Schema").
 
 Owns: the table layout, the schema version kept in ``meta``, the named migrations
 (applied with sqlite-utils' :class:`~sqlite_utils.migrations.Migrations` and recorded by
 name in its ``_sqlite_migrations`` table), and the checks done before anything is
 written to a file: it must be a SQLite database, a phronomy store (or empty), and not
 newer than this code. It must not hold connection policy or the commit logic
-(``sqlite.py``).
+(``sqlite.py``, ``_commit.py``).
 
-Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_json`):
+Tables at version 5 (all STRICT; bodies are canonical JSON of the records of
+:mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
-- ``agents(agent_id PK, revision, lifecycle, journal_head, body, created_epoch_ms,
-  updated_epoch_ms)``
-- ``executions(execution_id PK, agent_id, revision, status, phase, active, spec_sha256,
-  body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest,
-  last_barrier_seq)`` with the partial unique index
-  ``executions_one_active ON executions(agent_id) WHERE active = 1`` (reference §5.2,
-  one active execution per agent) and ``executions_by_agent(agent_id, created_epoch_ms)``.
-- ``journal(agent_id, sequence, record_id, execution_id, kind, body)``; unique
-  ``(agent_id, sequence)`` and ``(agent_id, record_id)``; index on ``execution_id``.
+- ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
+  status, state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms,
+  deadline_epoch_ms, owner_id, fence, last_barrier, last_digest, last_barrier_seq)``
+  with the partial unique index ``executions_one_active ON executions(exclusive_key)
+  WHERE active = 1`` (at most one active execution per exclusive key) and indexes by
+  key, creation time, machine and status, parent, and owner.
 - ``barriers(seq INTEGER PRIMARY KEY, execution_id, revision, barrier,
-  committed_epoch_ms, digest, status, phase, previous_seq)`` (version 3, migration
-  ``0003_barrier_log_in_commit_order``): appended in commit order, so the barriers of
-  one group-commit transaction share a page. Rows are inserted by the triggers
-  ``executions_log_insert``/``executions_log_update`` from the ``last_barrier`` and
-  ``last_digest`` columns written by the same statement that moves the execution; the
-  trigger links the row to the execution's previous one (``previous_seq``) and stores
-  its ``seq`` in ``executions.last_barrier_seq``, and :data:`BARRIER_CHAIN` walks that
-  chain back. (Versions 1–2 kept it WITHOUT ROWID keyed by ``(execution_id,
-  revision)``.)
+  committed_epoch_ms, digest, status, state, previous_seq)``: the barrier log, appended
+  in commit order by the triggers ``executions_log_insert``/``executions_log_update``
+  from the ``last_barrier``/``last_digest`` columns written by the same statement that
+  moves the execution; each row links to the execution's previous one
+  (``previous_seq``) and the execution keeps its newest (``last_barrier_seq``), so
+  :data:`BARRIER_CHAIN` walks an execution's log back.
+- ``signals(seq INTEGER PRIMARY KEY, signal_id UNIQUE, execution_id, kind, event, body,
+  created_epoch_ms, consumed_revision, outcome)``: the durable inbox.
+- ``execution_journal(execution_id, revision, position, kind, body)``: the records
+  commits add (an agent's conversation), keyed by execution and commit order.
+- ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``: leases.
+- ``machines(machine, spec_sha256, body, registered_epoch_ms)``: compiled tables
+  registered by runtimes, for operator tools.
+- ``agents(agent_id PK, created_epoch_ms, body)``: the registered agent ids.
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
-- ``agent_owners(agent_id PK, host, pid, start_time, boot_id, pid_namespace,
-  owner_token, holds, claimed_epoch_ms)`` (version 2, migration ``0002_agent_owners``):
-  which process owns an agent (``ownership.py``; docs/operations.md "Who owns an
-  agent"). ``start_time``, ``boot_id`` and ``pid_namespace`` are NULL where the
-  platform has no ``/proc``.
+
+Migrations: ``0001_initial`` and ``0002_agent_owners`` (versions 1-2: the agent
+layer's tables), ``0003_barrier_log_in_commit_order`` (version 3),
+``0004_generic_executions`` (version 4: executions of any machine, the inbox, journal,
+workers and machines), ``0005_agents_on_the_engine`` (version 5: the agent layer's
+executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
+into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
+dropped; ``docs/store.md``, "Upgrading to version 5").
 """
 
 from __future__ import annotations
@@ -378,6 +385,8 @@ def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
     db.execute("ALTER TABLE agents_v5 RENAME TO agents")
     db.execute("DROP TABLE journal")
     db.execute("DROP TABLE agent_owners")
+    # compaction removes an execution's signals, consumed or not (store/compact.py)
+    db.execute("CREATE INDEX signals_by_execution ON signals(execution_id)")
 
 
 #: Migration names this code knows, in order.

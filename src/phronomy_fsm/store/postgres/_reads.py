@@ -32,9 +32,9 @@ from phronomy_fsm.errors import (
     NotFoundError,
     SignalRefusedError,
 )
-from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
 from phronomy_fsm.store.postgres._commit import INSERT_SIGNAL, SIGNALS_CHANNEL, WORK_CHANNEL
 from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 _SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
 _LIVE_OWNER = (
