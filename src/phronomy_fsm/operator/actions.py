@@ -140,9 +140,10 @@ def describe_execution(
         execution or tool call the agent's side (:class:`AgentView`).
 
     Raises:
-        InvalidIdError, NotFoundError, SerializationError, StorageError.
+        NotFoundError, SerializationError, StorageError.
     """
-    record = operations.load_execution_record(store, execution_id)
+    # a read: whatever id a store holds can be shown (printed escaped by front ends)
+    record: ExecutionRecord = store.load_record(execution_id)
     db = store.path if db_path is None else db_path
     children: tuple[str, ...] = ()
     if record.machine == AGENT_MACHINE:
