@@ -89,8 +89,9 @@ def _message(data: Any) -> MessageView | None:
 
 def _error_text(record: ExecutionRecord, ctx: Mapping[str, Any]) -> str | None:
     if ctx.get("error") is not None:
-        kind = ctx.get("error_type")
-        return f"{kind}: {ctx['error']}" if kind else str(ctx["error"])
+        kind, text = ctx.get("error_type"), str(ctx["error"])
+        # a session keeps the type apart; a tool call's text already starts with it
+        return f"{kind}: {text}" if kind and not text.startswith(f"{kind}:") else text
     if record.error is not None:
         return record.error.render()
     return None
