@@ -194,7 +194,16 @@ def test_a_killed_workers_tool_call_is_taken_over_and_goes_to_an_operator(
     child = Child("tool", db)
     children.append(child)
     execution_id = child.read()["execution_id"]
+    listed = json.loads(cli("executions", "list", "--db", str(db), "--json").stdout)
+    assert {(r["machine"], r["has_live_owner"], r["waits_for"]) for r in listed} == {
+        ("agent_session", True, None),
+        ("tool_call", True, None),
+    }
     child.kill()
+    # nothing moves until someone recovers them, and the listing says so
+    table = cli("executions", "list", "--db", str(db)).stdout.splitlines()
+    assert [line.split()[-1] for line in table[1:3]] == ["recover", "recover"]
+    assert table[-1].startswith("2 running with no live worker: phronomy-fsm recover --db ")
     recovered = cli("recover", "--db", str(db), "--app", APP)
     assert recovered.returncode == 3, (recovered.stdout, recovered.stderr)
     assert "recovered 2 execution(s)" in recovered.stdout

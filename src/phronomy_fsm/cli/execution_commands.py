@@ -86,9 +86,10 @@ def list_command(
 ) -> None:
     """List executions of every machine (oldest first): machine, status, state,
     revision, and who it waits for — an operator (recovery_required: resolve), a
-    person's approval (an agent: approve) or a signal. The table ends with the counts
-    per status and what to run next; --json prints the rows only (each with
-    needs_operator and waits_for)."""
+    person's approval (an agent: approve), a signal, or a recover (running, but no
+    live worker runs it). The table ends with the counts per status and what to run
+    next; --json prints the rows only (each with needs_operator, waits_for and
+    has_live_owner)."""
     if agent_id is not None and exclusive_key not in (None, agent_id):
         raise click.UsageError("--agent and --exclusive-key name different keys")
     if waiting_for is not None and status not in (None, operator.WAITING_FOR_STATUS[waiting_for]):
@@ -142,6 +143,12 @@ def list_command(
                 f"{count} {what}: phronomy-fsm executions show ID --db {db} prints the "
                 f"{_ANSWERED_BY[kind]} command(s)"
             )
+    stalled = sum(1 for e in page.executions if e.waits_for == operator.WAITS_FOR_RECOVER)
+    if stalled:
+        echo(
+            f"{stalled} running with no live worker: phronomy-fsm recover --db {db} --app "
+            "MODULE:FACTORY resumes them (and says which need an operator)"
+        )
 
 
 @executions.command("show")

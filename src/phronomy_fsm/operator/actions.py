@@ -11,7 +11,7 @@ of :mod:`phronomy_fsm.operator.views`.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from phronomy_fsm.agent import approvals
@@ -57,6 +57,7 @@ def list_executions(
     waiting_for: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> ExecutionPage:
     """One page of the store's executions of every machine, agents' included.
 
@@ -68,9 +69,11 @@ def list_executions(
         waiting_for: ``operator`` (in ``recovery_required``: answer with ``resolve``)
             or ``person`` (``waiting``: an approval, or a signal of a wait state).
         limit: at most this many rows (``None``: all); offset: skip this many first.
+        clock: decides whether an owner's lease still runs.
 
     Returns:
-        An :class:`ExecutionPage` (oldest first) with counts per status.
+        An :class:`ExecutionPage` (oldest first) with counts per status; each row says
+        whether a live worker runs it.
 
     Raises:
         ValueError: a negative ``limit`` or ``offset``, an unknown ``waiting_for``, or
@@ -95,10 +98,17 @@ def list_executions(
     rows = store.execution_rows(
         machine=machine, status=status, exclusive_key=exclusive_key, limit=limit, offset=offset
     )
-    return ExecutionPage(tuple(_summary(row) for row in rows), dict(counts), total, offset, limit)
+    leases = _worker_leases(store, clock)
+    expiry = {w.worker_id: expires for w, _hb, expires in store.list_workers()}
+    summaries = []
+    for row in rows:
+        owner = row["owner_id"]
+        live = owner is not None and leases(owner, expiry.get(owner)).is_live
+        summaries.append(_summary(row, has_live_owner=live))
+    return ExecutionPage(tuple(summaries), dict(counts), total, offset, limit)
 
 
-def _summary(row: Mapping[str, Any]) -> ExecutionSummary:
+def _summary(row: Mapping[str, Any], *, has_live_owner: bool) -> ExecutionSummary:
     deadline = row["deadline_epoch_ms"]
     return ExecutionSummary(
         execution_id=row["execution_id"],
@@ -114,6 +124,7 @@ def _summary(row: Mapping[str, Any]) -> ExecutionSummary:
         parent_execution_id=row["parent_execution_id"],
         owner_id=row["owner_id"],
         deadline_at=None if deadline is None else epoch_ms_to_datetime(deadline),
+        has_live_owner=has_live_owner,
     )
 
 
@@ -165,31 +176,44 @@ def describe_execution(
 def execution_owner(
     store: Any, execution_id: str, *, clock: Clock = SYSTEM_CLOCK
 ) -> WorkerLease | None:
-    """The worker owning an engine execution (``None``: never claimed), with whether
-    it still runs it: its lease has not passed at ``clock.now()`` and its process is
-    not provably gone (:func:`phronomy_fsm.runtime.processes.probe_owner`). Raises
+    """The worker owning an execution (``None``: never claimed), with whether it still
+    runs it: its lease has not passed at ``clock.now()`` and its process is not
+    provably gone (:func:`phronomy_fsm.runtime.processes.probe_owner`). Raises
     NotFoundError, StorageError."""
-    from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
-
     owner_id, _token, expires_ms = store.execution_owner(execution_id)
     if owner_id is None:
         return None
-    worker = next((w for w, _hb, _exp in store.list_workers() if w.worker_id == owner_id), None)
-    gone = False
-    if worker is not None:
-        identity = ProcessIdentity(
-            worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
-        )
-        gone = probe_owner(identity, current_process())[0] == DEAD
+    return _worker_leases(store, clock)(owner_id, expires_ms)
+
+
+def _worker_leases(store: Any, clock: Clock) -> Callable[[str, int | None], WorkerLease]:
+    """A function ``(worker_id, lease_expires_ms) -> WorkerLease`` over the store's
+    workers as read now, probing each worker's process at most once."""
+    from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
+
+    workers = {w.worker_id: w for w, _hb, _exp in store.list_workers()}
+    gone: dict[str, bool] = {}
     now_ms = datetime_to_epoch_ms(clock.now())
-    return WorkerLease(
-        worker_id=owner_id,
-        is_live=expires_ms is not None and expires_ms >= now_ms and not gone,
-        lease_expires_at=None if not expires_ms else epoch_ms_to_datetime(expires_ms),
-        host=None if worker is None else worker.host,
-        pid=None if worker is None else worker.pid,
-        process_gone=gone,
-    )
+    me = current_process()
+
+    def lease(owner_id: str, expires_ms: int | None) -> WorkerLease:
+        worker = workers.get(owner_id)
+        if worker is not None and owner_id not in gone:
+            identity = ProcessIdentity(
+                worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
+            )
+            gone[owner_id] = probe_owner(identity, me)[0] == DEAD
+        is_gone = gone.get(owner_id, False)
+        return WorkerLease(
+            worker_id=owner_id,
+            is_live=expires_ms is not None and expires_ms >= now_ms and not is_gone,
+            lease_expires_at=None if not expires_ms else epoch_ms_to_datetime(expires_ms),
+            host=None if worker is None else worker.host,
+            pid=None if worker is None else worker.pid,
+            process_gone=is_gone,
+        )
+
+    return lease
 
 
 def awaited_events(

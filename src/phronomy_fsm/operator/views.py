@@ -32,10 +32,12 @@ AGENT_MACHINE = "agent_session"
 #: The machine of an agent's tool calls (child executions of an ``agent_session``).
 TOOL_CALL_MACHINE = "tool_call"
 #: Who an execution waits for (:attr:`ExecutionSummary.waits_for`): an operator's
-#: resolution, a person's approval (agents), or a signal (a wait state of any machine).
+#: resolution, a person's approval (agents), a signal (a wait state of any machine), or
+#: a recovery (running with no live worker).
 WAITS_FOR_OPERATOR = "operator"
 WAITS_FOR_APPROVAL = "approval"
 WAITS_FOR_SIGNAL = "signal"
+WAITS_FOR_RECOVER = "recover"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -104,6 +106,7 @@ class ExecutionSummary:
     parent_execution_id: str | None = None
     owner_id: str | None = None
     deadline_at: datetime | None = None
+    has_live_owner: bool = False
 
     @property
     def is_agent(self) -> bool:
@@ -115,11 +118,15 @@ class ExecutionSummary:
         """Who must act before it moves: ``operator`` (``recovery_required``: answer
         with ``resolve``), ``approval`` (an agent execution waiting for a person's
         decision: ``approve``), ``signal`` (a wait state of another machine: ``signal``
-        one of the events it awaits, or its timer), or ``None``."""
+        one of the events it awaits, or its timer), ``recover`` (running, but no live
+        worker runs it: nothing moves until ``phronomy-fsm recover`` or the
+        application's runtime claims it), or ``None``."""
         if self.status == ExecutionStatus.RECOVERY_REQUIRED.value:
             return WAITS_FOR_OPERATOR
         if self.status == ExecutionStatus.WAITING.value:
             return WAITS_FOR_APPROVAL if self.is_agent else WAITS_FOR_SIGNAL
+        if self.status == ExecutionStatus.RUNNING.value and not self.has_live_owner:
+            return WAITS_FOR_RECOVER
         return None
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,6 +144,7 @@ class ExecutionSummary:
             "agent_id": self.exclusive_key if self.is_agent else None,
             "parent_execution_id": self.parent_execution_id,
             "owner_id": self.owner_id,
+            "has_live_owner": self.has_live_owner,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "deadline_at": _iso(self.deadline_at),
@@ -569,6 +577,7 @@ __all__ = [
     "TOOL_CALL_MACHINE",
     "WAITS_FOR_APPROVAL",
     "WAITS_FOR_OPERATOR",
+    "WAITS_FOR_RECOVER",
     "WAITS_FOR_SIGNAL",
     "AgentView",
     "ApprovalItemView",
