@@ -276,3 +276,21 @@ def test_an_llm_call_left_unanswered_is_described_and_answered_in_the_agents_ter
     assert answered.returncode == 0, answered.stderr
     assert "agent_session  waiting in awaiting_approval" in answered.stdout
     assert "approval request" in answered.stdout and "phronomy-fsm approve" in answered.stdout
+
+
+def test_approve_decides_item_by_item(waiting_demo: tuple[Path, str, str]) -> None:
+    db, execution, request = waiting_demo
+    [item] = show_json(db, execution)["agent"]["approval"]["items"]
+    decided = run_process(
+        "approve", execution, "--request", request, "--db", str(db),
+        "--item", f"{item['tool_invocation_id']}=reject", "--by", "dana", "--app", APP,
+    )  # fmt: skip
+    assert decided.returncode == 0, decided.stderr
+    assert decided.stdout.startswith(f"decided request {request}: signal #")
+    stored = show_json(db, execution)
+    assert stored["status"] == "completed"  # the LLM saw the rejection and went on
+    [audit] = [j["data"] for j in stored["journal"] if j["kind"] == "approval_decided"]
+    assert audit["decisions"] == {item["tool_invocation_id"]: False} and audit["by"] == "dana"
+    rejected = "The call to issue_refund was rejected and did not run."
+    assert rejected in [m["text"] for m in stored["agent"]["messages"]]
+    assert not db.with_name(db.stem + "-refunds.jsonl").exists()  # nothing was refunded
