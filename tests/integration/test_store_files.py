@@ -5,7 +5,7 @@ created, and every such refusal is one ``error:`` line with exit code 1 (the doc
 "invalid input or failure"), never click's usage code 2.
 
 Real components: files under tmp_path, the CLI through click's CliRunner and as a
-subprocess, the agent API.
+subprocess, the agent layer.
 """
 
 from __future__ import annotations
@@ -169,9 +169,10 @@ def test_agent_create_still_makes_a_new_store_and_load_then_finds_it(tmp_path: P
     empty.touch()
     for db in (fresh, empty):
         agent = Agent.create("a", store=db, provider=_provider())
-        assert agent.invoke("hello", wait_seconds=10).output == "hi"
-        agent.close()
-        again = Agent.load("a", store=db, provider=_provider())
-        assert again.invoke("hello", wait_seconds=10).status == "completed"
-        again.close()
-        again.runtime.close()
+        try:
+            assert agent.invoke("hello", wait_seconds=10).output == "hi"
+            agent.close()
+            again = Agent.load("a", store=db, provider=_provider())
+            assert again.invoke("hello", wait_seconds=10).status == "completed"
+        finally:
+            agent.runtime.close(timeout_seconds=5)

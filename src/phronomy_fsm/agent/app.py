@@ -12,6 +12,7 @@ an agent execution on such a runtime (a scenario of the crash harness does).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,15 +35,24 @@ def agent_app(
     """The durable application of ``configs``' agents (module docstring).
 
     Args:
-        store: the store their executions are in (their histories are read from it).
+        store: the store their executions are in (their histories are read from it),
+            or the path of a SQLite store file — what an ``--app`` factory is given —
+            which is opened read-only for that and closed again.
         configs: the agents (:meth:`AgentConfig.build`), unique by id.
         scenarios / operator / effects: as :class:`~phronomy_fsm.durable.app.DurableApp`
             (for the crash harness).
 
     Raises:
         ValueError: two configurations share an agent id.
-        StorageError: the histories could not be read.
+        StorageError, SchemaVersionError: the histories could not be read.
     """
+    if isinstance(store, str | os.PathLike):
+        from phronomy_fsm.store.sqlite import SqliteBarrierStore
+
+        with SqliteBarrierStore(store, read_only=True) as opened:
+            return agent_app(
+                opened, configs, scenarios=scenarios, operator=operator, effects=effects
+            )
     directory = AgentDirectory()
     for config in configs:
         try:

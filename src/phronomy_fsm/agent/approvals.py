@@ -14,6 +14,8 @@ Both are what :class:`~phronomy_fsm.agent.agent.Agent` and the operator library
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -90,8 +92,10 @@ def check_approval(
         approval.get("request_id") == approval_request_id and approval.get("decided")
     ):
         raise ApprovalError(
-            f"approval request {approval_request_id} of execution {eid} was already decided",
+            f"approval request {approval_request_id} of execution {eid} was already decided; "
+            "nothing was written",
             execution_id=eid,
+            reason="already_decided",
         )
     if record.is_finished:
         raise ApprovalError(
@@ -152,22 +156,30 @@ def send_approval(
 
     Raises:
         ApprovalError: see :func:`check_decision_types` and :func:`check_approval`;
-            also when a decision for this request is already on its way.
+            also (``reason`` ``already_decided``) when a decision for this request is
+            already on its way, or was sent by another process at the same moment.
         NotFoundError: no such execution. StorageError.
+
+    Durability: the signal is committed before this returns. Its id is derived from
+    the execution, the request and the revision checked (:func:`approval_signal_id`),
+    so of two decisions sent at once exactly one is stored.
     """
     decisions = check_decision_types(execution_id, approval_request_id, approved, decisions)
     record = store.load_record(execution_id)
     check_approval(record, approval_request_id, decisions)
+    already = ApprovalError(
+        f"approval request {approval_request_id} of execution {execution_id} was already "
+        "decided (a decision for it is in the execution's inbox); nothing was written",
+        execution_id=execution_id,
+        reason="already_decided",
+    )
     for pending in store.pending_signals(execution_id):
         payload = pending.payload if isinstance(pending.payload, dict) else {}
         if pending.event == APPROVAL_EVENT and payload.get("request_id") == approval_request_id:
-            raise ApprovalError(
-                f"a decision for approval request {approval_request_id} of execution "
-                f"{execution_id} was already sent and is being applied",
-                execution_id=execution_id,
-            )
+            raise already
+    nonce = os.urandom(8).hex()
     try:
-        return send_signal(  # type: ignore[no-any-return]
+        signal = send_signal(
             store,
             execution_id,
             APPROVAL_EVENT,
@@ -176,8 +188,12 @@ def send_approval(
                 "approved": approved,
                 "decisions": decisions,
                 "by": by,
+                "nonce": nonce,
             },
             expected_revision=record.revision,
+            # one decision per request and revision: of two sent at once, the store
+            # keeps the first (the signal id is unique) and the second sees it
+            signal_id=approval_signal_id(execution_id, approval_request_id, record.revision),
             sender=sender,
             table=agent_session.TABLE,
         )
@@ -186,6 +202,18 @@ def send_approval(
             f"execution {execution_id} moved on while the decision was sent ({exc}); read it again",
             execution_id=execution_id,
         ) from exc
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    if payload.get("nonce") != nonce:
+        raise already
+    return signal  # type: ignore[no-any-return]
+
+
+def approval_signal_id(execution_id: str, approval_request_id: str, revision: int) -> str:
+    """The signal id of the decision on ``approval_request_id`` sent against
+    ``revision``: ``approval-`` and 32 hex digits of a sha256, the same for every
+    process, so that two decisions sent at once are one signal."""
+    raw = f"{execution_id}\x00{approval_request_id}\x00{revision}".encode()
+    return "approval-" + hashlib.sha256(raw).hexdigest()[:32]
 
 
 def send_resolution(
@@ -196,6 +224,7 @@ def send_resolution(
     outcome: str,
     result: Any = None,
     error: str | None = None,
+    signal_id: str | None = None,
     sender: str = "",
 ) -> SignalRecord:
     """Answer an agent execution (or a tool call's execution) in
@@ -227,6 +256,7 @@ def send_resolution(
         outcome=outcome,
         result=result,
         error=error,
+        signal_id=signal_id,
         sender=sender,
     )
 
@@ -252,6 +282,7 @@ def agent_of(store: Any, execution_id: str) -> tuple[str | None, str]:
 __all__ = [
     "APPROVAL_EVENT",
     "agent_of",
+    "approval_signal_id",
     "check_approval",
     "check_decision_types",
     "send_approval",

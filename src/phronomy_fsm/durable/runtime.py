@@ -678,7 +678,8 @@ class DurableRuntime:
     def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
         """Claim and resume the given executions, as :meth:`claim` does for every
         claimable one: each that is active, of a registered machine, not live here
-        already, and owned by no live worker. Returns ``[(execution_id, status)]`` of
+        already, and owned by no live worker (a worker whose process is provably gone
+        on this host has its lease ended first). Returns ``[(execution_id, status)]`` of
         those claimed. An application that runs only some executions of a machine
         (an agent runtime: the agents it has loaded) adopts those instead of calling
         :meth:`recover`.
@@ -689,6 +690,9 @@ class DurableRuntime:
         wanted = [check_id(e) for e in execution_ids]
         if not wanted:
             return []
+        # a worker whose process is provably gone is no live worker: end its lease
+        # first, as recover() does, so what it left is adopted now, not after its lease
+        self.retire_dead_workers()
         live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
         claimed: list[tuple[str, str]] = []
         registered = set(self.machines)
