@@ -38,7 +38,6 @@ from phronomy_fsm.agent.events import AgentEvent
 from phronomy_fsm.agent.providers import Reply, ScriptedProvider
 from phronomy_fsm.agent.tools import Tool, ToolContext
 from phronomy_fsm.durable.app import DurableApp
-from phronomy_fsm.durable.keys import new_execution_id
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import AgentExistsError, NotFoundError
@@ -292,9 +291,10 @@ def start_demo(
                 agent = Agent.load(DEMO_AGENT_ID, **options)
             active = agent.active_execution()
             resumed = active is not None
-            execution_id = active.execution_id if active is not None else new_execution_id()
             if active is None:
-                agent.invoke_async(DEMO_INPUT, execution_id=execution_id)
+                execution_id = agent.submit(DEMO_INPUT)
+            else:
+                execution_id = active.execution_id
             at_rest = wait_until_rest(
                 store,
                 [execution_id],

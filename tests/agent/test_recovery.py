@@ -257,7 +257,7 @@ def test_an_at_most_once_tool_in_flight_parks_its_call_for_an_operator(db: Path)
 
 
 def test_an_idempotent_tool_in_flight_runs_again_with_the_same_key(db: Path) -> None:
-    calls, key = _start_and_crash_in_tool(db, "idempotent")
+    _calls, key = _start_and_crash_in_tool(db, "idempotent")
     store = SqliteBarrierStore(db)
     runtime = AgentRuntime(store)
     events = Events()

@@ -1,6 +1,7 @@
 """Recovery restores an execution's deadline (a crash-matrix finding: a recovered
-execution used to run without one): it is recorded at admission and re-armed with what
-is left of it. Real processes killed with SIGKILL at the library's crash points, a
+execution used to run without one): it is recorded with the start (the engine's
+``expires_at``) and re-armed with what is left of it (docs/agent.md, "Cancellation and
+timeouts"). Real processes killed with SIGKILL at the library's crash points, a
 real SQLite file."""
 
 from __future__ import annotations
@@ -48,27 +49,27 @@ def _killed_child(db: Path, timeout_seconds: float, crash_at: str) -> None:
 def test_a_recovered_execution_keeps_its_deadline(tmp_path: Path) -> None:
     db = tmp_path / "agents.db"
     _killed_child(db, 2.0, "barrier:initial_preparation:after")  # admitted, to replay
-    runtime = AgentRuntime()
+    store = SqliteBarrierStore(db)
+    runtime = AgentRuntime(store)
     try:
         started = time.monotonic()
         agent = Agent.load(
             "a",
-            store=db,
             runtime=runtime,
-            provider=ScriptedProvider([Reply("too late", delay_seconds=20)]),
+            provider=ScriptedProvider([Reply("too late", delay_seconds=20)], model="m"),
+            llm_resend="resend",  # the replayed call is sent again: the deadline stops it
         )
-        assert agent.recovered is not None
+        [execution] = store.list_records(machine="agent_session")
+        assert execution.expires_at is not None  # recorded with the start
         with pytest.raises(ExecutionTimeoutError, match="deadline"):
-            agent.recovered.result(15)
+            agent.wait(execution.execution_id, wait_seconds=15)
         assert time.monotonic() - started < 10  # the old deadline, not a fresh 20 s call
     finally:
         runtime.close(timeout_seconds=5)
-    store = SqliteBarrierStore(db)
     try:
-        [execution] = store.list_executions()
+        [execution] = store.list_records(machine="agent_session")
         assert execution.status.value == "failed"
-        assert execution.error is not None and execution.error.type == "ExecutionTimeoutError"
-        assert "deadline_at" in execution.metadata
+        assert execution.error is not None and execution.error.type == "DeadlineExceededError"
     finally:
         store.close()
 
@@ -77,13 +78,13 @@ def test_a_deadline_that_passed_while_down_fires_at_once(tmp_path: Path) -> None
     db = tmp_path / "agents.db"
     _killed_child(db, 0.5, "barrier:initial_preparation:after")
     time.sleep(1.0)  # the deadline passes while no process runs the execution
-    runtime = AgentRuntime()
+    store = SqliteBarrierStore(db)
+    runtime = AgentRuntime(store)
     try:
-        agent = Agent.load(
-            "a", store=db, runtime=runtime, provider=ScriptedProvider([Reply("never")])
-        )
-        assert agent.recovered is not None
+        agent = Agent.load("a", runtime=runtime, provider=ScriptedProvider([Reply("never")]))
+        [execution] = store.list_records(machine="agent_session")
         with pytest.raises(ExecutionTimeoutError):
-            agent.recovered.result(15)
+            agent.wait(execution.execution_id, wait_seconds=15)
     finally:
         runtime.close(timeout_seconds=5)
+        store.close()

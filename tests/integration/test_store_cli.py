@@ -192,13 +192,15 @@ def test_compact_removes_old_terminal_and_archives(db, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["removed_executions"] == 1 and report["archived_executions"] == 1
+    assert report["removed_barriers"] == 3  # @start, initial_preparation, @final
+    assert report["removed_journal_entries"] == 6  # ex-done's transcript
     listed = json.loads(run("executions", "list", "--db", db, "--json").stdout)
     assert [r["execution_id"] for r in listed] == ["ex-live"]
     assert report["wal_checkpoint"][0] == 0  # not busy: the WAL was truncated
     assert archive.exists()
     again = run("store", "compact", "--db", db, "--older-than-days", "7")
     assert again.exit_code == 0 and again.stdout.startswith("removed 0 executions")
-    assert again.stdout.rstrip().endswith("; WAL truncated")
+    assert again.stdout.rstrip().endswith("WAL truncated")
 
 
 def test_migrate_brings_a_version_2_store_to_the_current_schema(tmp_path):

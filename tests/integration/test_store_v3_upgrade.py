@@ -33,7 +33,7 @@ from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
 from phronomy_fsm.agent.context import Outcome, SessionContext, ToolCallStatus
 from phronomy_fsm.agent.journal import MESSAGE_KINDS, history
 from phronomy_fsm.cli import main
-from phronomy_fsm.demo import create_app, ledger_path
+from phronomy_fsm.demo import demo_options, ledger_path
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.records import DurablePoint, ExecutionStatus
 from phronomy_fsm.errors import ExecutionFailedError, ResolutionError
@@ -177,7 +177,7 @@ def test_a_suspended_execution_waits_for_the_same_approval_and_finishes_once(
     assert ctx.audit == [{"kind": "approval_required", "data": required}]
     assert ctx.llm_calls == body["llm_call_count"] and ctx.outcome is None
 
-    agent = Agent.load("support-demo", store=db, **create_app("support-demo", db))
+    agent = Agent.load("support-demo", store=db, **demo_options(db))
     try:
         assert agent.active_execution().state == "awaiting_approval"
         result = agent.approve(EXECUTION, approval_request_id=REQUEST, wait_seconds=60)

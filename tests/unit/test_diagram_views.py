@@ -13,6 +13,7 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
+from codegen.lower import lower
 from phronomy_fsm.cli import main
 from phronomy_fsm.diagram import (
     FOLDED_ROLES,
@@ -22,7 +23,6 @@ from phronomy_fsm.diagram import (
     render_dot,
     render_mermaid,
 )
-from codegen.lower import lower
 from phronomy_fsm.generated import agent_session as agent_session_v2
 from phronomy_fsm.generated import tool_call
 from phronomy_fsm.spec.model import MachineSpec

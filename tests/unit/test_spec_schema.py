@@ -31,7 +31,7 @@ from phronomy_fsm.spec.schema import (
 from phronomy_fsm.spec.shape import SHAPES
 from phronomy_fsm.spec.validate import validate_spec
 from tests.spec_samples import REAL_SPECS, REPO
-from tests.spec_strategies import REAL_DATA, dump, load_plain, mutated_real_specs
+from tests.spec_strategies import dump, load_plain, mutated_real_specs
 
 VALIDATOR = jsonschema_rs.Draft202012Validator(load_spec_schema())
 

@@ -166,8 +166,10 @@ def round_trip_phronomy(directory: str, count: int) -> tuple[float, int]:
             samples.append(time.perf_counter() - start)
             assert result.status.value == "completed"
         eid = request["execution_id"]
-        barriers = store.load_record(eid).revision + 1 + sum(
-            child.revision + 1 for child in store.list_records(parent_execution_id=eid)
+        barriers = (
+            store.load_record(eid).revision
+            + 1
+            + sum(child.revision + 1 for child in store.list_records(parent_execution_id=eid))
         )
         return statistics.median(samples), barriers
     finally:

@@ -268,6 +268,28 @@ class Agent:
             input, timeout_seconds=timeout_seconds, execution_id=execution_id
         ).result(wait_seconds)
 
+    def submit(
+        self,
+        input: str,
+        *,
+        timeout_seconds: float | None = None,
+        execution_id: str | None = None,
+        wait_seconds: float | None = 30.0,
+    ) -> str:
+        """Start an execution and return its id once the start is committed, without
+        waiting for it to finish (follow it with events, :meth:`active_execution`, or
+        ``phronomy-fsm executions show``). Raises as :meth:`invoke_async`, and
+        AgentBusyError, ExecutionExistsError or StorageError when the start fails."""
+        self._check_open()
+        self._check_input(input, timeout_seconds, execution_id)
+        execution_id_, _created = self.runtime.start(
+            self.agent_id,
+            input,
+            execution_id=execution_id,
+            timeout_seconds=timeout_seconds or self.config.timeout_seconds,
+        ).result(wait_seconds)
+        return execution_id_
+
     def stream(
         self,
         input: str,
@@ -302,6 +324,22 @@ class Agent:
         sink: Any,
     ) -> Task[AgentResult]:
         self._check_open()
+        self._check_input(input, timeout_seconds, execution_id)
+        task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
+        self.runtime.start(
+            self.agent_id,
+            input,
+            mode=mode,
+            execution_id=execution_id,
+            timeout_seconds=timeout_seconds or self.config.timeout_seconds,
+            caller=Caller(task, sink),
+        )
+        return task
+
+    def _check_input(
+        self, input: Any, timeout_seconds: float | None, execution_id: str | None
+    ) -> None:
+        """Raise InvalidInputError for a bad input, timeout or execution id."""
         if not isinstance(input, str):
             raise InvalidInputError(
                 f"input must be a string, got {type(input).__name__}", agent_id=self.agent_id
@@ -315,16 +353,6 @@ class Agent:
                 raise InvalidInputError(str(exc), agent_id=self.agent_id) from exc
         if execution_id is not None:
             check_execution_id(execution_id, self.agent_id)
-        task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
-        self.runtime.start(
-            self.agent_id,
-            input,
-            mode=mode,
-            execution_id=execution_id,
-            timeout_seconds=timeout_seconds or self.config.timeout_seconds,
-            caller=Caller(task, sink),
-        )
-        return task
 
     # --------------------------------------------------------------- approval
 
@@ -478,6 +506,31 @@ class Agent:
         except (ExecutionFinishedError, NotFoundError):
             return False
         return True
+
+    # --------------------------------------------------------------- waiting
+
+    def wait_async(self, execution_id: str) -> Task[AgentResult]:
+        """A task that settles with how ``execution_id`` (an execution of this agent)
+        ends — as the ``invoke`` task would, for an execution this process did not
+        start (one resumed by :meth:`load`, or started elsewhere).
+
+        Raises:
+            NotFoundError: no such execution of this agent. AgentClosedError.
+        """
+        self._check_open()
+        agent_id, session_id = approvals.agent_of(self.store, execution_id)
+        if agent_id != self.agent_id:
+            raise NotFoundError(
+                f"execution {execution_id} is not an execution of agent {self.agent_id!r}",
+                execution_id=execution_id,
+            )
+        task: Task[AgentResult] = Task(f"{self.agent_id} wait {session_id}")
+        self._observe(session_id, task)  # a finished one is settled from the store
+        return task
+
+    def wait(self, execution_id: str, *, wait_seconds: float | None = None) -> AgentResult:
+        """:meth:`wait_async`, then wait (``wait_seconds``: this wait's own limit)."""
+        return self.wait_async(execution_id).result(wait_seconds)
 
     # --------------------------------------------------------------- views
 

@@ -38,6 +38,7 @@ import ipaddress
 import json
 import os
 import socket
+import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
@@ -262,7 +263,7 @@ class OpenAICompatibleProvider:
             http_request = self._client.build_request(
                 "POST", self.url, json=self.build_body(request), headers=headers
             )
-            response = self._client.send(http_request, stream=True)
+            response = self._send(http_request, cancellation)
         except _HTTPX_ERRORS as exc:
             raise self._transport_error(call_id, exc) from exc
         except (TypeError, ValueError) as exc:  # a message or tool schema that is not JSON
@@ -302,6 +303,67 @@ class OpenAICompatibleProvider:
         if result.model is None:
             result = attrs.evolve(result, model=self.model)
         return result
+
+    def _send(
+        self, http_request: httpx.Request, cancellation: CancellationToken | None
+    ) -> httpx.Response:
+        """Send ``http_request`` and return the response once its headers arrived. With
+        a cancellation token the exchange runs on a helper thread, so a cancel ends the
+        wait at once (raising Cancelled) even while the server has not answered: the
+        socket of a connection opened for it is shut down, and a response that arrives
+        after the cancel is closed unread.
+
+        Raises: what ``httpx.Client.send`` raises; Cancelled."""
+        if cancellation is None:
+            return self._client.send(http_request, stream=True)
+        lock = threading.Lock()
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+        sockets: list[Any] = []
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.connect_tcp.complete":
+                stream = info.get("return_value")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sockets.append(sock)
+
+        http_request.extensions["trace"] = trace
+
+        def exchange() -> None:
+            try:
+                response = self._client.send(http_request, stream=True)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                with lock:
+                    outcome.setdefault("error", exc)
+                done.set()
+                return
+            with lock:
+                abandoned = "abandoned" in outcome
+                outcome.setdefault("response", response)
+            if abandoned:
+                response.close()
+            done.set()
+
+        def cancelled(_error: BaseException) -> None:
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            done.set()
+
+        threading.Thread(target=exchange, name="phronomy-llm-send", daemon=True).start()
+        cancellation.on_cancel(cancelled)
+        done.wait()
+        with lock:
+            if "response" not in outcome and "error" not in outcome:
+                outcome["abandoned"] = True
+                raise cancellation.error()
+        if "error" in outcome:
+            cancellation.raise_if_cancelled()
+            raise outcome["error"]
+        return outcome["response"]  # type: ignore[no-any-return]
 
     def _transport_error(self, call_id: str, exc: Exception) -> LLMError:
         """Map an httpx exception (no HTTP answer, or the body broke off) to LLMError."""

@@ -442,6 +442,7 @@ class AgentRuntime:
             handoff = queue[0]
         if self.directory.live(agent_id) is None or self._closed:
             return
+
         def done(task: Task[Any]) -> None:
             error = task.future.exception()
             if isinstance(error, AgentBusyError):
