@@ -1141,7 +1141,10 @@ class Engine:
         owner: tuple[str | None, int],
         signals: list[SignalRecord],
     ) -> None:
-        """Install what the store holds for an execution this runtime claimed."""
+        """Install what the store holds for an execution this runtime claimed, after a
+        commit of it whose outcome was not proven. When that commit was written after all
+        (the record is past the last one known here), the listeners are told what it
+        did — finished, waiting, parked — as its outcome would have told them."""
         worker, token = owner
         if worker != live.fence.worker_id or token != live.fence.token:
             self.release(
@@ -1154,6 +1157,14 @@ class Engine:
                 ),
             )
             return
+        if record.revision > live.record.revision:
+            if record.is_finished:
+                self.emit(DurableEventKind.FINISHED, live, record, status=record.status.value)
+            elif record.status is ExecutionStatus.WAITING:
+                self.emit(DurableEventKind.WAITING, live, record, state=record.state)
+            elif record.status is ExecutionStatus.RECOVERY_REQUIRED and record.recovery:
+                reason = record.recovery.reason
+                self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=reason)
         self.install(live, record, signals)
 
     def release(self, live: LiveExecution, error: BaseException) -> None:
