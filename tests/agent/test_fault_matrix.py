@@ -390,3 +390,28 @@ def test_a_lost_commit_response_at_every_barrier(
         *in_history,
         {"role": "user", "content": AGAIN},
     ]
+
+
+@pytest.mark.parametrize("barrier", ["initial_preparation", "tool_dispatch"])
+def test_a_parked_execution_that_is_cancelled_journals_its_conversation(
+    make_case: Any, barrier: str
+) -> None:
+    """Parked by a lost response read back in vain, the execution (or its tool call) is
+    cancelled instead of answered: its ``@cancel`` commit still journals its transcript
+    (the crash matrix found it missing: a deadline passing while it was parked)."""
+    case = make_case(barrier, "readback_failing")
+    case.agent.invoke_async("go", execution_id="fm-1")
+    parked = wait_until(lambda: at_rest(case, "fm-1"))
+    assert parked.status is ExecutionStatus.RECOVERY_REQUIRED
+    assert case.agent.cancel("fm-1")
+    record = wait_until(lambda: (r := case.store.load_record("fm-1")).is_finished and r)
+    assert record.status is ExecutionStatus.CANCELLED
+    ctx = json_data(record.context)
+    journal = case.store.journal_entries("fm-1")
+    assert [e.kind for e in journal].count("input_received") == 1
+    assert [e.kind for e in journal if e.kind.startswith("execution_")] == ["execution_ended"]
+    assert [e.data["message"] for e in journal if e.kind in MESSAGE_KINDS] == ctx["messages"]
+    assert [m["role"] for m in ctx["messages"]] == (
+        ["user"] if barrier == "initial_preparation" else ["user", "assistant"]
+    )
+    assert case.agent.invoke(AGAIN, wait_seconds=20).output == "answered again"

@@ -682,12 +682,22 @@ class Engine:
     def engine_records(self, live: LiveExecution, barrier: str, state: str) -> BarrierRecords:
         """What the machine's ``records`` hook adds to an engine commit (``@wait``,
         ``@final``, ``@cancel``); an empty set when it has none or it fails (logged:
-        the commit itself must not be lost to a journal hook)."""
+        the commit itself must not be lost to a journal hook). A parked execution's
+        context is decoded again from its record (parking dropped the live copy)."""
         hook = live.reg.machine.records
-        if hook is None or live.ctx is None:
+        if hook is None:
             return BarrierRecords()
         try:
-            added = hook(live.ctx, barrier, state)
+            ctx = self.context(live)
+        except ContextSerializationError:
+            log.exception(
+                "execution %s: no records on %s: its context cannot be read",
+                live.execution_id,
+                barrier,
+            )
+            return BarrierRecords()
+        try:
+            added = hook(ctx, barrier, state)
         except HOOK_ERRORS:
             log.exception(
                 "execution %s: the records hook raised on %s; committing without records",
