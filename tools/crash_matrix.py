@@ -36,6 +36,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (str(ROOT), str(ROOT / "tools")):
@@ -57,7 +58,7 @@ def agent_matrix(
     keep: Path | None = None,
     scenarios: list[str] | None = None,
     plans: list[str] | None = None,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """Run the agent's matrix (module docstring); return :func:`durable_crash.matrix`'s
     report, whose ``invariants`` hold the agent's counts too."""
     import agent_crash_checks
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         print(durable_crash.render_markdown(report))
     if not args.json and not args.markdown:
         print(durable_crash.render_summary(report))
-    return 0 if not any(report["invariants"].values()) else 1  # type: ignore[union-attr]
+    return 0 if not any(report["invariants"].values()) else 1
 
 
 if __name__ == "__main__":

@@ -308,13 +308,13 @@ def run_plan(
     findings = check_run(app, folder, db)
     findings["app_errors"] += sum(1 for c in codes if c not in (0, 3, -signal.SIGKILL))
     if checks is not None:
-        extra = dict.fromkeys(checks.invariants, 0)
+        own = dict.fromkeys(checks.invariants, 0)
         try:
-            extra.update(checks.run(db or str(folder / "store.db"), folder))
+            own.update(checks.run(db or str(folder / "store.db"), folder))
         except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding
             (folder / "checks-error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
             findings["app_errors"] += 1
-        findings.update(extra)
+        findings.update(own)
     reached = [_read_trace(folder / f"trace-{i}.txt") for i in range(len(codes))]
     return {
         "plan": plan.label(),
