@@ -60,10 +60,16 @@ class Scenario:
             ids, so a restarted run finds them).
         on_waiting: for an execution in ``waiting``, the signal a person sends
             (``None``: leave it waiting).
+        drive: what the application does by itself while it runs, besides answering
+            waits: called with the runtime in every process of a run (the first and
+            each recovering one), repeatedly until nothing is active — e.g. start a
+            handoff's target once the handoff is committed, or cancel an execution.
+            It must be idempotent (it is called again after a restart).
     """
 
     start: Callable[[Any], Sequence[str]]
     on_waiting: Callable[[ExecutionRecord], Answer | None] = lambda record: None
+    drive: Callable[[Any], None] | None = None
 
 
 @attrs.frozen

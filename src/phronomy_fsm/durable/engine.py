@@ -682,12 +682,22 @@ class Engine:
     def engine_records(self, live: LiveExecution, barrier: str, state: str) -> BarrierRecords:
         """What the machine's ``records`` hook adds to an engine commit (``@wait``,
         ``@final``, ``@cancel``); an empty set when it has none or it fails (logged:
-        the commit itself must not be lost to a journal hook)."""
+        the commit itself must not be lost to a journal hook). A parked execution's
+        context is decoded again from its record (parking dropped the live copy)."""
         hook = live.reg.machine.records
-        if hook is None or live.ctx is None:
+        if hook is None:
             return BarrierRecords()
         try:
-            added = hook(live.ctx, barrier, state)
+            ctx = self.context(live)
+        except ContextSerializationError:
+            log.exception(
+                "execution %s: no records on %s: its context cannot be read",
+                live.execution_id,
+                barrier,
+            )
+            return BarrierRecords()
+        try:
+            added = hook(ctx, barrier, state)
         except HOOK_ERRORS:
             log.exception(
                 "execution %s: the records hook raised on %s; committing without records",
@@ -1141,7 +1151,10 @@ class Engine:
         owner: tuple[str | None, int],
         signals: list[SignalRecord],
     ) -> None:
-        """Install what the store holds for an execution this runtime claimed."""
+        """Install what the store holds for an execution this runtime claimed, after a
+        commit of it whose outcome was not proven. When that commit was written after all
+        (the record is past the last one known here), the listeners are told what it
+        did — finished, waiting, parked — as its outcome would have told them."""
         worker, token = owner
         if worker != live.fence.worker_id or token != live.fence.token:
             self.release(
@@ -1154,6 +1167,14 @@ class Engine:
                 ),
             )
             return
+        if record.revision > live.record.revision:
+            if record.is_finished:
+                self.emit(DurableEventKind.FINISHED, live, record, status=record.status.value)
+            elif record.status is ExecutionStatus.WAITING:
+                self.emit(DurableEventKind.WAITING, live, record, state=record.state)
+            elif record.status is ExecutionStatus.RECOVERY_REQUIRED and record.recovery:
+                reason = record.recovery.reason
+                self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=reason)
         self.install(live, record, signals)
 
     def release(self, live: LiveExecution, error: BaseException) -> None:

@@ -753,7 +753,9 @@ class DurableRuntime:
 
     def readback(self, live: LiveExecution, why: str) -> None:
         """Read an execution back after an unproven outcome, with backoff (off the
-        loop), then reinstall what the store holds (loop thread)."""
+        loop), then reinstall what the store holds (loop thread) — and resume its active
+        children that run nowhere: the unproven commit may have started them (a barrier
+        with children) without this runtime knowing."""
         execution_id = live.execution_id
         log.info("execution %s: reading it back from the store (%s)", execution_id, why)
 
@@ -765,6 +767,12 @@ class DurableRuntime:
                     record = self.store.load_record(execution_id)
                     owner, token, _ = self.store.execution_owner(execution_id)
                     signals = self.store.pending_signals(execution_id)
+                    children = [
+                        child.execution_id
+                        for child in self.store.list_records(
+                            parent_execution_id=execution_id, active=True
+                        )
+                    ]
                 except NotFoundError as exc:
                     self.dispatcher.call_soon(self.engine.release, live, exc)
                     return
@@ -774,6 +782,16 @@ class DurableRuntime:
                 self.dispatcher.call_soon(
                     self.engine.reinstall, live, record, (owner, token), signals
                 )
+                if children:
+                    try:
+                        self.adopt(children)  # those live here already are left alone
+                    except PhronomyError as exc:
+                        log.warning(
+                            "execution %s: could not resume its children %s: %r",
+                            execution_id,
+                            children,
+                            exc,
+                        )
                 return
 
         threading.Thread(target=read, name=f"{self.name}-readback", daemon=True).start()
