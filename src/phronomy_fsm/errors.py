@@ -27,7 +27,7 @@ from typing import Any
 #: :class:`Cancelled` and ``GeneratorExit`` can only come from the application's own
 #: code (signals go to the main thread; nothing on those threads cancels the thread
 #: itself), and ending the shared dispatcher loop or a pool worker would hang every
-#: other agent (issue 11 item 3). The error is kept as the ``__cause__`` of the
+#: other agent. The error is kept as the ``__cause__`` of the
 #: session's :class:`HookError`, or logged for callbacks and listeners; a
 #: :class:`Cancelled` raised by a hook is therefore that session's failure, not a
 #: cancellation of anything else.
@@ -88,7 +88,7 @@ class ProjectConfigError(PhronomyError):
     or malformed (``path`` names the file, ``key`` the offending key when there is one),
     or one of its spec globs matches no file. Fix the table (keys ``specs``, ``out``,
     ``diagrams``; see docs/spec-format.md "Generated code") or pass the paths on the
-    command line (issue 2 item 9)."""
+    command line."""
 
 
 class RenderError(PhronomyError):
@@ -96,7 +96,7 @@ class RenderError(PhronomyError):
     missing, or it failed on the DOT text. ``format`` is the requested image format
     (``svg``, ``png``) and ``reason`` the cause (``missing`` or ``failed``). Install
     Graphviz (Debian: ``apt-get install graphviz``) or ask for the ``dot`` or
-    ``mermaid`` text formats, which need no binary (issue 2 item 7)."""
+    ``mermaid`` text formats, which need no binary."""
 
 
 class MissingDependencyError(PhronomyError):
@@ -130,17 +130,18 @@ class RuntimeFault(PhronomyError):
 
 class WrongThreadError(RuntimeFault):
     """Live state was touched, or a blocking wait was attempted, on the wrong thread
-    (reference §7.2: all mutators assert the loop thread; §7.4: blocking on the loop
+    (``docs/runtime.md``, "The loop": live state is changed on the loop thread only;
+    "Tasks": blocking on the loop
     raises)."""
 
 
 class UndeclaredEventError(RuntimeFault):
     """An event arrived in a state that declares no transition for it and the event is
-    not marked ``unhandled: ignore`` (reference §1.1 step 3). Ends the session."""
+    not marked ``unhandled: ignore`` (``docs/runtime.md``, "Sessions"). Ends the session."""
 
 
 class StepLimitError(RuntimeFault):
-    """A session exceeded its step limit (reference §1.1 step 4, ``recursion_limit``)."""
+    """A session exceeded its step limit (``docs/runtime.md``, "Sessions")."""
 
 
 class MissingHookError(RuntimeFault):
@@ -157,7 +158,7 @@ class DispatchInputError(RuntimeFault, ValueError):
     argument before anything was queued: an event that is not exactly a ``str``, a
     session id that is not an ``int``, a state or event the machine does not declare,
     a step limit that is not a positive ``int``, or a group that cannot be hashed.
-    Nothing reached the loop; other sessions are unaffected (issue 11 item 2). Also a
+    Nothing reached the loop; other sessions are unaffected. Also a
     ``ValueError``, so callers that caught the old ``ValueError`` still do. Fix the
     call; ``docs/getting-started.md`` "Your own machines" lists what ``post`` takes."""
 
@@ -169,7 +170,8 @@ class DispatcherStoppedError(RuntimeFault):
 
 class BackpressureError(RuntimeFault):
     """The offload pool's queue is full and ``on_full="raise"`` was requested
-    (reference §7.3). The caller decides: retry later or fail the step."""
+    (``docs/runtime.md``, "Offloads and the pool"). The caller decides: retry later or
+    fail the step."""
 
 
 class PoolShutdownError(RuntimeFault):
@@ -178,7 +180,7 @@ class PoolShutdownError(RuntimeFault):
 
 class TaskTimeoutError(RuntimeFault):
     """A waiter gave up after ``timeout_seconds``; the task itself keeps running
-    (reference §7.4: the timeout is waiter-local)."""
+    (``docs/runtime.md``, "Tasks": the timeout is the waiter's own)."""
 
 
 class HookError(RuntimeFault):
@@ -191,10 +193,10 @@ class SessionFaultError(RuntimeFault):
     """Handling one inbox item of a session raised outside every hook boundary (a
     malformed item, or a defect of the engine); ``__cause__`` is the original error.
     Ends that session only (``machine``, ``state``, ``session_id`` name it); the loop
-    and every other session go on (issue 11 item 2). Report it: it should not happen."""
+    and every other session go on. Report it: it should not happen."""
 
 
-# --- store layer (reference §5.1 taxonomy) ----------------------------------------
+# --- store layer (docs/store.md, "Error taxonomy — what each means for the caller") --------------------------------
 
 
 class StoreError(PhronomyError):
@@ -236,7 +238,7 @@ class SerializationError(StoreError):
 
 class InvalidStatusTransitionError(StoreError):
     """An execution record was advanced to a status its current status does not allow
-    (reference §2.2); a programming error in the caller, nothing was written."""
+    a programming error in the caller; nothing was written."""
 
 
 class StorageError(StoreError):
@@ -254,7 +256,8 @@ class SchemaVersionError(StoreError):
 class OutcomeUnknownError(StoreError):
     """A write failed after it was issued: it may have committed. ``intended`` is the
     commit that was attempted; call the store's ``reconcile`` to read back and decide
-    ``committed`` / ``not_committed`` / ``conflict`` (reference §4.4, §5.3)."""
+    ``committed`` / ``not_committed`` / ``conflict`` (``docs/semantics.md``, "Barrier
+    outcomes")."""
 
 
 # --- durable engine ---------------------------------------------------------------

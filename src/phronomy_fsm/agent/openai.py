@@ -1,12 +1,11 @@
-"""The OpenAI-compatible chat-completions provider, over httpx (issue 5 item 5).
+"""The OpenAI-compatible chat-completions provider, over httpx.
 
 This module owns one job: turn an :class:`~phronomy_fsm.agent.types.LLMRequest` into a
 ``POST {base_url}/chat/completions`` and the answer (a JSON body, or server-sent events
 when streaming) back into an :class:`~phronomy_fsm.agent.types.LLMResponse`. It knows
-nothing of executions, barriers or the store; it never retries on its own (a retry is a
-new LLM call, with a new durable ``llm_call_id``, that only the agent layer may decide
-on — reference §1.6 and §4.2: an external effect whose outcome is unknown is never
-re-sent blindly).
+nothing of executions, barriers or the store; it never retries on its own: whether a
+call whose outcome is unknown is sent again is the agent's re-send policy
+(``docs/agent.md``, "Re-send policies"), never the provider's.
 
 Wire format: the OpenAI chat-completions API (``messages``, ``tools``, ``tool_calls``,
 ``stream`` with ``stream_options.include_usage``, ``data: ...`` / ``data: [DONE]``

@@ -4,7 +4,7 @@ A provider is called on an offload-pool worker (never on the dispatcher loop) wi
 :class:`~phronomy_fsm.agent.types.LLMRequest` and returns an
 :class:`~phronomy_fsm.agent.types.LLMResponse`. Streaming providers call ``on_token`` for
 each token (the agent turns them into ``token`` events). Any exception is the call's
-failure (the session's ``llm_failed`` event, reference §1.4). The OpenAI-compatible
+failure (the execution's ``llm_failed`` event: ``docs/agent.md``). The OpenAI-compatible
 HTTP provider lives in :mod:`phronomy_fsm.agent.openai`.
 """
 
@@ -33,7 +33,7 @@ def check_response(response: LLMResponse) -> None:
     strings, the usage counts non-negative integers, and all of it storable JSON (valid
     Unicode, integers within 64 bits): a value the store would refuse at the next
     barrier would otherwise leave an LLM call whose answer the process holds but cannot
-    make durable (reference §5.1: serialization errors are caught before the commit).
+    make durable (a bad answer fails the call here, never a commit).
 
     Raises:
         LLMError: the answer is malformed; the execution fails with this error.

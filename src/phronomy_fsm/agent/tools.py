@@ -12,7 +12,7 @@ same key) or ``pure`` (a read: run again).
 
 Arguments are validated against the tool's JSON schema (Draft 2020-12, by the compiled
 validator of jsonschema-rs) before authorization; invalid arguments make that tool call fail with a message the LLM
-sees as the tool result (issue 5 item 4).
+sees as the tool result.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ class ToolContext:
 
 
 class Authorization(str, enum.Enum):
-    """An approval policy's decision for one tool call (reference §1.7 authorizing)."""
+    """An approval policy's decision for one tool call (``docs/agent.md``, "Approval")."""
 
     ALLOW = "allow"
     REQUIRE_APPROVAL = "require_approval"

@@ -59,8 +59,7 @@ _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 def one_line(text: str, *, json: bool = False) -> str:
     """Return ``text`` with every character a terminal could act on written as an
     escape, so one diagnostic or one table cell is always one line of the terminal and
-    nothing in it can move the cursor, recolour it or reverse the text (issue 11 item
-    9): categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
+    nothing in it can move the cursor, recolour it or reverse the text: categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
     and other bidi and zero-width format characters, lone surrogates, U+2028/U+2029.
 
     Args:
@@ -172,7 +171,7 @@ def require_store_file(db: str) -> None:
     """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
     the CLI never creates or initialises a store by accident (except ``demo``), so a
     mistyped path or a zero-length file is not reported as a store with nothing in it
-    (issue 11 item 10a). Checked before anything opens the file."""
+   . Checked before anything opens the file."""
     try:
         st = os.stat(db)
     except FileNotFoundError:

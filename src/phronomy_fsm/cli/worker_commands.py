@@ -1,4 +1,4 @@
-"""``phronomy-fsm worker``: run a worker process against a shared store (issue 15).
+"""``phronomy-fsm worker``: run a worker process against a shared store.
 
 ``phronomy-fsm worker --db DSN --app MODULE:FACTORY [--concurrency N]`` registers the
 application's machines, then claims and runs executions started by any process, until

@@ -1,6 +1,6 @@
 """The runtime core: dispatcher loop, offload pool, tasks, cancellation, clocks, timers.
 
-It runs any machine compiled by the code generator (issue 3): bind a generated ``TABLE``
+It runs any machine compiled by the code generator: bind a generated ``TABLE``
 to a hooks object with :func:`bind_machine`, then start sessions on a
 :class:`Dispatcher`. Crash injection for tests and harnesses is a :class:`FaultPlan`
 passed in explicitly (``docs/operations.md``, "Crashing at a chosen point

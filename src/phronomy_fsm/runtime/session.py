@@ -2,8 +2,8 @@
 the live session object and the context handed to offloaded work.
 
 Owns no behaviour beyond tiny accessors; :mod:`phronomy_fsm.runtime.dispatcher` runs
-sessions. Reference §7.6 (the authority a result must still match) and issue 3 item 8
-(the step record given to observers).
+sessions (``docs/runtime.md``: "Stale results" for the authority a result must still
+match).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 class Authority(NamedTuple):
-    """What a result must still match to be applied (reference §7.6)."""
+    """What a result must still match to be applied (``docs/runtime.md``, "Stale results")."""
 
     session_id: int
     revision: int | None
@@ -29,7 +29,7 @@ class Authority(NamedTuple):
 
 
 class StepRecord(NamedTuple):
-    """One transition taken, as given to observers (issue 3 item 8)."""
+    """One transition taken, as given to observers."""
 
     session_id: int
     machine: str

@@ -1,7 +1,7 @@
 """Timers on an injectable clock.
 
 :class:`TimerQueue` is a plain heap of deadlines, owned by whoever drives it (the
-dispatcher fires due timers at the top of each loop turn, reference §7.1).
+dispatcher fires due timers at the top of each loop turn: ``docs/runtime.md``, "Timers").
 :class:`TimerService` drives a :class:`TimerQueue` from its own daemon thread, for
 components without a loop (the offload pool's operation timeouts). Both read time only
 from the clock, so a :class:`~phronomy_fsm.runtime.clock.ManualClock` makes them

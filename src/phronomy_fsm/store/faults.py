@@ -122,7 +122,6 @@ class FaultInjectingStore:
         injected: ``(kind, commit)`` of every fault fired, in order.
 
     Concurrency: thread-safe like the inner store; fault selection is serialised.
-    Source: issue 4 item 7.
     """
 
     def __init__(self, inner: Any, faults: tuple[Fault, ...] | list[Fault] = ()) -> None:

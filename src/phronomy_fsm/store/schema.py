@@ -120,7 +120,7 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         ],
         strict=True,
     )
-    # sqlite-utils cannot express a partial index: plain SQL (reference §5.2).
+    # sqlite-utils cannot express a partial index: plain SQL.
     db.execute("CREATE UNIQUE INDEX executions_one_active ON executions(agent_id) WHERE active = 1")
     db.table("executions").create_index(
         ["agent_id", "created_epoch_ms"], index_name="executions_by_agent"

@@ -80,8 +80,8 @@ WAL_PREWARM_FRAMES = 1000
 #: so the steady-state WAL (about one autocheckpoint's worth of frames, plus the last
 #: batch) is never cut, while a WAL that a long reader let grow to hundreds of MB is
 #: truncated back to this size by the first commit after the WAL restarts — one
-#: ``ftruncate`` after such a peak, no extra fsync on ordinary commits (issue 11 item 8;
-#: docs/store.md "Commit latency").
+#: ``ftruncate`` after such a peak, no extra fsync on ordinary commits
+#: (docs/store.md "Commit latency").
 WAL_SIZE_LIMIT_FRAMES = 2 * WAL_PREWARM_FRAMES
 
 
@@ -189,7 +189,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             SQLite database of some other application; nothing was written.
 
     Concurrency: every method is thread-safe. Writes are serialised on one writer
-    connection; reads use one connection per thread. Source: issue 4 items 1-2.
+    connection; reads use one connection per thread.
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""The PostgreSQL store of the durable engine (issue 15): :class:`PostgresStore`.
+"""The PostgreSQL store of the durable engine: :class:`PostgresStore`.
 
 Implements :class:`~phronomy_fsm.durable.ports.ExecutionStore` with the semantics of
 the SQLite store (``docs/semantics.md``, ``docs/scale-out.md``): every commit is one
