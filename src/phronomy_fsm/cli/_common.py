@@ -169,9 +169,9 @@ def echo_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def require_store_file(db: str) -> None:
     """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
-    the CLI never creates or initialises a store by accident (except ``demo``), so a
-    mistyped path or a zero-length file is not reported as a store with nothing in it
-   . Checked before anything opens the file."""
+     the CLI never creates or initialises a store by accident (except ``demo``), so a
+     mistyped path or a zero-length file is not reported as a store with nothing in it
+    . Checked before anything opens the file."""
     try:
         st = os.stat(db)
     except FileNotFoundError:

@@ -417,10 +417,10 @@ class Dispatcher(EventLoop):
 
     def _item_failed(self, sid: Any, event: Any, payload: Any, exc: BaseException) -> None:
         """An inbox item raised outside every hook boundary (hooks have their own): end
-        the session it concerns with :class:`SessionFaultError` (``__cause__`` is
-        ``exc``) so that one malformed item or engine defect ends at most that session
-       . A control message that names no live session re-raises: the
-        loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
+         the session it concerns with :class:`SessionFaultError` (``__cause__`` is
+         ``exc``) so that one malformed item or engine defect ends at most that session
+        . A control message that names no live session re-raises: the
+         loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
         s: Session | None = None
         if sid is None:
             for arg in payload if isinstance(payload, tuple) else ():
