@@ -80,7 +80,7 @@ ACKS = "acks.jsonl"
 
 def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.durable import DurableEventKind, DurableRuntime
-    from phronomy_fsm.durable.app import load_app
+    from phronomy_fsm.durable.app import attach_app, load_app
     from phronomy_fsm.errors import PhronomyError
     from phronomy_fsm.runtime.faults import FaultPlan
     from phronomy_fsm.store.open import is_postgres_dsn, open_store
@@ -122,6 +122,7 @@ def _child(args: argparse.Namespace) -> int:
         own_store=True,
         lease_seconds=5.0,
     )
+    detach = attach_app(app, runtime)
     try:
         if args.mode == "run":
             scenario.start(runtime)
@@ -166,6 +167,7 @@ def _child(args: argparse.Namespace) -> int:
             time.sleep(0.02)
         return 3
     finally:
+        detach()
         runtime.close(timeout_seconds=5)
 
 

@@ -317,3 +317,10 @@ def test_an_active_execution_is_parked_for_an_operator_who_can_only_fail_it(
         ended = store.load_record("ex-stuck")
         assert ended.status is ExecutionStatus.FAILED and ended.revision > record.revision
         assert CODEC.decode(ended.context).messages == ctx.messages  # still there
+        # ended by the operator's answer: its transcript is journaled with that commit,
+        # outside the agent's history (it did not complete)
+        kinds = [e.kind for e in store.journal_entries("ex-stuck")]
+        assert kinds[0] == "input_received" and kinds[-1] == "execution_resolved_failed"
+        assert kinds.count("user_message") == 1
+        messages = [e for e in store.journal_entries("ex-stuck") if e.kind.endswith("_message")]
+        assert messages and not any(e.data["context"] for e in messages)

@@ -197,7 +197,7 @@ class Agent:
             log.info("agent %s: resumed %s", agent_id, ", ".join(e for e, _ in resumed))
         for execution_id, _status in resumed:  # who must act is told again
             rt.dispatcher.call_soon(rt.directory.announce, rt.store.load_record(execution_id))
-        rt.queue_handoffs(agent_id, rt.pending_handoffs(agent_id))
+        rt.resume_handoffs(agent_id)
         return agent
 
     @classmethod

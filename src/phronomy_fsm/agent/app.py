@@ -5,8 +5,10 @@ load with ``--app MODULE:FACTORY``.
 are the agent's two machines, with hooks reading the given agents' configurations: a
 runtime built from it (``phronomy-fsm recover --app``, ``phronomy-fsm worker --app``,
 ``tools/durable_crash.py``) runs, recovers and answers the executions of those agents
-— and claims no other agent's (``DurableApp.accept``). :func:`start_execution` starts
-an agent execution on such a runtime (a scenario of the crash harness does).
+— and claims no other agent's (``DurableApp.accept``); it also starts the handoffs
+those agents committed whose target is one of them (``DurableApp.attach``).
+:func:`start_execution` starts an agent execution on such a runtime (a scenario of the
+crash harness does). The agents must exist in the store (``Agent.create``).
 ``docs/agent.md`` ("Running agents elsewhere") shows a factory.
 """
 
@@ -18,8 +20,9 @@ from typing import Any
 
 from phronomy_fsm.agent.config import AgentConfig
 from phronomy_fsm.agent.directory import AgentDirectory
+from phronomy_fsm.agent.executions import AgentExecutions, start_execution
 from phronomy_fsm.agent.journal import history
-from phronomy_fsm.agent.runtime import agent_machines, start_execution
+from phronomy_fsm.agent.runtime import agent_machines
 from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry, Scenario
 from phronomy_fsm.durable.records import ExecutionRecord
 
@@ -64,12 +67,21 @@ def agent_app(
     def accept(record: ExecutionRecord) -> bool:
         return record.labels.get("agent_id") in ids
 
+    def attach(runtime: Any) -> Callable[[], None]:
+        # the directory's actions on this runtime: handoffs committed by these agents
+        # start where their target is configured; those nobody started start now
+        executions = AgentExecutions(runtime, directory, name=f"{runtime.name}-agents")
+        for agent_id in sorted(ids):
+            executions.queue_handoffs(agent_id, executions.pending_handoffs(agent_id))
+        return executions.close
+
     return DurableApp(
         machines=agent_machines(directory),
         scenarios=dict(scenarios or {}),
         operator=operator,
         effects=effects,
         accept=accept,
+        attach=attach,
         listeners=(directory.observe,),
     )
 

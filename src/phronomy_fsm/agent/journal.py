@@ -1,7 +1,8 @@
 """What an agent execution leaves in the journal, and the conversation history read back.
 
 An agent execution's context holds its whole conversation while it runs; when it
-finishes (the engine's ``@final`` or ``@cancel`` commit) :func:`session_records` adds its
+finishes (the engine's ``@final`` or ``@cancel`` commit, or an operator's answer that
+ends it) :func:`session_records` adds its
 transcript to that same commit as journal entries, in conversation order:
 
 ====================  =====================================================================
@@ -46,9 +47,10 @@ IN_HISTORY = frozenset({Outcome.COMPLETED, Outcome.HANDED_OFF})
 
 def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierRecords | None:
     """The ``records`` hook of the ``agent_session`` machine: the transcript of a
-    finished execution (module docstring), added to its ``@final`` or ``@cancel``
-    commit; nothing for ``@wait``. Loop thread; pure."""
-    if commit not in ("@final", "@cancel"):
+    finished execution (module docstring), added to its ``@final``, ``@cancel`` or
+    finishing ``@resolution`` commit (an operator ended it); nothing for ``@wait``.
+    Loop thread; pure."""
+    if commit not in ("@final", "@cancel", "@resolution"):
         return None
     outcome = ctx.outcome if commit == "@final" else None
     joins = outcome in IN_HISTORY
@@ -93,7 +95,11 @@ def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierReco
     entries.extend(JournalEntry(str(item["kind"]), item.get("data")) for item in ctx.audit)
     if outcome is Outcome.COMPLETED:
         entries.append(JournalEntry("final_output", {"text": ctx.output}))
-    status = outcome.value if outcome is not None else "ended"
+    status = (
+        outcome.value
+        if outcome is not None
+        else {"@cancel": "ended", "@resolution": "resolved_failed"}.get(commit, "ended")
+    )
     entries.append(
         JournalEntry(
             f"execution_{status}",

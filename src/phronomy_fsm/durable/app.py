@@ -85,6 +85,10 @@ class DurableApp:
         accept: which executions of its machines it runs (``None``: every one); a
             runtime running the application claims only those it accepts (an agent
             application: the executions of the agents it configures).
+        attach: called with a runtime built for the application, once its machines
+            are registered and before it claims anything; returns a function to call
+            before that runtime closes (or None). An agent application starts the
+            handoffs its agents committed this way.
         listeners: called with every
             :class:`~phronomy_fsm.durable.types.DurableEvent` of a runtime that runs
             the machines (an agent application keeps its conversations' history this
@@ -96,7 +100,15 @@ class DurableApp:
     operator: Callable[[ExecutionRecord], Answer | None] | None = None
     effects: Callable[[], Sequence[EffectEntry]] | None = None
     accept: Callable[[ExecutionRecord], bool] | None = None
+    attach: Callable[[Any], Callable[[], None] | None] | None = None
     listeners: tuple[Callable[[Any], None], ...] = ()
+
+
+def attach_app(app: DurableApp, runtime: Any) -> Callable[[], None]:
+    """Call ``app.attach(runtime)`` when the application has one; returns the function
+    to call before ``runtime`` closes (a no-op otherwise)."""
+    detach = app.attach(runtime) if app.attach is not None else None
+    return detach if detach is not None else (lambda: None)
 
 
 def load_app(spec: str, db_path: str) -> DurableApp:
@@ -163,6 +175,7 @@ __all__ = [
     "DurableApp",
     "EffectEntry",
     "Scenario",
+    "attach_app",
     "is_durable_factory",
     "load_app",
     "load_factory",

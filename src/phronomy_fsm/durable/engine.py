@@ -681,7 +681,8 @@ class Engine:
 
     def engine_records(self, live: LiveExecution, barrier: str, state: str) -> BarrierRecords:
         """What the machine's ``records`` hook adds to an engine commit (``@wait``,
-        ``@final``, ``@cancel``); an empty set when it has none or it fails (logged:
+        ``@final``, ``@cancel``, and an ``@resolution`` that finishes the execution);
+        an empty set when it has none or it fails (logged:
         the commit itself must not be lost to a journal hook). A parked execution's
         context is decoded again from its record (parking dropped the live copy)."""
         hook = live.reg.machine.records
@@ -734,6 +735,7 @@ class Engine:
         records = (
             self.engine_records(live, barrier, record.state)
             if barrier in ("@wait", "@final", "@cancel")
+            or (barrier == "@resolution" and record.is_finished)
             else BarrierRecords()
         )
         commit = DurableCommit(

@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any
 
-from phronomy_fsm.durable.app import DurableApp
+from phronomy_fsm.durable.app import DurableApp, attach_app
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import PhronomyError
@@ -101,6 +101,7 @@ class Worker:
             name=name,
             own_store=own_store,
         )
+        self._detach = attach_app(app, self.runtime)
         self.worker_id = self.runtime.worker_id
         self._unlisten = store.add_listener(self._on_notification) if notifies else (lambda: None)
         self._thread: threading.Thread | None = None
@@ -204,6 +205,7 @@ class Worker:
         self._unlisten()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_seconds + 5)
+        self._detach()
         self.runtime.close(timeout_seconds=timeout_seconds)
         log.info("worker %s stopped (claimed %d in all)", self.worker_id, self.claimed_total)
 

@@ -150,6 +150,7 @@ def recover_store(
     Concurrency: blocks the calling thread for up to ``wait_seconds`` plus the
     runtime's close.
     """
+    from phronomy_fsm.durable.app import attach_app
     from phronomy_fsm.durable.runtime import DurableRuntime
 
     if wait_seconds < 0:
@@ -164,6 +165,7 @@ def recover_store(
         name="phronomy-operator",
         faults=faults,
     )
+    detach = attach_app(app, runtime)
     started = time.monotonic()
     try:
         found = runtime.recover(accept=app.accept)
@@ -180,6 +182,7 @@ def recover_store(
         )
         waited = time.monotonic() - started
     finally:
+        detach()
         runtime.close(timeout_seconds=min(10.0, max(1.0, wait_seconds)))
     ids = list(claimed) + [eid for eid, _worker in found.owned_elsewhere if eid not in claimed]
     ids += [eid for eid in watched if eid not in ids]
