@@ -28,8 +28,10 @@ from phronomy_fsm.cli._common import (
     format_time,
     require_store_file,
 )
+from phronomy_fsm.cli._faults import crash_at_option
 from phronomy_fsm.cli._format import approval_lines, subject_lines
 from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.runtime.faults import FaultPlan
 
 
 def _print_report(report: object, db: str) -> None:
@@ -99,25 +101,15 @@ def _print_report(report: object, db: str) -> None:
     type=click.FloatRange(min=0),
     help="How long to wait for the execution to rest.",
 )
-@click.option(
-    "--crash-at",
-    default=None,
-    hidden=True,
-    help="Tests only: kill this process with SIGKILL at this crash point (NAME or NAME@N).",
-)
-def demo(db: str | None, resume: bool, wait_seconds: float, crash_at: str | None) -> None:
+@crash_at_option
+def demo(db: str | None, resume: bool, wait_seconds: float, faults: FaultPlan | None) -> None:
     """Run the scripted support agent until it waits for a refund's approval (then
     run the printed `phronomy-fsm approve` command), or with --resume continue it
     in a new process until it ends — or until something waits for an operator, when
     the exact `phronomy-fsm resolve` commands are printed (exit 3)."""
     from phronomy_fsm.demo import DEFAULT_DB, format_event, resume_demo, start_demo
-    from phronomy_fsm.runtime.faults import FaultPlan
 
     db = db or DEFAULT_DB
-    try:
-        faults = None if crash_at is None else FaultPlan.parse(crash_at)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--crash-at") from None
     if resume:
         require_store_file(db)  # never create a store to resume
 
