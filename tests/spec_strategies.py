@@ -22,7 +22,7 @@ import yaml
 from hypothesis import strategies as st
 
 from phronomy_fsm.spec.yaml_reader import SpecYamlLoader as _SpecYamlLoader
-from tests.spec_samples import REAL_SPECS
+from tests.spec_samples import FIXTURE_SPECS, REAL_SPECS
 
 IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,11}", fullmatch=True).filter(
     lambda s: not keyword.iskeyword(s) and not keyword.issoftkeyword(s)
@@ -113,7 +113,7 @@ def dump(data: Any) -> str:
     return yaml.dump(data, Dumper=_Yaml12SafeDumper, sort_keys=False, allow_unicode=True, width=120)
 
 
-REAL_DATA = [load_plain(p.read_text("utf-8")) for p in REAL_SPECS]
+REAL_DATA = [load_plain(p.read_text("utf-8")) for p in REAL_SPECS + FIXTURE_SPECS]
 
 
 @st.composite

@@ -50,7 +50,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -80,7 +80,7 @@ ACKS = "acks.jsonl"
 
 def _child(args: argparse.Namespace) -> int:
     from phronomy_fsm.durable import DurableEventKind, DurableRuntime
-    from phronomy_fsm.durable.app import load_app
+    from phronomy_fsm.durable.app import attach_app, load_app
     from phronomy_fsm.errors import PhronomyError
     from phronomy_fsm.runtime.faults import FaultPlan
     from phronomy_fsm.store.open import is_postgres_dsn, open_store
@@ -118,18 +118,24 @@ def _child(args: argparse.Namespace) -> int:
         store,
         machines=app.machines,
         faults=faults,
-        listeners=[ack],
+        listeners=[ack, *app.listeners],
         own_store=True,
         lease_seconds=5.0,
     )
+    detach = attach_app(app, runtime)
     try:
         if args.mode == "run":
             scenario.start(runtime)
         else:
-            runtime.recover()
+            runtime.recover(accept=app.accept)
         deadline = time.monotonic() + args.drive_seconds
         machines = set(runtime.machines)
         while time.monotonic() < deadline:
+            if scenario.drive is not None:
+                try:
+                    scenario.drive(runtime)
+                except PhronomyError:
+                    pass  # it moved on meanwhile: again at the next round
             active = [r for r in store.list_records(active=True) if r.machine in machines]
             if not active:
                 return 0
@@ -161,6 +167,7 @@ def _child(args: argparse.Namespace) -> int:
             time.sleep(0.02)
         return 3
     finally:
+        detach()
         runtime.close(timeout_seconds=5)
 
 
@@ -186,14 +193,16 @@ def offload_effects(table: Any) -> dict[str, str]:
     return {r.hook: getattr(r, "effect", None) or "at_most_once" for r in rows if r is not None}
 
 
-def crash_points(table: Any) -> list[str]:
-    """Every crash point of a machine's table, in a stable order.
+def crash_points(table: Any, engine_barriers: Iterable[str] = ENGINE_BARRIERS) -> list[str]:
+    """Every crash point of a machine's table, in a stable order: before, during and
+    after each of ``engine_barriers`` (the engine's commits the application reaches)
+    and of the table's barriers, and the points of its offloads.
 
     A ``pure`` offload has no ``effect:<hook>:before`` point: the engine starts no
     effect for it (it runs it, again if need be, like any computation)."""
     kinds = offload_effects(table)
     points = []
-    for name in (*ENGINE_BARRIERS, *table.barriers):
+    for name in (*engine_barriers, *table.barriers):
         points += [f"barrier:{name}:{when}" for when in ("before", "during", "after")]
     for hook in table.offload_hooks:
         if kinds.get(hook, "at_most_once") != "pure":
@@ -265,10 +274,22 @@ def _run_child(
     return proc.returncode
 
 
-def run_plan(app: str, plan: Plan, folder: Path, db: str | None = None) -> dict[str, Any]:
+@attrs.frozen
+class Checks:
+    """Invariants an application adds to the generic ones: their names, and
+    ``run(db, folder) -> {name: count}`` called after each run (the store ``db`` and the
+    run's folder, where it may leave what it found)."""
+
+    invariants: tuple[str, ...]
+    run: Callable[[str, Path], Mapping[str, int]]
+
+
+def run_plan(
+    app: str, plan: Plan, folder: Path, db: str | None = None, checks: Checks | None = None
+) -> dict[str, Any]:
     """Run ``plan`` in ``folder`` (on the store ``db``: default ``folder/store.db``):
     the run process, then recover processes until the executions are done; return the
-    findings."""
+    findings (the generic ones, and ``checks``')."""
     folder.mkdir(parents=True, exist_ok=True)
     codes = []
     killed = 0
@@ -288,6 +309,14 @@ def run_plan(app: str, plan: Plan, folder: Path, db: str | None = None) -> dict[
         extra += 1
     findings = check_run(app, folder, db)
     findings["app_errors"] += sum(1 for c in codes if c not in (0, 3, -signal.SIGKILL))
+    if checks is not None:
+        own = dict.fromkeys(checks.invariants, 0)
+        try:
+            own.update(checks.run(db or str(folder / "store.db"), folder))
+        except Exception as exc:  # noqa: BLE001 - a checker that fails is a finding
+            (folder / "checks-error.txt").write_text(f"{type(exc).__name__}: {exc}\n")
+            findings["app_errors"] += 1
+        findings.update(own)
     reached = [_read_trace(folder / f"trace-{i}.txt") for i in range(len(codes))]
     return {
         "plan": plan.label(),
@@ -416,15 +445,25 @@ def plans_for(
     """
     plans: list[Plan] = []
     covered: set[str] = set()
-    for scenario, traces in baselines.items():
-        run_trace = traces[0]
+    order = list(baselines)
+    if quick:  # each point once, spread over the scenarios that reach it
+        load: Counter[str] = Counter()
         for point in points:
-            hits = run_trace.get(point, 0)
-            if not hits or (quick and point in covered):
+            reaching = [s for s in order if baselines[s][0].get(point)]
+            if not reaching:
                 continue
+            chosen = min(reaching, key=lambda s: (load[s], order.index(s)))
+            load[chosen] += 1
             covered.add(point)
-            for nth in range(1, (1 if quick else min(hits, NTH_CAP)) + 1):
-                plans.append(Plan(scenario, (point if nth == 1 else f"{point}@{nth}",)))
+            plans.append(Plan(chosen, (point,)))
+    else:
+        for scenario, traces in baselines.items():
+            for point in points:
+                hits = traces[0].get(point, 0)
+                if hits:
+                    covered.add(point)
+                for nth in range(1, min(hits, NTH_CAP) + 1):
+                    plans.append(Plan(scenario, (point if nth == 1 else f"{point}@{nth}",)))
     reached_in_run = {p for traces in baselines.values() for p in traces[0]}
     parking = [p for p in parking or () if p in reached_in_run]
     # a second kill during an operator's retry of an at_most_once effect
@@ -455,16 +494,41 @@ def plans_for(
 
 
 def matrix(
-    spec: Path,
+    spec: Path | Sequence[Path],
     app: str,
     *,
     quick: bool,
     jobs: int,
     keep: Path | None,
     postgres: str | None = None,
+    checks: Checks | None = None,
+    engine_barriers: Sequence[str] = ENGINE_BARRIERS,
+    scenarios: Sequence[str] | None = None,
+    plans: Sequence[Plan] | None = None,
 ) -> dict[str, Any]:
-    """Run the whole matrix; return the JSON report. With ``postgres`` (an admin DSN)
-    every run gets a database of its own on that server instead of a SQLite file."""
+    """Run the whole matrix; return the JSON report.
+
+    Args:
+        spec: the spec — or specs: an application of several machines (the agent's
+            session and tool call) — whose crash points are killed; ``app`` must
+            register a machine generated from each.
+        app: the application factory, ``MODULE:FACTORY``.
+        quick / jobs / keep: the quick form, runs in parallel, where to copy the
+            folder of each failing run.
+        postgres: an admin DSN: every run gets a database of its own on that server
+            instead of a SQLite file.
+        checks: the application's own invariants, checked after each run.
+        engine_barriers: the engine commits whose points are killed (``@cancel`` too
+            for an application that cancels).
+        scenarios: only these scenarios (default: every one of the application).
+        plans: run only these plans (after their scenarios' baselines), e.g. a failing
+            run's label to reproduce it.
+
+    The report: ``machine``, ``mode``, ``points`` (how many), ``points_reached``,
+    ``points_killed``, ``points_never_reached``, ``scenarios``, ``runs``, ``kills``,
+    ``per_point`` (runs aiming at each point and kills there), ``seconds``,
+    ``invariants`` (each count) and ``failures`` (the plans with a finding).
+    """
 
     def db_for(label: str) -> str | None:
         if postgres is None:
@@ -475,80 +539,134 @@ def matrix(
 
     from phronomy_fsm.durable.app import load_app
 
-    digest = hashlib.sha256(spec.read_bytes()).hexdigest()
+    specs = [spec] if isinstance(spec, Path) else list(spec)
+    invariants = INVARIANTS + (checks.invariants if checks is not None else ())
     base = Path(tempfile.mkdtemp(prefix="phronomy-durable-crash-"))
     try:
         loaded = load_app(app, str(base / "probe.db"))
-        machine = next((m for m in loaded.machines if m.table.spec_sha256 == digest), None)
-        if machine is None:
-            raise SystemExit(
-                f"--app {app} registers no machine generated from {spec} (sha256 {digest[:12]}...); "
-                "regenerate the app's tables from this spec"
-            )
-        points = crash_points(machine.table)
-        scenarios = sorted(loaded.scenarios)
+        machines = []
+        for path in specs:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            machine = next((m for m in loaded.machines if m.table.spec_sha256 == digest), None)
+            if machine is None:
+                raise SystemExit(
+                    f"--app {app} registers no machine generated from {path} (sha256 "
+                    f"{digest[:12]}...); regenerate the app's tables from this spec"
+                )
+            machines.append(machine)
+        points: list[str] = []
+        for machine in machines:
+            points += [p for p in crash_points(machine.table, engine_barriers) if p not in points]
+        names = sorted(scenarios if scenarios is not None else loaded.scenarios)
+        unknown = sorted(set(names) - set(loaded.scenarios))
+        if unknown:
+            raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(loaded.scenarios)}")
         started = time.monotonic()
         baselines: dict[str, list[Counter[str]]] = {}
         results = []
-        for scenario in scenarios:
+        for name in names if plans is None else sorted({p.scenario for p in plans}):
             outcome = run_plan(
-                app, Plan(scenario), base / f"baseline-{scenario}", db_for(f"b_{scenario}")
+                app, Plan(name), base / f"baseline-{name}", db_for(f"b_{name}"), checks
             )
             results.append(outcome)
-            baselines[scenario] = [
-                _read_trace(base / f"baseline-{scenario}" / f"trace-{i}.txt")
+            baselines[name] = [
+                _read_trace(base / f"baseline-{name}" / f"trace-{i}.txt")
                 for i in range(len(outcome["codes"]))
             ]
-        parking = parking_points(
-            [machine.table] + [m.table for m in loaded.machines if m is not machine]
-        )
-        plans = plans_for(points, baselines, quick=quick, parking=parking)
+        if plans is None:
+            parking = parking_points(
+                [m.table for m in machines]
+                + [m.table for m in loaded.machines if m not in machines]
+            )
+            plans = plans_for(points, baselines, quick=quick, parking=parking)
 
         def one(indexed: tuple[int, Plan]) -> dict[str, Any]:
             i, plan = indexed
-            return run_plan(app, plan, base / f"run-{i:04d}", db_for(f"r{i:04d}"))
+            return run_plan(app, plan, base / f"run-{i:04d}", db_for(f"r{i:04d}"), checks)
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             results += list(pool.map(one, enumerate(plans)))
-        reached_any = set()
-        killed_at = set()
-        for outcome in results:
-            for i, reached in enumerate(outcome["reached"]):
-                reached_any |= set(reached)
-            for crash, code in zip(outcome["plan"].split(":", 1)[1].split(","), outcome["codes"]):
-                if code == -signal.SIGKILL and crash != "-":
-                    killed_at.add(
-                        crash.rpartition("@")[0] if crash.rpartition("@")[2].isdigit() else crash
-                    )
-        totals = dict.fromkeys(INVARIANTS, 0)
-        failures = []
-        for outcome in results:
-            bad = {k: v for k, v in outcome["findings"].items() if v}
-            for k, v in outcome["findings"].items():
-                totals[k] += v
-            if bad:
-                failures.append(
-                    {"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]}
-                )
-                if keep is not None:
-                    target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
-                    shutil.copytree(outcome["folder"], target, dirs_exist_ok=True)
-        return {
-            "spec": str(spec),
-            "machine": machine.table.machine,
-            "mode": "quick" if quick else "full",
-            "points": len(points),
-            "points_reached": sorted(p for p in points if p in reached_any),
-            "points_killed": sorted(p for p in points if p in killed_at),
-            "points_never_reached": sorted(p for p in points if p not in reached_any),
-            "runs": len(results),
-            "kills": sum(o["killed"] for o in results),
-            "seconds": round(time.monotonic() - started, 1),
-            "invariants": totals,
-            "failures": failures,
-        }
+        report = _report(
+            machines, points, names, results, invariants, quick, keep, time.monotonic() - started
+        )
+        return {"spec": str(spec) if isinstance(spec, Path) else [str(p) for p in specs], **report}
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _bare(point: str) -> str:
+    """``point@N`` → ``point``."""
+    name, _, nth = point.rpartition("@")
+    return name if name and nth.isdigit() else point
+
+
+def _report(
+    machines: list[Any],
+    points: list[str],
+    scenarios: list[str],
+    results: list[dict[str, Any]],
+    invariants: tuple[str, ...],
+    quick: bool,
+    keep: Path | None,
+    elapsed: float,
+) -> dict[str, Any]:
+    """The JSON report of :func:`matrix` (its docstring), failing runs copied to ``keep``."""
+    reached_any: set[str] = set()
+    killed_at: set[str] = set()
+    per_point = {p: {"runs": 0, "kills": 0} for p in points}
+    for outcome in results:
+        for reached in outcome["reached"]:
+            reached_any |= set(reached)
+        crashes = outcome["plan"].split(":", 1)[1].split(",")
+        for crash in {_bare(c) for c in crashes if c not in ("", "-")}:
+            if crash in per_point:
+                per_point[crash]["runs"] += 1
+        for crash, code in zip(crashes, outcome["codes"]):
+            if code == -signal.SIGKILL and crash != "-":
+                killed_at.add(_bare(crash))
+                if _bare(crash) in per_point:
+                    per_point[_bare(crash)]["kills"] += 1
+    totals = dict.fromkeys(invariants, 0)
+    failures = []
+    for outcome in results:
+        bad = {k: v for k, v in outcome["findings"].items() if v}
+        for k, v in outcome["findings"].items():
+            totals[k] = totals.get(k, 0) + v
+        if bad:
+            failures.append({"plan": outcome["plan"], "findings": bad, "codes": outcome["codes"]})
+            if keep is not None:
+                target = keep / outcome["plan"].replace(":", "_").replace(",", "+")
+                shutil.copytree(outcome["folder"], target, dirs_exist_ok=True)
+    return {
+        "machine": "+".join(m.table.machine for m in machines),
+        "mode": "quick" if quick else "full",
+        "points": len(points),
+        "points_reached": sorted(p for p in points if p in reached_any),
+        "points_killed": sorted(p for p in points if p in killed_at),
+        "points_never_reached": sorted(p for p in points if p not in reached_any),
+        "scenarios": scenarios,
+        "runs": len(results),
+        "kills": sum(o["killed"] for o in results),
+        "per_point": per_point,
+        "seconds": round(elapsed, 1),
+        "invariants": totals,
+        "failures": failures,
+    }
+
+
+def parse_plan(label: str) -> Plan:
+    """The :class:`Plan` of a label as :meth:`Plan.label` writes it
+    (``scenario:point,point``; ``-`` for an unarmed process)."""
+    scenario, _, crashes = label.partition(":")
+    return Plan(scenario, tuple(None if c == "-" else c for c in crashes.split(",") if c))
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report's ``per_point`` table as Markdown (for ``docs/operations.md``)."""
+    lines = ["| crash point | runs | kills |", "|---|---:|---:|"]
+    for point, row in report["per_point"].items():
+        lines.append(f"| `{point}` | {row['runs']} | {row['kills']} |")
+    return "\n".join(lines)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
@@ -588,20 +706,25 @@ def main(argv: Iterable[str] | None = None) -> int:
         keep=args.keep_failures,
         postgres=args.postgres,
     )
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(
-            f"{report['machine']}: {report['runs']} runs, {report['kills']} kills, "
-            f"{len(report['points_killed'])}/{report['points']} points killed in {report['seconds']} s"
-        )
-        for name, count in report["invariants"].items():
-            print(f"  {name}: {count}")
-        for failure in report["failures"]:
-            print(
-                f"  FAILED {failure['plan']}: {failure['findings']} (exit codes {failure['codes']})"
-            )
+    print(json.dumps(report, indent=2) if args.json else render_summary(report))
     return 0 if not any(report["invariants"].values()) else 1
+
+
+def render_summary(report: dict[str, Any]) -> str:
+    """The report for a person: the figures, each invariant count, each failing plan."""
+    killed = f"{len(report['points_killed'])}/{report['points']}"
+    lines = [
+        f"{report['machine']}: {report['runs']} runs, {report['kills']} kills, "
+        + f"{killed} points killed in {report['seconds']} s"
+    ]
+    lines += [f"  {name}: {count}" for name, count in report["invariants"].items()]
+    if report["points_never_reached"]:
+        lines.append(f"  never reached: {', '.join(report['points_never_reached'])}")
+    lines += [
+        f"  FAILED {f['plan']}: {f['findings']} (exit codes {f['codes']})"
+        for f in report["failures"]
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

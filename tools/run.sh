@@ -2,7 +2,8 @@
 # Set everything up on a fresh machine, then run the main job or the tests.
 #
 #   bash tools/run.sh main   # validate, generate and draw the specs, then run the agent demo
-#   bash tools/run.sh test   # the whole test suite plus the freshness checks
+#   bash tools/run.sh test   # the lints, the type check, the freshness checks and the
+#                            # whole test suite
 #
 # Setup is idempotent: a virtual environment in .venv with the package and its extras,
 # the Graphviz `dot` binary (Debian package `graphviz`) and the PostgreSQL server
@@ -65,6 +66,19 @@ checks() {
   "$VENV/bin/phronomy-fsm" diagram --all --check
 }
 
+# The layering contracts (import-linter, [tool.importlinter] in pyproject.toml), the
+# type check and the stated ruff rule set; run from the repository root (lint-imports
+# finds the top-level codegen/ package there).
+lints() {
+  echo "== lint-imports" >&2
+  "$VENV/bin/lint-imports"
+  echo "== mypy src codegen" >&2
+  "$VENV/bin/mypy" src codegen
+  echo "== ruff" >&2
+  "$VENV/bin/ruff" check .
+  "$VENV/bin/ruff" format --check .
+}
+
 main_job() {
   checks
   echo "== specs valid, generated code and diagrams fresh"
@@ -86,6 +100,6 @@ main_job() {
 
 case "${1:-}" in
   main) setup; main_job ;;
-  test) setup; checks; "$VENV/bin/python" -m pytest -q ;;
+  test) setup; checks; lints; "$VENV/bin/python" -m pytest -q ;;
   *) echo "usage: bash tools/run.sh main|test" >&2; exit 2 ;;
 esac

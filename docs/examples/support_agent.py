@@ -1,6 +1,11 @@
 """An agent with a tool that needs approval (docs/getting-started.md).
 
 python docs/examples/support_agent.py [DB_PATH]
+
+The refund tool runs only after a person approves it. Here the approval comes from the
+same process (``agent.approve``); from another process it is ``phronomy-fsm approve
+EXECUTION_ID --request REQUEST_ID --db DB_PATH``, which ``phronomy-fsm executions show``
+prints — the execution waits in the store meanwhile, across restarts.
 """
 
 from __future__ import annotations
@@ -9,8 +14,17 @@ import sys
 import threading
 from typing import Any
 
-from phronomy_fsm.agent import Agent, AgentEvent, AgentRuntime, Reply, ScriptedProvider, Tool
+from phronomy_fsm.agent import (
+    Agent,
+    AgentEvent,
+    AgentRuntime,
+    ApprovalRequired,
+    Reply,
+    ScriptedProvider,
+    Tool,
+)
 from phronomy_fsm.errors import AgentExistsError
+from phronomy_fsm.store import SqliteBarrierStore
 
 
 def lookup_order(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
@@ -32,6 +46,7 @@ TOOLS = [
             "properties": {"order_id": {"type": "string"}},
             "required": ["order_id"],
         },
+        effect="pure",  # a read: recovery may simply run it again
     ),
     Tool(
         "issue_refund",
@@ -56,29 +71,29 @@ PROVIDER = ScriptedProvider(
 
 
 def main(db: str) -> None:
-    runtime = AgentRuntime()  # or leave it out to use the process-wide one
     approval = threading.Event()
-    pending: dict[str, str] = {}
+    pending: list[ApprovalRequired] = []
 
-    def on_event(event: AgentEvent) -> None:  # runs on the dispatcher thread: keep it quick
-        print("event:", event.type, event.payload.get("name", ""))
-        if event.type == "approval_required":
-            pending["execution_id"] = event.execution_id
-            pending["request_id"] = event.payload["request"]["id"]
+    def on_event(event: AgentEvent) -> None:  # runs on the loop thread: keep it quick
+        print("event:", event.type.value)
+        if isinstance(event, ApprovalRequired):
+            pending.append(event)
             approval.set()
 
-    options = {"provider": PROVIDER, "tools": TOOLS, "on_event": on_event, "runtime": runtime}
-    try:
-        agent = Agent.create("support", store=db, **options)
-    except AgentExistsError:  # a second run: the agent is in the store already
-        agent = Agent.load("support", store=db, **options)
+    with AgentRuntime(SqliteBarrierStore(db), own_store=True) as runtime:
+        options = {"provider": PROVIDER, "tools": TOOLS, "on_event": on_event, "runtime": runtime}
+        try:
+            agent = Agent.create("support", **options)
+        except AgentExistsError:  # a second run: the agent is in the store already
+            agent = Agent.load("support", **options)
 
-    task = agent.invoke_async("Order A1 arrived broken, refund please.")
-    approval.wait(10)  # the execution is now suspended durably; a person decides:
-    agent.approve(pending["execution_id"], approval_request_id=pending["request_id"])
-    result = task.result(10)  # the original task settles with the same result
-    print(result.status, result.output)
-    runtime.close()
+        task = agent.invoke_async("Order A1 arrived broken, refund please.")
+        approval.wait(10)  # the execution now waits durably; a person decides:
+        request = pending[0]
+        print("approve:", ", ".join(f"{i.tool_name} {i.arguments}" for i in request.items))
+        agent.approve(request.execution_id, approval_request_id=request.request_id)
+        result = task.result(10)  # the original task settles with the same result
+        print(result.status.value, result.output)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ Errors carry the ids involved as attributes and a message that says what to do n
 All of them pickle (errors cross the worker boundary and may be logged by other
 processes): keyword arguments are kept and replayed by ``__reduce__``.
 
-Layers (see ``../shared/design/STYLE.md`` "Errors"): spec errors (loading, validation,
-generation), runtime errors (dispatcher, offload pool, tasks), store errors (the taxonomy
-of reference §5.1: not-found, conflict, agent-busy, serialization, plus storage and
-outcome-unknown) and agent errors. Only the CLI turns these into exit codes.
+Layers: spec errors (loading, validation, generation; ``docs/spec-format.md``), runtime
+errors (dispatcher, offload pool, tasks), store errors (not-found, conflict, agent-busy,
+serialization, storage and outcome-unknown; ``docs/store.md``, "Error taxonomy — what
+each means for the caller"), durable-engine errors (``docs/semantics.md``) and agent
+errors. Only the CLI turns these into exit codes.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 #: :class:`Cancelled` and ``GeneratorExit`` can only come from the application's own
 #: code (signals go to the main thread; nothing on those threads cancels the thread
 #: itself), and ending the shared dispatcher loop or a pool worker would hang every
-#: other agent (issue 11 item 3). The error is kept as the ``__cause__`` of the
+#: other agent. The error is kept as the ``__cause__`` of the
 #: session's :class:`HookError`, or logged for callbacks and listeners; a
 #: :class:`Cancelled` raised by a hook is therefore that session's failure, not a
 #: cancellation of anything else.
@@ -87,7 +88,7 @@ class ProjectConfigError(PhronomyError):
     or malformed (``path`` names the file, ``key`` the offending key when there is one),
     or one of its spec globs matches no file. Fix the table (keys ``specs``, ``out``,
     ``diagrams``; see docs/spec-format.md "Generated code") or pass the paths on the
-    command line (issue 2 item 9)."""
+    command line."""
 
 
 class RenderError(PhronomyError):
@@ -95,7 +96,7 @@ class RenderError(PhronomyError):
     missing, or it failed on the DOT text. ``format`` is the requested image format
     (``svg``, ``png``) and ``reason`` the cause (``missing`` or ``failed``). Install
     Graphviz (Debian: ``apt-get install graphviz``) or ask for the ``dot`` or
-    ``mermaid`` text formats, which need no binary (issue 2 item 7)."""
+    ``mermaid`` text formats, which need no binary."""
 
 
 class MissingDependencyError(PhronomyError):
@@ -129,17 +130,18 @@ class RuntimeFault(PhronomyError):
 
 class WrongThreadError(RuntimeFault):
     """Live state was touched, or a blocking wait was attempted, on the wrong thread
-    (reference §7.2: all mutators assert the loop thread; §7.4: blocking on the loop
+    (``docs/runtime.md``, "The loop": live state is changed on the loop thread only;
+    "Tasks": blocking on the loop
     raises)."""
 
 
 class UndeclaredEventError(RuntimeFault):
     """An event arrived in a state that declares no transition for it and the event is
-    not marked ``unhandled: ignore`` (reference §1.1 step 3). Ends the session."""
+    not marked ``unhandled: ignore`` (``docs/runtime.md``, "Sessions"). Ends the session."""
 
 
 class StepLimitError(RuntimeFault):
-    """A session exceeded its step limit (reference §1.1 step 4, ``recursion_limit``)."""
+    """A session exceeded its step limit (``docs/runtime.md``, "Sessions")."""
 
 
 class MissingHookError(RuntimeFault):
@@ -156,7 +158,7 @@ class DispatchInputError(RuntimeFault, ValueError):
     argument before anything was queued: an event that is not exactly a ``str``, a
     session id that is not an ``int``, a state or event the machine does not declare,
     a step limit that is not a positive ``int``, or a group that cannot be hashed.
-    Nothing reached the loop; other sessions are unaffected (issue 11 item 2). Also a
+    Nothing reached the loop; other sessions are unaffected. Also a
     ``ValueError``, so callers that caught the old ``ValueError`` still do. Fix the
     call; ``docs/getting-started.md`` "Your own machines" lists what ``post`` takes."""
 
@@ -168,7 +170,8 @@ class DispatcherStoppedError(RuntimeFault):
 
 class BackpressureError(RuntimeFault):
     """The offload pool's queue is full and ``on_full="raise"`` was requested
-    (reference §7.3). The caller decides: retry later or fail the step."""
+    (``docs/runtime.md``, "Offloads and the pool"). The caller decides: retry later or
+    fail the step."""
 
 
 class PoolShutdownError(RuntimeFault):
@@ -177,7 +180,7 @@ class PoolShutdownError(RuntimeFault):
 
 class TaskTimeoutError(RuntimeFault):
     """A waiter gave up after ``timeout_seconds``; the task itself keeps running
-    (reference §7.4: the timeout is waiter-local)."""
+    (``docs/runtime.md``, "Tasks": the timeout is the waiter's own)."""
 
 
 class HookError(RuntimeFault):
@@ -190,10 +193,10 @@ class SessionFaultError(RuntimeFault):
     """Handling one inbox item of a session raised outside every hook boundary (a
     malformed item, or a defect of the engine); ``__cause__`` is the original error.
     Ends that session only (``machine``, ``state``, ``session_id`` name it); the loop
-    and every other session go on (issue 11 item 2). Report it: it should not happen."""
+    and every other session go on. Report it: it should not happen."""
 
 
-# --- store layer (reference §5.1 taxonomy) ----------------------------------------
+# --- store layer (docs/store.md, "Error taxonomy — what each means for the caller") --------------------------------
 
 
 class StoreError(PhronomyError):
@@ -235,7 +238,7 @@ class SerializationError(StoreError):
 
 class InvalidStatusTransitionError(StoreError):
     """An execution record was advanced to a status its current status does not allow
-    (reference §2.2); a programming error in the caller, nothing was written."""
+    a programming error in the caller; nothing was written."""
 
 
 class StorageError(StoreError):
@@ -253,7 +256,8 @@ class SchemaVersionError(StoreError):
 class OutcomeUnknownError(StoreError):
     """A write failed after it was issued: it may have committed. ``intended`` is the
     commit that was attempted; call the store's ``reconcile`` to read back and decide
-    ``committed`` / ``not_committed`` / ``conflict`` (reference §4.4, §5.3)."""
+    ``committed`` / ``not_committed`` / ``conflict`` (``docs/semantics.md``, "Barrier
+    outcomes")."""
 
 
 # --- durable engine ---------------------------------------------------------------
@@ -367,29 +371,24 @@ class AgentClosedError(AgentError):
 
 class ExecutionDetachedError(AgentClosedError):
     """The caller's task of an execution this process no longer runs: the runtime (or
-    the agent) was closed while the execution was suspended for approval, waiting for
-    an operator's resolution, or still running. The execution is **not** lost: it
-    lives on in the store as of its last barrier. The message says how to continue it:
-    load the agent again (``Agent.load``, in a new runtime or process), then approve it
-    (``phronomy-fsm approve``), resolve it (``phronomy-fsm resolve``) or let the load
-    recover it (``phronomy-fsm recover``). Attributes: ``execution_id``, ``agent_id``,
-    ``state`` (the agent_session state it was in). Issue 11 item 6;
-    docs/getting-started.md "Cancellation and timeouts"."""
+    the agent) was closed, or another worker took the execution over, while it was
+    waiting for approval, waiting for an operator, or still running. The execution is
+    **not** lost: it lives on in the store as of its last commit. The message says how
+    to continue it: load the agent again (``Agent.load``), then approve it
+    (``phronomy-fsm approve``) or resolve it (``phronomy-fsm resolve``). Attribute:
+    ``execution_id``. ``docs/agent.md``, "Closing"."""
 
 
-class ExecutionRehydrationRequiredError(AgentError):
-    """No live owner holds this execution in this process, or a recovered continuation
-    is stale; load the agent again to recover it from the store (reference §4.5, §6.5)."""
+class AgentNotLoadedError(AgentError):
+    """An agent execution needs its agent's configuration (provider, tools) in this
+    process, and the agent is not loaded here: load it (``Agent.load``) in the process
+    that should run its executions. Attribute: ``agent_id``."""
 
 
 class ApprovalError(AgentError):
-    """An approval decision was refused: wrong request id, execution not suspended,
-    or already decided. Only the approve call fails; the execution is untouched."""
-
-
-class RecoveryResolutionError(AgentError):
-    """An operator resolution was refused: wrong subject, outcome not allowed, missing
-    or forbidden result/error, or the execution is not in ``recovery_required``."""
+    """An approval decision was refused: wrong request id, the execution is not
+    waiting for approval, the request was already decided, or the decisions do not
+    name every item. Nothing was sent; the execution is untouched."""
 
 
 class LLMError(AgentError):
@@ -403,19 +402,83 @@ class InvalidInputError(AgentError):
 
 
 class ExecutionTimeoutError(AgentError):
-    """The execution ran past its ``timeout_seconds``; it is terminalized as failed
-    once in-flight work has finished (reference §2.2: timeout → failed)."""
+    """The execution ran past its ``timeout_seconds``; it ends ``failed`` once nothing
+    of it runs any more (``docs/agent.md``, "Outcomes")."""
 
 
 class ContentBlockedError(AgentError):
-    """An input or output filter blocked the content (reference §2.2 FilterBlockError →
-    status ``blocked``); ``reason`` says why. Raise it from a filter to block."""
+    """An input or output filter blocked the content (the execution ends
+    ``blocked``); ``reason`` says why. Raise it from a filter to block."""
 
 
 class StreamCallbackError(AgentError):
-    """The application's event listener raised (reference §8.4)."""
+    """The application's event listener raised (under ``listener_error_policy=
+    "fail_task"`` the execution ends ``failed`` with it)."""
 
 
 class ExecutionFailedError(AgentError):
     """An execution ended as ``failed``, ``blocked`` or ``cancelled`` without a more
     specific error; ``status`` and ``execution_id`` say which."""
+
+
+__all__ = [
+    "HOOK_ERRORS",
+    "AgentBusyError",
+    "AgentClosedError",
+    "AgentError",
+    "AgentExistsError",
+    "AgentNotLoadedError",
+    "AgentOwnedError",
+    "ApprovalError",
+    "BackpressureError",
+    "Cancelled",
+    "ConfigurationError",
+    "ConflictError",
+    "ContentBlockedError",
+    "ContextSerializationError",
+    "DeadlineExceededError",
+    "DispatchInputError",
+    "DispatcherStoppedError",
+    "DurableError",
+    "EffectFailedError",
+    "EffectNotPerformedError",
+    "ExecutionDetachedError",
+    "ExecutionExistsError",
+    "ExecutionFailedError",
+    "ExecutionFinishedError",
+    "ExecutionOwnedError",
+    "ExecutionTimeoutError",
+    "GenerationError",
+    "HookError",
+    "InvalidIdError",
+    "InvalidInputError",
+    "InvalidStatusTransitionError",
+    "LLMError",
+    "LeaseLostError",
+    "MissingDependencyError",
+    "MissingHookError",
+    "NotFoundError",
+    "OutcomeUnknownError",
+    "PhronomyError",
+    "PoolShutdownError",
+    "ProjectConfigError",
+    "RenderError",
+    "ReplayDivergedError",
+    "ResolutionError",
+    "RuntimeClosedError",
+    "RuntimeFault",
+    "SchemaVersionError",
+    "SerializationError",
+    "SessionFaultError",
+    "SignalRefusedError",
+    "SpecError",
+    "StepLimitError",
+    "StorageError",
+    "StoreError",
+    "StreamCallbackError",
+    "TaskTimeoutError",
+    "UndeclaredEventError",
+    "UnknownMachineError",
+    "UnknownSessionError",
+    "WrongThreadError",
+]

@@ -10,6 +10,11 @@ State kinds, barrier outcomes and offload semantics are those of the spec langua
 into rows on the leaf states inside them (``TransitionRow.declared_on`` remembers where
 a row was declared), and ``MachineTable.compounds`` with ``StateRow.parent`` keep the
 hierarchy so that tools can draw it from a generated table alone.
+
+This is the lowest layer of the package (above :mod:`phronomy_fsm.errors` only): the spec
+layer, the code generator and the runtime all import its vocabulary, and it imports
+none of them. So the rule both a spec's timeouts and the runtime's delays obey
+(:func:`check_delay`) lives here too.
 """
 
 from __future__ import annotations
@@ -42,6 +47,39 @@ PURE = "pure"
 IDEMPOTENT = "idempotent"
 AT_MOST_ONCE = "at_most_once"
 EFFECT_KINDS = (PURE, IDEMPOTENT, AT_MOST_ONCE)
+
+#: The longest delay or timeout a table or the runtime accepts, in seconds (about 31.7
+#: years). Here, below both the spec layer and the runtime, so a spec's timeout is
+#: checked by the same rule the runtime applies (``docs/spec-format.md``, "Timeouts").
+#: ``Condition.wait`` fails with OverflowError beyond the platform's ``time_t`` range
+#: (about 9.2e9 s on Linux), which on the dispatcher loop would end it for every
+#: session; waits are also clamped to this, so a later deadline only means "not soon".
+MAX_DELAY_SECONDS = 1e9
+
+
+def check_delay(seconds: object, what: str) -> float:
+    """Check a delay or timeout given by an application or a spec and return it as a float.
+
+    Args:
+        seconds: the delay in seconds (an int or a float; not a bool).
+        what: how the value is named in the error message (``"timeout_seconds"``).
+
+    Returns:
+        ``seconds`` as a float.
+
+    Raises:
+        ValueError: ``seconds`` is not a real number, or not finite, greater than 0 and
+            at most :data:`MAX_DELAY_SECONDS` (the message names ``what`` and the range).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        message = f"{what} must be a number of seconds, got {type(seconds).__name__}"
+        raise ValueError(message)  # noqa: TRY004 - one error type for every bad delay
+    if not 0 < seconds <= MAX_DELAY_SECONDS:  # also refuses NaN and infinities
+        raise ValueError(
+            f"{what} must be greater than 0 and at most {MAX_DELAY_SECONDS:g} seconds, "
+            f"got {seconds!r}; use None for no timeout"
+        )
+    return float(seconds)
 
 
 class OffloadRow(NamedTuple):

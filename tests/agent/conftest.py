@@ -1,4 +1,4 @@
-"""Fixtures for agent tests: a real SQLite store in tmp_path and a private runtime."""
+"""Fixtures for agent tests: a real SQLite store in tmp_path and an agent runtime on it."""
 
 from __future__ import annotations
 
@@ -8,15 +8,9 @@ from typing import Any
 
 import pytest
 
-from phronomy_fsm.agent import AgentEvent, AgentRuntime, Tool
+from phronomy_fsm.agent import AgentEvent, AgentRuntime, Message, Tool
+from phronomy_fsm.agent.journal import MESSAGE_KINDS
 from phronomy_fsm.store import SqliteBarrierStore
-
-
-@pytest.fixture
-def runtime() -> Iterator[AgentRuntime]:
-    rt = AgentRuntime(max_workers=8)
-    yield rt
-    rt.close(timeout_seconds=5)
 
 
 @pytest.fixture
@@ -24,6 +18,13 @@ def store(tmp_path: Any) -> Iterator[SqliteBarrierStore]:
     s = SqliteBarrierStore(tmp_path / "agents.db")
     yield s
     s.close()
+
+
+@pytest.fixture
+def runtime(store: SqliteBarrierStore) -> Iterator[AgentRuntime]:
+    rt = AgentRuntime(store, max_workers=8)
+    yield rt
+    rt.close(timeout_seconds=5)
 
 
 class Events:
@@ -39,9 +40,9 @@ class Events:
             self._cond.notify_all()
 
     def types(self) -> list[str]:
-        return [e.type for e in self.events]
+        return [e.type.value for e in self.events]
 
-    def wait_for(self, type_: str, timeout: float = 10.0, count: int = 1) -> AgentEvent:
+    def wait_for(self, type_: str, timeout: float = 10.0, count: int = 1) -> Any:
         with self._cond:
             ok = self._cond.wait_for(
                 lambda: sum(e.type == type_ for e in self.events) >= count, timeout
@@ -61,6 +62,7 @@ def make_tool(
     requires_approval: bool = False,
     fn: Any = None,
     log: list | None = None,
+    effect: str = "at_most_once",
 ) -> Tool:
     calls = log if log is not None else []
 
@@ -79,7 +81,17 @@ def make_tool(
             "additionalProperties": False,
         },
         requires_approval=requires_approval,
+        effect=effect,
     )
+
+
+def barrier_names(store: Any, execution_id: str) -> list[str]:
+    """The commits of an execution, in revision order."""
+    return [b.barrier for b in store.barrier_log(execution_id)]
+
+
+def journal_kinds(store: Any, execution_id: str) -> list[str]:
+    return [e.kind for e in store.journal_entries(execution_id)]
 
 
 def conversation_problems(messages: list[Any], *, open_end: bool = False) -> list[str]:
@@ -115,34 +127,32 @@ def conversation_problems(messages: list[Any], *, open_end: bool = False) -> lis
     return problems
 
 
-def stored_messages(store: Any, agent_id: str) -> dict[str, list[Any]]:
-    """Each execution's context messages from the agent's journal, in order."""
-    from phronomy_fsm.agent.durable import MESSAGE_KINDS
-    from phronomy_fsm.agent.types import Message
-
-    by_execution: dict[str, list[Any]] = {}
-    for r in store.read_journal(agent_id):
-        if r.kind in MESSAGE_KINDS and r.context_candidate:
-            by_execution.setdefault(r.execution_id, []).append(Message.from_json(r.content))
-    return by_execution
+def journaled_messages(store: Any, execution_id: str) -> list[Message]:
+    """The conversation an execution journaled when it finished, read from the store."""
+    return [
+        Message.from_json(e.data["message"])
+        for e in store.journal_entries(execution_id)
+        if e.kind in MESSAGE_KINDS
+    ]
 
 
-def assert_stored_conversation_is_legal(store: Any, agent_id: str) -> None:
-    """In the agent's journal, every tool call is answered at most once, and exactly
-    once in executions that completed; roles come in a legal order
-    (:func:`conversation_problems`); and the messages of the completed executions, in
-    order — the history a next execution is sent — are legal. (A handed-off
-    execution ends with its unanswered handoff call, so it may end open.)"""
-    by_execution = stored_messages(store, agent_id)
-    history: list[Any] = []
-    for execution in store.list_executions(agent_id=agent_id):
-        messages = by_execution.get(execution.execution_id, [])
-        finished = execution.status.value == "completed"
-        problems = conversation_problems(messages, open_end=not finished)
-        assert problems == [], (execution.execution_id, execution.status, problems, messages)
-        if finished:
-            history += messages
-    assert conversation_problems(history) == [], history
+def assert_stored_conversations_are_legal(store: Any, agent_id: str) -> None:
+    """Every finished execution of ``agent_id`` journaled its conversation exactly once
+    (a legal chat: :func:`conversation_problems`), and the history later executions
+    are sent — the completed ones' messages, in order — is legal too."""
+    from phronomy_fsm.agent.journal import history
+
+    for record in store.list_records(machine="agent_session", exclusive_key=agent_id):
+        kinds = journal_kinds(store, record.execution_id)
+        if record.is_finished:
+            assert kinds.count("input_received") == 1, (record.execution_id, kinds)
+            messages = journaled_messages(store, record.execution_id)
+            open_end = record.status.value != "completed" or record.state == "handed_off"
+            problems = conversation_problems(messages, open_end=open_end)
+            assert problems == [], (record.execution_id, record.state, problems)
+        else:
+            assert kinds == [], (record.execution_id, kinds)
+    assert conversation_problems(history(store, agent_id)) == []
 
 
 class StrictProvider:

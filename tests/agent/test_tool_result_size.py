@@ -1,5 +1,5 @@
-"""A huge tool result is capped by the agent's ``max_tool_result_bytes`` (issue 11 item
-10c; docs/getting-started.md "Tools and approval"): the LLM and the journal get the
+"""A huge tool result is capped by the agent's ``max_tool_result_bytes`` (docs/agent.md,
+"Tools"): the LLM and the journal get the
 first bytes of its text and a note, the journal's ``tool_result`` record keeps the
 original size, and nothing of the size of the whole result is journaled or sent.
 
@@ -22,13 +22,21 @@ BIG = 3_000_000  # bytes of text
 def _agent(store: Any, runtime: Any, fn: Any, **options: Any) -> tuple[Agent, ScriptedProvider]:
     provider = ScriptedProvider([Reply(tool_calls=(("dump", {}),)), Reply(content="ok")])
     agent = Agent.create(
-        "a", store=store, runtime=runtime, provider=provider, tools=[Tool("dump", fn)], **options
+        "a", runtime=runtime, provider=provider, tools=[Tool("dump", fn)], **options
     )
     return agent, provider
 
 
+def _journal(store: Any) -> list[Any]:
+    return [
+        e
+        for r in store.list_records(machine="agent_session")
+        for e in store.journal_entries(r.execution_id)
+    ]
+
+
 def _journal_bytes(store: Any) -> int:
-    return sum(len(repr(r.content)) for r in store.read_journal("a"))
+    return sum(len(repr(e.data)) for e in _journal(store))
 
 
 @pytest.mark.parametrize(
@@ -42,16 +50,16 @@ def test_a_huge_result_is_capped_with_its_original_size_recorded(
     store: Any, runtime: Any, value: Any
 ) -> None:
     agent, provider = _agent(store, runtime, lambda args, ctx: value)
-    assert agent.invoke("dump it", wait_seconds=30).status == "completed"
+    assert agent.invoke("dump it", wait_seconds=30).status.value == "completed"
     cap = DEFAULT_MAX_TOOL_RESULT_BYTES
     sent = [m.content for m in provider.requests[1].messages if m.role == "tool"]
     assert len(sent) == 1 and len(sent[0].encode()) < cap + 300
     assert "truncated" in sent[0] and str(cap) in sent[0]
-    journal = store.read_journal("a")
-    result = next(r for r in journal if r.kind == "tool_result")
-    assert result.content["original_bytes"] >= BIG
-    message = next(r for r in journal if r.kind == "tool_message")
-    assert message.content["content"] == sent[0]
+    journal = _journal(store)
+    result = next(e for e in journal if e.kind == "tool_result")
+    assert result.data["original_bytes"] >= BIG
+    message = next(e for e in journal if e.kind == "tool_message")
+    assert message.data["message"]["content"] == sent[0]
     assert _journal_bytes(store) < 4 * cap  # not twice the whole result
 
 
@@ -60,8 +68,8 @@ def test_a_result_under_the_cap_is_untouched(store: Any, runtime: Any) -> None:
     agent.invoke("dump it", wait_seconds=10)
     sent = [m.content for m in provider.requests[1].messages if m.role == "tool"]
     assert sent == ['{"ok": true}']
-    result = next(r for r in store.read_journal("a") if r.kind == "tool_result")
-    assert result.content["result"] == {"ok": True} and "original_bytes" not in result.content
+    result = next(e for e in _journal(store) if e.kind == "tool_result")
+    assert result.data["result"] == {"ok": True} and "original_bytes" not in result.data
 
 
 def test_the_cap_is_per_agent_and_can_be_lifted(store: Any, runtime: Any) -> None:
@@ -74,7 +82,6 @@ def test_the_cap_is_per_agent_and_can_be_lifted(store: Any, runtime: Any) -> Non
     agent.close()
     lifted = Agent.load(
         "a",
-        store=store,
         runtime=runtime,
         provider=provider,
         tools=[Tool("dump", lambda args, ctx: "z" * 5000)],

@@ -30,7 +30,7 @@ from phronomy_fsm.errors import (
     SignalRefusedError,
     StorageError,
 )
-from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
+from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 from .conftest import T0, commit, create, record, signal, step, worker
 

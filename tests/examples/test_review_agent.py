@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 import review_agent as ra
-from stub_llm_server import StubLLMServer
 
 from phronomy_fsm.agent import OpenAICompatibleProvider
 from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
 from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.testing import StubLLMServer
 
 from .conftest import Events
 

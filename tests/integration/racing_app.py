@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 from phronomy_fsm.demo import create_app as demo_app
+from phronomy_fsm.durable.app import DurableApp
 
 
-def create_app(agent_id: str, db_path: str) -> dict[str, Any]:
-    """Run a competing ``recover`` to completion, then configure the demo agent."""
+def create_app(db_path: str) -> DurableApp:
+    """Run a competing ``recover`` to completion, then return the demo application."""
     subprocess.run(
         [
             sys.executable,
@@ -28,4 +28,4 @@ def create_app(agent_id: str, db_path: str) -> dict[str, Any]:
         capture_output=True,
         timeout=120,
     )
-    return demo_app(agent_id, db_path)
+    return demo_app(db_path)

@@ -35,5 +35,10 @@ def test_support_agent_example_runs_twice_on_one_store(tmp_path: Path) -> None:
         )
         assert out.splitlines()[-1] == "completed I refunded $25.00 for order A1."
         assert "event: approval_required" in out
-    listing = run([*CLI, "executions", "list", "--db", str(tmp_path / "gs.db"), "--json"], tmp_path)
+        assert "approve: issue_refund {'amount': 25.0, 'order_id': 'A1'}" in out
+    listing = run(
+        [*CLI, "executions", "list", "--db", str(tmp_path / "gs.db"), "--json"]
+        + ["--machine", "agent_session"],
+        tmp_path,
+    )
     assert listing.count('"status": "completed"') == 2

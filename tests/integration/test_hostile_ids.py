@@ -9,6 +9,7 @@ a subprocess, the runtime's loop.
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 import unicodedata
@@ -21,7 +22,6 @@ from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
 from phronomy_fsm.cli import main
 from phronomy_fsm.errors import ConfigurationError, InvalidInputError
 from phronomy_fsm.store import SqliteBarrierStore
-from tests.store.helpers import admission
 
 HOSTILE = [
     pytest.param("a\nb", id="newline"),
@@ -40,17 +40,17 @@ HOSTILE = [
 
 
 @pytest.fixture
-def runtime() -> Any:
-    rt = AgentRuntime(max_workers=2)
-    yield rt
-    rt.close(timeout_seconds=5)
-
-
-@pytest.fixture
 def store(tmp_path: Any) -> Any:
     s = SqliteBarrierStore(tmp_path / "agents.db")
     yield s
     s.close()
+
+
+@pytest.fixture
+def runtime(store: Any) -> Any:
+    rt = AgentRuntime(store, max_workers=2)
+    yield rt
+    rt.close(timeout_seconds=5)
 
 
 def _unsafe(text: str) -> list[str]:
@@ -64,31 +64,50 @@ def _unsafe(text: str) -> list[str]:
 
 @pytest.mark.parametrize("agent_id", HOSTILE)
 def test_agent_create_refuses_a_hostile_agent_id(store: Any, runtime: Any, agent_id: str) -> None:
-    with pytest.raises(ConfigurationError, match="1-128 characters") as refused:
-        Agent.create(
-            agent_id, store=store, runtime=runtime, provider=ScriptedProvider([Reply("x")])
-        )
+    with pytest.raises(ConfigurationError, match="printable characters") as refused:
+        Agent.create(agent_id, runtime=runtime, provider=ScriptedProvider([Reply("x")]))
     assert "\n" not in str(refused.value) and not _unsafe(str(refused.value))
-    assert store.list_agents() == []
+    assert store.agent_ids() == []
 
 
 @pytest.mark.parametrize("execution_id", HOSTILE)
 def test_invoke_refuses_a_hostile_execution_id(store: Any, runtime: Any, execution_id: str) -> None:
-    agent = Agent.create("a", store=store, runtime=runtime, provider=ScriptedProvider([Reply("x")]))
-    with pytest.raises(InvalidInputError, match="1-128 characters"):
+    agent = Agent.create("a", runtime=runtime, provider=ScriptedProvider([Reply("x")]))
+    with pytest.raises(InvalidInputError, match="printable characters"):
         agent.invoke("hi", execution_id=execution_id, wait_seconds=10)
-    assert store.list_executions() == []
+    assert store.list_records() == []
 
 
 def test_ordinary_ids_are_still_accepted(store: Any, runtime: Any) -> None:
     agent = Agent.create(
-        "support-agent.eu:1/ümlaut",
-        store=store,
-        runtime=runtime,
-        provider=ScriptedProvider([Reply("x")]),
+        "support-agent.eu:1/ümlaut", runtime=runtime, provider=ScriptedProvider([Reply("x")])
     )
     result = agent.invoke("hi", execution_id="order-42:retry.1#é", wait_seconds=10)
     assert result.status == "completed"
+
+
+def _forge(db: Any, execution_id: str, agent_id: str, new_id: str, new_agent: str) -> None:
+    """Rename an agent's execution and agent below the library, as an older version or
+    another tool could have written them (the library refuses such ids itself)."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            conn.execute(
+                "UPDATE executions SET execution_id = ?, exclusive_key = ?, body = json_set(body,"
+                " '$.execution_id', ?, '$.exclusive_key', ?, '$.labels.agent_id', ?,"
+                " '$.context.agent_id', ?, '$.context.execution_id', ?) WHERE execution_id = ?",
+                (new_id, new_agent, new_id, new_agent, new_agent, new_agent, new_id, execution_id),
+            )
+            conn.execute(
+                "UPDATE barriers SET execution_id = ? WHERE execution_id = ?",
+                (new_id, execution_id),
+            )
+            conn.execute(
+                "UPDATE execution_journal SET execution_id = ? WHERE execution_id = ?",
+                (new_id, execution_id),
+            )
+    finally:
+        conn.close()
 
 
 @pytest.fixture
@@ -96,9 +115,12 @@ def hostile_db(tmp_path: Any) -> str:
     """A store that already holds hostile ids (written below the agent layer, as an
     older version or another tool could have)."""
     path = tmp_path / "hostile.db"
-    with SqliteBarrierStore(path) as store:
-        admission(store, "agent\nFORGED  a2  completed  completed  9  x", "ex\x1b[2J\u202e1")
-        admission(store, "a\u202ebad", "ex\r\x00\u2028two")
+    with AgentRuntime(SqliteBarrierStore(path), own_store=True) as rt:
+        for agent_id in ("a1", "a2"):
+            agent = Agent.create(agent_id, runtime=rt, provider=ScriptedProvider([Reply("x")]))
+            agent.invoke("hi", execution_id=f"ex-{agent_id}", wait_seconds=10)
+    _forge(path, "ex-a1", "a1", "ex\x1b[2J\u202e1", "agent\nFORGED  a2  completed  completed  9  x")
+    _forge(path, "ex-a2", "a2", "ex\r\x00\u2028two", "a\u202ebad")
     return str(path)
 
 
@@ -111,8 +133,8 @@ def test_executions_list_prints_hostile_ids_escaped(hostile_db: str) -> None:
     result = CliRunner().invoke(main, ["executions", "list", "--db", hostile_db])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    # the header, one row per execution, then the summary lines: nothing forged
-    assert lines[3].startswith("1-2 of 2 execution(s)"), lines
+    # the header, one row per execution, then the summary line: nothing forged
+    assert len(lines) == 4 and lines[3].startswith("1-2 of 2 execution(s)"), lines
     assert all(not line.startswith(("agent", "FORGED")) for line in lines[3:])
     _forged(result.stdout)
     assert "agent\\nFORGED" in result.stdout and "\\x1b[2J\\u202e1" in result.stdout

@@ -1,6 +1,6 @@
 """OpenAICompatibleProvider against the real stub server on localhost (issue 5 item 5).
 
-No httpx mocks: every test sends real HTTP to ``tools/stub_llm_server.py`` running in
+No httpx mocks: every test sends real HTTP to ``phronomy_fsm.testing.stub_llm`` running in
 this process (one test runs it as a subprocess). Covers the answer shapes (text, tool
 calls, streaming, usage), the headers, every failure path (each an ``LLMError`` with
 the right attributes), cancellation mid-stream, configuration from the environment,
@@ -9,7 +9,6 @@ concurrent use from several threads, and one real Agent execution end to end.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pickle
 import subprocess
@@ -25,22 +24,7 @@ from phronomy_fsm.agent.openai import DEFAULT_BASE_URL, OpenAICompatibleProvider
 from phronomy_fsm.agent.types import LLMRequest, Message, ToolSpec, Usage
 from phronomy_fsm.errors import Cancelled, ConfigurationError, LLMError
 from phronomy_fsm.runtime.cancellation import CancellationToken
-
-ROOT = Path(__file__).resolve().parents[2]
-STUB_PATH = ROOT / "tools" / "stub_llm_server.py"
-
-
-def _load_stub() -> Any:
-    spec = importlib.util.spec_from_file_location("stub_llm_server", STUB_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["stub_llm_server"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-stub = _load_stub()
-StubLLMServer = stub.StubLLMServer
+from phronomy_fsm.testing.stub_llm import StubLLMServer
 
 ENV_VARIABLES = (
     "PHRONOMY_LLM_BASE_URL",
@@ -579,15 +563,15 @@ def test_stub_server_runs_as_a_script(tmp_path: Path) -> None:
     script = tmp_path / "steps.json"
     script.write_text(json.dumps([{"content": "from the script"}]))
     proc = subprocess.Popen(
-        [sys.executable, str(STUB_PATH), "--port", "0", "--script", str(script)],
+        [sys.executable, "-m", "phronomy_fsm.testing.stub_llm", "--script", str(script)],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline().strip()
-        assert line.startswith("base_url: http://127.0.0.1:")
-        with OpenAICompatibleProvider(base_url=line.split(" ", 1)[1], model="m") as provider:
+        assert line.startswith("http://127.0.0.1:")
+        with OpenAICompatibleProvider(base_url=line, model="m") as provider:
             assert provider.complete(request()).content == "from the script"
             err = llm_error(provider, request("second"))
             assert "stub script exhausted after 1 steps" in str(err)
@@ -624,28 +608,29 @@ def test_agent_runs_end_to_end_on_the_stub_server(tmp_path: Path) -> None:
         {"content": "Order A-17 has shipped."},
         {"content": "Streamed answer here."},
     ]
-    rt = AgentRuntime()
+    store = SqliteBarrierStore(tmp_path / "a.db")
+    rt = AgentRuntime(store)
     with (
         StubLLMServer(script) as server,
         OpenAICompatibleProvider(base_url=server.base_url, model="m") as provider,
     ):
         try:
-            store = SqliteBarrierStore(tmp_path / "a.db")
-            agent = Agent.create("a1", store=store, provider=provider, tools=[tool], runtime=rt)
+            agent = Agent.create("a1", provider=provider, tools=[tool], runtime=rt)
             result = agent.invoke("Where is my order A-17?", wait_seconds=10)
 
             assert (result.status, result.output) == ("completed", "Order A-17 has shipped.")
             assert result.usage == Usage(20, 10)
-            barriers = [b.barrier for b in store.barrier_history(result.execution_id)]
-            assert barriers[0] == "admission" and barriers[-1] == "terminal_commit"
+            assert result.finish_reason is not None
+            barriers = [b.barrier for b in store.barrier_log(result.execution_id)]
+            assert barriers[0] == "@start" and barriers[-1] == "@final"
             assert "tool_dispatch" in barriers and "provider_dispatch" in barriers
-            journal = store.read_journal("a1")
-            calls = [j.llm_call_id for j in journal if j.kind == "llm_call_recorded"]
+            journal = store.journal_entries(result.execution_id)
+            calls = [j.data["llm_call_id"] for j in journal if j.kind == "llm_call_recorded"]
             # each durable llm_call_id went out as the Idempotency-Key of its request
             assert [r.headers["idempotency-key"] for r in server.requests] == calls
             assistant = next(j for j in journal if j.kind == "assistant_message")
             assert (
-                assistant.content["tool_calls"][0]["function"]["arguments"]
+                assistant.data["message"]["tool_calls"][0]["function"]["arguments"]
                 == '{"order_id": "A-17"}'
             )
             follow_up = server.requests[1].body["messages"]
@@ -653,16 +638,50 @@ def test_agent_runs_end_to_end_on_the_stub_server(tmp_path: Path) -> None:
             assert follow_up[2]["tool_call_id"] == "call_0_0"
             assert json.loads(follow_up[2]["content"]) == {"order_id": "A-17", "status": "shipped"}
             assert len(keys) == 1 and keys[0] == next(
-                j.tool_invocation_id for j in journal if j.kind == "tool_result"
+                j.data["tool_invocation_id"] for j in journal if j.kind == "tool_result"
             )
-            assert [j.content for j in journal if j.kind == "final_output"] == [
+            assert [j.data for j in journal if j.kind == "final_output"] == [
                 {"text": "Order A-17 has shipped."}
             ]
 
             events = list(agent.stream("Stream it"))
-            tokens = [e.payload for e in events if e.type == "token"]
+            tokens = [e.content for e in events if e.type == "token"]
             assert len(tokens) >= 2
             assert events[-1].type == "done"
             assert server.requests[2].body["stream"] is True
         finally:
             rt.close()
+            store.close()
+
+
+def test_a_cancel_interrupts_a_call_blocked_on_the_network(tmp_path: Path) -> None:
+    """The server takes 30 s to answer; a cancel ends the call (and the execution) at
+    once: the provider stops waiting for the server (the exchange is abandoned)."""
+    from phronomy_fsm.agent import Agent, AgentRuntime
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    store = SqliteBarrierStore(tmp_path / "c.db")
+    rt = AgentRuntime(store)
+    with (
+        StubLLMServer([{"content": "late", "delay_seconds": 30}]) as server,
+        OpenAICompatibleProvider(
+            base_url=server.base_url, model="m", timeout_seconds=60
+        ) as provider,
+    ):
+        try:
+            agent = Agent.create("a1", provider=provider, runtime=rt)
+            task = agent.invoke_async("hello")
+            deadline = time.monotonic() + 10
+            while not server.requests and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert server.requests, "the call never reached the server"
+            started = time.monotonic()
+            assert agent.cancel() is True
+            with pytest.raises(Cancelled):
+                task.result(10)
+            assert time.monotonic() - started < 5  # not the 30 s the server takes
+            [record] = store.list_records(machine="agent_session")
+            assert record.status.value == "cancelled"
+        finally:
+            rt.close()
+            store.close()

@@ -184,7 +184,7 @@ def test_a_waiting_order_is_listed_shown_signalled_and_recovered_to_its_end(
     assert [b["barrier"] for b in detail["barriers"]] == ["@start", "charge", "paid", "@wait"]
     assert detail["owner"]["is_live"] is False  # the runtime closed: nobody applies signals
     text = run("executions", "show", "order-1", "--db", db).stdout
-    assert "status: waiting\n" in text and "owner: none live" in text
+    assert "status: waiting  <- waits for a signal\n" in text and "owner: none live" in text
     assert f"phronomy-fsm recover --db {db} --app MODULE:FACTORY" in text
 
     sent = run(
@@ -213,6 +213,7 @@ def test_a_waiting_order_is_listed_shown_signalled_and_recovered_to_its_end(
 
     after = run("executions", "list", "--db", db)
     assert after.stdout.splitlines()[-1] == "1-1 of 1 execution(s); by status: completed 1"
+    assert after.stdout.splitlines()[0].split()[-2:] == ["WAITS", "FOR"]
 
 
 # ------------------------------------------------------------------ refusals
@@ -241,6 +242,27 @@ def test_bad_input_is_one_error_line_and_writes_nothing(
     before = snapshot(waiting_db)
     result = run(*args, "--db", str(waiting_db))
     assert_one_error_line(result, *needles)
+    assert snapshot(waiting_db) == before
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("executions", "show", "nope"),
+        ("signal", "nope", "approve"),
+        ("cancel", "nope"),
+        ("resolve", "nope", "--expected-revision", "1", "--outcome", "not_performed"),
+        ("approve", "nope", "--request", "r-1"),
+        ("diagram", "--execution", "nope"),
+    ],
+    ids=lambda v: " ".join(v[:2]),
+)
+def test_an_unknown_execution_is_named_once(waiting_db: Path, args: tuple[str, ...]) -> None:
+    # a newcomer saw "execution nope: execution nope does not exist"
+    before = snapshot(waiting_db)
+    result = run(*args, "--db", str(waiting_db))
+    assert_one_error_line(result, "nope")
+    assert result.stderr.count("nope") == 1, result.stderr
     assert snapshot(waiting_db) == before
 
 
@@ -434,15 +456,24 @@ def test_listing_filters_pages_and_counts(tmp_path: Path) -> None:
     assert ids("--agent", "bob") == ["order-2"]
     assert ids("--machine", "agent_session") == []
     assert ids("--limit", "1", "--offset", "1") == ["order-2"]
+    assert ids("--waiting-for", "person") == ["order-1", "order-3"]
+    assert ids("--waiting-for", "operator") == []
     page = run("executions", "list", "--db", str(db), "--limit", "2").stdout.splitlines()
-    assert page[-2:] == [
+    assert page[1].split()[-1] == "signal"  # order-1 waits for a signal (its approval)
+    assert page[-3:] == [
         "1-2 of 3 execution(s); by status: cancelled 1, waiting 2",
         "more: --offset 2",
+        (
+            f"1 wait(s) for a signal: phronomy-fsm executions show ID --db {db} prints the "
+            "signal command(s)"
+        ),
     ]
-    assert (
-        run("executions", "list", "--db", str(db), "--agent", "a", "--exclusive-key", "b").exit_code
-        == 2
-    )
+    for args in (
+        ("--agent", "a", "--exclusive-key", "b"),
+        ("--waiting-for", "operator", "--status", "waiting"),
+        ("--waiting-for", "nobody"),
+    ):
+        assert run("executions", "list", "--db", str(db), *args).exit_code == 2
 
 
 def test_hostile_keys_and_wide_ids_are_escaped_in_tables(tmp_path: Path) -> None:
@@ -453,7 +484,7 @@ def test_hostile_keys_and_wide_ids_are_escaped_in_tables(tmp_path: Path) -> None
     assert table.exit_code == 0
     assert no_control_characters(table.stdout)
     lines = table.stdout.splitlines()
-    assert len(lines) == 3  # header, one row, the counts: the newline did not split the row
+    assert len(lines) == 4  # header, one row, counts, hint: the newline did not split the row
     assert lines[1].startswith(wide + "  order_flow  waiting")
     assert "k\\x1b[2J\\nforged row\\x07" in lines[1]
     shown = run("executions", "show", wide, "--db", str(db))
@@ -461,32 +492,6 @@ def test_hostile_keys_and_wide_ids_are_escaped_in_tables(tmp_path: Path) -> None
     assert "exclusive_key: k\\x1b[2J\\nforged row\\x07" in shown.stdout
     as_json = json.loads(run("executions", "list", "--db", str(db), "--json").stdout)
     assert as_json[0]["exclusive_key"] == "k\x1b[2J\nforged row\x07"  # JSON keeps it exactly
-
-
-def test_agent_executions_keep_their_commands(tmp_path: Path) -> None:
-    from tests.store.helpers import admission
-
-    db = tmp_path / "store.db"
-    with SqliteBarrierStore(db) as store:
-        admission(store, "a1", "ex-agent")
-    shown = run("executions", "show", "ex-agent", "--db", str(db), "--json")
-    assert shown.exit_code == 0, shown.output
-    data = json.loads(shown.stdout)
-    assert (data["agent_id"], data["phase"], data["needs_operator"]) == ("a1", "preparing", True)
-    assert data["resolve_commands"][0].startswith(
-        f"phronomy-fsm resolve ex-agent --db {db} --app MODULE:FACTORY --expected-revision 0 "
-        "--subject execution:ex-agent --outcome"
-    )
-    before = snapshot(db)
-    for args in (
-        ("signal", "ex-agent", "approve"),
-        ("cancel", "ex-agent"),
-    ):
-        assert_one_error_line(run(*args, "--db", str(db)), "not run by the durable engine")
-    usage = run("resolve", "ex-agent", "--db", str(db), "--expected-revision", "0",
-                "--outcome", "failed", "--error", "x")  # fmt: skip
-    assert usage.exit_code == 2 and "--app and --subject are required" in usage.stderr
-    assert snapshot(db) == before
 
 
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")

@@ -4,27 +4,46 @@ stderr diagnostics, no tracebacks, and read commands that never create files."""
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
 
+from phronomy_fsm.agent import Agent, AgentRuntime, ApprovalRequired, Reply, ScriptedProvider, Tool
 from phronomy_fsm.cli import main
 from phronomy_fsm.store import SqliteBarrierStore
-from tests.store.helpers import admission, finish, step_with_journal
 
 
 @pytest.fixture
 def db(tmp_path):
-    """A store with ex-done (cancelled 30 days ago, 3 journal records) and ex-live."""
+    """A store with ex-done (agent a1, completed 30 days ago) and ex-live (agent a2,
+    waiting for a person's approval of its refund)."""
     path = tmp_path / "store.db"
-    month_ago = datetime.now(UTC) - timedelta(days=30)
-    with SqliteBarrierStore(path, clock=lambda: month_ago) as store:
-        agent, ex = admission(store, "a1", "ex-done")
-        c = step_with_journal(ex, agent, count=2)
-        store.commit(c)
-        store.commit(finish(c.execution, store.load_agent("a1")))
-        admission(store, "a2", "ex-live")
+    waiting = threading.Event()
+    refund = Tool("refund", lambda args, ctx: {"ok": True}, "Refund.", requires_approval=True)
+    with AgentRuntime(SqliteBarrierStore(path), own_store=True) as runtime:
+        done = Agent.create("a1", runtime=runtime, provider=ScriptedProvider([Reply("done")]))
+        done.invoke("hello", execution_id="ex-done", wait_seconds=30)
+        live = Agent.create(
+            "a2",
+            runtime=runtime,
+            provider=ScriptedProvider([Reply(tool_calls=(("refund", {}),))]),
+            tools=[refund],
+            on_event=lambda e: waiting.set() if isinstance(e, ApprovalRequired) else None,
+        )
+        live.invoke_async("refund me", execution_id="ex-live")
+        assert waiting.wait(30)
+    month_ago = int((datetime.now(UTC) - timedelta(days=30)).timestamp() * 1000)
+    conn = sqlite3.connect(path)
+    with conn:  # as if it finished a month ago
+        conn.execute(
+            "UPDATE executions SET created_epoch_ms = ?, updated_epoch_ms = ?"
+            " WHERE execution_id = 'ex-done'",
+            (month_ago, month_ago),
+        )
+    conn.close()
     return str(path)
 
 
@@ -36,12 +55,12 @@ def test_list_json_and_filters(db):
     result = run("executions", "list", "--db", db, "--json")
     assert result.exit_code == 0, result.output
     rows = json.loads(result.stdout)
-    assert [(r["execution_id"], r["status"], r["revision"]) for r in rows] == [
-        ("ex-done", "cancelled", 2),
-        ("ex-live", "preparing", 0),
+    assert [(r["execution_id"], r["status"], r["waits_for"], r["agent_id"]) for r in rows] == [
+        ("ex-done", "completed", None, "a1"),
+        ("ex-live", "waiting", "approval", "a2"),
     ]
     only = json.loads(
-        run("executions", "list", "--db", db, "--json", "--status", "cancelled").stdout
+        run("executions", "list", "--db", db, "--json", "--status", "completed").stdout
     )
     assert [r["execution_id"] for r in only] == ["ex-done"]
     by_agent = json.loads(run("executions", "list", "--db", db, "--json", "--agent", "a2").stdout)
@@ -52,22 +71,21 @@ def test_list_table(db):
     result = run("executions", "list", "--db", db)
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    header = ["EXECUTION", "MACHINE", "STATUS", "STATE", "REV", "UPDATED", "KEY", "OPERATOR"]
+    header = ["EXECUTION", "MACHINE", "STATUS", "STATE", "REV", "UPDATED", "KEY", "WAITS", "FOR"]
     assert lines[0].split() == header
     row = lines[1].split()
-    assert row[:5] == ["ex-done", "agent_session", "cancelled", "cancelled", "2"]
-    assert row[6:] == ["a1"]  # the agent id is the exclusive key; no operator needed
-    # ex-live was admitted, is not replayable and no process owns its agent: recovering
-    # it would ask an operator, so the listing says so
-    assert lines[2].split()[:3] + lines[2].split()[6:] == [
+    assert row[:4] == ["ex-done", "agent_session", "completed", "completed"]
+    assert row[6:] == ["a1"]  # the agent id is the exclusive key; nobody is awaited
+    assert lines[2].split()[:4] + lines[2].split()[6:] == [
         "ex-live",
         "agent_session",
-        "preparing",
+        "waiting",
+        "awaiting_approval",
         "a2",
-        "needed",
+        "approval",
     ]
-    assert lines[3] == "1-2 of 2 execution(s); by status: cancelled 1, preparing 1"
-    assert lines[4].startswith("1 need(s) an operator: phronomy-fsm executions show ID --db ")
+    assert lines[3] == "1-2 of 2 execution(s); by status: completed 1, waiting 1"
+    assert lines[4].startswith("1 wait(s) for a person's approval: phronomy-fsm executions show")
 
 
 def test_show_json_has_the_required_keys(db):
@@ -76,33 +94,33 @@ def test_show_json_has_the_required_keys(db):
     data = json.loads(result.stdout)
     assert {
         "execution_id",
-        "agent_id",
+        "machine",
         "status",
-        "phase",
+        "state",
         "revision",
+        "waits_for",
+        "agent",
         "barriers",
+        "signals",
         "journal",
+        "execution",
     } <= set(data)
-    assert (data["execution_id"], data["agent_id"], data["status"], data["revision"]) == (
+    assert (data["execution_id"], data["agent"]["agent_id"], data["status"]) == (
         "ex-done",
         "a1",
-        "cancelled",
-        2,
+        "completed",
     )
-    assert [b["barrier"] for b in data["barriers"]] == ["admission", "terminal", "terminal"]
-    assert [r["sequence"] for r in data["journal"]] == [1, 2, 3]
-    assert data["journal"][-1]["kind"] == "execution_cancelled"
+    assert [b["barrier"] for b in data["barriers"]] == ["@start", "initial_preparation", "@final"]
+    assert [j["kind"] for j in data["journal"]][-2:] == ["final_output", "execution_completed"]
     assert data["execution"]["execution_id"] == "ex-done"
 
 
 def test_show_text(db):
     result = run("executions", "show", "ex-done", "--db", db)
     assert result.exit_code == 0
-    assert (
-        "status: cancelled" in result.stdout
-        and "barriers (3):" in result.stdout
-        and "journal (3):" in result.stdout
-    )
+    lines = result.stdout.splitlines()
+    assert "status: completed" in lines and "output: done" in lines
+    assert "barriers (3):" in lines and any(line.startswith("journal (") for line in lines)
 
 
 def test_unknown_execution_is_exit_1_on_stderr(db):
@@ -174,14 +192,15 @@ def test_compact_removes_old_terminal_and_archives(db, tmp_path):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["removed_executions"] == 1 and report["archived_executions"] == 1
-    assert report["kept_journal_records"] == 3
+    assert report["removed_barriers"] == 3  # @start, initial_preparation, @final
+    assert report["removed_journal_entries"] == 6  # ex-done's transcript
     listed = json.loads(run("executions", "list", "--db", db, "--json").stdout)
     assert [r["execution_id"] for r in listed] == ["ex-live"]
     assert report["wal_checkpoint"][0] == 0  # not busy: the WAL was truncated
     assert archive.exists()
     again = run("store", "compact", "--db", db, "--older-than-days", "7")
     assert again.exit_code == 0 and again.stdout.startswith("removed 0 executions")
-    assert again.stdout.rstrip().endswith("; WAL truncated")
+    assert again.stdout.rstrip().endswith("WAL truncated")
 
 
 def test_migrate_brings_a_version_2_store_to_the_current_schema(tmp_path):

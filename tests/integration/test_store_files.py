@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
+from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
 from phronomy_fsm.cli import main
 from phronomy_fsm.errors import NotFoundError
 
@@ -145,45 +145,34 @@ def test_recover_on_an_empty_file_does_not_report_an_all_clear(tmp_path: Path) -
     assert db.stat().st_size == 0
 
 
-@pytest.fixture
-def runtime() -> Any:
-    rt = AgentRuntime(max_workers=2)
-    yield rt
-    rt.close(timeout_seconds=5)
-
-
 def _provider() -> ScriptedProvider:
     return ScriptedProvider([Reply(content="hi")])
 
 
-def test_agent_load_refuses_a_missing_file_and_does_not_create_it(
-    tmp_path: Path, runtime: AgentRuntime
-) -> None:
+def test_agent_load_refuses_a_missing_file_and_does_not_create_it(tmp_path: Path) -> None:
     db = tmp_path / "mistyped.db"
     with pytest.raises(NotFoundError, match="does not exist"):
-        Agent.load("a", store=str(db), provider=_provider(), runtime=runtime)
+        Agent.load("a", store=str(db), provider=_provider())
     assert not db.exists()
 
 
-def test_agent_load_refuses_an_empty_file_and_leaves_it_empty(
-    tmp_path: Path, runtime: AgentRuntime
-) -> None:
+def test_agent_load_refuses_an_empty_file_and_leaves_it_empty(tmp_path: Path) -> None:
     db = tmp_path / "empty.db"
     db.touch()
     with pytest.raises(NotFoundError, match="empty"):
-        Agent.load("a", store=db, provider=_provider(), runtime=runtime)
+        Agent.load("a", store=db, provider=_provider())
     assert db.stat().st_size == 0
 
 
-def test_agent_create_still_makes_a_new_store_and_load_then_finds_it(
-    tmp_path: Path, runtime: AgentRuntime
-) -> None:
+def test_agent_create_still_makes_a_new_store_and_load_then_finds_it(tmp_path: Path) -> None:
     fresh, empty = tmp_path / "fresh.db", tmp_path / "empty.db"
     empty.touch()
     for db in (fresh, empty):
-        agent = Agent.create("a", store=db, provider=_provider(), runtime=runtime)
-        assert agent.invoke("hello", wait_seconds=10).output == "hi"
-        agent.close()
-        again = Agent.load("a", store=db, provider=_provider(), runtime=runtime)
-        assert again.invoke("hello", wait_seconds=10).status == "completed"
-        again.close()
+        agent = Agent.create("a", store=db, provider=_provider())
+        try:
+            assert agent.invoke("hello", wait_seconds=10).output == "hi"
+            agent.close()
+            again = Agent.load("a", store=db, provider=_provider())
+            assert again.invoke("hello", wait_seconds=10).status == "completed"
+        finally:
+            agent.runtime.close(timeout_seconds=5)

@@ -1,10 +1,10 @@
-"""Two processes racing revision-checked writes on one SQLite file (issue 4 "Tests").
+"""Two processes racing revision-checked commits on one SQLite file.
 
 Each process walks revisions 0..N-1 and tries ``expected_revision = i`` for each, so
 every revision is won by exactly one process: the store must end at revision N with N
-barrier rows after admission, the per-process win counts read back from the barrier
-log must equal what each process was told, and no raw ``sqlite3`` error (nor a storage
-error: the busy timeout is long) may escape.
+barrier-log rows after the ``@start`` one, the per-process win counts read back from
+the barrier log must equal what each process was told, and no raw ``sqlite3`` error
+(nor a storage error: the busy timeout is long) may escape.
 """
 
 from __future__ import annotations
@@ -18,24 +18,25 @@ from pathlib import Path
 import pytest
 
 from phronomy_fsm.store import SqliteBarrierStore
-from tests.store.helpers import admission
+from tests.store.helpers import admit
 
 WORKER = textwrap.dedent(
     """
     import json, sqlite3, sys
     import attrs
+    from phronomy_fsm.durable.records import DurableCommit
     from phronomy_fsm.errors import ConflictError, PhronomyError
-    from phronomy_fsm.store import BarrierCommit, ExecutionStatus, SqliteBarrierStore
+    from phronomy_fsm.store import SqliteBarrierStore
 
     path, name, count, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     store = SqliteBarrierStore(path, busy_timeout_seconds=60)
-    base = store.load_execution("ex-race")
+    base = store.load_record("ex-race")
     counts = {"won": 0, "conflict": 0, "other": {}, "raw_sqlite": 0}
     print("ready", flush=True)
     sys.stdin.readline()  # the parent releases both processes together
     for i in range(count):
-        nxt = attrs.evolve(base, revision=i + 1, status=ExecutionStatus.ACTIVE, phase=f"{name}-{i}")
-        commit = BarrierCommit(f"race-{name}", nxt, i)
+        nxt = attrs.evolve(base, revision=i + 1, state=f"{name}-{i}")
+        commit = DurableCommit(f"race-{name}", nxt, i)
         try:
             if mode == "submit":
                 store.submit(commit).result()
@@ -60,7 +61,7 @@ def test_two_processes_race_500_revision_checked_writes(tmp_path: Path, mode: st
     count = 500
     db = tmp_path / "race.db"
     with SqliteBarrierStore(db) as store:
-        admission(store, "a1", "ex-race")
+        admit(store, "ex-race", "a1")
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     procs = [
@@ -89,8 +90,8 @@ def test_two_processes_race_500_revision_checked_writes(tmp_path: Path, mode: st
         assert counts["won"] + counts["conflict"] == count
     assert results["p1"]["won"] + results["p2"]["won"] == count
     with SqliteBarrierStore(db) as store:
-        final = store.load_execution("ex-race")
-        history = store.barrier_history("ex-race")
+        final = store.load_record("ex-race")
+        history = store.barrier_log("ex-race")
     assert final.revision == count
     assert [b.revision for b in history] == list(range(count + 1))
     from_log = {

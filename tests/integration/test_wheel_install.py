@@ -128,3 +128,16 @@ def test_user_project_generate_and_import(installed: Path, tmp_path: Path) -> No
             "door.svg",
         ]
         _run([cli, "diagram", "--all", "--check"], project, env)
+
+
+def test_the_stub_llm_server_ships_in_the_wheel(installed: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    python = str(installed / "bin" / "python")
+    out = _run([python, "-m", "phronomy_fsm.testing.stub_llm", "--help"], tmp_path, env)
+    assert "--port" in out.stdout
+    where = _run(
+        [python, "-c", "import phronomy_fsm.testing.stub_llm as m; print(m.__file__)"],
+        tmp_path,
+        env,
+    )
+    assert where.stdout.strip().startswith(str(installed))

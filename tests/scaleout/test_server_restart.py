@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from phronomy_fsm.errors import OutcomeUnknownError
-from phronomy_fsm.store.base import COMMITTED
 from phronomy_fsm.store.postgres import PostgresStore
+from phronomy_fsm.table import COMMITTED
 from tests.engine_port.conftest import commit, create, step
 
 from .conftest import Cluster, scale_harness

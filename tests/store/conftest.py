@@ -1,10 +1,10 @@
-"""Fixtures of the store conformance suite.
+"""Fixtures of the SQLite store's tests.
 
-``store_factory`` is parametrised over backends (only ``"sqlite"`` today; a
-PostgreSQL store adds a param here and must pass the same tests). ``store`` runs every
-conformance test three ways: plain ``commit()``, the group-commit path (``commit`` is
-routed through ``submit().result()``), and through a ``FaultInjectingStore`` with no
-faults armed.
+``store_factory`` opens SQLite stores under ``tmp_path`` (the engine port's behaviour
+on every backend is ``tests/engine_port``). ``store`` runs every test of
+``test_conformance.py`` three ways: plain ``commit()``, the group-commit path
+(``commit`` is routed through ``submit().result()``), and through a
+``FaultInjectingStore`` with no faults armed.
 """
 
 from __future__ import annotations
@@ -31,18 +31,15 @@ class ViaSubmit:
         return getattr(self.inner, name)
 
 
-@pytest.fixture(params=["sqlite"])
-def store_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """``make(name="store.db", **options)`` opens a store of the parametrised backend;
+@pytest.fixture
+def store_factory(tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """``make(name="store.db", **options)`` opens a SQLite store under ``tmp_path``;
     every store opened is closed at teardown."""
     opened: list[Any] = []
 
     def make(name: str = "store.db", **options: Any) -> Any:
-        if request.param == "sqlite":
-            options.setdefault("busy_timeout_seconds", 10.0)
-            store = SqliteBarrierStore(tmp_path / name, **options)
-        else:  # pragma: no cover - future backends
-            raise AssertionError(request.param)
+        options.setdefault("busy_timeout_seconds", 10.0)
+        store = SqliteBarrierStore(tmp_path / name, **options)
         opened.append(store)
         return store
 

@@ -1,102 +1,106 @@
-"""Builders shared by the store tests: agents, executions and barrier commits."""
+"""Builders shared by the SQLite store tests: engine execution records and commits."""
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from phronomy_fsm.store.records import (
-    AgentLifecycle,
-    AgentRecord,
-    BarrierCommit,
+import attrs
+
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
     ExecutionRecord,
     ExecutionStatus,
-    JournalRecord,
+    Fence,
+    JournalEntry,
+    SignalKind,
+    SignalRecord,
 )
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+SHA = "ab" * 32
 
 
-def new_execution(agent_id: str, execution_id: str | None = None, **fields: Any) -> ExecutionRecord:
-    """A revision-0 execution (status preparing, phase preparing)."""
+def new_execution(execution_id: str, **fields: Any) -> ExecutionRecord:
+    """A revision-0 execution of machine ``m`` (running, point start, state ``s0``)."""
     values: dict[str, Any] = {
-        "execution_id": execution_id or f"ex-{uuid.uuid4()}",
-        "agent_id": agent_id,
-        "revision": 0,
-        "status": ExecutionStatus.PREPARING,
-        "phase": "preparing",
+        "execution_id": execution_id,
+        "machine": "m",
         "spec_version": 1,
-        "spec_sha256": "ab" * 32,
+        "spec_sha256": SHA,
+        "state": "s0",
+        "point": DurablePoint.START,
+        "status": ExecutionStatus.RUNNING,
+        "revision": 0,
         "created_at": T0,
         "updated_at": T0,
-        "input": {"messages": [{"role": "user", "content": "hello"}]},
-        "metadata": {"recovery_contract_version": 1},
+        "context": {"messages": [{"role": "user", "content": "hello"}]},
     }
     values.update(fields)
     return ExecutionRecord(**values)
 
 
-def journal(
-    agent_id: str, execution_id: str, kind: str = "assistant_message", **fields: Any
-) -> JournalRecord:
-    """One journal record (sequence 0: the store assigns it)."""
-    return JournalRecord(
-        record_id=fields.pop("record_id", f"rec-{uuid.uuid4()}"),
-        agent_id=agent_id,
-        execution_id=execution_id,
-        kind=kind,
-        occurred_at=fields.pop("occurred_at", T0),
-        **fields,
-    )
+def create(execution_id: str, fence: Fence | None = None, **fields: Any) -> DurableCommit:
+    """The ``@start`` commit of a new execution (made under ``fence`` when given)."""
+    return DurableCommit("@start", new_execution(execution_id, **fields), None, fence)
 
 
-def admission(
-    store: Any, agent_id: str, execution_id: str | None = None
-) -> tuple[AgentRecord, ExecutionRecord]:
-    """Create the agent and admit one execution (revision 0); return both as stored."""
-    agent = store.create_agent(agent_id, now=T0)
-    ex = new_execution(agent_id, execution_id)
-    root = agent.advance(now=T0, lifecycle=AgentLifecycle.ACTIVE)
-    store.commit(BarrierCommit("admission", ex, None, agent=root))
-    return store.load_agent(agent_id), store.load_execution(ex.execution_id)
+def admit(store: Any, execution_id: str, exclusive_key: str | None = None) -> ExecutionRecord:
+    """Create ``execution_id`` (revision 0) through ``store.commit``; the stored record."""
+    store.commit(create(execution_id, exclusive_key=exclusive_key))
+    return store.load_record(execution_id)  # type: ignore[no-any-return]
 
 
-def step(ex: ExecutionRecord, barrier: str = "provider_barrier", **changes: Any) -> BarrierCommit:
-    """The next barrier of ``ex`` (active/calling_llm unless ``changes`` say otherwise)."""
-    changes.setdefault("status", ExecutionStatus.ACTIVE)
-    changes.setdefault("phase", "calling_llm")
-    nxt = ex.advance(now=T0, **changes)
-    return BarrierCommit(barrier, nxt, ex.revision)
+def advance(ex: ExecutionRecord, **changes: Any) -> ExecutionRecord:
+    """``ex`` one revision on (state ``s<revision>``, point barrier, a second later)."""
+    revision = ex.revision + 1
+    values: dict[str, Any] = {
+        "revision": revision,
+        "state": f"s{revision}",
+        "point": DurablePoint.BARRIER,
+        "point_revision": revision,
+        "updated_at": ex.updated_at + timedelta(seconds=1),
+    }
+    values.update(changes)
+    return attrs.evolve(ex, **values)
 
 
-def step_with_journal(
-    ex: ExecutionRecord,
-    agent: AgentRecord,
-    count: int = 2,
-    barrier: str = "terminal",
-    **changes: Any,
-) -> BarrierCommit:
-    """The next barrier of ``ex`` with the agent root and ``count`` journal records."""
-    changes.setdefault("status", ExecutionStatus.ACTIVE)
-    changes.setdefault("phase", "calling_llm")
-    nxt = ex.advance(now=T0, **changes)
-    records = tuple(
-        journal(agent.agent_id, ex.execution_id, content={"n": i}) for i in range(count)
-    )
-    root = agent.advance(now=T0, journal_head=agent.journal_head + count)
-    return BarrierCommit(barrier, nxt, ex.revision, agent=root, journal=records)
+def step(ex: ExecutionRecord, barrier: str = "b", **changes: Any) -> DurableCommit:
+    """The next commit of ``ex`` (``changes`` go to the record; the commit options
+    ``consume_signals``, ``children``, ``send_signals``, ``journal`` and ``fence`` go to
+    the commit)."""
+    options = {
+        key: changes.pop(key)
+        for key in ("consume_signals", "children", "send_signals", "journal", "fence")
+        if key in changes
+    }
+    return DurableCommit(barrier, advance(ex, **changes), ex.revision, **options)
 
 
 def finish(
-    ex: ExecutionRecord, agent: AgentRecord, status: ExecutionStatus = ExecutionStatus.CANCELLED
-) -> BarrierCommit:
-    """A terminal barrier: the execution ends, the agent goes idle, one audit record."""
-    nxt = ex.advance(
-        now=T0,
-        status=status,
-        phase=status.value if status is not ExecutionStatus.REJECTED else "completed",
-    )
-    rec = journal(agent.agent_id, ex.execution_id, kind=f"execution_{status.value}")
-    root = agent.advance(now=T0, lifecycle=AgentLifecycle.IDLE, journal_head=agent.journal_head + 1)
-    return BarrierCommit("terminal", nxt, ex.revision, agent=root, journal=(rec,))
+    ex: ExecutionRecord, status: ExecutionStatus = ExecutionStatus.COMPLETED, **changes: Any
+) -> DurableCommit:
+    """An ``@final`` commit ending ``ex`` with ``status`` and one journal entry."""
+    changes.setdefault("journal", (JournalEntry(f"execution_{status.value}", {"n": 1}),))
+    changes.setdefault("point", DurablePoint.FINAL)
+    return step(ex, "@final", status=status, state="done", **changes)
+
+
+def signal(execution_id: str, signal_id: str, **fields: Any) -> SignalRecord:
+    """An event signal for ``execution_id``."""
+    values: dict[str, Any] = {
+        "signal_id": signal_id,
+        "execution_id": execution_id,
+        "kind": SignalKind.EVENT,
+        "created_at": T0,
+        "event": "go",
+        "payload": {"x": 1},
+    }
+    values.update(fields)
+    return SignalRecord(**values)
+
+
+def journal(count: int, kind: str = "note") -> tuple[JournalEntry, ...]:
+    """``count`` journal entries ``{"n": i}``."""
+    return tuple(JournalEntry(kind, {"n": i}) for i in range(count))

@@ -1,263 +1,204 @@
-"""The BarrierStore conformance suite (issue 4 "Tests"; reference §5.1 CAS rules).
+"""The compare-and-set rules of a commit, through every write path of the SQLite store.
 
-Runs against every backend of ``store_factory`` and through three write paths
-(``commit``, group-commit ``submit``, and the fault wrapper with no faults).
+Each test runs three ways (``store`` in ``conftest.py``): ``commit()`` on the caller's
+thread, group commit (``submit().result()``), and through a ``FaultInjectingStore``
+with no faults armed. The same rules on every backend, through the engine port, are
+``tests/engine_port/test_conformance.py``.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-import attrs
 import pytest
 
+from phronomy_fsm.durable.records import ExecutionStatus, JournalEntry, to_json
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
-    InvalidStatusTransitionError,
+    ExecutionFinishedError,
     NotFoundError,
     StorageError,
 )
-from phronomy_fsm.store import (
-    COMMITTED,
-    CONFLICT,
-    NOT_COMMITTED,
-    AgentLifecycle,
-    BarrierCommit,
-    ExecutionStatus,
-)
-from phronomy_fsm.store.records import to_json
+from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
-from .helpers import T0, admission, finish, journal, new_execution, step, step_with_journal
+from .helpers import T0, admit, create, finish, journal, new_execution, signal, step
 
 
-def test_create_and_load_agent(store):
-    agent = store.create_agent("a1", metadata={"team": "x"}, now=T0)
-    assert (agent.revision, agent.lifecycle, agent.journal_head) == (0, AgentLifecycle.IDLE, 0)
-    assert store.load_agent("a1") == agent
-    assert [a.agent_id for a in store.list_agents()] == ["a1"]
-
-
-def test_duplicate_agent_is_a_conflict(store):
-    store.create_agent("a1")
-    with pytest.raises(ConflictError):
-        store.create_agent("a1")
-
-
-def test_missing_agent_and_execution_are_not_found(store):
+def test_missing_execution_is_not_found(store):
     with pytest.raises(NotFoundError):
-        store.load_agent("nobody")
-    with pytest.raises(NotFoundError):
-        store.load_execution("nothing")
-    assert store.barrier_history("nothing") == []
-    assert store.read_journal("nobody") == []
+        store.load_record("nothing")
+    assert store.barrier_log("nothing") == []
+    assert store.journal_entries("nothing") == []
+    assert store.list_signals("nothing") == []
 
 
-def test_admission_commit_round_trips_and_logs_the_barrier(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    assert ex.revision == 0 and ex.status is ExecutionStatus.PREPARING
-    assert agent.revision == 1 and agent.lifecycle is AgentLifecycle.ACTIVE
-    history = store.barrier_history("ex-1")
-    assert [(b.revision, b.barrier, b.status, b.phase) for b in history] == [
-        (0, "admission", "preparing", "preparing")
-    ]
-    assert history[0].digest == hashlib.sha256(to_json(ex).encode()).hexdigest()
-    assert history[0].committed_at.tzinfo is not None
+def test_a_create_round_trips_and_logs_the_barrier(store):
+    receipt = store.commit(create("ex-1", exclusive_key="k"))
+    assert (receipt.execution_id, receipt.revision, receipt.signal_seqs) == ("ex-1", 0, ())
+    ex = store.load_record("ex-1")
+    assert ex == new_execution("ex-1", exclusive_key="k")
+    (logged,) = store.barrier_log("ex-1")
+    assert (logged.revision, logged.barrier, logged.status, logged.state) == (
+        0,
+        "@start",
+        "running",
+        "s0",
+    )
+    assert logged.digest == hashlib.sha256(to_json(ex).encode()).hexdigest()
+    assert logged.committed_at == receipt.committed_at
+    assert logged.committed_at.utcoffset().total_seconds() == 0
 
 
-def test_update_raises_revision_by_one_and_returns_a_receipt(store):
-    _, ex = admission(store, "a1", "ex-1")
-    c1 = step(ex)
-    receipt = store.commit(c1)
-    assert (receipt.execution_id, receipt.revision, receipt.journal_sequences) == ("ex-1", 1, ())
-    assert store.load_execution("ex-1") == c1.execution
-    c2 = step(c1.execution, "tool_barrier", phase="dispatching_tools")
-    assert store.commit(c2).revision == 2
-    assert [b.barrier for b in store.barrier_history("ex-1")] == [
-        "admission",
-        "provider_barrier",
-        "tool_barrier",
-    ]
-    receipt3 = store.commit(step(c2.execution))
-    assert store.barrier_history("ex-1")[-1].committed_at == receipt3.committed_at
+def test_each_commit_raises_the_revision_by_one(store):
+    ex = admit(store, "ex-1")
+    c1 = step(ex, "charge")
+    assert store.commit(c1).revision == 1
+    assert store.load_record("ex-1") == c1.execution
+    c2 = step(c1.execution, "ship")
+    receipt = store.commit(c2)
+    assert [b.barrier for b in store.barrier_log("ex-1")] == ["@start", "charge", "ship"]
+    assert store.barrier_log("ex-1")[-1].committed_at == receipt.committed_at
 
 
-def test_stale_revision_is_a_conflict_and_writes_nothing(store):
-    _, ex = admission(store, "a1", "ex-1")
+def test_a_stale_revision_is_a_conflict_and_writes_nothing(store):
+    ex = admit(store, "ex-1")
     first = step(ex)
     store.commit(first)
-    stale = step(ex, phase="other")  # also based on revision 0
+    stale = step(ex, state="elsewhere")  # also based on revision 0
     with pytest.raises(ConflictError) as info:
         store.commit(stale)
-    assert info.value.stored_revision == 1 and info.value.expected_revision == 0
-    assert store.load_execution("ex-1") == first.execution
-    assert len(store.barrier_history("ex-1")) == 2
+    assert (info.value.stored_revision, info.value.expected_revision) == (1, 0)
+    assert store.load_record("ex-1") == first.execution
+    assert len(store.barrier_log("ex-1")) == 2
 
 
-def test_update_of_a_missing_execution_is_not_found(store):
-    store.create_agent("a1")
-    ghost = new_execution("a1", "ghost")
+def test_an_update_of_a_missing_execution_is_not_found(store):
     with pytest.raises(NotFoundError):
-        store.commit(step(ghost))
-    assert store.barrier_history("ghost") == []
+        store.commit(step(new_execution("ghost")))
+    assert store.barrier_log("ghost") == []
 
 
-def test_creating_for_an_unknown_agent_is_not_found(store):
-    with pytest.raises(NotFoundError):
-        store.commit(BarrierCommit("admission", new_execution("nobody", "ex-x"), None))
-    with pytest.raises(NotFoundError):
-        store.load_execution("ex-x")
-
-
-def test_second_active_execution_is_agent_busy(store):
-    admission(store, "a1", "ex-1")
+def test_a_second_active_execution_of_a_key_is_busy(store):
+    admit(store, "ex-1", "k")
     with pytest.raises(AgentBusyError) as info:
-        store.commit(BarrierCommit("admission", new_execution("a1", "ex-2"), None))
+        store.commit(create("ex-2", exclusive_key="k"))
     assert info.value.active_execution_id == "ex-1"
     with pytest.raises(NotFoundError):
-        store.load_execution("ex-2")
+        store.load_record("ex-2")
 
 
-def test_duplicate_execution_id_is_a_conflict_not_busy(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    store.commit(finish(ex, agent))
+def test_a_duplicate_execution_id_is_a_conflict_not_busy(store):
+    ex = admit(store, "ex-1", "k")
+    store.commit(finish(ex))
     with pytest.raises(ConflictError) as info:
-        store.commit(BarrierCommit("admission", new_execution("a1", "ex-1"), None))
+        store.commit(create("ex-1", exclusive_key="k"))
     assert not isinstance(info.value, AgentBusyError)
 
 
-def test_after_a_terminal_commit_the_agent_admits_again(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    store.commit(finish(ex, agent))
-    assert store.active_executions("a1") == []
-    store.commit(BarrierCommit("admission", new_execution("a1", "ex-2"), None))
-    assert [e.execution_id for e in store.active_executions("a1")] == ["ex-2"]
+def test_after_its_final_commit_the_key_admits_again(store):
+    ex = admit(store, "ex-1", "k")
+    store.commit(finish(ex))
+    assert store.list_records(exclusive_key="k", active=True) == []
+    store.commit(create("ex-2", exclusive_key="k"))
+    assert [e.execution_id for e in store.list_records(exclusive_key="k", active=True)] == ["ex-2"]
 
 
-def test_journal_append_assigns_sequences_and_moves_the_head(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    c = step_with_journal(ex, agent, count=3)
-    receipt = store.commit(c)
-    assert receipt.journal_sequences == (1, 2, 3)
-    stored_agent = store.load_agent("a1")
-    assert (stored_agent.revision, stored_agent.journal_head) == (2, 3)
-    records = store.read_journal("a1")
-    assert [r.sequence for r in records] == [1, 2, 3]
-    assert [r.record_id for r in records] == [r.record_id for r in c.journal]
-    assert [r.content for r in records] == [{"n": 0}, {"n": 1}, {"n": 2}]
-    assert [r.sequence for r in store.read_journal("a1", after=1, limit=1)] == [2]
-    c2 = step_with_journal(c.execution, stored_agent, count=2)
-    assert store.commit(c2).journal_sequences == (4, 5)
-    assert len(store.read_journal("a1", execution_id="ex-1")) == 5
-    assert store.read_journal("a1", execution_id="other") == []
-
-
-def test_journal_head_mismatch_is_a_conflict_and_nothing_is_written(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    good = step_with_journal(ex, agent, count=1)
-    # The root claims the head moves by 2 while only one record is appended.
-    bad = attrs.evolve(good, agent=attrs.evolve(good.agent, journal_head=2))
-    with pytest.raises(ConflictError) as info:
-        store.commit(bad)
-    assert info.value.stored_journal_head == 0
-    assert store.load_execution("ex-1") == ex
-    assert store.load_agent("a1") == agent
-    assert store.read_journal("a1") == []
-    assert len(store.barrier_history("ex-1")) == 1
-
-
-def test_stale_agent_revision_is_a_conflict_and_rolls_back_the_execution(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    stale_root = attrs.evolve(agent, revision=agent.revision)  # stored is 1, needs 2
-    c = BarrierCommit("provider_barrier", step(ex).execution, 0, agent=stale_root)
-    with pytest.raises(ConflictError):
-        store.commit(c)
-    assert store.load_execution("ex-1") == ex
-    assert store.load_agent("a1").revision == 1
-
-
-def test_duplicate_journal_record_id_is_a_conflict(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    c = step_with_journal(ex, agent, count=1)
-    store.commit(c)
-    agent2 = store.load_agent("a1")
-    again = BarrierCommit(
-        "terminal",
-        step(c.execution).execution,
-        1,
-        agent=agent2.advance(journal_head=2),
-        journal=(journal("a1", "ex-1", record_id=c.journal[0].record_id),),
-    )
-    with pytest.raises(ConflictError):
-        store.commit(again)
-    assert store.load_execution("ex-1").revision == 1
-    assert store.load_agent("a1") == agent2
-    # duplicates inside one batch are rejected too
-    twin = journal("a1", "ex-1", record_id="same")
-    within = BarrierCommit(
-        "terminal",
-        step(c.execution).execution,
-        1,
-        agent=agent2.advance(journal_head=3),
-        journal=(twin, twin),
-    )
-    with pytest.raises(ConflictError):
-        store.commit(within)
-    assert len(store.read_journal("a1")) == 1
-
-
-def test_status_machine_is_enforced_by_the_store(store):
-    agent, ex = admission(store, "a1", "ex-1")
-    done = finish(ex, agent)
+def test_a_finished_execution_takes_no_commit(store):
+    ex = admit(store, "ex-1")
+    done = finish(ex, ExecutionStatus.FAILED)
     store.commit(done)
-    # Bypass ExecutionRecord.advance(): completed -> active must still be refused.
-    revived = attrs.evolve(
-        done.execution, revision=done.execution.revision + 1, status=ExecutionStatus.ACTIVE
+    revived = step(done.execution, status=ExecutionStatus.RUNNING)
+    with pytest.raises(ExecutionFinishedError):
+        store.commit(revived)
+    assert store.load_record("ex-1") == done.execution
+    assert store.list_records(active=True) == []
+
+
+def test_journal_entries_are_numbered_by_revision_and_position(store):
+    ex = admit(store, "ex-1")
+    c1 = step(ex, journal=journal(3))
+    store.commit(c1)
+    store.commit(step(c1.execution, journal=(JournalEntry("other", [1, 2]),)))
+    assert [(j.kind, j.data, j.revision, j.position) for j in store.journal_entries("ex-1")] == [
+        ("note", {"n": 0}, 1, 0),
+        ("note", {"n": 1}, 1, 1),
+        ("note", {"n": 2}, 1, 2),
+        ("other", [1, 2], 2, 0),
+    ]
+
+
+def test_a_commit_with_several_statements_is_all_or_nothing(store):
+    """The execution moves, its signals are consumed, a child is created, a signal is
+    sent and journal entries are added together; when one part is refused, none of
+    them is written."""
+    ex = admit(store, "parent")
+    admit(store, "taken")
+    sent = store.send_signal(signal("parent", "s-1"))
+    child = new_execution("taken", parent_execution_id="parent")  # the id exists
+    bad = step(
+        ex,
+        consume_signals=(sent.seq,),
+        children=(child,),
+        send_signals=(signal("parent", "note-1"),),
+        journal=journal(2),
     )
-    with pytest.raises(InvalidStatusTransitionError):
-        store.commit(BarrierCommit("provider_barrier", revived, done.execution.revision))
-    assert store.load_execution("ex-1") == done.execution
-    assert store.active_executions() == []
+    with pytest.raises(ConflictError):
+        store.commit(bad)
+    assert store.load_record("parent") == ex
+    assert [s.signal_id for s in store.pending_signals("parent")] == ["s-1"]
+    assert store.journal_entries("parent") == []
+    assert len(store.barrier_log("parent")) == 1
+    good = step(
+        ex,
+        consume_signals=(sent.seq,),
+        children=(new_execution("kid", parent_execution_id="parent"),),
+        send_signals=(signal("parent", "note-1"),),
+        journal=journal(2),
+    )
+    receipt = store.commit(good)
+    assert len(receipt.signal_seqs) == 1
+    assert [s.signal_id for s in store.pending_signals("parent")] == ["note-1"]
+    assert store.load_record("kid").parent_execution_id == "parent"
+    assert len(store.journal_entries("parent")) == 2
 
 
-def test_list_executions_filters_and_orders(store):
-    for i, agent_id in enumerate(["a1", "a2", "a3"]):
-        store.create_agent(agent_id)
-        ex = new_execution(agent_id, f"ex-{i}", created_at=T0.replace(second=i))
-        store.commit(BarrierCommit("admission", ex, None))
-    a2 = store.load_agent("a2")
-    ex1 = store.load_execution("ex-1")
-    store.commit(finish(ex1, a2))
-    assert [e.execution_id for e in store.list_executions()] == ["ex-0", "ex-1", "ex-2"]
-    assert [e.execution_id for e in store.list_executions(status="cancelled")] == ["ex-1"]
-    assert [e.execution_id for e in store.list_executions(agent_id="a3")] == ["ex-2"]
-    assert [e.execution_id for e in store.list_executions(active=True)] == ["ex-0", "ex-2"]
-    assert [e.execution_id for e in store.list_executions(limit=1, offset=1)] == ["ex-1"]
-    assert [e.execution_id for e in store.active_executions()] == ["ex-0", "ex-2"]
+def test_list_records_filters_and_orders(store):
+    for i, key in enumerate(["a1", "a2", "a3"]):
+        store.commit(create(f"ex-{i}", exclusive_key=key, created_at=T0.replace(second=i)))
+    store.commit(finish(store.load_record("ex-1"), ExecutionStatus.CANCELLED))
+    assert [e.execution_id for e in store.list_records()] == ["ex-0", "ex-1", "ex-2"]
+    assert [e.execution_id for e in store.list_records(status="cancelled")] == ["ex-1"]
+    assert [e.execution_id for e in store.list_records(exclusive_key="a3")] == ["ex-2"]
+    assert [e.execution_id for e in store.list_records(active=True)] == ["ex-0", "ex-2"]
+    assert [e.execution_id for e in store.list_records(limit=1, offset=1)] == ["ex-1"]
+    assert [e.execution_id for e in store.list_records(state="done")] == ["ex-1"]
+    assert store.count_by_status() == {"running": 2, "cancelled": 1}
+    assert store.count_by_status(exclusive_key="a2") == {"cancelled": 1}
 
 
 def test_reconcile_dispositions(store):
-    _agent, ex = admission(store, "a1", "ex-1")
+    ex = admit(store, "ex-1")
     c1 = step(ex)
-    assert store.reconcile(c1) == NOT_COMMITTED  # still at expected revision
+    assert store.reconcile(c1) == NOT_COMMITTED  # still at the expected revision
     store.commit(c1)
     assert store.reconcile(c1) == COMMITTED
-    other = step(ex, phase="something_else")  # same revision, different payload
-    assert store.reconcile(other) == CONFLICT
+    assert store.reconcile(step(ex, state="something_else")) == CONFLICT  # same revision
     store.commit(step(c1.execution))
     assert store.reconcile(c1) == CONFLICT  # moved on: not provable
-    creating = BarrierCommit("admission", new_execution("a1", "ex-new"), None)
-    assert store.reconcile(creating) == NOT_COMMITTED
+    assert store.reconcile(create("ex-new")) == NOT_COMMITTED
 
 
-def test_closed_store_raises_storage_error(store_factory):
+def test_a_closed_store_raises_storage_error(store_factory):
     s = store_factory("closed.db")
-    admission(s, "a1", "ex-1")
+    ex = admit(s, "ex-1")
     s.close()
     s.close()  # idempotent
     with pytest.raises(StorageError):
-        s.load_execution("ex-1")
+        s.load_record("ex-1")
     with pytest.raises(StorageError):
-        s.commit(step(new_execution("a1", "ex-1")))
+        s.commit(step(ex))
     with pytest.raises(StorageError):
-        s.submit(step(new_execution("a1", "ex-1"))).result(timeout=10)
+        s.submit(step(ex)).result(timeout=10)
+    with pytest.raises(StorageError):
+        s.send_signal(signal("ex-1", "late"))

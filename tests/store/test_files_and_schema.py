@@ -1,15 +1,16 @@
-"""Opening files: schema version, foreign and broken files, permissions, migrations
-(issue 4 items 1-2 and "Tests": newer schema → clear error, nothing written)."""
+"""Opening files: schema version, foreign and broken files, permissions, the WAL,
+migrations of the barrier log (a newer schema or another application's file is a
+clear error and nothing is written)."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import stat
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import sqlite_utils
@@ -18,7 +19,7 @@ from phronomy_fsm.errors import SchemaVersionError, StorageError
 from phronomy_fsm.store import SCHEMA_VERSION, SqliteBarrierStore
 from phronomy_fsm.store.schema import KNOWN_MIGRATIONS
 
-from .helpers import admission, step
+from .helpers import T0, admit, create, step
 
 
 def _fingerprint(path: Path) -> tuple[str, int, int]:
@@ -28,22 +29,30 @@ def _fingerprint(path: Path) -> tuple[str, int, int]:
 
 def _make_store(path: Path) -> None:
     with SqliteBarrierStore(path) as store:
-        admission(store, "a1", "ex-1")
+        admit(store, "ex-1")
 
 
 def test_new_file_is_owner_only_with_wal_and_schema(tmp_path):
     path = tmp_path / "s.db"
     store = SqliteBarrierStore(path)
-    admission(store, "a1", "ex-1")
+    admit(store, "ex-1")
     for name in ("s.db", "s.db-wal", "s.db-shm"):
         mode = stat.S_IMODE(os.stat(tmp_path / name).st_mode)
         assert mode & 0o077 == 0, (name, oct(mode))
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     store.close()
     db = sqlite_utils.Database(str(path))
-    assert {"agents", "executions", "journal", "barriers", "meta", "_sqlite_migrations"} <= set(
-        db.table_names()
-    )
+    assert set(db.table_names()) == {
+        "agents",
+        "executions",
+        "barriers",
+        "signals",
+        "execution_journal",
+        "workers",
+        "machines",
+        "meta",
+        "_sqlite_migrations",
+    }
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert dict(db.execute("SELECT key, value FROM meta").fetchall())["schema_version"] == str(
         SCHEMA_VERSION
@@ -53,6 +62,9 @@ def test_new_file_is_owner_only_with_wal_and_schema(tmp_path):
         "SELECT sql FROM sqlite_master WHERE name = 'executions_one_active'"
     ).fetchone()[0]
     assert "WHERE active = 1" in partial and "UNIQUE" in partial
+    assert db.execute("SELECT count(*) FROM sqlite_master WHERE type = 'trigger'").fetchone() == (
+        2,
+    )
     db.close()
 
 
@@ -60,8 +72,8 @@ def test_synchronous_setting_is_applied(tmp_path):
     full = SqliteBarrierStore(tmp_path / "f.db")
     normal = SqliteBarrierStore(tmp_path / "n.db", synchronous="normal")
     try:
-        admission(full, "a", "e")
-        admission(normal, "a", "e")
+        admit(full, "e")
+        admit(normal, "e")
         assert full._writer.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
         assert normal._writer.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
     finally:
@@ -75,7 +87,7 @@ def test_reopening_keeps_data_and_does_not_migrate_again(tmp_path):
     path = tmp_path / "s.db"
     _make_store(path)
     with SqliteBarrierStore(path) as store:
-        assert store.load_execution("ex-1").revision == 0
+        assert store.load_record("ex-1").revision == 0
     db = sqlite_utils.Database(str(path))
     assert db["_sqlite_migrations"].count == len(KNOWN_MIGRATIONS)
     db.close()
@@ -164,9 +176,17 @@ def test_read_only_store_reads_and_refuses_writes(tmp_path):
     path = tmp_path / "s.db"
     _make_store(path)
     with SqliteBarrierStore(path, read_only=True) as ro:
-        assert ro.load_execution("ex-1").revision == 0
-        with pytest.raises(StorageError, match="read-only"):
-            ro.create_agent("a2")
+        assert ro.load_record("ex-1").revision == 0
+        for write in (
+            lambda: ro.commit(create("ex-2")),
+            lambda: ro.submit(create("ex-2")).result(10),
+            lambda: ro.register_agent("a2"),
+            lambda: ro.compact(older_than_days=0),
+        ):
+            with pytest.raises(StorageError, match="read-only"):
+                write()
+    with SqliteBarrierStore(path, read_only=True) as ro:
+        assert [r.execution_id for r in ro.list_records()] == ["ex-1"]
 
 
 def test_concurrent_first_open_of_a_new_file(tmp_path):
@@ -188,8 +208,8 @@ def test_concurrent_first_open_of_a_new_file(tmp_path):
     for t in threads:
         t.join()
     assert errors == []
-    admission(stores[0], "a", "e")
-    assert all(s.load_execution("e").revision == 0 for s in stores)
+    admit(stores[0], "e")
+    assert all(s.load_record("e").revision == 0 for s in stores)
     for s in stores:
         s.close()
     db = sqlite_utils.Database(str(path))
@@ -207,7 +227,7 @@ def test_the_wal_is_grown_once_then_reused_and_nothing_stored_changes(tmp_path):
     path = tmp_path / "s.db"
     store = SqliteBarrierStore(path, wal_prewarm_frames=300)
     try:
-        agent, ex = admission(store, "a1", "ex-1")
+        ex = admit(store, "ex-1")
         page = store._writer.execute("PRAGMA page_size").fetchone()[0]
         grown = _wal_size(path)
         assert grown >= 32 + 300 * (page + 24)
@@ -216,16 +236,12 @@ def test_the_wal_is_grown_once_then_reused_and_nothing_stored_changes(tmp_path):
         # the checkpoint let the writer start over at the beginning: no growth
         assert _wal_size(path) == grown
         assert store._writer.execute("PRAGMA user_version").fetchone()[0] == 0
-        assert store.load_execution("ex-1").revision == 1
-        assert store.load_agent("a1") == agent
+        assert store.load_record("ex-1").revision == 1
     finally:
         store.close()
     with SqliteBarrierStore(path, read_only=True) as again:  # everything reads back
-        assert again.load_execution("ex-1") == commit.execution
-        assert [b.barrier for b in again.barrier_history("ex-1")] == [
-            "admission",
-            "provider_barrier",
-        ]
+        assert again.load_record("ex-1") == commit.execution
+        assert [b.barrier for b in again.barrier_log("ex-1")] == ["@start", "b"]
 
 
 def test_wal_prewarm_is_skipped_when_disabled_or_not_full(tmp_path):
@@ -234,7 +250,7 @@ def test_wal_prewarm_is_skipped_when_disabled_or_not_full(tmp_path):
         ("n.db", {"synchronous": "NORMAL"}),
     ):
         with SqliteBarrierStore(tmp_path / name, **options) as store:
-            admission(store, "a1", "ex-1")
+            admit(store, "ex-1")
             assert _wal_size(tmp_path / name) < 100 * 4096, name
 
 
@@ -247,7 +263,7 @@ def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_
 
     path = tmp_path / "s.db"
     with SqliteBarrierStore(path, wal_prewarm_frames=0) as store:
-        admission(store, "a1", "ex-1")
+        admit(store, "ex-1")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA busy_timeout=60000")
@@ -265,7 +281,7 @@ def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_
     # its busy timeout (60 s here) before the first commit waits its own
     fresh = tmp_path / "f.db"
     with SqliteBarrierStore(fresh, wal_prewarm_frames=0) as store:
-        admission(store, "a1", "ex-1")
+        admit(store, "ex-1")
     holder = sqlite3.connect(fresh, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     conn = sqlite3.connect(fresh, isolation_level=None)
@@ -277,21 +293,16 @@ def test_wal_prewarm_never_checkpoints_unsynced_and_restores_the_connection(tmp_
     holder.close()
     conn.close()
     with SqliteBarrierStore(fresh, read_only=True) as again:
-        assert again.load_execution("ex-1").revision == 0
+        assert again.load_record("ex-1").revision == 0
 
 
 def _version_2_store(path: Path, seconds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> None:
     """A store as phronomy_fsm wrote it at schema version 2: migrations 0001 and 0002,
-    with the barrier log keyed by (execution_id, revision), filled through the same
-    write statements the store uses (they did not change)."""
-    from datetime import timedelta
-
+    the barrier log keyed by (execution_id, revision), two agents with one execution
+    each, written with the statements of that version (frozen here)."""
     from sqlite_utils.migrations import Migrations
 
     from phronomy_fsm.store import schema
-    from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, BarrierCommit, to_json
-
-    from .helpers import T0, new_execution
 
     v2 = Migrations(schema.MIGRATIONS.name)
     for migration in schema.MIGRATIONS._migrations[:2]:
@@ -304,71 +315,82 @@ def _version_2_store(path: Path, seconds: tuple[int, ...] = (0, 1, 2, 3, 4)) -> 
     for agent_id in ("a1", "a2"):
         db.execute(
             "INSERT INTO agents(agent_id, revision, lifecycle, journal_head, body,"
-            " created_epoch_ms, updated_epoch_ms) VALUES (?, 0, 'idle', 0, ?, 0, 0)",
-            (agent_id, to_json(AgentRecord(agent_id, 0, AgentLifecycle.IDLE, 0, T0, T0))),
+            " created_epoch_ms, updated_epoch_ms) VALUES (?, 0, 'idle', 0, '{}', 0, 0)",
+            (agent_id,),
         )
-    one, two = new_execution("a1", "ex-1"), new_execution("a2", "ex-2")
-    # interleaved, as concurrent executions commit
-    commits = [BarrierCommit("admission", one, None), BarrierCommit("admission", two, None)]
-    commits += [step(one), step(two)]
-    commits += [step(commits[2].execution, "tool_barrier", phase="dispatching_tools")]
+    # interleaved, as concurrent executions commit: (execution, revision, barrier, phase)
+    barriers = [
+        ("ex-1", 0, "admission", "preparing"),
+        ("ex-2", 0, "admission", "preparing"),
+        ("ex-1", 1, "provider_barrier", "calling_llm"),
+        ("ex-2", 1, "provider_barrier", "calling_llm"),
+        ("ex-1", 2, "tool_barrier", "dispatching_tools"),
+    ]
     cur = db.conn.cursor()
-    for i, commit in enumerate(commits):
-        at = T0 + timedelta(seconds=seconds[i])
-        write_version_2_barrier(cur, commit, int(at.timestamp() * 1000))
+    for (eid, revision, barrier, phase), second in zip(barriers, seconds):
+        write_version_2_barrier(cur, eid, revision, barrier, phase, second)
     db.conn.commit()
     db.close()
 
 
-def write_version_2_barrier(cur: sqlite3.Cursor, commit: Any, now_ms: int) -> None:
-    """One barrier as the version 1-3 code wrote it (frozen here: the store's own
-    statements follow the current schema)."""
-    from phronomy_fsm.store.records import ACTIVE_STATUSES, datetime_to_epoch_ms, digest, to_json
+def write_version_2_barrier(
+    cur: sqlite3.Cursor, execution_id: str, revision: int, barrier: str, phase: str, second: int
+) -> None:
+    """One barrier of an agent execution as the version 1-3 code wrote it (statements
+    and body frozen here: the store's own statements follow the current schema)."""
+    from datetime import timedelta
 
-    ex = commit.execution
-    body = to_json(ex)
-    if commit.expected_revision is None:
+    from phronomy_fsm.durable.codec import datetime_to_epoch_ms
+
+    agent_id = {"ex-1": "a1", "ex-2": "a2"}[execution_id]
+    status = "preparing" if revision == 0 else "active"
+    body = json.dumps(
+        {
+            "execution_id": execution_id,
+            "agent_id": agent_id,
+            "revision": revision,
+            "status": status,
+            "phase": phase,
+            "created_at": T0.isoformat(),
+            "updated_at": (T0 + timedelta(seconds=second)).isoformat(),
+            "input": "hello",
+            "tool_batch": [],
+            "approval_request": None,
+            "error": None,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(body.encode()).hexdigest()
+    now_ms = datetime_to_epoch_ms(T0 + timedelta(seconds=second))
+    if revision == 0:
         cur.execute(
             "INSERT INTO executions(execution_id, agent_id, revision, status, phase, active,"
             " spec_sha256, body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            " VALUES (?,?,?,?,?,1,?,?,?,?,?,?)",
             (
-                ex.execution_id,
-                ex.agent_id,
-                ex.revision,
-                ex.status.value,
-                ex.phase,
-                1 if ex.status in ACTIVE_STATUSES else 0,
-                ex.spec_sha256,
+                execution_id,
+                agent_id,
+                revision,
+                status,
+                phase,
+                "5" * 64,
                 body,
-                datetime_to_epoch_ms(ex.created_at),
+                datetime_to_epoch_ms(T0),
                 now_ms,
-                commit.barrier,
-                digest(body),
+                barrier,
+                digest,
             ),
         )
     else:
         cur.execute(
-            "UPDATE executions SET revision=?, status=?, phase=?, active=?, body=?,"
-            " updated_epoch_ms=?, last_barrier=?, last_digest=? WHERE execution_id=?",
-            (
-                ex.revision,
-                ex.status.value,
-                ex.phase,
-                1 if ex.status in ACTIVE_STATUSES else 0,
-                body,
-                now_ms,
-                commit.barrier,
-                digest(body),
-                ex.execution_id,
-            ),
+            "UPDATE executions SET revision=?, status=?, phase=?, body=?, updated_epoch_ms=?,"
+            " last_barrier=?, last_digest=? WHERE execution_id=?",
+            (revision, status, phase, body, now_ms, barrier, digest, execution_id),
         )
 
 
 def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row(tmp_path):
     from phronomy_fsm.store.schema import BARRIER_CHAIN
-
-    from .helpers import T0
 
     path = tmp_path / "v2.db"
     _version_2_store(path)
@@ -379,22 +401,27 @@ def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row
         ).fetchall()
     assert len(before) == 5
     with SqliteBarrierStore(path) as store:
-        history = {eid: store.barrier_history(eid) for eid in ("ex-1", "ex-2")}
-        assert [(b.revision, b.barrier) for b in history["ex-1"]] == [
+        log = {eid: store.barrier_log(eid) for eid in ("ex-1", "ex-2")}
+        assert [(b.revision, b.barrier) for b in log["ex-1"]] == [
             (0, "admission"),
             (1, "provider_barrier"),
             (2, "tool_barrier"),
         ]
-        assert [(b.revision, b.barrier) for b in history["ex-2"]] == [
+        assert [(b.revision, b.barrier) for b in log["ex-2"]] == [
             (0, "admission"),
             (1, "provider_barrier"),
         ]
-        assert history["ex-1"][0].committed_at == T0.replace(microsecond=123000)  # ms in the log
-        # new barriers continue each chain
-        ex2 = store.load_execution("ex-2")
-        store.commit(step(ex2, "tool_barrier", phase="dispatching_tools"))
-        assert [b.revision for b in store.barrier_history("ex-2")] == [0, 1, 2]
-        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2]
+        assert log["ex-1"][0].committed_at == T0.replace(microsecond=123000)  # ms in the log
+        # the executions were converted (store/legacy.py); new commits continue each chain
+        ex2 = store.load_record("ex-2")
+        assert (ex2.machine, ex2.status.value, ex2.revision) == (
+            "agent_session",
+            "recovery_required",
+            1,
+        )
+        store.commit(step(ex2, "@resolution"))
+        assert [b.revision for b in store.barrier_log("ex-2")] == [0, 1, 2]
+        assert [b.revision for b in store.barrier_log("ex-1")] == [0, 1, 2]
     with sqlite3.connect(path) as db:
         rows = db.execute(
             "SELECT seq, execution_id, revision, barrier, committed_epoch_ms, digest, status,"
@@ -412,16 +439,15 @@ def test_a_version_2_barrier_log_is_migrated_to_commit_order_and_keeps_every_row
         )
 
 
-def test_a_batch_of_barriers_shares_the_last_page_of_the_log(tmp_path):
+def test_a_batch_of_commits_shares_the_last_page_of_the_log(tmp_path):
     """64 executions committed in one group-commit transaction append 64 consecutive
     rows: the log's rows of a batch are neighbours, whatever the execution ids."""
     with SqliteBarrierStore(tmp_path / "s.db") as store:
-        executions = [admission(store, f"a{i}", f"ex-{i:02d}")[1] for i in range(64)]
+        executions = [admit(store, f"ex-{i:02d}") for i in range(64)]
         futures = [store.submit(step(ex)) for ex in reversed(executions)]
         for future in futures:
             future.result(10)
-        seqs = [store.barrier_history(ex.execution_id)[-1] for ex in executions]
-        assert all(b.revision == 1 for b in seqs)
+        assert all(store.barrier_log(ex.execution_id)[-1].revision == 1 for ex in executions)
     with sqlite3.connect(tmp_path / "s.db") as db:
         last = db.execute("SELECT seq FROM barriers WHERE revision = 1 ORDER BY seq").fetchall()
         assert [s for (s,) in last] == list(range(65, 129))
@@ -429,15 +455,15 @@ def test_a_batch_of_barriers_shares_the_last_page_of_the_log(tmp_path):
 
 def test_a_damaged_barrier_chain_ends_the_walk(tmp_path):
     """A row whose previous_seq points forward (hand-edited, corrupted) cannot make the
-    history walk loop: the chain stops there."""
+    log walk loop: the chain stops there."""
     with SqliteBarrierStore(tmp_path / "s.db") as store:
-        _, ex = admission(store, "a", "ex-1")
+        ex = admit(store, "ex-1")
         for _ in range(3):
             store.commit(step(ex))
-            ex = store.load_execution("ex-1")
+            ex = store.load_record("ex-1")
         with sqlite3.connect(tmp_path / "s.db") as db:
             db.execute("UPDATE barriers SET previous_seq = 4 WHERE revision = 2")
-        assert [b.revision for b in store.barrier_history("ex-1")] == [2, 3]
+        assert [b.revision for b in store.barrier_log("ex-1")] == [2, 3]
 
 
 def test_a_clock_that_stepped_back_does_not_break_the_migrated_chain(tmp_path):
@@ -448,11 +474,10 @@ def test_a_clock_that_stepped_back_does_not_break_the_migrated_chain(tmp_path):
     # ex-1's revision 2 was committed "before" everything else (clock stepped back)
     _version_2_store(path, seconds=(10, 11, 12, 13, 1))
     with SqliteBarrierStore(path) as store:
-        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2]
-        assert [b.revision for b in store.barrier_history("ex-2")] == [0, 1]
-        ex1 = store.load_execution("ex-1")
-        store.commit(step(ex1, "provider_barrier"))
-        assert [b.revision for b in store.barrier_history("ex-1")] == [0, 1, 2, 3]
+        assert [b.revision for b in store.barrier_log("ex-1")] == [0, 1, 2]
+        assert [b.revision for b in store.barrier_log("ex-2")] == [0, 1]
+        store.commit(step(store.load_record("ex-1"), "@resolution"))
+        assert [b.revision for b in store.barrier_log("ex-1")] == [0, 1, 2, 3]
     with sqlite3.connect(path) as db:
         for eid in ("ex-1", "ex-2"):
             seqs = [

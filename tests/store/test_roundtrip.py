@@ -1,8 +1,8 @@
-"""Round trips of every record type: JSON and through the store (issue 4 "Tests").
+"""Round trips of every durable record: canonical JSON and through the SQLite store.
 
-Covers multi-MB payloads, unicode, timezone-aware datetimes at a daylight-saving edge
-(``zoneinfo`` with ``fold``), and the output identity of the store's fast encoder with
-``records.to_json``.
+Covers multi-MB contexts, unicode, timezone-aware datetimes at a daylight-saving edge
+(``zoneinfo`` with ``fold``), strict decoding, values that are not JSON data, and a
+wrongly typed field failing only its own commit of a group-commit batch.
 """
 
 from __future__ import annotations
@@ -15,25 +15,27 @@ from zoneinfo import ZoneInfo
 import attrs
 import pytest
 
-from phronomy_fsm.errors import SerializationError
-from phronomy_fsm.store import BarrierCommit, ExecutionStatus
-from phronomy_fsm.store.records import (
-    AgentLifecycle,
-    AgentRecord,
-    ApprovalItem,
-    ApprovalRequest,
-    BarrierRecord,
-    CommitReceipt,
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
+    EffectKind,
+    EffectRef,
     ErrorInfo,
     ExecutionRecord,
-    RecoveryDescriptor,
-    RecoverySubject,
-    ToolBatchEntry,
+    ExecutionStatus,
+    JournalEntry,
+    MachineRecord,
+    RecoveryInfo,
+    ResolutionInfo,
+    ResolutionOutcome,
+    SignalKind,
+    WorkerRecord,
     from_json,
     to_json,
 )
+from phronomy_fsm.errors import SerializationError
 
-from .helpers import T0, admission, journal, new_execution
+from .helpers import T0, admit, advance, create, new_execution, signal, step
 
 NEW_YORK = ZoneInfo("America/New_York")
 # 2026-11-01 01:30 happens twice in New York: EDT (-04:00, fold=0) then EST (-05:00, fold=1).
@@ -43,6 +45,7 @@ AMBIGUOUS_SECOND = datetime(2026, 11, 1, 1, 30, 0, 250001, tzinfo=NEW_YORK, fold
 FIRST_FIXED = AMBIGUOUS_FIRST.astimezone(timezone(timedelta(hours=-4)))
 SECOND_FIXED = AMBIGUOUS_SECOND.astimezone(timezone(timedelta(hours=-5)))
 UNICODE = 'naïve café — 日本語 — 🚀 — \u0000 NUL — \u2028 line sep — "quoted" \\ backslash'
+EFFECT = EffectRef("charge", EffectKind.AT_MOST_ONCE, "charging", "key-ü", attempt=2)
 
 
 def test_the_dst_edge_is_really_ambiguous():
@@ -53,12 +56,10 @@ def test_the_dst_edge_is_really_ambiguous():
 
 
 def test_zoneinfo_datetimes_at_the_fold_keep_their_instants():
-    """Times are stored in UTC (issue 11 item 10e), so the zone name and offset are not
-    kept, the instant is: both folds stay distinct and exact. (PEP 495: an aware
-    datetime inside a fold never compares equal to one with another tzinfo, so compare
-    normalised values; records meant to be compared should carry UTC or fixed
-    offsets.)"""
-    ex = new_execution("a", "e", created_at=AMBIGUOUS_FIRST, updated_at=AMBIGUOUS_SECOND)
+    """Times are stored in UTC, so the zone name and offset are not kept, the instant
+    is: both folds stay distinct and exact. (PEP 495: an aware datetime inside a fold
+    never compares equal to one with another tzinfo, so compare normalised values.)"""
+    ex = new_execution("e", created_at=AMBIGUOUS_FIRST, updated_at=AMBIGUOUS_SECOND)
     back = from_json(ExecutionRecord, to_json(ex))
     assert back.created_at.utcoffset() == timedelta(0) == back.updated_at.utcoffset()
     assert back.updated_at - back.created_at == timedelta(hours=1)
@@ -69,57 +70,33 @@ def test_zoneinfo_datetimes_at_the_fold_keep_their_instants():
 
 
 def _full_execution() -> ExecutionRecord:
+    """An execution with every optional field set."""
     return new_execution(
-        "agent-ü",
         "ex-ü",
-        status=ExecutionStatus.SUSPENDED,
-        phase="approval",
+        machine="payout-ü",
+        state="charging",
+        point=DurablePoint.WAIT,
+        status=ExecutionStatus.RECOVERY_REQUIRED,
+        revision=3,
         created_at=FIRST_FIXED,
         updated_at=SECOND_FIXED,
-        input={"text": UNICODE, "nested": [1, 2.5, None, True, {"k": ["v"]}]},
-        pending_llm_call_id="llm-1",
-        llm_call_count=3,
-        tool_batch=(
-            ToolBatchEntry(
-                "ti-1", "call-1", "search", "llm-1", {"q": UNICODE}, "awaiting_approval"
-            ),
-            ToolBatchEntry(
-                "ti-2",
-                "call-2",
-                "fetch",
-                "llm-1",
-                [1, 2],
-                "completed",
-                result={"ok": 1},
-                error=None,
-            ),
+        context={"text": UNICODE, "nested": [1, 2.5, None, True, {"k": ["v"]}]},
+        point_revision=2,
+        resume_event="charged",
+        pending_effects=("charge", "notify"),
+        deadline_at=SECOND_FIXED + timedelta(hours=1),
+        expires_at=SECOND_FIXED + timedelta(days=1),
+        parent_execution_id="parent-ü",
+        notify_event="child_done",
+        exclusive_key="agent-ü",
+        recovery=RecoveryInfo(
+            "outcome unknown", EFFECT, ("succeeded", "failed", "not_performed"), SECOND_FIXED
         ),
-        approval_request=ApprovalRequest(
-            "req-1",
-            "ex-ü",
-            (ApprovalItem("ti-1", "call-1", "search", {"q": "x"}, reason="needs approval"),),
-            SECOND_FIXED,
+        resolution=ResolutionInfo(
+            ResolutionOutcome.SUCCEEDED, EFFECT, SECOND_FIXED, "sig-1", result={"ok": UNICODE}
         ),
-        recovery=RecoveryDescriptor(
-            "outcome unknown",
-            (
-                RecoverySubject(
-                    "tool_invocation",
-                    llm_call_id="llm-1",
-                    tool_invocation_id="ti-2",
-                    arguments={"a": 1},
-                ),
-            ),
-            failure=ErrorInfo("IOError", "boom", {"errno": 5}),
-        ),
-        output={"text": UNICODE},
-        error=ErrorInfo("ValueError", UNICODE),
-        terminal_reason=None,
-        metadata={
-            "recovery_contract_version": 1,
-            "coordination": {"kind": "team", "slot": 2},
-            "ratio": 0.1,
-        },
+        error=ErrorInfo("IOError", UNICODE, {"errno": 5, "a": [1, {"b": None}]}),
+        labels={"agent_id": "agent-ü", "ratio": 0.1},
     )
 
 
@@ -127,21 +104,21 @@ def _full_execution() -> ExecutionRecord:
     "record",
     [
         _full_execution(),
-        AgentRecord(
-            "agent-ü", 7, AgentLifecycle.SUSPENDED, 12, FIRST_FIXED, SECOND_FIXED, {"x": UNICODE}
-        ),
-        journal(
-            "agent-ü",
+        signal(
             "ex-ü",
-            role="assistant",
-            content={"text": UNICODE},
-            sequence=4,
-            occurred_at=SECOND_FIXED,
+            "sig-ü",
+            kind=SignalKind.RESOLUTION,
+            created_at=SECOND_FIXED,
+            payload={"text": UNICODE},
+            expected_revision=3,
+            sender="operator",
+            seq=7,
+            consumed_revision=4,
+            outcome="consumed",
         ),
-        BarrierRecord(
-            "ex-ü", 3, "tool_barrier", SECOND_FIXED, "f" * 64, "active", "dispatching_tools"
-        ),
-        CommitReceipt("ex-ü", 3, (4, 5), FIRST_FIXED),
+        JournalEntry("assistant_message", {"message": {"content": UNICODE}}, 3, 1),
+        WorkerRecord("w-ü", "host", 42, "worker", FIRST_FIXED, SECOND_FIXED, SECOND_FIXED, 9, "b"),
+        MachineRecord("m", 2, "f" * 64, {"states": [UNICODE]}, FIRST_FIXED),
         ErrorInfo("E", UNICODE, {"a": [1, {"b": None}]}),
     ],
     ids=lambda r: type(r).__name__,
@@ -150,8 +127,7 @@ def test_json_round_trip_is_exact(record):
     text = to_json(record)
     back = from_json(type(record), text)
     assert back == record
-    # the instant survives, read back in UTC (issue 11 item 10e)
-    for field in attrs.fields(type(record)):
+    for field in attrs.fields(type(record)):  # the instant survives, read back in UTC
         value = getattr(record, field.name)
         if isinstance(value, datetime):
             assert getattr(back, field.name).utcoffset() == timedelta(0)
@@ -164,80 +140,77 @@ def test_decoding_is_strict():
     with pytest.raises(SerializationError):
         from_json(ExecutionRecord, json.dumps({**data, "surprise": 1}))
     missing = dict(data)
-    del missing["phase"]
+    del missing["state"]
     with pytest.raises(SerializationError):
         from_json(ExecutionRecord, json.dumps(missing))
     with pytest.raises(SerializationError):
         from_json(ExecutionRecord, json.dumps({**data, "status": "bogus"}))
     with pytest.raises(SerializationError):
-        from_json(
-            ExecutionRecord, json.dumps({**data, "created_at": "2026-01-01T00:00:00"})
-        )  # naive
-    assert from_json(ExecutionRecord, json.dumps(data)).status is ExecutionStatus.SUSPENDED
+        from_json(ExecutionRecord, json.dumps({**data, "created_at": "2026-01-01T00:00:00"}))
+    with pytest.raises(SerializationError):
+        from_json(ExecutionRecord, json.dumps({**data, "revision": "3"}))
+    assert from_json(ExecutionRecord, json.dumps(data)).status is ExecutionStatus.RECOVERY_REQUIRED
 
 
-def test_store_round_trip_of_every_stored_record(store):
-    agent, _ex = admission(store, "agent-ü", "ex-ü")
-    full = attrs.evolve(_full_execution(), revision=1, status=ExecutionStatus.ACTIVE)
-    record = journal(
-        "agent-ü", "ex-ü", role="user", content={"text": UNICODE}, occurred_at=SECOND_FIXED
-    )
-    root = attrs.evolve(agent.advance(now=SECOND_FIXED, journal_head=1), metadata={"note": UNICODE})
+def test_store_round_trip_of_every_stored_record(store_factory):
+    store = store_factory()
+    store.commit(create("parent-ü", exclusive_key="other"))
+    base = new_execution("ex-ü", machine="payout-ü", exclusive_key="agent-ü")
+    store.commit(DurableCommit("@start", base, None))
+    full = attrs.evolve(_full_execution(), revision=1, point_revision=1)
+    entry = JournalEntry("user_message", {"text": UNICODE})
     receipt = store.commit(
-        BarrierCommit("provider_barrier", full, 0, agent=root, journal=(record,))
-    )
-    assert store.load_execution("ex-ü") == full
-    assert store.load_execution("ex-ü").updated_at.utcoffset() == timedelta(0)  # UTC
-    assert store.load_agent("agent-ü") == root
-    assert store.read_journal("agent-ü") == [attrs.evolve(record, sequence=1)]
-    history = store.barrier_history("ex-ü")
-    assert history[-1] == BarrierRecord(
-        "ex-ü",
-        1,
-        "provider_barrier",
-        receipt.committed_at,
-        history[-1].digest,
-        "active",
-        "approval",
-    )
-
-
-def test_multi_megabyte_payload_round_trips(store):
-    agent, ex = admission(store, "a1", "ex-big")
-    blob = ("0123456789abcdef" * 4096) * 48  # 3 MiB of text
-    big = ex.advance(
-        now=T0,
-        status=ExecutionStatus.ACTIVE,
-        phase="calling_llm",
-        input={"blob": blob, "u": UNICODE},
-    )
-    store.commit(BarrierCommit("provider_barrier", big, 0))
-    loaded = store.load_execution("ex-big")
-    assert loaded == big and len(loaded.input["blob"]) == 3 * 1024 * 1024
-    rec = journal("a1", "ex-big", content=blob)
-    store.commit(
-        BarrierCommit(
-            "tool_barrier",
-            big.advance(now=T0, phase="dispatching_tools"),
-            1,
-            agent=agent.advance(journal_head=1),
-            journal=(rec,),
+        DurableCommit(
+            "charge",
+            full,
+            0,
+            journal=(entry,),
+            send_signals=(signal("parent-ü", "sig-ü", payload={"text": UNICODE}),),
         )
     )
-    assert store.read_journal("a1")[0].content == blob
+    loaded = store.load_record("ex-ü")
+    assert loaded == full and loaded.updated_at.utcoffset() == timedelta(0)
+    assert store.journal_entries("ex-ü") == [attrs.evolve(entry, revision=1, position=0)]
+    (sent,) = store.list_signals("parent-ü")
+    assert (sent.seq, sent.payload) == (receipt.signal_seqs[0], {"text": UNICODE})
+    logged = store.barrier_log("ex-ü")[-1]
+    assert (logged.revision, logged.barrier, logged.committed_at, logged.status, logged.state) == (
+        1,
+        "charge",
+        receipt.committed_at,
+        "recovery_required",
+        "charging",
+    )
+    worker = WorkerRecord("w-ü", "host", 1, "n", FIRST_FIXED, FIRST_FIXED, FIRST_FIXED)
+    store.register_worker(worker, 60)
+    assert store.list_workers()[0][0] == worker
+    machine = MachineRecord("payout-ü", 1, "c" * 64, {"states": [UNICODE]}, SECOND_FIXED)
+    store.register_machine(machine)
+    assert store.load_machine("payout-ü") == machine
+
+
+def test_a_multi_megabyte_context_round_trips(store_factory):
+    store = store_factory()
+    ex = admit(store, "ex-big")
+    blob = ("0123456789abcdef" * 4096) * 48  # 3 MiB of text
+    big = step(ex, context={"blob": blob, "u": UNICODE}, journal=(JournalEntry("b", blob),))
+    store.commit(big)
+    loaded = store.load_record("ex-big")
+    assert loaded == big.execution and len(loaded.context["blob"]) == 3 * 1024 * 1024
+    assert store.journal_entries("ex-big")[0].data == blob
 
 
 @pytest.mark.parametrize(
-    "metadata",
+    "context",
     [
         {"f": 1.5, "neg": -0.0, "int": 2**63 - 1},
         {"tuple": (1, 2), "list": [{"a": (3,)}], "unicode": "é 漢字 \u2028"},
     ],
 )
-def test_json_data_round_trips_exactly(metadata):
-    ex = new_execution("a", "e", metadata=metadata)
+def test_json_data_round_trips_exactly(context):
+    ex = new_execution("e", context=context)
     back = from_json(ExecutionRecord, to_json(ex))
-    assert back.metadata == json.loads(json.dumps(metadata))  # tuples come back as lists
+    assert back.context == json.loads(json.dumps(context))  # tuples come back as lists
 
 
 @pytest.mark.parametrize(
@@ -249,62 +222,55 @@ def test_json_data_round_trips_exactly(metadata):
         {"set": {1}},
         {"bytes": b"x"},
         {"when": T0},  # a datetime is not JSON data: say so instead of silently stringifying
-        {"enum": ExecutionStatus.ACTIVE},  # nor is an enum member (a str subclass)
         {"big": 2**70},  # JSON integers are limited to 64 bits here
+        {"surrogate": "\ud800"},
     ],
 )
-def test_values_that_are_not_json_data_are_refused(bad):
-    ex = new_execution("a", "e", metadata=bad)
-    with pytest.raises(SerializationError):
+def test_values_that_are_not_json_data_are_refused_with_their_path(bad):
+    ex = new_execution("e", context=bad)
+    with pytest.raises(SerializationError, match=r"\$\.context"):
         to_json(ex)
 
 
-def test_naive_datetime_is_refused_and_nothing_is_written(store):
-    _agent, ex = admission(store, "a1", "ex-1")
-    naive = attrs.evolve(
-        ex.advance(now=T0, status=ExecutionStatus.ACTIVE), updated_at=datetime(2026, 1, 1)
-    )
-    with pytest.raises(SerializationError):
-        store.commit(BarrierCommit("provider_barrier", naive, 0))
-    assert store.load_execution("ex-1") == ex
-
-
-ENTRY = ToolBatchEntry("t-1", "call-1", "lookup", "llm-1", {"q": 1}, "authorized")
+def test_a_naive_datetime_is_refused_and_nothing_is_written(store_factory):
+    store = store_factory()
+    ex = admit(store, "ex-1")
+    naive = attrs.evolve(advance(ex), updated_at=datetime(2026, 1, 1))
+    with pytest.raises(SerializationError, match="naive"):
+        store.commit(DurableCommit("b", naive, 0))
+    assert store.load_record("ex-1") == ex
 
 
 @pytest.mark.parametrize(
     "changes",
     [
-        {"approval_request": {"request_id": "r"}},  # a dict where a record belongs
-        {"recovery": "unresolved"},
+        {"recovery": "unresolved"},  # text where a record belongs
         {"error": ValueError("boom")},
-        {"tool_batch": [ENTRY]},  # a list: records hold tuples
-        {"tool_batch": ({"tool_invocation_id": "t-1"},)},
+        {"state": 5},  # an int where a str belongs
         {"created_at": "2026-01-01T00:00:00+00:00"},  # text where a datetime belongs
         {"updated_at": 1_767_225_600},
+        {"labels": {"k": {1, 2}}},
     ],
     ids=lambda c: f"{next(iter(c))}={type(next(iter(c.values()))).__name__}",
 )
-def test_a_wrongly_typed_field_is_a_serialization_error_for_that_barrier_only(
-    changes, store_factory
-):
+def test_a_wrongly_typed_field_fails_only_its_own_commit_of_a_batch(changes, store_factory):
     """Encoding refuses a value of the wrong type with SerializationError (never a raw
-    AttributeError), and in a group-commit batch it fails only its own barrier."""
+    AttributeError or TypeError), and in a group-commit batch it fails only its own
+    commit."""
     store = store_factory(group_max_batch=2, group_window_seconds=30.0)
-    _, one = admission(store, "a1", "ex-1")
-    _, two = admission(store, "a2", "ex-2")
-    bad = attrs.evolve(one.advance(now=T0, status=ExecutionStatus.ACTIVE), **changes)
+    one, two = admit(store, "ex-1"), admit(store, "ex-2")
+    bad = attrs.evolve(advance(one), **changes)
     with pytest.raises(SerializationError):
         to_json(bad)
     with pytest.raises(SerializationError):
-        store.commit(BarrierCommit("provider_barrier", bad, 0))
-    good = two.advance(now=T0, status=ExecutionStatus.ACTIVE)
+        store.commit(DurableCommit("b", bad, 0))
+    good = advance(two)
     futures = [
-        store.submit(BarrierCommit("provider_barrier", good, 0)),
-        store.submit(BarrierCommit("provider_barrier", bad, 0)),
+        store.submit(DurableCommit("b", good, 0)),
+        store.submit(DurableCommit("b", bad, 0)),
     ]
     assert futures[0].result(timeout=30).revision == 1
     with pytest.raises(SerializationError):
         futures[1].result(timeout=30)
-    assert store.load_execution("ex-1") == one
-    assert store.load_execution("ex-2") == good
+    assert store.load_record("ex-1") == one
+    assert store.load_record("ex-2") == good

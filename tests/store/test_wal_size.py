@@ -1,6 +1,5 @@
-"""The WAL shrinks back after a long reader goes away (issue 11 item 8; docs/store.md
-"Commit latency"): a reader holding a transaction open keeps every commit in the WAL,
-so it grows far past its usual size; once the reader is gone, the next checkpoint and
+"""The WAL shrinks back after a long reader goes away (docs/store.md "Commit
+latency"): a reader holding a transaction open keeps every commit in the WAL, so it grows far past its usual size; once the reader is gone, the next checkpoint and
 WAL restart truncate it to the store's limit instead of leaving it at its peak.
 
 Real components: a SQLite file at synchronous=FULL, a second real connection holding a
@@ -13,19 +12,15 @@ import os
 import sqlite3
 from pathlib import Path
 
-from phronomy_fsm.store import BarrierCommit, SqliteBarrierStore
-from phronomy_fsm.store.records import AgentLifecycle
+from phronomy_fsm.store import SqliteBarrierStore
 
-from .helpers import T0, new_execution
+from .helpers import create
 
 PAYLOAD = "x" * 30_000  # about eight pages per execution record
 
 
 def _admit(store: SqliteBarrierStore, i: int) -> None:
-    agent = store.create_agent(f"agent-{i}", now=T0)
-    ex = new_execution(agent.agent_id, f"ex-{i}", input={"text": PAYLOAD})
-    root = agent.advance(now=T0, lifecycle=AgentLifecycle.ACTIVE)
-    store.commit(BarrierCommit("admission", ex, None, agent=root))
+    store.commit(create(f"ex-{i}", context={"text": PAYLOAD}))
 
 
 def test_the_wal_shrinks_to_its_limit_after_a_long_reader_goes(tmp_path: Path) -> None:
@@ -51,7 +46,7 @@ def test_the_wal_shrinks_to_its_limit_after_a_long_reader_goes(tmp_path: Path) -
         after = wal.stat().st_size
         assert after <= limit < peak / 3, (after, limit, peak)
         assert store.synchronous == "FULL"
-        assert len(store.list_executions()) == i + 3
+        assert len(store.list_records()) == i + 3
     finally:
         store.close()
     assert not os.path.exists(wal) or wal.stat().st_size <= limit

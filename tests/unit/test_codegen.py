@@ -136,16 +136,13 @@ def test_generate_check_detects_staleness(tmp_path: Path, monkeypatch: pytest.Mo
     for path in (project / "src" / "pkg" / "generated").glob("*.py"):
         assert path.read_bytes() == (GENERATED / path.name).read_bytes()
     assert runner.invoke(main, ["generate", "--check"]).exit_code == 0
-    spec = project / "fsm_specs" / "tool_invocation.yaml"
-    spec.write_text(
-        spec.read_text().replace("Dispatched; about to run.", "Dispatched; about to start.")
-    )
+    spec = project / "fsm_specs" / "tool_call.yaml"
+    text = spec.read_text()
+    assert "The tool returned a result." in text
+    spec.write_text(text.replace("The tool returned a result.", "The tool returned."))
     stale = runner.invoke(main, ["generate", "--check"])
     assert stale.exit_code == 1
-    assert (
-        "src/pkg/generated/tool_invocation.py: stale (from fsm_specs/tool_invocation.yaml)"
-        in stale.stderr
-    )
+    assert "src/pkg/generated/tool_call.py: stale (from fsm_specs/tool_call.yaml)" in stale.stderr
     assert "error: 1 generated module(s) out of date" in stale.stderr
     module = project / "src" / "pkg" / "generated" / "agent_session.py"
     module.write_text(module.read_text() + "# hand edit\n")
@@ -345,7 +342,7 @@ def test_generate_reports_orphaned_modules_of_the_project(
     assert runner.invoke(main, ["generate"]).exit_code == 0
     out = project / "src" / "pkg" / "generated"
     # a machine that was renamed or whose spec was removed leaves its module behind
-    (out / "old_machine.py").write_text((out / "tool_invocation.py").read_text())
+    (out / "old_machine.py").write_text((out / "tool_call.py").read_text())
     (out / "helpers.py").write_text("# hand-written, not generated\n")
     check = runner.invoke(main, ["generate", "--check"])
     assert check.exit_code == 1
@@ -357,7 +354,7 @@ def test_generate_reports_orphaned_modules_of_the_project(
     assert (out / "old_machine.py").exists()  # reported, never deleted
     # a run on some specs only cannot know what the others produce: no orphan report
     some = runner.invoke(
-        main, ["generate", "fsm_specs/tool_invocation.yaml", "--out", str(out), "--check"]
+        main, ["generate", "fsm_specs/tool_call.yaml", "--out", str(out), "--check"]
     )
     assert some.exit_code == 0 and "orphan" not in some.stderr
 

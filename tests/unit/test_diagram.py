@@ -39,7 +39,7 @@ from phronomy_fsm.errors import RenderError
 from phronomy_fsm.spec.loader import load_spec_text
 from phronomy_fsm.spec.model import MachineSpec
 from phronomy_fsm.spec.validate import check_spec_file
-from tests.spec_samples import REAL_SPECS, REPO, door, yaml_quoted
+from tests.spec_samples import FIXTURE_SPECS, REAL_SPECS, REPO, door, yaml_quoted
 
 needs_dot = pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz dot is not installed")
 SVG = "{http://www.w3.org/2000/svg}"
@@ -66,7 +66,9 @@ def _dot_json(dot: str) -> dict:
 # ---------------------------------------------------------------------- IR
 
 
-@pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
+@pytest.mark.parametrize(
+    "path", REAL_SPECS + FIXTURE_SPECS, ids=[p.stem for p in REAL_SPECS + FIXTURE_SPECS]
+)
 def test_ir_has_every_state_and_one_edge_per_row_and_source(path: Path) -> None:
     spec = _spec(path)
     table = lower(spec)
@@ -82,7 +84,7 @@ def test_ir_has_every_state_and_one_edge_per_row_and_source(path: Path) -> None:
 
 
 def test_ir_marks_and_labels() -> None:
-    spec = _spec(REPO / "fsm_specs" / "agent_session.yaml")
+    spec = _spec(REPO / "tests" / "fixtures" / "specs" / "agent_session_v1.yaml")
     nodes = {n.name: n for n in build_diagram(spec).nodes}
     assert nodes["recovery_required"].is_recovery and nodes["recovery_required"].is_wait
     assert nodes["suspended"].is_wait and not nodes["suspended"].is_recovery
@@ -107,7 +109,9 @@ def test_ir_marks_and_labels() -> None:
 
 
 @needs_dot
-@pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
+@pytest.mark.parametrize(
+    "path", REAL_SPECS + FIXTURE_SPECS, ids=[p.stem for p in REAL_SPECS + FIXTURE_SPECS]
+)
 def test_dot_has_every_state_and_every_edge(path: Path) -> None:
     table = lower(_spec(path))
     graph = _dot_json(render_dot(build_diagram(table)))
@@ -136,7 +140,9 @@ def test_dot_has_every_state_and_every_edge(path: Path) -> None:
 
 
 def test_dot_marks_kinds_barriers_waits_and_recovery() -> None:
-    dot = render_dot(build_diagram(_spec(REPO / "fsm_specs" / "agent_session.yaml")))
+    dot = render_dot(
+        build_diagram(_spec(REPO / "tests" / "fixtures" / "specs" / "agent_session_v1.yaml"))
+    )
     lines = {
         m.group(1): m.group(0) for m in re.finditer(r"^\t(\w+) \[label=.*$", dot, re.MULTILINE)
     }
@@ -211,7 +217,9 @@ def test_hostile_text_survives_dot(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------- Mermaid
 
 
-@pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
+@pytest.mark.parametrize(
+    "path", REAL_SPECS + FIXTURE_SPECS, ids=[p.stem for p in REAL_SPECS + FIXTURE_SPECS]
+)
 def test_mermaid_has_every_state_and_every_edge(path: Path) -> None:
     spec = _spec(path)
     table = lower(spec)
@@ -256,7 +264,9 @@ def test_mermaid_escaping() -> None:
 
 
 @needs_dot
-@pytest.mark.parametrize("path", REAL_SPECS, ids=[p.stem for p in REAL_SPECS])
+@pytest.mark.parametrize(
+    "path", REAL_SPECS + FIXTURE_SPECS, ids=[p.stem for p in REAL_SPECS + FIXTURE_SPECS]
+)
 def test_dot_renders_svg_and_png(path: Path) -> None:
     table = lower(_spec(path))
     dot = render_dot(build_diagram(table))

@@ -197,3 +197,38 @@ def test_outcome_rows_must_always_move_on() -> None:
     assert ("OUTCOME_NOT_EXHAUSTIVE", "$.states.charging.offload") in {
         (c, p) for c, p, _ in _issues(text)
     }
+
+
+def test_the_initial_states_own_effect_is_behind_the_start_commit() -> None:
+    """A child execution (a tool call) runs its effect at once: the engine commits the
+    start before the initial state is entered. Coming back to it is not a commit."""
+    text = textwrap.dedent(
+        """\
+        spec_format: 1
+        machine: tool
+        version: 1
+        events:
+          done: {description: Done.}
+          broke: {description: Broke.}
+          again: {description: Again.}
+        states:
+          running:
+            kind: external
+            initial: true
+            description: Runs the tool.
+            offload: {hook: run, completed: done, failed: broke, effect: at_most_once}
+          finished: {kind: final, description: Finished.}
+          broken: {kind: external, description: Broken.}
+        transitions:
+          - {from: running, event: done, to: finished, description: Done.}
+          - {from: running, event: broke, to: broken, description: Broke.}
+          - {from: broken, event: again, to: finished, description: Give up.}
+        """
+    )
+    assert "EFFECT_WITHOUT_BARRIER" not in _codes(text)
+    looped = text.replace(
+        "{from: broken, event: again, to: finished, description: Give up.}",
+        "{from: broken, event: again, to: running, description: Run again.}",
+    )
+    found = [(c, m) for c, _p, m in _issues(looped) if c == "EFFECT_WITHOUT_BARRIER"]
+    assert len(found) == 1 and "--again--> running" in found[0][1]

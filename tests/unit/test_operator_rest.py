@@ -1,6 +1,7 @@
 """When an execution rests, as ``phronomy-fsm recover`` and ``resolve --app`` wait for
 it (:func:`phronomy_fsm.operator.is_at_rest`), and the resolve commands an operator is
-given (:func:`phronomy_fsm.operator.recovery_request`): pure functions over records."""
+given (:func:`phronomy_fsm.operator.recovery_request`), for an agent's tool call in the
+agent's terms: pure functions over records."""
 
 from __future__ import annotations
 
@@ -21,7 +22,12 @@ from phronomy_fsm.durable.records import (
     SignalKind,
     SignalRecord,
 )
-from phronomy_fsm.operator import RESULT_PLACEHOLDER, is_at_rest, recovery_request
+from phronomy_fsm.operator import (
+    RESULT_PLACEHOLDER,
+    TOOL_RESULT_PLACEHOLDER,
+    is_at_rest,
+    recovery_request,
+)
 from tests.durable.order_app import TABLE
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -102,3 +108,54 @@ def test_the_resolve_commands_quote_what_a_shell_would_expand() -> None:
         "attempt 1"
     )
     assert recovery_request(execution(ExecutionStatus.WAITING), db_path="x") is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "children", "pending", "expected"),
+    [
+        ({}, (), [], False),  # no children: it is moving
+        ({}, (True, True), [], True),  # it waits for children that all rest
+        ({}, (True, False), [], False),
+        ({}, (True,), [signal(SignalKind.CHILD, "tool_finished")], False),  # a child ended
+        ({"pending_effects": ("charge_card",)}, (True,), [], False),  # its own effect runs
+        ({"expires_at": NOW}, (True,), [], False),
+    ],
+)
+def test_a_running_execution_rests_only_while_it_waits_for_resting_children(
+    changes: dict, children: tuple[bool, ...], pending: list[SignalRecord], expected: bool
+) -> None:
+    running = execution(ExecutionStatus.RUNNING, point=DurablePoint.BARRIER, **changes)
+    assert is_at_rest(running, pending, FACTS, NOW, children_at_rest=children) is expected
+
+
+def test_an_agent_subject_is_named_in_the_agents_terms_and_checked_by_the_commands() -> None:
+    subject = EffectRef("execute_tool", EffectKind.AT_MOST_ONCE, "running", "execute_tool-k", 2)
+    parked = execution(
+        ExecutionStatus.RECOVERY_REQUIRED,
+        execution_id="tool-1",
+        machine="tool_call",
+        state="running",
+        revision=4,
+        parent_execution_id="ex-1",
+        context={
+            "agent_id": "shop",
+            "parent_execution_id": "ex-1",
+            "tool_invocation_id": "tool-1",
+            "tool_name": "issue_refund",
+            "arguments": {"amount": 25.0, "order_id": "A1"},
+        },
+        recovery=RecoveryInfo("unknown", subject, ("succeeded", "not_performed"), NOW),
+    )
+    request = recovery_request(parked, db_path="s.db")
+    assert request is not None
+    assert (request.agent_id, request.parent_execution_id) == ("shop", "ex-1")
+    assert request.describe_subject() == (
+        'tool call tool-1 of agent shop: issue_refund {"amount": 25.0, "order_id": "A1"} may '
+        "have run (the tool got idempotency key tool-1; attempt 2)"
+    )
+    assert shlex.split(request.commands[0]) == [
+        "phronomy-fsm", "resolve", "tool-1", "--db", "s.db", "--expected-revision", "4",
+        "--subject", "tool_invocation:tool-1", "--outcome", "succeeded",
+        "--result", TOOL_RESULT_PLACEHOLDER,
+    ]  # fmt: skip
+    assert request.to_dict()["agent_subject"]["tool_name"] == "issue_refund"

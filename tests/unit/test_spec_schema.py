@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jsonschema
+import jsonschema_rs
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -31,9 +31,24 @@ from phronomy_fsm.spec.schema import (
 from phronomy_fsm.spec.shape import SHAPES
 from phronomy_fsm.spec.validate import validate_spec
 from tests.spec_samples import REAL_SPECS, REPO
-from tests.spec_strategies import REAL_DATA, dump, load_plain, mutated_real_specs
+from tests.spec_strategies import dump, load_plain, mutated_real_specs
 
-VALIDATOR = jsonschema.Draft202012Validator(load_spec_schema())
+VALIDATOR = jsonschema_rs.Draft202012Validator(load_spec_schema())
+
+
+def _has_non_string_keys(value: Any) -> bool:
+    if isinstance(value, dict):
+        return any(not isinstance(k, str) or _has_non_string_keys(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_non_string_keys(v) for v in value)
+    return False
+
+
+def _schema_accepts(document: Any) -> bool:
+    """The schema's verdict; a YAML document with a non-string key is no JSON document,
+    so no JSON schema accepts it (jsonschema-rs refuses to look at one)."""
+    return not _has_non_string_keys(document) and VALIDATOR.is_valid(document)
+
 
 #: loader codes that are about the document's shape (what a schema can see)
 SHAPE_CODES = {"WRONG_TYPE", "UNKNOWN_KEY", "MISSING_KEY", "UNSUPPORTED_FORMAT", "BAD_VALUE"}
@@ -50,7 +65,7 @@ def test_shipped_schema_is_fresh() -> None:
 
 
 def test_schema_is_a_valid_draft_2020_12_schema() -> None:
-    jsonschema.Draft202012Validator.check_schema(build_spec_schema())
+    jsonschema_rs.meta.validate(build_spec_schema())
 
 
 @pytest.mark.parametrize("label", sorted(ALLOWED_KEYS))
@@ -110,7 +125,7 @@ def _loader_shape_codes(data: Any) -> set[str]:
     return {i.code for i in loaded.issues} & SHAPE_CODES
 
 
-AGENT = REAL_DATA[[p.stem for p in REAL_SPECS].index("agent_session")]
+AGENT = load_plain((REPO / "tests/fixtures/specs/agent_session_v1.yaml").read_text("utf-8"))
 
 
 LABELS = ["machine", "state", "event", "transition", "barrier", "offload", "target"]
@@ -171,7 +186,7 @@ def test_schema_and_loader_agree_on_mutations(data: Any) -> None:
     text = dump(data)
     parsed = load_plain(text)
     loaded = load_spec_text(text)
-    schema_ok = VALIDATOR.is_valid(parsed)
+    schema_ok = _schema_accepts(parsed)
     if loaded.spec is not None and not any(
         i.is_error for i in list(loaded.issues) + validate_spec(loaded.spec)
     ):

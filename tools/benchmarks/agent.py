@@ -12,8 +12,8 @@ end (phronomy_fsm: ``approve``; LangGraph: ``Command(resume=...)``). Medians.
 
 ``round_trip_floor`` (extra) is what the round trip would cost if everything but the
 durable commits were free: the number of barriers one phronomy_fsm round trip commits
-(read back from its store: the execution's final revision + 1, each barrier of
-reference §4 being one revision) times the median latency of one FULL commit of the
+(read back from its store: the agent execution's and its tool calls' final revisions
++ 1 each, every commit being one revision) times the median latency of one FULL commit of the
 store's own statements on a bare ``sqlite3`` connection on the same disk
 (``benchmarks.store`` ``sqlite_ceiling``). A ratio below it is out of reach without
 merging barriers the reference keeps separate.
@@ -83,12 +83,11 @@ def run_phronomy(directory: str, runs: int, concurrency: int) -> float:
         os.path.join(directory, f"phronomy-{concurrency}-{time.monotonic_ns()}.db"),
         synchronous="FULL",
     )
-    runtime = AgentRuntime(max_workers=16, queue_size=4096)
+    runtime = AgentRuntime(store, max_workers=16, queue_size=4096)
     try:
         agents = [
             Agent.create(
                 f"agent-{i}",
-                store=store,
                 provider=_phronomy_provider(),
                 tools=_phronomy_tools(),
                 runtime=runtime,
@@ -138,14 +137,14 @@ def round_trip_phronomy(directory: str, count: int) -> tuple[float, int]:
     store = SqliteBarrierStore(
         os.path.join(directory, f"phronomy-rt-{time.monotonic_ns()}.db"), synchronous="FULL"
     )
-    runtime = AgentRuntime()
+    runtime = AgentRuntime(store)
     suspended = threading.Event()
     request: dict[str, Any] = {}
 
     def on_event(event: Any) -> None:
         if event.type == "approval_required":
             request["execution_id"] = event.execution_id
-            request["id"] = event.payload["request"]["id"]
+            request["id"] = event.request_id
             suspended.set()
 
     try:
@@ -153,7 +152,6 @@ def round_trip_phronomy(directory: str, count: int) -> tuple[float, int]:
         for i in range(count):
             agent = Agent.create(
                 f"rt-{i}",
-                store=store,
                 provider=_phronomy_provider(approval=True),
                 tools=_phronomy_tools(),
                 runtime=runtime,
@@ -166,8 +164,13 @@ def round_trip_phronomy(directory: str, count: int) -> tuple[float, int]:
             agent.approve_async(request["execution_id"], approval_request_id=request["id"])
             result = task.result(30)
             samples.append(time.perf_counter() - start)
-            assert result.status == "completed"
-        barriers = store.load_execution(request["execution_id"]).revision + 1
+            assert result.status.value == "completed"
+        eid = request["execution_id"]
+        barriers = (
+            store.load_record(eid).revision
+            + 1
+            + sum(child.revision + 1 for child in store.list_records(parent_execution_id=eid))
+        )
         return statistics.median(samples), barriers
     finally:
         runtime.close(timeout_seconds=10)

@@ -1,4 +1,4 @@
-"""store: durable barrier commits/s (single FULL / NORMAL, group commit) vs raw fsync.
+"""store: durable engine commits/s (single FULL / NORMAL, group commit) vs raw fsync.
 
 What is measured, all in one process and one run, on the filesystem that holds the
 database (a temporary folder; ``same_device_as_repo`` says whether it is the repo's
@@ -7,29 +7,31 @@ disk), in interleaved rounds whose medians are reported:
 - ``fsync_per_second``: ``os.pwrite`` of 4 KiB into a preallocated file followed by
   ``os.fsync`` — the physical cost of one durable write on that disk.
 - ``single_full`` / ``single_normal``: ``SqliteBarrierStore.commit`` of one realistic
-  barrier per transaction (a ~1 KB ExecutionRecord: JSON encoding, the
-  revision-checked UPDATE of the execution and one barrier-log row), one thread,
+  engine commit per transaction (a :class:`~phronomy_fsm.durable.records.DurableCommit`
+  of an ``agent_session``-like execution with a ~1 KB context: JSON encoding, the
+  fenced compare-and-set UPDATE of the execution — revision, machine, owner, fencing
+  token and the owner's lease — and its barrier-log row), one thread,
   ``synchronous=FULL`` / ``NORMAL``. The records of the revision chain are built
-  before timing (that is the caller's work, not the store's); encoding them is timed.
+  before timing (that is the engine's work, not the store's); encoding them is timed.
 - ``group_full_64``: 64 threads, each driving its own execution, each doing
   ``store.submit(commit).result()`` in a loop at ``synchronous=FULL``; every commit is
   durable before its future resolves.
-- ``single_full_with_journal`` (extra): the same single commit plus the agent root
-  CAS and two journal records.
+- ``single_full_with_journal`` (extra): the same single commit plus two journal
+  entries (what an agent's final commit adds, in small).
 - ``single_full_handoff_to_writer_thread`` (extra): the same single commits, but each
   handed to the writer thread (``submit().result()``) instead of run under the writer
   lock on the caller's thread — the design alternative ``commit()`` was measured
   against.
 - ``group_full_64_pipelined`` (extra): the same 64 executions driven without a thread
-  each — every execution submits its next barrier from the done-callback of the
+  each — every execution submits its next commit from the done-callback of the
   previous one — which measures the group-commit writer without the cost of waking 64
   OS threads per batch.
-- ``sqlite_ceiling`` (extra): the store's own statements for the same barriers (the
-  revision-checked UPDATE whose trigger writes the barrier-log row; for the group, the
-  store's multi-row UPDATE of 64 executions per transaction), run on a bare ``sqlite3``
-  connection at FULL with every parameter encoded before timing — what SQLite itself
-  can do on this disk with this schema, with no Python layer (no encoding, no futures,
-  no threads). A ratio the store cannot reach even here is out of reach of any Python
+- ``sqlite_ceiling`` (extra): the store's own statements for the same commits (the
+  fenced UPDATE whose trigger writes the barrier-log row; for the group, the store's
+  statements for 64 executions per transaction), run on a bare ``sqlite3`` connection
+  at FULL with every parameter encoded before timing — what SQLite itself can do on
+  this disk with this schema, with no Python layer (no encoding, no futures, no
+  threads). A ratio the store cannot reach even here is out of reach of any Python
   layer above it.
 
 ``fsync_per_second`` is the median of fsync measurements taken before and after every
@@ -57,17 +59,24 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from phronomy_fsm.store import SqliteBarrierStore
-from phronomy_fsm.store._write import UPDATE_EXECUTION, PreparedBarrier, bulk_update_sql
-from phronomy_fsm.store.records import (
-    AgentLifecycle,
-    BarrierCommit,
+import attrs
+
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
     ExecutionRecord,
     ExecutionStatus,
-    JournalRecord,
-    ToolBatchEntry,
+    Fence,
+    JournalEntry,
+    WorkerRecord,
 )
+from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store._commit import PreparedDurable, apply_batch
 from phronomy_fsm.store.sqlite import WAL_PREWARM_FRAMES, prewarm_wal
+
+#: The worker every benchmark commit is fenced by (its lease outlives the run).
+WORKER = "bench-worker"
+FENCE = Fence(WORKER, 1)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,74 +112,80 @@ def _bench_dir(requested: str | None) -> tuple[Path, bool]:
     return folder, os.stat(folder).st_dev == os.stat(REPO).st_dev
 
 
-def _execution(execution_id: str, agent_id: str, now: datetime) -> ExecutionRecord:
+def _execution(execution_id: str, key: str, now: datetime) -> ExecutionRecord:
+    """Revision 0 of an ``agent_session``-like execution with a ~1 KB context."""
     return ExecutionRecord(
         execution_id=execution_id,
-        agent_id=agent_id,
-        revision=0,
-        status=ExecutionStatus.PREPARING,
-        phase="preparing",
-        spec_version=1,
+        machine="agent_session",
+        spec_version=2,
         spec_sha256="5" * 64,
+        state="filtering_input",
+        point=DurablePoint.START,
+        status=ExecutionStatus.RUNNING,
+        revision=0,
         created_at=now,
         updated_at=now,
-        input={"messages": [{"role": "user", "content": "Summarise the quarterly report. " * 8}]},
-        metadata={
-            "recovery_contract_version": 1,
-            "invocation_mode": "invoke",
-            "preparation_replayable": True,
+        context={
+            "agent_id": key,
+            "execution_id": execution_id,
+            "input": "Summarise the quarterly report. " * 8,
+            "messages": [{"role": "user", "content": "Summarise the quarterly report. " * 8}],
+            "pending_llm_call_id": None,
+            "llm_calls": 0,
+            "tools": [],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 0},
         },
+        exclusive_key=key,
+        labels={"agent_id": key},
     )
 
 
-def _chain(first: ExecutionRecord, count: int, start: datetime) -> list[BarrierCommit]:
-    """``count`` successive barrier commits of one execution, alternating the provider
-    and tool barriers, each with a fresh pending LLM call id or a one-entry tool batch."""
+def _chain(first: ExecutionRecord, count: int, start: datetime) -> list[DurableCommit]:
+    """``count`` successive fenced commits of one execution, alternating an LLM-call
+    barrier (a fresh pending LLM call id) and a tool barrier (a one-call tool batch)."""
     commits = []
     current = first
     for i in range(count):
-        now = start + timedelta(microseconds=i)
+        context = dict(current.context)
         if i % 2 == 0:
-            nxt = current.advance(
-                now=now,
-                status=ExecutionStatus.ACTIVE,
-                phase="calling_llm",
-                pending_llm_call_id=str(uuid.uuid4()),
-                llm_call_count=current.llm_call_count + 1,
-                tool_batch=(),
-            )
-            barrier = "provider_barrier"
+            context.update(pending_llm_call_id=str(uuid.uuid4()), tools=[])
+            context["llm_calls"] += 1
+            barrier, state = "provider_dispatch", "calling_llm"
         else:
-            nxt = current.advance(
-                now=now,
-                phase="dispatching_tools",
-                pending_llm_call_id=None,
-                tool_batch=(
-                    ToolBatchEntry(
-                        str(uuid.uuid4()),
-                        f"call_{i}",
-                        "search",
-                        f"llm-{i}",
-                        {"query": "q" * 40},
-                        "authorized",
-                    ),
-                ),
-            )
-            barrier = "tool_barrier"
-        commits.append(BarrierCommit(barrier, nxt, current.revision))
+            call = {
+                "tool_invocation_id": str(uuid.uuid4()),
+                "tool_call_id": f"call_{i}",
+                "tool_name": "search",
+                "arguments_json": '{"query": "' + "q" * 40 + '"}',
+                "status": "authorized",
+            }
+            context.update(pending_llm_call_id=None, tools=[call])
+            barrier, state = "tool_dispatch", "running_tools"
+        nxt = attrs.evolve(
+            current,
+            revision=current.revision + 1,
+            state=state,
+            point=DurablePoint.BARRIER,
+            point_revision=current.revision + 1,
+            updated_at=start + timedelta(microseconds=i),
+            context=context,
+        )
+        commits.append(DurableCommit(barrier, nxt, current.revision, FENCE))
         current = nxt
     return commits
 
 
-def _new_execution(store: SqliteBarrierStore, agent_id: str) -> ExecutionRecord:
+def _open(path: Path, synchronous: str) -> SqliteBarrierStore:
+    """A store whose benchmark worker holds a lease longer than any run."""
+    store = SqliteBarrierStore(path, synchronous=synchronous)
     now = datetime.now(UTC)
-    agent = store.create_agent(agent_id, now=now)
-    first = _execution(str(uuid.uuid4()), agent_id, now)
-    store.commit(
-        BarrierCommit(
-            "admission", first, None, agent=agent.advance(now=now, lifecycle=AgentLifecycle.ACTIVE)
-        )
-    )
+    store.register_worker(WorkerRecord(WORKER, "bench", os.getpid(), WORKER, now, now, now), 1e7)
+    return store
+
+
+def _new_execution(store: SqliteBarrierStore, key: str) -> ExecutionRecord:
+    first = _execution(str(uuid.uuid4()), key, datetime.now(UTC))
+    store.commit(DurableCommit("@start", first, None, FENCE))
     return first
 
 
@@ -192,15 +207,12 @@ def _fsync_rate(folder: Path, count: int) -> float:
 
 
 class _Single:
-    """One store and one execution whose chain is committed one barrier at a time."""
+    """One store and one execution whose chain is committed one commit at a time."""
 
     def __init__(self, folder: Path, synchronous: str, journal: bool) -> None:
-        self.store = SqliteBarrierStore(
-            folder / f"single-{synchronous}-{journal}.db", synchronous=synchronous
-        )
+        self.store = _open(folder / f"single-{synchronous}-{journal}.db", synchronous)
         self.journal = journal
         self.current = _new_execution(self.store, "agent-single")
-        self.agent = self.store.load_agent("agent-single")
 
     def run(self, count: int, *, handoff: bool = False) -> float:
         commits = _chain(self.current, count, datetime.now(UTC))
@@ -219,27 +231,16 @@ class _Single:
         self.current = commits[-1].execution
         return count / elapsed
 
-    def _with_journal(self, c: BarrierCommit) -> BarrierCommit:
-        now = c.execution.updated_at
-        records = tuple(
-            JournalRecord(
-                str(uuid.uuid4()),
-                "agent-single",
-                c.execution.execution_id,
-                kind,
-                now,
-                role=role,
-                content=text,
-            )
-            for kind, role, text in (
-                ("assistant_message", "assistant", "Calling the search tool."),
-                ("llm_call_recorded", None, {"tokens": 128}),
-            )
+    @staticmethod
+    def _with_journal(c: DurableCommit) -> DurableCommit:
+        entries = (
+            JournalEntry(
+                "assistant_message",
+                {"message": {"role": "assistant", "content": "Calling the search tool."}},
+            ),
+            JournalEntry("llm_call_recorded", {"llm_call_id": str(uuid.uuid4()), "tokens": 128}),
         )
-        self.agent = self.agent.advance(now=now, journal_head=self.agent.journal_head + 2)
-        return BarrierCommit(
-            c.barrier, c.execution, c.expected_revision, agent=self.agent, journal=records
-        )
+        return attrs.evolve(c, journal=entries)
 
 
 class _Group:
@@ -247,7 +248,7 @@ class _Group:
 
     def __init__(self, folder: Path, writers: int) -> None:
         folder.mkdir(exist_ok=True)
-        self.store = SqliteBarrierStore(folder / "group.db", synchronous="FULL")
+        self.store = _open(folder / "group.db", "FULL")
         self.currents = [_new_execution(self.store, f"agent-{i}") for i in range(writers)]
 
     def run(self, per_writer: int) -> float:
@@ -257,7 +258,7 @@ class _Group:
         errors: list[BaseException] = []
         submit = self.store.submit
 
-        def drive(chain: list[BarrierCommit]) -> None:
+        def drive(chain: list[DurableCommit]) -> None:
             gate.wait()
             try:
                 for c in chain:
@@ -294,7 +295,7 @@ class _Pipelined(_Group):
         errors: list[BaseException] = []
         submit = self.store.submit
 
-        def drive(chain: list[BarrierCommit]) -> None:
+        def drive(chain: list[DurableCommit]) -> None:
             it = iter(chain)
 
             def step(previous: Any = None) -> None:
@@ -324,60 +325,52 @@ class _Pipelined(_Group):
 
 class _Ceiling:
     """The store's statements on a bare sqlite3 connection (FULL, prewarmed WAL),
-    parameters encoded before timing: the SQLite ceiling for this schema and disk."""
+    every body encoded before timing: the SQLite ceiling for this schema and disk."""
 
     def __init__(self, folder: Path, writers: int) -> None:
         folder.mkdir(exist_ok=True)
         path = folder / "ceiling.db"
-        with SqliteBarrierStore(path, synchronous="FULL") as store:
+        with _open(path, "FULL") as store:
             self.currents = [_new_execution(store, f"agent-{i}") for i in range(writers)]
         self.conn = sqlite3.connect(path, isolation_level=None, cached_statements=256)
         self.conn.execute("PRAGMA synchronous=FULL")
         prewarm_wal(self.conn, f"{path}-wal", WAL_PREWARM_FRAMES)
 
-    def _prepared(self, per_execution: int, executions: int) -> list[list[PreparedBarrier]]:
+    def _prepared(self, per_execution: int, executions: int) -> list[list[PreparedDurable]]:
         start_at = datetime.now(UTC)
         chains = [_chain(cur, per_execution, start_at) for cur in self.currents[:executions]]
         for i, chain in enumerate(chains):
             self.currents[i] = chain[-1].execution
-        return [[PreparedBarrier(c) for c in chain] for chain in chains]
+        return [[PreparedDurable(c) for c in chain] for chain in chains]
 
     def single(self, count: int) -> float:
-        """One barrier per transaction, one execution."""
+        """One commit per transaction, one execution."""
         (chain,) = self._prepared(count, 1)
-        rows = [(UPDATE_EXECUTION[p.commit.execution.status], p.execution_params) for p in chain]
-        execute = self.conn.execute
+        cur = self.conn.cursor()
+        now = datetime.now(UTC)
         now_ms = time.time_ns() // 1_000_000
         start = time.perf_counter()
-        for sql, (prefix, suffix) in rows:
-            execute("BEGIN IMMEDIATE")
-            execute(sql, prefix + (now_ms,) + suffix)
-            execute("COMMIT")
+        for p in chain:
+            cur.execute("BEGIN IMMEDIATE")
+            apply_batch(cur, [p], now_ms, now, None)
+            cur.execute("COMMIT")
         return count / (time.perf_counter() - start)
 
     def group(self, per_writer: int) -> float:
-        """One transaction per round: every execution's next barrier in one multi-row
-        UPDATE (the store's group path for plain barriers)."""
+        """One transaction per round: every execution's next commit, through the
+        store's batch statements."""
         chains = self._prepared(per_writer, len(self.currents))
-        sql = bulk_update_sql(len(chains))
+        rounds = [[chain[k] for chain in chains] for k in range(per_writer)]
+        cur = self.conn.cursor()
+        now = datetime.now(UTC)
         now_ms = time.time_ns() // 1_000_000
-        batches = []
-        for k in range(per_writer):
-            params: list[Any] = [now_ms]
-            for chain in chains:
-                (revision, status, phase, body), (barrier, digest, eid, expected, agent) = chain[
-                    k
-                ].execution_params
-                params += (eid, revision, status, phase, body, barrier, digest, expected, agent)
-            batches.append(params)
-        execute = self.conn.execute
         start = time.perf_counter()
-        for params in batches:
-            execute("BEGIN IMMEDIATE")
-            cur = execute(sql, params)
-            if cur.rowcount != len(chains):
-                raise RuntimeError("the ceiling batch did not apply every barrier")
-            execute("COMMIT")
+        for batch in rounds:
+            cur.execute("BEGIN IMMEDIATE")
+            _results, ok = apply_batch(cur, batch, now_ms, now, None)
+            if len(ok) != len(batch):
+                raise RuntimeError("the ceiling batch did not apply every commit")
+            cur.execute("COMMIT")
         return per_writer * len(chains) / (time.perf_counter() - start)
 
 

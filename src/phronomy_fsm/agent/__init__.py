@@ -1,43 +1,71 @@
-"""The agent layer: agents whose executions run on the generated machines (issue 5).
+"""The agent layer: LLM agents whose executions run on the durable engine.
 
-Start here: :class:`Agent` (create/load, invoke, stream, approve, cancel, resolve),
-:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply`, and the
-OpenAI-compatible provider in :mod:`phronomy_fsm.agent.openai`.
+Start here: :class:`Agent` (create or load, invoke, stream, approve, resolve, cancel),
+:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply` and the
+OpenAI-compatible :class:`OpenAICompatibleProvider`. The events an agent delivers and
+its results are typed (:mod:`phronomy_fsm.agent.events`). ``docs/agent.md`` describes
+the behaviour; ``docs/semantics.md`` the durability rules underneath.
 """
 
 from phronomy_fsm.agent.agent import Agent, EventStream
+from phronomy_fsm.agent.config import AgentConfig, ListenerErrorPolicy, LLMResend
+from phronomy_fsm.agent.events import (
+    AgentEvent,
+    AgentResult,
+    AgentStatus,
+    ApprovalItem,
+    ApprovalRequired,
+    Cancelled,
+    Done,
+    EventType,
+    Failed,
+    HandedOff,
+    RecoveryRequired,
+    TimedOut,
+    Token,
+    ToolCalled,
+    ToolResulted,
+)
 from phronomy_fsm.agent.openai import OpenAICompatibleProvider
 from phronomy_fsm.agent.providers import Provider, Reply, ScriptedProvider
 from phronomy_fsm.agent.runtime import AgentRuntime
 from phronomy_fsm.agent.tools import Authorization, Tool, ToolCallView, ToolContext, tool
-from phronomy_fsm.agent.types import (
-    AgentEvent,
-    AgentResult,
-    LLMRequest,
-    LLMResponse,
-    Message,
-    ToolCall,
-    Usage,
-)
+from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
 __all__ = [
     "Agent",
+    "AgentConfig",
     "AgentEvent",
     "AgentResult",
     "AgentRuntime",
+    "AgentStatus",
+    "ApprovalItem",
+    "ApprovalRequired",
     "Authorization",
+    "Cancelled",
+    "Done",
     "EventStream",
+    "EventType",
+    "Failed",
+    "HandedOff",
     "LLMRequest",
+    "LLMResend",
     "LLMResponse",
+    "ListenerErrorPolicy",
     "Message",
     "OpenAICompatibleProvider",
     "Provider",
+    "RecoveryRequired",
     "Reply",
     "ScriptedProvider",
+    "TimedOut",
+    "Token",
     "Tool",
     "ToolCall",
     "ToolCallView",
+    "ToolCalled",
     "ToolContext",
+    "ToolResulted",
     "Usage",
     "tool",
 ]

@@ -1,201 +1,93 @@
-"""The public Agent API (reference §8; issue 5 item 1).
+"""The public Agent API: create or load an agent, invoke it, stream it, approve, resolve,
+cancel.
 
-An :class:`Agent` has an id, a store, an LLM provider, tools, an approval policy and one
-event listener bound at creation or load. At most one execution per agent is active.
-Every operation is a control message to the runtime's dispatcher loop; ``*_async`` forms
-return a :class:`~phronomy_fsm.runtime.tasks.Task` (wait from any thread, or ``await`` it
-in asyncio); the blocking forms wait on it and refuse to run on the loop thread.
+An :class:`Agent` is an id in a store plus a configuration
+(:class:`~phronomy_fsm.agent.config.AgentConfig`) loaded into an
+:class:`~phronomy_fsm.agent.runtime.AgentRuntime`. Each ``invoke`` starts one durable
+``agent_session`` execution (at most one is active per agent); everything it does
+outside — an LLM call, a tool call — happens only after the commit that announces it,
+and recovery after a crash resumes it from its last commit, never re-sending an effect
+that may have happened unless its re-send policy allows it (``docs/agent.md``).
 
-Durability: nothing an execution does outside (an LLM call, a tool side effect) happens
-before the barrier that announces it is committed; terminal outcomes are committed
-before any caller is notified (reference §0 rule 2).
+Every operation has a blocking form (refused on the loop thread) and an ``*_async``
+form returning a :class:`~phronomy_fsm.runtime.tasks.Task` — wait on it from any thread
+or ``await`` it in asyncio. Approving, resolving and cancelling write to the
+execution's durable inbox, so they work from any process (``phronomy-fsm approve``).
 """
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import logging
 import os
 import queue
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
 
-from phronomy_fsm.agent import durable
-from phronomy_fsm.agent.invocation import Invocation
+from phronomy_fsm.agent import approvals, journal
+from phronomy_fsm.agent.config import AgentConfig, config_options
+from phronomy_fsm.agent.directory import Caller
+from phronomy_fsm.agent.events import AgentEvent, AgentResult
+from phronomy_fsm.agent.ids import check_agent_id, check_execution_id
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
-from phronomy_fsm.agent.stores import open_store, release_store, store_identity
-from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
-from phronomy_fsm.agent.types import (
-    AbortReason,
-    AgentEvent,
-    AgentResult,
-    ApprovalDecision,
-    Message,
-    Resolution,
-    ToolSpec,
-)
+from phronomy_fsm.agent.types import Message
+from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.errors import (
-    AgentBusyError,
     AgentClosedError,
     AgentExistsError,
-    ApprovalError,
-    Cancelled,
     ConfigurationError,
-    ConflictError,
-    ExecutionRehydrationRequiredError,
+    ExecutionFinishedError,
     InvalidInputError,
+    NotFoundError,
 )
+from phronomy_fsm.generated import agent_session
 from phronomy_fsm.runtime.tasks import Task
-from phronomy_fsm.runtime.timers import check_delay
-from phronomy_fsm.store.base import BarrierStore
-from phronomy_fsm.store.ownership import AgentClaim
-from phronomy_fsm.store.records import AgentLifecycle, AgentRecord, ExecutionStatus
-
-if TYPE_CHECKING:
-    from phronomy_fsm.agent.recovery import PendingHandoff
+from phronomy_fsm.table import check_delay
 
 log = logging.getLogger("phronomy_fsm.agent")
 
-Listener = Callable[[AgentEvent], None]
-TextFilter = Callable[[str], str]
-
-LISTENER_ERROR_POLICIES = ("report", "fail_task")
+StoreTarget = Any  # a store object, a SQLite path (str or path-like) or a PostgreSQL URL
 
 
-def _release_quietly(store: BarrierStore, claim: AgentClaim) -> None:
-    """Release ``claim`` after a failed load; a failure is logged (the row stays until
-    this process ends, then the next claimant takes it over)."""
-    try:
-        store.release_agent(claim.agent_id, claim.owner_token)
-    except Exception as exc:  # noqa: BLE001 - the original error matters more
-        log.warning("agent %s: could not release its claim: %r", claim.agent_id, exc)
+def _runtime_for(
+    store: StoreTarget | None, runtime: AgentRuntime | None, *, must_exist: bool
+) -> AgentRuntime:
+    if runtime is not None:
+        if store is not None and store is not runtime.store and not _same_path(store, runtime):
+            raise ConfigurationError(
+                "store and runtime name different stores; pass one of them (a runtime "
+                "runs the agents of its own store)"
+            )
+        return runtime
+    if store is None:
+        raise ConfigurationError("pass store= (a path, a PostgreSQL URL or a store) or runtime=")
+    return AgentRuntime.for_store(store, must_exist=must_exist)
 
 
-def _check_execution_id(execution_id: object, agent_id: str) -> None:
-    """Raise InvalidInputError unless ``execution_id`` is a usable id
-    (:data:`~phronomy_fsm.agent.durable.ID_RULE`)."""
-    problem = durable.id_problem(execution_id)
-    if problem is not None:
-        raise InvalidInputError(
-            f"execution_id must be {durable.ID_RULE}; {problem}. Leave it out to get a random id",
-            agent_id=agent_id,
-        )
+def _same_path(store: StoreTarget, runtime: AgentRuntime) -> bool:
+    path = getattr(runtime.store, "path", None)
+    return (
+        isinstance(store, str | os.PathLike)
+        and path is not None
+        and os.path.realpath(os.fspath(store)) == os.path.realpath(os.fspath(path))
+    )
 
 
 class Agent:
-    """One logical agent; create it with :meth:`create` or :meth:`load`, not directly.
+    """One agent; make it with :meth:`create` or :meth:`load`, not directly.
 
-    Attributes (read-only for applications): ``agent_id``, ``store``, ``provider``,
-    ``tools`` (name → :class:`Tool`), ``approval_policy``, ``on_event``,
-    ``max_iterations``, ``timeout_seconds``, ``max_tool_result_bytes``, ``runtime``.
+    Attributes: ``agent_id``, ``runtime`` (its
+    :class:`~phronomy_fsm.agent.runtime.AgentRuntime`), ``config`` (its
+    :class:`~phronomy_fsm.agent.config.AgentConfig`), ``store``.
     """
 
-    def __init__(
-        self,
-        agent_id: str,
-        *,
-        store: BarrierStore,
-        provider: Provider,
-        root: AgentRecord,
-        history: list[Message],
-        runtime: AgentRuntime,
-        tools: Sequence[Tool] = (),
-        approval_policy: ApprovalPolicy | None = None,
-        on_event: Listener | None = None,
-        max_iterations: int = 10,
-        timeout_seconds: float | None = None,
-        input_filters: Sequence[TextFilter] = (),
-        output_filters: Sequence[TextFilter] = (),
-        handoffs: Mapping[str, str] | None = None,
-        system_prompt: str | None = None,
-        listener_error_policy: str = "report",
-        preparation_replayable: bool = True,
-        max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES,
-    ) -> None:
-        if listener_error_policy not in LISTENER_ERROR_POLICIES:
-            raise ConfigurationError(
-                f"listener_error_policy must be one of {LISTENER_ERROR_POLICIES}, got {listener_error_policy!r}"
-            )
-        if max_iterations < 1:
-            raise ConfigurationError("max_iterations must be at least 1")
-        if max_tool_result_bytes is not None and (
-            type(max_tool_result_bytes) is not int or max_tool_result_bytes < 1
-        ):
-            raise ConfigurationError(
-                "max_tool_result_bytes must be a positive int (bytes of a tool result's "
-                f"text kept and sent to the LLM) or None for no cap, got {max_tool_result_bytes!r}"
-            )
-        if timeout_seconds is not None:
-            try:
-                check_delay(timeout_seconds, "timeout_seconds")
-            except ValueError as exc:
-                raise ConfigurationError(str(exc)) from exc
-        if not callable(getattr(provider, "complete", None)):
-            raise ConfigurationError(
-                f"provider {provider!r} has no complete(request, *, on_token, cancellation) method; "
-                "pass a ScriptedProvider, an OpenAICompatibleProvider or your own Provider"
-            )
-        for item in tools:
-            if not isinstance(item, Tool):
-                raise ConfigurationError(
-                    f"tools must be Tool objects, got {item!r}; wrap functions with Tool(name, fn, ...) "
-                    "or the @tool decorator"
-                )
-        names = [t.name for t in tools]
-        duplicates = {n for n in names if names.count(n) > 1}
-        if duplicates:
-            raise ConfigurationError(f"tool names must be unique; repeated: {sorted(duplicates)}")
-        handoffs = dict(handoffs or {})
-        clash = set(handoffs) & set(names)
-        if clash:
-            raise ConfigurationError(f"handoff tool names clash with tools: {sorted(clash)}")
-        self.agent_id = agent_id
-        self.store = store
-        self.provider = provider
-        self.tools: dict[str, Tool] = {t.name: t for t in tools}
-        self.handoffs: dict[str, str] = handoffs
-        self.tool_specs: tuple[ToolSpec, ...] = tuple(t.spec() for t in tools) + tuple(
-            ToolSpec(
-                name,
-                f"Hand the conversation off to agent {target!r}.",
-                {
-                    "type": "object",
-                    "properties": {"message": {"type": "string"}},
-                    "additionalProperties": True,
-                },
-            )
-            for name, target in sorted(handoffs.items())
-        )
-        self.approval_policy = approval_policy
-        self.on_event = on_event
-        self.max_iterations = max_iterations
-        self.timeout_seconds = timeout_seconds
-        self.input_filters = tuple(input_filters)
-        self.output_filters = tuple(output_filters)
-        self.system_prompt = system_prompt
-        self.listener_error_policy = listener_error_policy
-        self.preparation_replayable = preparation_replayable
-        self.max_tool_result_bytes = max_tool_result_bytes
+    def __init__(self, runtime: AgentRuntime, config: AgentConfig) -> None:
         self.runtime = runtime
-        # live state: touched only on the runtime's loop thread
-        self.root = root
-        self.history = history
-        self._admission_sid: int | None = None
-        self._current: Invocation | None = None
-        self._live: dict[str, Invocation] = {}
+        self.config = config
+        self.agent_id = config.agent_id
+        self.store = runtime.store
         self._closed = False
-        # the store claim of this process (docs/operations.md "Who owns an agent");
-        # set by create/load, taken (under the registry lock) by whoever releases it
-        self._claim: AgentClaim | None = None
-        # the lease on a store this process opened from a path (agent/stores.py),
-        # released together with the claim
-        self._store_lease: str | None = None
-        # handoffs to this agent found unstarted at load (loop thread pops them)
-        self._pending_handoffs: collections.deque[PendingHandoff] = collections.deque()
-        self.recovered: Task[AgentResult] | None = None
 
     def __repr__(self) -> str:
         return f"<Agent {self.agent_id}>"
@@ -207,93 +99,47 @@ class Agent:
         cls,
         agent_id: str,
         *,
-        store: BarrierStore | str | os.PathLike[str],
         provider: Provider,
+        store: StoreTarget | None = None,
         runtime: AgentRuntime | None = None,
         **options: Any,
     ) -> Agent:
-        """Create a new agent in the store and make it live (not an upsert).
+        """Create a new agent in the store and load it here (not an upsert).
 
         Args:
-            agent_id: 1-128 letters, marks, digits, punctuation or symbols — no
-                whitespace, control or format characters
-                (:data:`~phronomy_fsm.agent.durable.ID_RULE`; docs/getting-started.md
-                "Ids"). Loading an agent whose id an older version stored is not
-                restricted.
-            store: a :class:`~phronomy_fsm.store.base.BarrierStore` or a SQLite file path
-                (str or path-like).
+            agent_id: 1-128 printable characters without whitespace
+                (``docs/agent.md``, "Ids").
             provider: the LLM provider.
-            runtime: the runtime to run on (default: the process-wide one).
-            **options: ``tools``, ``approval_policy``, ``on_event``, ``max_iterations``
-                (10), ``timeout_seconds``, ``input_filters``, ``output_filters``,
-                ``handoffs`` (tool name → target agent id), ``system_prompt``,
-                ``listener_error_policy`` (``report`` | ``fail_task``),
-                ``max_tool_result_bytes`` (256 KiB; None: no cap — the most UTF-8
-                bytes of a tool result's text, or of a tool's error, that are journaled
-                and sent to the LLM; longer text is cut, with a note, and its original
-                size is journaled: docs/getting-started.md "Tools and approval").
+            store: a SQLite file path (created when missing), a PostgreSQL URL, or a
+                store object; its process-wide runtime is used
+                (:meth:`AgentRuntime.for_store`).
+            runtime: the runtime to load the agent into instead (its store is used).
+            **options: :meth:`~phronomy_fsm.agent.config.AgentConfig.build`'s
+                (``tools``, ``approval_policy``, ``on_event``, ``max_iterations``,
+                ``timeout_seconds``, ``input_filters``, ``output_filters``,
+                ``handoffs``, ``system_prompt``, ``listener_error_policy``,
+                ``max_tool_result_bytes``, ``llm_resend``).
 
         Raises:
-            AgentExistsError: the agent already exists (use :meth:`load`).
-            AgentOwnedError: another process claimed the new agent between its
-                creation and this process's claim (it exists; that process owns it).
-            ConfigurationError: an ``agent_id`` that breaks the id rule (nothing is
-                written), or inconsistent options.
-            StoreError: the store failed.
-
-        Ownership: the new agent is claimed for this process in the store (released
-        by :meth:`close` or :meth:`AgentRuntime.close`; see docs/operations.md "Who
-        owns an agent").
+            AgentExistsError: the agent exists already (use :meth:`load`).
+            ConfigurationError: a bad id or option (nothing is written).
+            StorageError: the store failed.
         """
-        problem = durable.id_problem(agent_id)
-        if problem is not None:
-            raise ConfigurationError(f"agent_id must be {durable.ID_RULE}; {problem}")
-        store, lease = open_store(store)
-        try:
-            agent = cls._create(agent_id, store, provider, runtime, options)
-        except BaseException:
-            release_store(lease)
-            raise
-        agent._store_lease = lease
-        return agent
-
-    @classmethod
-    def _create(
-        cls,
-        agent_id: str,
-        store: BarrierStore,
-        provider: Provider,
-        runtime: AgentRuntime | None,
-        options: dict[str, Any],
-    ) -> Agent:
-        runtime = runtime or AgentRuntime.default()
-        key = (store_identity(store), agent_id)
-        with runtime.registry_lock:
-            if key in runtime.agents:
+        check_agent_id(agent_id)
+        config = AgentConfig.build(agent_id, provider, **config_options(options))
+        rt = _runtime_for(store, runtime, must_exist=False)
+        with rt.lock:
+            if agent_id in rt.agents or rt.directory.live(agent_id) is not None:
                 raise AgentExistsError(
-                    f"agent {agent_id!r} is already live in this process; use Agent.load",
+                    f"agent {agent_id!r} is already loaded in this process; use Agent.load",
                     agent_id=agent_id,
                 )
-            # validate the whole configuration before anything is written
-            agent = cls(
-                agent_id,
-                store=store,
-                provider=provider,
-                root=AgentRecord(
-                    agent_id, -1, AgentLifecycle.IDLE, 0, runtime.now(), runtime.now()
-                ),
-                history=[],
-                runtime=runtime,
-                **options,
-            )
-            try:
-                agent.root = store.create_agent(agent_id, now=runtime.now())
-            except ConflictError as exc:
+            if not rt.store.register_agent(agent_id):
                 raise AgentExistsError(
                     f"agent {agent_id!r} already exists; use Agent.load", agent_id=agent_id
-                ) from exc
-            runtime.hold_claim(agent, store.claim_agent(agent_id))
-            runtime.agents[key] = agent
+                )
+            rt.directory.add(config, [])
+            agent = rt.agents[agent_id] = cls(rt, config)
         return agent
 
     @classmethod
@@ -301,157 +147,110 @@ class Agent:
         cls,
         agent_id: str,
         *,
-        store: BarrierStore | str | os.PathLike[str],
         provider: Provider,
+        store: StoreTarget | None = None,
         runtime: AgentRuntime | None = None,
-        takeover: bool = False,
         **options: Any,
     ) -> Agent:
-        """Return the live agent, or load it from the store and recover its active
-        execution (reference §6.1; issue 6): a suspended execution waits for approval
-        again, a resumable one continues, an unprovable one is announced with a
-        ``recovery_resolution_required`` event.
+        """Load an existing agent (or return the one loaded here already): its history
+        is read from the store, and its active execution — with its tool calls — is
+        resumed here unless a live worker runs it (``docs/agent.md``, "Loading an
+        agent"): one in flight continues from its last commit, one waiting for
+        approval waits again, one parked for an operator announces itself with a
+        :class:`~phronomy_fsm.agent.events.RecoveryRequired` event. Handoffs to this
+        agent that were committed but never started are started, in order.
 
-        Args:
-            takeover: take the agent over from an owner whose liveness cannot be
-                checked from here (a process on another host or PID namespace) — only
-                for an operator who knows that process is gone. A live process on this
-                host is never taken over. Keyword-only; default False.
+        Args: as :meth:`create` (a store path must name an existing store file).
 
         Raises:
-            NotFoundError: no such agent; or ``store`` is a path naming no file or a
-                zero-length one (nothing is created: a mistyped path is not a new
-                store — use :meth:`create` for that).
-            AgentOwnedError: another process that is still running owns the agent
-                (stop it — its executions stay durable — or approve/cancel through
-                it). Nothing was read into this process or written.
-            ConfigurationError: the agent is live with another listener, or a recovery
-                needs a listener and none was given.
-            StoreError: the store failed.
-
-        Ownership: loading claims the agent for this process in the store before
-        anything is read (docs/operations.md "Who owns an agent"): an owner that is
-        gone (its pid no longer exists or was reused) is taken over; the claim is
-        released by :meth:`close` or :meth:`AgentRuntime.close`. Returning the live
-        object claims nothing.
+            NotFoundError: no such agent, or the path names no store file (nothing is
+                created).
+            ConfigurationError: a bad option, or the agent is loaded here already with
+                another listener.
+            StorageError: the store failed.
         """
-        from phronomy_fsm.agent.recovery import install_recovered, load_history, pending_handoffs
-
-        store, lease = open_store(store, must_exist=True)
-        try:
-            runtime = runtime or AgentRuntime.default()
-            key = (store_identity(store), agent_id)
-            with runtime.registry_lock:
-                live = runtime.agents.get(key)
-                if live is not None:
-                    listener = options.get("on_event")
-                    if listener is not None and listener is not live.on_event:
-                        raise ConfigurationError(
-                            f"agent {agent_id!r} is already live with another listener; listeners are bound per agent"
-                        )
-                    return live
-                claim = store.claim_agent(agent_id, takeover=takeover)  # before any read
-                try:
-                    root = store.load_agent(agent_id)
-                    history, active = load_history(store, agent_id)
-                    agent = cls(
-                        agent_id,
-                        store=store,
-                        provider=provider,
-                        root=root,
-                        history=history,
-                        runtime=runtime,
-                        **options,
+        check_agent_id(agent_id)
+        config = AgentConfig.build(agent_id, provider, **config_options(options))
+        rt = _runtime_for(store, runtime, must_exist=True)
+        with rt.lock:
+            existing = rt.agents.get(agent_id)
+            if isinstance(existing, Agent) and not existing._closed:
+                if config.on_event is not None and config.on_event is not existing.config.on_event:
+                    raise ConfigurationError(
+                        f"agent {agent_id!r} is already loaded with another listener; "
+                        "listeners are bound per agent"
                     )
-                except BaseException:
-                    _release_quietly(store, claim)
-                    raise
-                # from here the lease goes with the claim (runtime.release_claim)
-                agent._store_lease, lease = lease, None
-                runtime.hold_claim(agent, claim)
-                runtime.agents[key] = agent
-        finally:
-            release_store(lease)  # not handed to an agent: a live one was returned, or failed
-        if active is not None:
-            try:
-                install_recovered(agent, active)
-            except BaseException:
-                with runtime.registry_lock:
-                    runtime.agents.pop(key, None)
-                runtime.release_claim(agent)
-                raise
-        # handoffs to this agent that a crash acknowledged but never admitted start
-        # now, one after another, under their deterministic ids (reference §4.6)
-        agent._pending_handoffs.extend(pending_handoffs(store, agent_id))
-        if agent._pending_handoffs:
-            runtime.dispatcher.call_soon(agent._next_pending_handoff)
+                return existing
+            if not rt.store.agent_exists(agent_id):
+                raise NotFoundError(
+                    f"agent {agent_id!r} does not exist in this store; use Agent.create",
+                    agent_id=agent_id,
+                )
+            live = rt.directory.live(agent_id)
+            if live is None:
+                rt.directory.add(config, journal.history(rt.store, agent_id))
+            else:  # closed earlier here: same history, the new configuration
+                live.config = config
+            agent = rt.agents[agent_id] = cls(rt, config)
+        resumed = rt.adopt_agent(agent_id)
+        if resumed:
+            log.info("agent %s: resumed %s", agent_id, ", ".join(e for e, _ in resumed))
+        for execution_id, _status in resumed:  # who must act is told again
+            rt.dispatcher.call_soon(rt.directory.announce, rt.store.load_record(execution_id))
+        rt.resume_handoffs(agent_id)
         return agent
 
+    @classmethod
+    async def create_async(cls, agent_id: str, **kwargs: Any) -> Agent:
+        """:meth:`create` on a worker thread, for asyncio code."""
+        return await asyncio.to_thread(lambda: cls.create(agent_id, **kwargs))
+
+    @classmethod
+    async def load_async(cls, agent_id: str, **kwargs: Any) -> Agent:
+        """:meth:`load` on a worker thread, for asyncio code."""
+        return await asyncio.to_thread(lambda: cls.load(agent_id, **kwargs))
+
     def close(self) -> None:
-        """Refuse new executions and forget the live object (a running execution
-        continues to its end; a suspended one stays durable). Once the claim is given
-        up, tasks still waiting on an execution that rests here (suspended, waiting
-        for an operator) fail with ExecutionDetachedError saying how to continue it:
-        nothing settles them through this object any more.
-
-        Ownership: the store claim of this process is released once no execution of
-        this agent is running here — before ``close`` returns when none is (called
-        off the loop thread; waiting at most the store's busy timeout plus a second),
-        else when the last one is delivered or comes to rest (suspended, or waiting
-        for an operator) with no work of it still in flight. Approving, resolving or
-        cancelling through a closed agent whose claim is gone raises
-        AgentClosedError: load it again. Idempotent; any thread.
-        """
+        """Stop using this object: it refuses new executions, approvals, resolutions
+        and cancels (load the agent again for those). Executions already running
+        here go on to their end; they live in the store whatever happens. Idempotent."""
         self._closed = True
-        with self.runtime.registry_lock:
-            self.runtime.agents.pop((store_identity(self.store), self.agent_id), None)
-        if self.runtime.closed:
-            return
-        dispatcher = self.runtime.dispatcher
-        settled = None if dispatcher.is_loop_thread() else threading.Event()
-        try:
-            dispatcher.call_soon(
-                self.runtime.release_claim_when_idle,
-                self,
-                None if settled is None else settled.set,
-            )
-        except Exception:  # noqa: BLE001 - the loop stopped meanwhile: runtime.close releases
-            log.debug("agent %s: loop stopped before close could release", self.agent_id)
-            return
-        if settled is not None:
-            settled.wait(getattr(self.store, "busy_timeout_seconds", 5.0) + 1.0)
+        with self.runtime.lock:
+            if self.runtime.agents.get(self.agent_id) is self:
+                del self.runtime.agents[self.agent_id]
 
-    def _check_owned(self) -> None:
-        """Raise AgentClosedError when this object was closed and gave up its claim."""
-        if self._closed and self._claim is None:
+    def _check_open(self) -> None:
+        if self._closed or self.runtime.closed:
             raise AgentClosedError(
-                f"agent {self.agent_id!r} was closed and no longer owns it in the store; "
-                "load it again (Agent.load) to approve, resolve or cancel",
+                f"agent {self.agent_id!r} was closed; load it again (Agent.load)",
                 agent_id=self.agent_id,
             )
 
-    # --------------------------------------------------------------- operations
+    # --------------------------------------------------------------- executions
 
     def invoke_async(
-        self, input: str, *, timeout_seconds: float | None = None, execution_id: str | None = None
+        self,
+        input: str,
+        *,
+        timeout_seconds: float | None = None,
+        execution_id: str | None = None,
     ) -> Task[AgentResult]:
-        """Start an execution; the task settles with its :class:`AgentResult`, or fails
-        with the execution's error (``Cancelled`` when cancelled). It stays pending
-        through suspension for approval (reference §8.2), until the approval's outcome —
-        or fails with ExecutionDetachedError when the runtime or agent is closed first
-        (the execution lives on in the store; the message says how to continue it).
+        """Start an execution on ``input``; the task settles with its
+        :class:`~phronomy_fsm.agent.events.AgentResult` (``completed``, ``rejected``,
+        ``handed_off``) or fails with its error (ContentBlockedError, LLMError,
+        ExecutionTimeoutError, Cancelled, ExecutionFailedError...). It stays pending
+        while the execution waits for approval or for an operator.
 
         Args:
             input: the user's message (a non-empty string).
-            timeout_seconds: a deadline for the whole execution in seconds (0 <
-                seconds ≤ 1e9); default the agent's ``timeout_seconds``.
-            execution_id: an id of your choosing instead of a random one: 1-128
-                letters, marks, digits, punctuation or symbols — no whitespace, control
-                or format characters (:data:`~phronomy_fsm.agent.durable.ID_RULE`).
+            timeout_seconds: the execution's deadline in seconds (default: the agent's
+                ``timeout_seconds``); durable — recovery keeps it.
+            execution_id: an id of your choosing (default: a random one).
 
         Raises:
-            InvalidInputError: bad ``input``, ``timeout_seconds`` or ``execution_id``
-                (nothing admitted, nothing written).
+            InvalidInputError: bad input, timeout or id (nothing is written).
+            AgentBusyError: the agent has an active execution (its id is in the error).
+            AgentClosedError, ExecutionExistsError, StorageError.
         """
         return self._start(input, "invoke", timeout_seconds, execution_id, None)
 
@@ -463,25 +262,54 @@ class Agent:
         execution_id: str | None = None,
         wait_seconds: float | None = None,
     ) -> AgentResult:
-        """:meth:`invoke_async`, then wait (``wait_seconds``: waiter-local timeout)."""
+        """:meth:`invoke_async`, then wait (``wait_seconds``: this wait's own limit;
+        TaskTimeoutError when it passes — the execution goes on)."""
         return self.invoke_async(
             input, timeout_seconds=timeout_seconds, execution_id=execution_id
         ).result(wait_seconds)
 
-    def stream(self, input: str, *, timeout_seconds: float | None = None) -> EventStream:
-        """Start an execution in stream mode and return an :class:`EventStream` that
-        yields its events (``token`` ... ``done``) as they happen."""
+    def submit(
+        self,
+        input: str,
+        *,
+        timeout_seconds: float | None = None,
+        execution_id: str | None = None,
+        wait_seconds: float | None = 30.0,
+    ) -> str:
+        """Start an execution and return its id once the start is committed, without
+        waiting for it to finish (follow it with events, :meth:`active_execution`, or
+        ``phronomy-fsm executions show``). Raises as :meth:`invoke_async`, and
+        AgentBusyError, ExecutionExistsError or StorageError when the start fails."""
+        self._check_open()
+        self._check_input(input, timeout_seconds, execution_id)
+        execution_id_, _created = self.runtime.start(
+            self.agent_id,
+            input,
+            execution_id=execution_id,
+            timeout_seconds=timeout_seconds or self.config.timeout_seconds,
+        ).result(wait_seconds)
+        return execution_id_
+
+    def stream(
+        self,
+        input: str,
+        *,
+        timeout_seconds: float | None = None,
+        execution_id: str | None = None,
+    ) -> EventStream:
+        """Start an execution in stream mode: the LLM streams, and the returned
+        :class:`EventStream` yields the execution's events (tokens included) as they
+        happen, ending with its terminal event. Raises as :meth:`invoke_async`."""
         sink: queue.SimpleQueue[AgentEvent | None] = queue.SimpleQueue()
-        task = self._start(input, "stream", timeout_seconds, None, sink.put)
+        task = self._start(input, "stream", timeout_seconds, execution_id, sink.put)
         return EventStream(task, sink)
 
     def stream_async(
         self, input: str, *, timeout_seconds: float | None = None
     ) -> Task[AgentResult]:
-        """Stream mode with events (tokens included) going to the agent's listener.
-
-        Raises ConfigurationError when the agent has no listener (reference §8.2)."""
-        if self.on_event is None:
+        """Stream mode with the events (tokens included) going to the agent's
+        ``on_event`` listener. Raises ConfigurationError when it has none."""
+        if self.config.on_event is None:
             raise ConfigurationError(
                 "stream_async needs the agent's on_event listener; use stream() otherwise"
             )
@@ -495,6 +323,23 @@ class Agent:
         execution_id: str | None,
         sink: Any,
     ) -> Task[AgentResult]:
+        self._check_open()
+        self._check_input(input, timeout_seconds, execution_id)
+        task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
+        self.runtime.start(
+            self.agent_id,
+            input,
+            mode=mode,
+            execution_id=execution_id,
+            timeout_seconds=timeout_seconds or self.config.timeout_seconds,
+            caller=Caller(task, sink),
+        )
+        return task
+
+    def _check_input(
+        self, input: Any, timeout_seconds: float | None, execution_id: str | None
+    ) -> None:
+        """Raise InvalidInputError for a bad input, timeout or execution id."""
         if not isinstance(input, str):
             raise InvalidInputError(
                 f"input must be a string, got {type(input).__name__}", agent_id=self.agent_id
@@ -507,61 +352,9 @@ class Agent:
             except ValueError as exc:
                 raise InvalidInputError(str(exc), agent_id=self.agent_id) from exc
         if execution_id is not None:
-            _check_execution_id(execution_id, self.agent_id)
-        task: Task[AgentResult] = Task(f"{self.agent_id} {mode}")
-        self.runtime.dispatcher.call_soon(
-            self._begin,
-            input,
-            mode,
-            task,
-            timeout_seconds or self.timeout_seconds,
-            execution_id,
-            sink,
-        )
-        return task
+            check_execution_id(execution_id, self.agent_id)
 
-    def _begin(
-        self,
-        input: str,
-        mode: str,
-        task: Task[AgentResult],
-        timeout_seconds: float | None,
-        execution_id: str | None,
-        sink: Any,
-    ) -> None:
-        if self._closed or self.runtime.closed:
-            task.fail(
-                AgentClosedError(f"agent {self.agent_id!r} is closed", agent_id=self.agent_id)
-            )
-            if sink is not None:
-                sink(None)
-            return
-        if self._admission_sid is not None:
-            if sink is not None:
-                sink(None)
-            busy = self._current.execution_id if self._current is not None else "unknown"
-            task.fail(
-                AgentBusyError(
-                    f"agent {self.agent_id!r} already has an active execution ({busy}); wait for it, approve, "
-                    "resolve or cancel it",
-                    agent_id=self.agent_id,
-                    execution_id=busy,
-                )
-            )
-            return
-        ctx = Invocation(self, execution_id or durable.new_id(), input, mode)
-        ctx.messages = self.base_messages()
-        ctx.base_len = len(ctx.messages)
-        ctx.waiters.append(task)
-        ctx.stream_sink = sink
-        self._current = ctx
-        self._live[ctx.execution_id] = ctx
-        if timeout_seconds is not None:  # durable from admission on (recovery re-arms it)
-            ctx.deadline_at = self.runtime.now() + timedelta(seconds=timeout_seconds)
-        self.runtime.start_admission(self)
-        self.runtime.start_execution(ctx)
-        if timeout_seconds is not None:
-            self.runtime.arm_deadline(ctx, timeout_seconds)
+    # --------------------------------------------------------------- approval
 
     def approve_async(
         self,
@@ -571,57 +364,42 @@ class Agent:
         approved: bool = True,
         decisions: Mapping[str, bool] | None = None,
     ) -> Task[AgentResult]:
-        """Decide a suspended execution's approval request; the task observes the
-        execution's terminal outcome (like the original invoke task, reference §4.5).
+        """Decide an execution's pending approval request; the task then observes
+        how the execution ends (like the invoke task).
 
         Args:
-            execution_id: the suspended execution (from the ``approval_required``
-                event).
-            approval_request_id: the pending request's id (same event).
-            approved: decides the whole request when ``decisions`` is None.
-            decisions: per-item decisions: a mapping from **every** item's
-                ``tool_invocation_id`` (the ``items`` of the request) to True (run it)
-                or False (reject it; the LLM sees the rejection and the execution
-                continues). ``approved`` is then ignored. A mapping that leaves an
-                item out, or names one that is not in the request, is refused: an
-                item nobody named is never approved (docs/getting-started.md "Tools
-                and approval").
-
-        A wrong request id, an execution that is not suspended, partial or unknown
-        ``decisions``, or a decision already in flight fails only this task with
-        :class:`ApprovalError` (nothing is decided); a closed agent that gave its store
-        claim up fails it with AgentClosedError (load the agent again).
+            execution_id / approval_request_id: from the
+                :class:`~phronomy_fsm.agent.events.ApprovalRequired` event.
+            approved: decides the whole request when ``decisions`` is None (a rejected
+                request ends the execution ``rejected``).
+            decisions: per item: every item's ``tool_invocation_id`` → True (run it)
+                or False (reject it: the LLM sees the rejection and the execution goes
+                on). A mapping that leaves an item out or names one not in the request
+                is refused.
 
         Raises:
-            ApprovalError: an id that is not a string, ``approved`` that is not a bool,
-                or ``decisions`` that is not a mapping of tool_invocation_id strings to
-                bools (nothing is sent).
+            ApprovalError: the decision is refused (wrong request, already decided,
+                not waiting, partial decisions); nothing is sent.
+            AgentClosedError, NotFoundError, StorageError.
         """
-        if not isinstance(execution_id, str) or not isinstance(approval_request_id, str):
-            raise ApprovalError(
-                "execution_id and approval_request_id must be strings (from the "
-                "approval_required event or `phronomy-fsm executions show`)",
-                execution_id=execution_id,
-            )
-        if not isinstance(approved, bool):
-            raise ApprovalError(f"approved must be True or False, got {approved!r}")
-        if decisions is not None and not (
-            isinstance(decisions, Mapping)
-            and all(isinstance(k, str) and isinstance(v, bool) for k, v in decisions.items())
-        ):
-            raise ApprovalError(
-                "decisions must map the tool_invocation_id of every item of the approval "
-                f"request to True (run it) or False (reject it), got {decisions!r}",
-                execution_id=execution_id,
-            )
+        self._check_open()
         task: Task[AgentResult] = Task(f"{self.agent_id} approve {execution_id}")
-        decision = ApprovalDecision(
-            execution_id,
-            approval_request_id,
-            approved,
-            dict(decisions) if decisions is not None else None,
-        )
-        self.runtime.dispatcher.call_soon(self._approve, decision, task)
+        approvals.check_decision_types(execution_id, approval_request_id, approved, decisions)
+        self._observe(execution_id, task)
+        try:
+            approvals.send_approval(
+                self.store,
+                execution_id,
+                approval_request_id=approval_request_id,
+                approved=approved,
+                decisions=decisions,
+                by=f"agent:{self.agent_id}",
+                sender=f"worker:{self.runtime.durable.worker_id}",
+            )
+        except BaseException as exc:
+            self._unobserve(execution_id, task, exc)
+            raise
+        self.runtime.durable.notify(execution_id)
         return task
 
     def approve(
@@ -633,7 +411,7 @@ class Agent:
         decisions: Mapping[str, bool] | None = None,
         wait_seconds: float | None = None,
     ) -> AgentResult:
-        """:meth:`approve_async`, then wait for the terminal outcome."""
+        """:meth:`approve_async`, then wait for how the execution ends."""
         return self.approve_async(
             execution_id,
             approval_request_id=approval_request_id,
@@ -641,156 +419,51 @@ class Agent:
             decisions=decisions,
         ).result(wait_seconds)
 
-    def _approve(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
-        try:
-            self._check_owned()
-        except AgentClosedError as exc:
-            task.fail(exc)
-            return
-        ctx = self._live.get(decision.execution_id)
-        if ctx is None:
-            self._refuse_unowned_approval(decision, task)
-            return
-        execution = ctx.execution
-        request = execution.approval_request if execution is not None else None
-        if (
-            ctx.state != "suspended"
-            or ctx.session_id is not None
-            or execution is None
-            or execution.status is not ExecutionStatus.SUSPENDED
-            or request is None
-        ):
-            task.fail(
-                ApprovalError(
-                    f"execution {decision.execution_id} is not suspended for approval (state {ctx.state})",
-                    execution_id=decision.execution_id,
-                )
-            )
-            return
-        if ctx.approval_decision is not None:
-            task.fail(
-                ApprovalError(
-                    f"a decision for execution {decision.execution_id} is already being committed",
-                    execution_id=decision.execution_id,
-                )
-            )
-            return
-        if request.request_id != decision.request_id:
-            task.fail(
-                ApprovalError(
-                    f"approval request {decision.request_id!r} does not match the pending request {request.request_id!r}",
-                    execution_id=decision.execution_id,
-                )
-            )
-            return
-        try:
-            durable.check_decisions(
-                decision.execution_id,
-                request.request_id,
-                {i.tool_invocation_id for i in request.items},
-                decision.decisions,
-            )
-        except ApprovalError as exc:
-            task.fail(exc)
-            return
-        ctx.approvers.append(task)
-        ctx.approval_decision = decision
-        self.runtime.start_execution(
-            ctx, at_state="suspended", event="approval_decided", payload=decision
-        )
-
-    def _refuse_unowned_approval(self, decision: ApprovalDecision, task: Task[AgentResult]) -> None:
-        """No live owner: say why, from the durable record (read off the loop)."""
-        store, agent_id = self.store, self.agent_id
-
-        def explain() -> BaseException:
-            try:
-                execution = store.load_execution(decision.execution_id)
-            except Exception as exc:  # noqa: BLE001 - not found or unreadable
-                return ApprovalError(
-                    f"execution {decision.execution_id}: {exc}", execution_id=decision.execution_id
-                )
-            if execution.status is not ExecutionStatus.SUSPENDED:
-                return ApprovalError(
-                    f"execution {decision.execution_id} is {execution.status.value}, not suspended for approval",
-                    execution_id=decision.execution_id,
-                )
-            return ExecutionRehydrationRequiredError(
-                f"execution {decision.execution_id} has no live owner in this process; load agent "
-                f"{agent_id!r} to recover it, or use `phronomy-fsm approve` on the store",
-                execution_id=decision.execution_id,
-            )
-
-        try:
-            op = self.runtime.pool.submit(explain, name="approval-readback", on_full="raise")
-        except Exception as exc:  # noqa: BLE001 - the pool is full or closed
-            task.fail(exc)
-            return
-        op.add_settled_callback(lambda o: task.fail(o.value if o.error is None else o.error))
-
-    def cancel(self, execution_id: str | None = None, *, wait_seconds: float | None = 10.0) -> bool:
-        """Request cancellation of the active execution (or ``execution_id``). Result
-        authority is revoked at once; the terminal ``cancelled`` commit follows when
-        in-flight work has physically finished. Returns False when there was nothing to
-        cancel (already ending, or waiting for an operator: answer the resolution
-        request instead).
-
-        A True return always takes effect in this process: requested during a barrier,
-        it acts on that barrier's outcome — an approval decision that does not commit
-        ends the execution cancelled; an operator's resolution that commits is kept and
-        the execution ends cancelled instead of going on, one that does not commit
-        waits for the operator's next answer, then ends cancelled (docs/operations.md
-        "Recovering after a restart"; issue 11 item 7). It is not durable before the
-        terminal commit: a crash forgets it.
-
-        Raises:
-            AgentClosedError: this object was closed and no longer owns the agent in
-                the store (load it again).
-        """
-
-        def run() -> bool:
-            self._check_owned()
-            ctx = self._live.get(execution_id) if execution_id is not None else self._current
-            if ctx is None:
-                return False
-            return self.runtime.abort(
-                ctx, AbortReason("cancelled", Cancelled("cancelled by the caller"))
-            )
-
-        return bool(self.runtime.dispatcher.call(run).result(wait_seconds))
+    # --------------------------------------------------------------- recovery
 
     def resolve_async(
         self,
         execution_id: str,
         *,
         expected_revision: int,
-        subject: Mapping[str, Any],
         outcome: str,
         result: Any = None,
         error: str | None = None,
     ) -> Task[AgentResult]:
-        """Resolve a ``recovery_required`` execution (reference §6.6; issue 6): say
-        what happened to the subject — ``succeeded`` (with ``result``), ``failed``
-        (with ``error``) or ``not_performed``. One transaction with read-back; the task
-        observes the execution's terminal outcome. ``not_performed`` ends it as failed:
-        nothing is ever re-sent without an operator decision. Through a closed agent
-        that gave its store claim up, the task fails with AgentClosedError."""
-        from phronomy_fsm.agent.recovery import begin_resolution
+        """Answer an execution of this agent — or one of its tool calls — parked in
+        ``recovery_required``: what became of the effect it was waiting on
+        (``succeeded`` with ``result``, ``failed`` with ``error``, ``not_performed``,
+        or ``retry``: run it again). The task observes how the agent's execution
+        ends (``docs/agent.md``, "Recovery").
 
+        Raises:
+            ResolutionError: refused (not parked, stale revision, outcome not allowed,
+                a result that is not an LLM answer for an LLM call); nothing is sent.
+            AgentClosedError, NotFoundError, StorageError.
+        """
+        self._check_open()
+        agent_id, session_id = approvals.agent_of(self.store, execution_id)
+        if agent_id != self.agent_id:
+            raise NotFoundError(
+                f"execution {execution_id} is not an execution of agent {self.agent_id!r}",
+                execution_id=execution_id,
+            )
         task: Task[AgentResult] = Task(f"{self.agent_id} resolve {execution_id}")
-        resolution = Resolution(
-            execution_id, expected_revision, dict(subject), outcome, result, error
-        )
-
-        def begin() -> None:
-            try:
-                self._check_owned()
-            except AgentClosedError as exc:
-                task.fail(exc)
-                return
-            begin_resolution(self, resolution, task)
-
-        self.runtime.dispatcher.call_soon(begin)
+        self._observe(session_id, task)
+        try:
+            approvals.send_resolution(
+                self.store,
+                execution_id,
+                expected_revision=expected_revision,
+                outcome=outcome,
+                result=result,
+                error=error,
+                sender=f"worker:{self.runtime.durable.worker_id}",
+            )
+        except BaseException as exc:
+            self._unobserve(session_id, task, exc)
+            raise
+        self.runtime.durable.notify(execution_id)
         return task
 
     def resolve(
@@ -798,7 +471,6 @@ class Agent:
         execution_id: str,
         *,
         expected_revision: int,
-        subject: Mapping[str, Any],
         outcome: str,
         result: Any = None,
         error: str | None = None,
@@ -808,106 +480,100 @@ class Agent:
         return self.resolve_async(
             execution_id,
             expected_revision=expected_revision,
-            subject=subject,
             outcome=outcome,
             result=result,
             error=error,
         ).result(wait_seconds)
 
-    def active_execution(self) -> dict[str, Any] | None:
-        """A read-only view of the live execution: id, state, revision, status."""
+    # --------------------------------------------------------------- cancel
 
-        def view() -> dict[str, Any] | None:
-            ctx = self._current
-            if ctx is None:
-                return None
-            return {
-                "execution_id": ctx.execution_id,
-                "state": ctx.state,
-                "revision": ctx.revision,
-                "status": ctx.execution.status.value if ctx.execution is not None else None,
-                "approval_request_id": ctx.execution.approval_request.request_id
-                if ctx.execution is not None and ctx.execution.approval_request is not None
-                else None,
-                "recovery": ctx.recovery_announcement,
-            }
+    def cancel(self, execution_id: str | None = None) -> bool:
+        """Cancel the agent's active execution (or ``execution_id``): durably
+        requested at once — in-flight work is told to stop (an LLM read is
+        interrupted) and its results are ignored; the execution ends ``cancelled``
+        once nothing of it runs any more, its tool calls cancelled with it. Returns
+        False when there was nothing to cancel (no active execution, or it finished).
 
-        return self.runtime.dispatcher.call(view).result(10)
+        Raises:
+            AgentClosedError: this object was closed.
+        """
+        self._check_open()
+        eid = execution_id or self.runtime.active_execution_id(self.agent_id)
+        if eid is None:
+            return False
+        try:
+            self.runtime.durable.cancel(eid, reason="cancelled by the caller")
+        except (ExecutionFinishedError, NotFoundError):
+            return False
+        return True
 
-    # ------------------------------------------------------ loop-thread helpers
+    # --------------------------------------------------------------- waiting
 
-    def base_messages(self) -> list[Message]:
-        """System prompt and the conversation of completed executions."""
-        head = [Message("system", self.system_prompt)] if self.system_prompt else []
-        return head + list(self.history)
+    def wait_async(self, execution_id: str) -> Task[AgentResult]:
+        """A task that settles with how ``execution_id`` (an execution of this agent)
+        ends — as the ``invoke`` task would, for an execution this process did not
+        start (one resumed by :meth:`load`, or started elsewhere).
 
-    def _detach(self, ctx: Invocation) -> None:
-        self._live.pop(ctx.execution_id, None)
-        if self._current is ctx:
-            self._current = None
-
-    def _remember(self, ctx: Invocation) -> None:
-        self.history.extend(
-            m for m in ctx.messages[ctx.base_len :] if m.role in ("user", "assistant", "tool")
-        )
-
-    def _next_pending_handoff(self) -> None:
-        """Start the oldest pending handoff found at load when this agent is idle (loop
-        thread; called again after each delivery while some remain)."""
-        if self._closed or self._admission_sid is not None or not self._pending_handoffs:
-            return
-        pending = self._pending_handoffs.popleft()
-        log.info(
-            "agent %s: starting handoff %s from execution %s",
-            self.agent_id,
-            pending.target_execution_id,
-            pending.source_execution_id,
-        )
-        self._begin(
-            pending.text,
-            "invoke",
-            Task("handoff target"),
-            self.timeout_seconds,
-            pending.target_execution_id,
-            None,
-        )
-
-    def _start_handoff_target(self, ctx: Invocation) -> None:
-        """Start the handoff target's execution under its deterministic id when the
-        target agent is live in this runtime — at once when it is idle, else after its
-        current execution (otherwise loading the target agent starts it, or the
-        application does with ``invoke(..., execution_id=result.handoff[
-        'target_execution_id'])``)."""
-        from phronomy_fsm.agent.recovery import PendingHandoff
-
-        handoff = ctx.handoff or {}
-        target = self.runtime.agents.get(
-            (store_identity(self.store), str(handoff.get("target_agent_id")))
-        )
-        if target is None:
-            return
-        message = (
-            handoff.get("arguments", {}).get("message")
-            if isinstance(handoff.get("arguments"), dict)
-            else None
-        )
-        target._pending_handoffs.append(
-            PendingHandoff(
-                ctx.execution_id,
-                target.agent_id,
-                handoff["target_execution_id"],
-                message or (ctx.filtered_input or str(ctx.raw_input)),
+        Raises:
+            NotFoundError: no such execution of this agent. AgentClosedError.
+        """
+        self._check_open()
+        agent_id, session_id = approvals.agent_of(self.store, execution_id)
+        if agent_id != self.agent_id:
+            raise NotFoundError(
+                f"execution {execution_id} is not an execution of agent {self.agent_id!r}",
+                execution_id=execution_id,
             )
+        task: Task[AgentResult] = Task(f"{self.agent_id} wait {session_id}")
+        self._observe(session_id, task)  # a finished one is settled from the store
+        return task
+
+    def wait(self, execution_id: str, *, wait_seconds: float | None = None) -> AgentResult:
+        """:meth:`wait_async`, then wait (``wait_seconds``: this wait's own limit)."""
+        return self.wait_async(execution_id).result(wait_seconds)
+
+    # --------------------------------------------------------------- views
+
+    def active_execution(self) -> ExecutionRecord | None:
+        """The agent's active execution as stored, or None (a store read)."""
+        eid = self.runtime.active_execution_id(self.agent_id)
+        return None if eid is None else self.store.load_record(eid)  # type: ignore[no-any-return]
+
+    def history(self) -> list[Message]:
+        """The conversation later executions continue (a copy; read on the loop)."""
+
+        def read() -> list[Message]:
+            live = self.runtime.directory.live(self.agent_id)
+            return [] if live is None else list(live.history)
+
+        return self.runtime.dispatcher.call(read).result(10)
+
+    def executions(self, *, limit: int | None = None) -> list[ExecutionRecord]:
+        """The agent's executions as stored, oldest first."""
+        return self.store.list_records(  # type: ignore[no-any-return]
+            machine=agent_session.MACHINE, exclusive_key=self.agent_id, limit=limit
         )
-        target._next_pending_handoff()
+
+    # --------------------------------------------------------------- helpers
+
+    def _observe(self, execution_id: str, task: Task[AgentResult]) -> None:
+        """Make ``task`` settle with how ``execution_id`` ends: this runtime tells it
+        when it runs the execution; else the store is watched until it finishes."""
+        self.runtime.observe(execution_id, Caller(task))
+
+    def _unobserve(self, execution_id: str, task: Task[AgentResult], error: BaseException) -> None:
+        self.runtime.dispatcher.call(
+            self.runtime.directory.drop_caller, execution_id, task, error
+        ).result(10)
 
 
 class EventStream:
     """The events of one streamed execution, in order, ending with its terminal event
-    (``done``, ``handoff``, ``error``, ``timeout`` or ``cancelled``).
-
-    Iterate it, then call :meth:`result` for the :class:`AgentResult` (which raises the
-    execution's error if it failed)."""
+    (:class:`~phronomy_fsm.agent.events.Done`, ``HandedOff``, ``Failed``, ``TimedOut``
+    or ``Cancelled``). Iterate it (``for``, or ``async for`` in asyncio), then call
+    :meth:`result` (or ``await stream.task``) for the
+    :class:`~phronomy_fsm.agent.events.AgentResult`, which raises the execution's
+    error if it failed."""
 
     def __init__(self, task: Task[AgentResult], sink: queue.SimpleQueue[AgentEvent | None]) -> None:
         self.task = task
@@ -922,6 +588,20 @@ class EventStream:
                 return
             yield event
 
+    def __aiter__(self) -> AsyncIterator[AgentEvent]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[AgentEvent]:
+        while not self._ended:
+            event = await asyncio.to_thread(self._sink.get)
+            if event is None:
+                self._ended = True
+                return
+            yield event
+
     def result(self, timeout_seconds: float | None = None) -> AgentResult:
         """The execution's result (waits; raises its error)."""
         return self.task.result(timeout_seconds)
+
+
+__all__ = ["Agent", "EventStream"]

@@ -1,18 +1,17 @@
-"""The OpenAI-compatible chat-completions provider, over httpx (issue 5 item 5).
+"""The OpenAI-compatible chat-completions provider, over httpx.
 
 This module owns one job: turn an :class:`~phronomy_fsm.agent.types.LLMRequest` into a
 ``POST {base_url}/chat/completions`` and the answer (a JSON body, or server-sent events
 when streaming) back into an :class:`~phronomy_fsm.agent.types.LLMResponse`. It knows
-nothing of executions, barriers or the store; it never retries on its own (a retry is a
-new LLM call, with a new durable ``llm_call_id``, that only the agent layer may decide
-on — reference §1.6 and §4.2: an external effect whose outcome is unknown is never
-re-sent blindly).
+nothing of executions, barriers or the store; it never retries on its own: whether a
+call whose outcome is unknown is sent again is the agent's re-send policy
+(``docs/agent.md``, "Re-send policies"), never the provider's.
 
 Wire format: the OpenAI chat-completions API (``messages``, ``tools``, ``tool_calls``,
 ``stream`` with ``stream_options.include_usage``, ``data: ...`` / ``data: [DONE]``
 server-sent events). Any server that speaks it works: OpenAI, vLLM, llama.cpp's server,
-Ollama's ``/v1`` endpoint, LiteLLM and similar gateways, and ``tools/stub_llm_server.py``
-used by the tests.
+Ollama's ``/v1`` endpoint, LiteLLM and similar gateways, and the loopback stub
+:mod:`phronomy_fsm.testing.stub_llm` used by the tests.
 
 Every failure is an :class:`~phronomy_fsm.errors.LLMError` with these attributes (so a
 caller can branch on data, not on message text):
@@ -37,10 +36,13 @@ import hashlib
 import ipaddress
 import json
 import os
+import socket
+import threading
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any, Self
 
+import attrs
 import httpx
 
 from phronomy_fsm.agent.providers import TokenSink
@@ -228,8 +230,8 @@ class OpenAICompatibleProvider:
             on_token: called with each content delta when streaming. What it raises
                 propagates unchanged.
             cancellation: checked before sending, between stream lines and after the
-                answer arrived. A read blocked waiting for the server is not interrupted;
-                it ends within ``timeout_seconds``.
+                answer arrived; cancelling it while a read is blocked waiting for the
+                server closes the response, so the call ends at once with Cancelled.
 
         Returns:
             An :class:`LLMResponse` with ``llm_call_id == request.llm_call_id``, the
@@ -260,7 +262,7 @@ class OpenAICompatibleProvider:
             http_request = self._client.build_request(
                 "POST", self.url, json=self.build_body(request), headers=headers
             )
-            response = self._client.send(http_request, stream=True)
+            response = self._send(http_request, cancellation)
         except _HTTPX_ERRORS as exc:
             raise self._transport_error(call_id, exc) from exc
         except (TypeError, ValueError) as exc:  # a message or tool schema that is not JSON
@@ -269,7 +271,11 @@ class OpenAICompatibleProvider:
                 f"request for LLM call {call_id} could not be encoded: {exc}",
                 "bad_message",
             ) from exc
+        if cancellation is not None:  # a cancel shuts the socket: a blocked read ends
+            cancellation.on_cancel(lambda _error: _interrupt(response))
         try:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()
             if response.status_code >= 300:  # redirects are not followed: a wrong base URL
                 _read_quietly(response)
                 raise _status_error(call_id, self.url, response)
@@ -282,16 +288,81 @@ class OpenAICompatibleProvider:
                 if request.stream and on_token is not None and result.content:
                     on_token(result.content)
         except _HTTPX_ERRORS as exc:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()  # the read ended because of the cancel
             raise self._transport_error(call_id, exc) from exc
+        except LLMError:
+            if cancellation is not None:
+                cancellation.raise_if_cancelled()  # e.g. a stream cut short by the cancel
+            raise
         finally:
             response.close()
         if cancellation is not None:
             cancellation.raise_if_cancelled()
         if result.model is None:
-            result = LLMResponse(
-                call_id, result.content, result.tool_calls, result.usage, self.model
-            )
+            result = attrs.evolve(result, model=self.model)
         return result
+
+    def _send(
+        self, http_request: httpx.Request, cancellation: CancellationToken | None
+    ) -> httpx.Response:
+        """Send ``http_request`` and return the response once its headers arrived. With
+        a cancellation token the exchange runs on a helper thread, so a cancel ends the
+        wait at once (raising Cancelled) even while the server has not answered: the
+        socket of a connection opened for it is shut down, and a response that arrives
+        after the cancel is closed unread.
+
+        Raises: what ``httpx.Client.send`` raises; Cancelled."""
+        if cancellation is None:
+            return self._client.send(http_request, stream=True)
+        lock = threading.Lock()
+        done = threading.Event()
+        outcome: dict[str, Any] = {}
+        sockets: list[Any] = []
+
+        def trace(event: str, info: dict[str, Any]) -> None:
+            if event == "connection.connect_tcp.complete":
+                stream = info.get("return_value")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    sockets.append(sock)
+
+        http_request.extensions["trace"] = trace
+
+        def exchange() -> None:
+            try:
+                response = self._client.send(http_request, stream=True)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                with lock:
+                    outcome.setdefault("error", exc)
+                done.set()
+                return
+            with lock:
+                abandoned = "abandoned" in outcome
+                outcome.setdefault("response", response)
+            if abandoned:
+                response.close()
+            done.set()
+
+        def cancelled(_error: BaseException) -> None:
+            for sock in sockets:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            done.set()
+
+        threading.Thread(target=exchange, name="phronomy-llm-send", daemon=True).start()
+        cancellation.on_cancel(cancelled)
+        done.wait()
+        with lock:
+            if "response" not in outcome and "error" not in outcome:
+                outcome["abandoned"] = True
+                raise cancellation.error()
+        if "error" in outcome:
+            cancellation.raise_if_cancelled()
+            raise outcome["error"]
+        return outcome["response"]  # type: ignore[no-any-return]
 
     def _transport_error(self, call_id: str, exc: Exception) -> LLMError:
         """Map an httpx exception (no HTTP answer, or the body broke off) to LLMError."""
@@ -498,13 +569,30 @@ def parse_completion(call_id: str, raw: bytes | str) -> LLMResponse:
             )
         )
     model = data.get("model")
+    finish = choices[0].get("finish_reason")
     return LLMResponse(
         call_id,
         content,
         tuple(calls),
         _usage(data.get("usage")),
         model if isinstance(model, str) and model else None,
+        finish if isinstance(finish, str) and finish else None,
     )
+
+
+def _interrupt(response: httpx.Response) -> None:
+    """Shut the socket of ``response`` down from another thread (a cancel), so a read
+    blocked on it returns at once (closing it would not wake the reader, and the
+    connection pool's locks belong to the reading thread). Best effort: a response
+    without a reachable socket is left to its timeout."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:  # already closed or not connected: nothing is blocked on it
+        pass
 
 
 def _bad_tool_call(call_id: str, index: int, problem: str, raw: Any) -> LLMError:
@@ -546,6 +634,7 @@ class _StreamAssembler:
         self.last_index: int | None = None
         self.usage = Usage()
         self.model: str | None = None
+        self.finish_reason: str | None = None
 
     def run(
         self,
@@ -578,7 +667,7 @@ class _StreamAssembler:
             for i, c in enumerate(self.calls[k] for k in sorted(self.calls))
         )
         content = "".join(self.content) if self.saw_content else None
-        return LLMResponse(self.call_id, content, calls, self.usage, self.model)
+        return LLMResponse(self.call_id, content, calls, self.usage, self.model, self.finish_reason)
 
     def _bad(self, problem: str, data: str) -> LLMError:
         return _error(
@@ -618,6 +707,9 @@ class _StreamAssembler:
             if choice.get("index", 0) != 0:
                 continue  # only one answer is requested; ignore others defensively
             self.saw_choice = True
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self.finish_reason = finish
             delta = choice.get("delta") or {}
             if not isinstance(delta, dict):
                 raise self._bad("delta is not an object", data)

@@ -4,7 +4,7 @@ A provider is called on an offload-pool worker (never on the dispatcher loop) wi
 :class:`~phronomy_fsm.agent.types.LLMRequest` and returns an
 :class:`~phronomy_fsm.agent.types.LLMResponse`. Streaming providers call ``on_token`` for
 each token (the agent turns them into ``token`` events). Any exception is the call's
-failure (the session's ``llm_failed`` event, reference §1.4). The OpenAI-compatible
+failure (the execution's ``llm_failed`` event: ``docs/agent.md``). The OpenAI-compatible
 HTTP provider lives in :mod:`phronomy_fsm.agent.openai`.
 """
 
@@ -19,9 +19,9 @@ from typing import Any, Protocol, runtime_checkable
 import attrs
 
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, ToolCall, Usage
+from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.errors import ConfigurationError, LLMError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
-from phronomy_fsm.store.records import ensure_json
 
 TokenSink = Callable[[str], None]
 
@@ -33,7 +33,7 @@ def check_response(response: LLMResponse) -> None:
     strings, the usage counts non-negative integers, and all of it storable JSON (valid
     Unicode, integers within 64 bits): a value the store would refuse at the next
     barrier would otherwise leave an LLM call whose answer the process holds but cannot
-    make durable (reference §5.1: serialization errors are caught before the commit).
+    make durable (a bad answer fails the call here, never a commit).
 
     Raises:
         LLMError: the answer is malformed; the execution fails with this error.
@@ -203,7 +203,14 @@ class ScriptedProvider:
             )
             for i, (name, args) in enumerate(reply.tool_calls)
         )
-        return LLMResponse(request.llm_call_id, reply.content, calls, reply.usage, self.model)
+        return LLMResponse(
+            request.llm_call_id,
+            reply.content,
+            calls,
+            reply.usage,
+            self.model,
+            "tool_calls" if calls else "stop",
+        )
 
 
 def _tokens(text: str) -> list[str]:

@@ -1,44 +1,52 @@
-"""The hooks of the ``agent_session`` machine: guards, actions, offload hooks, barriers.
+"""The hooks of the ``agent_session`` machine: what one agent execution does at each step.
 
-This is the agent coordinator of reference §4 expressed as the Protocol the generated
-``phronomy_fsm.generated.agent_session.Hooks`` asks for. Guards read the
-:class:`~phronomy_fsm.agent.invocation.Invocation` (and the event payload); actions change
-it; offload hooks snapshot it into work for the pool (LLM calls, filters); barrier hooks
-build one :class:`~phronomy_fsm.store.records.BarrierCommit` from it and return the
-future of its durable outcome. Everything here runs on the dispatcher's loop thread.
+:class:`AgentSessionHooks` implements the generated
+:class:`phronomy_fsm.generated.agent_session.Hooks` Protocol (mypy checks it). Every
+method runs on the dispatcher's loop thread with the execution's
+:class:`~phronomy_fsm.agent.context.SessionContext`: guards read it, actions change it,
+offload hooks snapshot what their work needs (the work runs on the offload pool) and
+barrier hooks make the next LLM call or the tool calls durable before they happen. The
+agent's configuration (provider, tools, filters) is looked up by ``ctx.agent_id`` in
+the :class:`~phronomy_fsm.agent.directory.AgentDirectory`.
 
-Barrier contents follow reference §4.1-§4.6 (see :mod:`phronomy_fsm.agent.durable` for
-the phases). :meth:`AgentSessionHooks.apply_barrier_outcome` applies a committed record to
-live state before the FSM decides what follows (bound as the binding's
-``on_barrier_outcome``).
+Determinism: the code between a barrier and the effect after it is re-run by recovery
+(``docs/semantics.md``, "Recovery"), so it derives everything from the context — the
+LLM call id is fixed by the barrier that announces the call, a tool call's id from the
+LLM answer. Random ids are drawn only in barrier hooks and in steps no effect follows
+before the next commit. The rules are in ``docs/agent.md``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import logging
+from typing import Any
 
 import attrs
 
-from phronomy_fsm.agent import durable
-from phronomy_fsm.agent.durable import LLMFact
-from phronomy_fsm.agent.invocation import Invocation, ToolInvocation
-from phronomy_fsm.agent.providers import check_response
-from phronomy_fsm.agent.types import AbortReason, LLMRequest, LLMResponse, Message, TokenChunk
-from phronomy_fsm.errors import Cancelled, ContentBlockedError, ExecutionFailedError, LLMError
-from phronomy_fsm.generated import agent_session
-from phronomy_fsm.store.records import (
-    AgentLifecycle,
-    ApprovalItem,
-    BarrierCommit,
-    ErrorInfo,
-    ExecutionRecord,
-    ExecutionStatus,
+from phronomy_fsm.agent.context import (
+    ApprovalRequestState,
+    Outcome,
+    SessionContext,
+    ToolCallContext,
+    ToolCallState,
+    ToolCallStatus,
 )
-from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier, Settled
+from phronomy_fsm.agent.directory import AgentDirectory
+from phronomy_fsm.agent.events import Token, ToolCalled, ToolResulted
+from phronomy_fsm.agent.ids import handoff_target_execution_id, new_id, tool_invocation_id
+from phronomy_fsm.agent.providers import check_response
+from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_authorization
+from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
+from phronomy_fsm.durable.records import EffectKind
+from phronomy_fsm.durable.types import BarrierRecords, ChildStart
+from phronomy_fsm.errors import Cancelled, ConfigurationError, ContentBlockedError, LLMError
+from phronomy_fsm.generated import agent_session, tool_call
+from phronomy_fsm.runtime.session import OffloadContext
+from phronomy_fsm.table import Settled
 
-if TYPE_CHECKING:
-    from phronomy_fsm.agent.runtime import AgentRuntime
-    from phronomy_fsm.runtime.dispatcher import OffloadContext
+log = logging.getLogger("phronomy_fsm.agent")
+
+State = agent_session.State
 
 
 @attrs.frozen
@@ -58,350 +66,118 @@ class OutputFilterResult:
 
 
 @attrs.frozen
-class PreparedCommit:
-    """A barrier's commit plus the live facts it journals (acknowledged once committed,
-    reference §1.5 ``acknowledge_runtime_snapshot``)."""
+class ToolDecision:
+    """What ``authorize_tools`` decided for one pending call: ``authorization`` (or
+    ``None`` when the call is invalid: ``error`` says why), the validated arguments,
+    and why a person must approve it."""
 
-    commit: BarrierCommit
-    llm_facts: tuple[LLMFact, ...] = ()
-    tool_children: tuple[ToolInvocation, ...] = ()
-
-
-def _payload_error(payload: Any) -> BaseException | None:
-    if isinstance(payload, BaseException):
-        return payload
-    if isinstance(payload, BarrierOutcome):
-        return payload.error
-    return None
+    tool_invocation_id: str
+    authorization: Authorization | None
+    arguments: Any = None
+    error: str | None = None
+    reason: str | None = None
 
 
-TERMINAL_STATUS = {
-    "completed": ExecutionStatus.COMPLETED,
-    "rejected": ExecutionStatus.REJECTED,
-    "blocked": ExecutionStatus.BLOCKED,
-    "handed_off": ExecutionStatus.HANDED_OFF,
-    "failed": ExecutionStatus.FAILED,
-    "cancelled": ExecutionStatus.CANCELLED,
-}
+def _error_text(error: BaseException) -> str:
+    """``Type: message``, safe to store (a lone surrogate kept as its escape)."""
+    text = f"{type(error).__name__}: {error}"
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-class AgentSessionHooks:
-    """Implements ``agent_session.Hooks`` for every agent of one
-    :class:`~phronomy_fsm.agent.runtime.AgentRuntime`."""
+def tool_message_text(call: ToolCallState) -> str:
+    """The text the LLM sees for a settled tool call: the result, or why there is none."""
+    if call.content is not None:
+        return call.content
+    if call.status is ToolCallStatus.REJECTED:
+        return f"The call to {call.tool_name} was rejected and did not run."
+    return f"Error: {call.error or 'the tool failed'}"
 
-    def __init__(self, runtime: AgentRuntime) -> None:
-        self.runtime = runtime
 
-    # ------------------------------------------------------------------ guards
+class AgentSessionHooks(agent_session.Hooks):
+    """Implements ``agent_session.Hooks`` for every agent of a directory.
 
-    def cancel_pending(self, ctx: Invocation, payload: Any) -> bool:
-        """A cancel, timeout or listener failure arrived while a barrier was in flight."""
-        return ctx.abort is not None
+    Args:
+        directory: where each execution's agent configuration and listener are found.
+    """
 
-    def input_blocked(self, ctx: Invocation, payload: InputFilterResult) -> bool:
-        """An input filter blocked the input."""
-        return payload.blocked_reason is not None
+    def __init__(self, directory: AgentDirectory) -> None:
+        self.directory = directory
 
-    def handoff_invalid(self, ctx: Invocation, payload: Any) -> bool:
-        """A handoff call was mixed with other calls, or several handoffs were asked."""
-        return ctx.handoff_error is not None
+    # ------------------------------------------------------------------ input
 
-    def handoff_requested(self, ctx: Invocation, payload: Any) -> bool:
-        """The response is exactly one call of a configured handoff tool."""
-        return ctx.handoff is not None
-
-    def tool_calls_pending(self, ctx: Invocation, payload: Any) -> bool:
-        """The response asks for tools."""
-        return ctx.last_response is not None and bool(ctx.last_response.tool_calls)
-
-    def tool_batch_rejected(self, ctx: Invocation, payload: Any) -> bool:
-        """A tool call was rejected by policy or by a person rejecting the request."""
-        return ctx.batch_rejected()
-
-    def tool_batch_completed(self, ctx: Invocation, payload: Any) -> bool:
-        """Every tool call of the batch is final."""
-        return ctx.batch_completed()
-
-    def approval_required(self, ctx: Invocation, payload: Any) -> bool:
-        """Some tool call waits for a person."""
-        return ctx.approval_required()
-
-    def ready_to_dispatch(self, ctx: Invocation, payload: Any) -> bool:
-        """Every undecided tool call is authorised; make the batch durable."""
-        return ctx.ready_to_dispatch()
-
-    def iteration_limit_reached(self, ctx: Invocation, payload: Any) -> bool:
-        """``max_iterations`` LLM calls were made."""
-        return ctx.llm_calls >= ctx.agent.max_iterations
-
-    def output_blocked(self, ctx: Invocation, payload: OutputFilterResult) -> bool:
-        """An output filter blocked the answer."""
-        return payload.blocked_reason is not None
-
-    def outcome_completed(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed terminal outcome is ``completed``."""
-        return ctx.outcome == "completed"
-
-    def outcome_rejected(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed terminal outcome is ``rejected``."""
-        return ctx.outcome == "rejected"
-
-    def outcome_blocked(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed terminal outcome is ``blocked``."""
-        return ctx.outcome == "blocked"
-
-    def outcome_handed_off(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed terminal outcome is ``handed_off``."""
-        return ctx.outcome == "handed_off"
-
-    def outcome_cancelled(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed terminal outcome is ``cancelled``."""
-        return ctx.outcome == "cancelled"
-
-    def resolved_failed(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed resolution ends the execution as failed."""
-        return ctx.execution is not None and ctx.execution.phase == "recovery_resolved_failed"
-
-    def resolved_provider_output(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed resolution supplied the LLM response."""
-        return ctx.execution is not None and ctx.execution.phase == "recovery_provider_completed"
-
-    def resolved_tools_completed(self, ctx: Invocation, payload: Any) -> bool:
-        """The committed resolution settled every tool subject."""
-        return ctx.execution is not None and ctx.execution.phase == "recovery_tools_completed"
-
-    # ----------------------------------------------------------------- actions
-
-    def _mark(self, ctx: Invocation, outcome: str, error: BaseException | None = None) -> None:
-        ctx.outcome = outcome
-        if error is not None and ctx.error is None:
-            ctx.error = error
-
-    def mark_failed(self, ctx: Invocation, payload: Any) -> None:
-        """End as failed, keeping the first error seen; a pending cancel, timeout or
-        listener failure takes precedence (reference §4.6 error precedence)."""
-        if ctx.abort is not None:
-            self._mark(ctx, ctx.abort.status, ctx.abort.error)
-            return
-        error = _payload_error(payload) or ctx.error
-        if error is None:
-            reason = (
-                "max_iterations reached"
-                if ctx.llm_calls >= ctx.agent.max_iterations
-                else "execution failed"
-            )
-            error = ExecutionFailedError(reason, execution_id=ctx.execution_id, status="failed")
-        self._mark(ctx, "failed", error)
-
-    def mark_blocked(self, ctx: Invocation, payload: Any) -> None:
-        """End as blocked by a filter."""
-        reason = getattr(payload, "blocked_reason", None) or "blocked by a filter"
-        self._mark(
-            ctx,
-            "blocked",
-            ContentBlockedError(reason, execution_id=ctx.execution_id, reason=reason),
-        )
-
-    def mark_completed(self, ctx: Invocation, payload: OutputFilterResult) -> None:
-        """End as completed with the filtered answer."""
-        ctx.output = payload.text
-        self._mark(ctx, "completed")
-
-    def mark_rejected(self, ctx: Invocation, payload: Any) -> None:
-        """End as rejected (a tool call was rejected)."""
-        self._mark(ctx, "rejected")
-
-    def mark_handed_off(self, ctx: Invocation, payload: Any) -> None:
-        """End as handed off."""
-        self._mark(ctx, "handed_off")
-
-    def mark_cancelled(self, ctx: Invocation, payload: Any) -> None:
-        """End as cancelled (a suspended execution: nothing runs)."""
-        reason = payload if isinstance(payload, AbortReason) else ctx.abort
-        if reason is not None and reason.kind != "cancelled":
-            self._mark(ctx, "failed", reason.error)
-        else:
-            self._mark(ctx, "cancelled", reason.error if reason else Cancelled("cancelled"))
-
-    def mark_aborted(self, ctx: Invocation, payload: Any) -> None:
-        """End as cancelled, or failed for a timeout or a raising listener."""
-        reason = ctx.abort or AbortReason("cancelled", Cancelled("cancelled"))
-        self._mark(ctx, reason.status, reason.error)
-
-    def deliver_token(self, ctx: Invocation, payload: TokenChunk) -> None:
-        """A streamed token of the current call → ``token`` event (reference §1.5)."""
-        if ctx.execution is not None and payload.llm_call_id == ctx.execution.pending_llm_call_id:
-            self.runtime.emit(
-                ctx, "token", {"content": payload.content, "llm_call_id": payload.llm_call_id}
-            )
-
-    def record_llm_response(self, ctx: Invocation, payload: LLMResponse) -> None:
-        """Record the response (the provenance fact for the next barrier) and decide
-        handoffs (reference §1.5 ``accept_tool_calls!``)."""
-        response = payload
-        ctx.last_response = response
-        ctx.llm_facts.append(
-            LLMFact(response, ctx.llm_started_at or self.runtime.now(), self.runtime.now())
-        )
-        ctx.messages.append(response.message())
-        ctx.usage = ctx.usage + response.usage
-        ctx.decide_handoff(response)
-        if ctx.handoff is None and ctx.handoff_error is None:
-            for call in response.tool_calls:
-                self.runtime.emit(
-                    ctx,
-                    "tool_call",
-                    {
-                        "tool_call_id": call.id,
-                        "name": call.name,
-                        "arguments": call.arguments_json,
-                        "llm_call_id": response.llm_call_id,
-                    },
-                )
-
-    def start_tools(self, ctx: Invocation, payload: Any) -> None:
-        """One tool invocation (child session) per tool call (reference §1.2)."""
-        response = ctx.last_response
-        assert response is not None
-        ctx.children = []
-        for call in response.tool_calls:
-            child = ToolInvocation(
-                ctx,
-                durable.tool_invocation_id(
-                    ctx.execution_id, response.llm_call_id, call.id, call.name
-                ),
-                call,
-                response.llm_call_id,
-                ctx.agent.tools.get(call.name),
-            )
-            ctx.children.append(child)
-        for child in ctx.children:
-            self.runtime.start_child(child)
-
-    def dispatch_tools(self, ctx: Invocation, payload: Any) -> None:
-        """The batch is durable: run the authorised calls (resumed child sessions fired
-        with ``dispatch``, reference §4.3)."""
-        for child in ctx.children:
-            if child.status == "authorized":
-                self.runtime.resume_child(child, "authorized", "dispatch")
-
-    def record_tool_results(self, ctx: Invocation, payload: Any) -> None:
-        """Append one tool message per finished call; ``tool_result`` events."""
-        for child in ctx.children:
-            ctx.messages.append(
-                Message(
-                    "tool", child.message_text(), tool_call_id=child.call.id, name=child.call.name
-                )
-            )
-            self.runtime.emit(
-                ctx,
-                "tool_result",
-                {
-                    "tool_call_id": child.call.id,
-                    "tool_name": child.call.name,
-                    "tool_invocation_id": child.tool_invocation_id,
-                    "status": child.status,
-                    "content": child.message_text(),
-                },
-            )
-
-    def announce_approval_required(self, ctx: Invocation, payload: Any) -> None:
-        """``approval_required`` with the durable request (reference §4.6 suspended)."""
-        self.runtime.announce_approval(ctx)
-
-    def record_approval_decision(self, ctx: Invocation, payload: Any) -> None:
-        """The decision to commit (already validated by ``approve``)."""
-        ctx.approval_decision = payload
-
-    def apply_approval_decision(self, ctx: Invocation, payload: Any) -> None:
-        """Resume each waiting tool call with approve/reject (reference §4.5 step 4)."""
-        execution = ctx.execution
-        assert execution is not None
-        ctx.waiters.extend(ctx.approvers)
-        ctx.approvers.clear()
-        decisions: dict[str, bool] = execution.metadata.get("approval_decisions", {})
-        whole = bool(execution.metadata.get("approval_global", True))
-        human_rejection = whole and not any(decisions.values())
-        for child in ctx.children:
-            if child.status == "awaiting_approval":
-                approved = decisions.get(child.tool_invocation_id, False)
-                if not approved:
-                    child.rejected_by = "person" if whole else "person_item"
-                self.runtime.resume_child(
-                    child, "awaiting_approval", "approve" if approved else "reject"
-                )
-            elif child.status == "authorized" and human_rejection:
-                child.status = "cancelled"
-        ctx.approval_decision = None
-
-    def restore_suspension(self, ctx: Invocation, payload: Any) -> None:
-        """The decision did not commit: fail that approve call, keep waiting."""
-        error = _payload_error(payload) or ExecutionFailedError(
-            "the approval decision did not commit"
-        )
-        self.runtime.fail_approvers(ctx, error)
-        ctx.approval_decision = None
-
-    def await_quiescence(self, ctx: Invocation, payload: Any) -> None:
-        """Revoke authority of running calls and wait for them to finish physically
-        (reference §7.5); then ``quiesced``."""
-        self.runtime.cancel_children(ctx)
-        self.runtime.post_when_quiescent(ctx)
-
-    def announce_recovery_required(self, ctx: Invocation, payload: Any) -> None:
-        """Fail closed: tell the operator what must be resolved (reference §6.4)."""
-        self.runtime.announce_recovery(ctx, _payload_error(payload))
-
-    def record_resolution(self, ctx: Invocation, payload: Any) -> None:
-        """The operator's resolution to commit."""
-        ctx.resolution = payload
-
-    # ------------------------------------------------------------ offload hooks
-
-    def filter_input(self, ctx: Invocation, payload: Any) -> Any:
-        """Input filters off-loop (reference §4.1 steps 3-5)."""
-        filters = tuple(ctx.agent.input_filters)
-        raw = ctx.raw_input
-        token = ctx.cancellation
-        if not filters:  # nothing to run outside
+    def filter_input(self, ctx: SessionContext, payload: Any) -> Any:
+        """Offload (pure): run the input filters on the input; a filter raising
+        ContentBlockedError blocks the execution."""
+        config = self.directory.config(ctx.agent_id)
+        filters, raw = config.input_filters, ctx.input
+        if not filters:  # nothing to run outside: decided here
             return Settled(InputFilterResult(raw))
 
         def work(octx: OffloadContext) -> InputFilterResult:
-            token.raise_if_cancelled()
             text = raw
             for flt in filters:
+                if octx.cancellation is not None:
+                    octx.cancellation.raise_if_cancelled()
                 try:
                     text = flt(text)
                 except ContentBlockedError as exc:
                     return InputFilterResult(raw, str(exc) or "blocked")
                 if not isinstance(text, str):
                     raise TypeError(f"input filter {flt!r} returned {type(text).__name__}, not str")
-            token.raise_if_cancelled()
             return InputFilterResult(text)
 
         return work
 
-    def call_llm(self, ctx: Invocation, payload: Any) -> Any:
-        """The LLM call named by the durable pending id (reference §1.6)."""
-        execution = ctx.execution
-        assert execution is not None and execution.pending_llm_call_id is not None
-        agent = ctx.agent
-        request = LLMRequest(
-            llm_call_id=execution.pending_llm_call_id,
-            messages=tuple(ctx.messages),
-            tools=agent.tool_specs,
-            stream=ctx.mode == "stream",
-        )
-        provider = agent.provider
-        token = ctx.cancellation
+    def input_blocked(self, ctx: SessionContext, payload: InputFilterResult) -> bool:
+        """An input filter blocked the input."""
+        return payload.blocked_reason is not None
+
+    def accept_input(self, ctx: SessionContext, payload: InputFilterResult) -> None:
+        """The filtered input becomes the conversation's user message."""
+        ctx.filtered_input = payload.text
+        ctx.messages.append(Message("user", payload.text).to_json())
+
+    # ------------------------------------------------------------------ LLM calls
+
+    def _announce_call(self, ctx: SessionContext) -> None:
+        ctx.pending_llm_call_id = new_id()
         ctx.llm_calls += 1
-        ctx.llm_started_at = self.runtime.now()
+        ctx.tools = []
+
+    def initial_preparation(self, ctx: SessionContext, payload: Any) -> BarrierRecords | None:
+        """Barrier ``initial_preparation``: the first LLM call's id becomes durable
+        with the filtered input, before the call is made."""
+        self._announce_call(ctx)
+        return None
+
+    def provider_dispatch(self, ctx: SessionContext, payload: Any) -> BarrierRecords | None:
+        """Barrier ``provider_dispatch``: the tool results and the next LLM call's id
+        become durable before the call is made."""
+        self._announce_call(ctx)
+        ctx.approval = None
+        return None
+
+    def call_llm(self, ctx: SessionContext, payload: Any) -> Any:
+        """Offload (``at_most_once``, or ``idempotent`` when the agent's
+        ``llm_resend`` is ``resend``): the LLM call named by the durable pending id,
+        with the agent's head and history, this execution's conversation and the
+        tools. Streamed tokens come back as ``llm_stream_chunk`` events."""
+        config = self.directory.config(ctx.agent_id)
+        call_id = ctx.pending_llm_call_id
+        if call_id is None:
+            raise LLMError("no LLM call was announced (the context has no pending call id)")
+        messages = self.directory.base_messages(ctx.agent_id)
+        messages.extend(Message.from_json(m) for m in ctx.messages)
+        request = LLMRequest(call_id, tuple(messages), config.tool_specs, ctx.mode == "stream")
+        provider = config.provider
 
         def work(octx: OffloadContext) -> LLMResponse:
-            token.raise_if_cancelled()
+            token = octx.cancellation
+            if token is not None:
+                token.raise_if_cancelled()
 
             def on_token(text: str) -> None:
-                octx.emit("llm_stream_chunk", TokenChunk(request.llm_call_id, text))
+                octx.emit("llm_stream_chunk", TokenChunk(call_id, text))
 
             try:
                 response = provider.complete(
@@ -411,26 +187,381 @@ class AgentSessionHooks:
                 raise
             except Exception as exc:
                 raise LLMError(
-                    f"provider failed: {type(exc).__name__}: {exc}", llm_call_id=request.llm_call_id
+                    f"provider failed: {type(exc).__name__}: {exc}", llm_call_id=call_id
                 ) from exc
-            if not isinstance(response, LLMResponse) or response.llm_call_id != request.llm_call_id:
+            if not isinstance(response, LLMResponse) or response.llm_call_id != call_id:
                 raise LLMError(
-                    f"provider answered {getattr(response, 'llm_call_id', response)!r} for call {request.llm_call_id}",
-                    llm_call_id=request.llm_call_id,
+                    f"provider answered {getattr(response, 'llm_call_id', response)!r} for "
+                    f"call {call_id}",
+                    llm_call_id=call_id,
                 )
             check_response(response)
             return response
 
         return work
 
-    def filter_output(self, ctx: Invocation, payload: Any) -> Any:
-        """Output filters off-loop on the final answer."""
-        filters = tuple(ctx.agent.output_filters)
-        text = ctx.last_response.content if ctx.last_response is not None else None
+    def deliver_token(self, ctx: SessionContext, payload: TokenChunk) -> None:
+        """A streamed token of the current call → a :class:`Token` event."""
+        if payload.llm_call_id == ctx.pending_llm_call_id:
+            self.directory.emit(
+                ctx.agent_id, Token(ctx.execution_id, payload.content, payload.llm_call_id)
+            )
+
+    def record_llm_response(self, ctx: SessionContext, payload: Any) -> None:
+        """Record the answer (an :class:`LLMResponse`, or the JSON an operator supplied
+        for a call that may not have answered): it joins the conversation; its tool
+        calls become the current batch, or it is a handoff."""
+        call_id = ctx.pending_llm_call_id or ""
+        response = (
+            payload if isinstance(payload, LLMResponse) else LLMResponse.from_json(call_id, payload)
+        )
+        config = self.directory.config(ctx.agent_id)
+        ctx.messages.append(response.message().to_json())
+        ctx.usage = {
+            "prompt_tokens": ctx.usage.get("prompt_tokens", 0) + response.usage.prompt_tokens,
+            "completion_tokens": ctx.usage.get("completion_tokens", 0)
+            + response.usage.completion_tokens,
+        }
+        ctx.llm_responses.append(
+            {
+                "llm_call_id": call_id,
+                "model": response.model,
+                "usage": {
+                    "prompt_tokens": response.usage.prompt_tokens,
+                    "completion_tokens": response.usage.completion_tokens,
+                },
+                "finish_reason": response.finish_reason,
+                "tool_call_count": len(response.tool_calls),
+            }
+        )
+        ctx.answer = response.content
+        ctx.finish_reason = response.finish_reason
+        ctx.pending_llm_call_id = None
+        ctx.handoff = ctx.handoff_error = None
+        ctx.tools = []
+        handoff_calls = [c for c in response.tool_calls if c.name in config.handoffs]
+        if handoff_calls:
+            if len(response.tool_calls) > 1:
+                ctx.handoff_error = "a handoff must be the only tool call of a response"
+                ctx.error_type = "LLMError"
+                ctx.error = ctx.handoff_error
+                return
+            call = handoff_calls[0]
+            target = config.handoffs[call.name]
+            try:
+                arguments = call.parsed_arguments()
+            except ValueError:
+                arguments = {"raw": call.arguments_json}
+            message = arguments.get("message") if isinstance(arguments, dict) else None
+            ctx.handoff = {
+                "target_agent_id": target,
+                "target_execution_id": handoff_target_execution_id(ctx.execution_id, target),
+                "tool_call_id": call.id,
+                "arguments": arguments,
+                "llm_call_id": call_id,
+                "message": message if isinstance(message, str) and message else ctx.filtered_input,
+            }
+            return
+        execution_id = ctx.execution_id
+        for call in response.tool_calls:
+            ctx.tools.append(
+                ToolCallState(
+                    tool_invocation_id=tool_invocation_id(
+                        execution_id, call_id, call.id, call.name
+                    ),
+                    tool_call_id=call.id,
+                    tool_name=call.name,
+                    arguments_json=call.arguments_json,
+                    llm_call_id=call_id,
+                )
+            )
+            self.directory.emit(
+                ctx.agent_id,
+                ToolCalled(execution_id, call.id, call.name, call.arguments_json, call_id),
+            )
+
+    def handoff_invalid(self, ctx: SessionContext, payload: Any) -> bool:
+        """A handoff call was mixed with other calls, or several handoffs were asked."""
+        return ctx.handoff_error is not None
+
+    def handoff_requested(self, ctx: SessionContext, payload: Any) -> bool:
+        """The answer is exactly one call of a configured handoff tool."""
+        return ctx.handoff is not None
+
+    def tool_calls_pending(self, ctx: SessionContext, payload: Any) -> bool:
+        """The answer asks for tools."""
+        return bool(ctx.tools)
+
+    # ------------------------------------------------------------------ tools
+
+    def authorize_tools(self, ctx: SessionContext, payload: Any) -> Any:
+        """Offload (pure): validate each pending call's arguments against its tool's
+        JSON schema here, then ask the approval policy (or the tool's
+        ``requires_approval``) off the loop."""
+        config = self.directory.config(ctx.agent_id)
+        decisions: list[ToolDecision] = []
+        views: list[tuple[ToolCallView, str]] = []
+        for call in ctx.tools:
+            if call.status is not ToolCallStatus.PENDING:
+                continue
+            tool = config.tools.get(call.tool_name)
+            if tool is None:
+                known = ", ".join(sorted(config.tools)) or "none"
+                decisions.append(
+                    ToolDecision(
+                        call.tool_invocation_id,
+                        None,
+                        error=f"unknown tool {call.tool_name!r}; available tools: {known}",
+                    )
+                )
+                continue
+            arguments, error = tool.validate(call.arguments_json)
+            if error is not None:
+                decisions.append(ToolDecision(call.tool_invocation_id, None, error=error))
+                continue
+            view = ToolCallView(
+                tool_name=tool.name,
+                arguments=arguments,
+                tool_call_id=call.tool_call_id,
+                tool_invocation_id=call.tool_invocation_id,
+                execution_id=ctx.execution_id,
+                requires_approval=tool.requires_approval,
+            )
+            reason = (
+                "the tool requires approval"
+                if tool.requires_approval
+                else "the approval policy requires it"
+            )
+            views.append((view, reason))
+        policy = config.approval_policy
+
+        def decide(view: ToolCallView, reason: str) -> ToolDecision:
+            if policy is None:
+                verdict = (
+                    Authorization.REQUIRE_APPROVAL
+                    if view.requires_approval
+                    else Authorization.ALLOW
+                )
+            else:
+                try:
+                    verdict = normalize_authorization(policy(view))
+                except Exception as exc:  # noqa: BLE001 - the call fails; the LLM is told why
+                    error = str(exc) if isinstance(exc, ConfigurationError) else _error_text(exc)
+                    return ToolDecision(
+                        view.tool_invocation_id, None, error=f"the approval policy failed: {error}"
+                    )
+            return ToolDecision(view.tool_invocation_id, verdict, view.arguments, reason=reason)
+
+        if policy is None:  # decided here: no round trip to the pool
+            return Settled(tuple(decisions) + tuple(decide(v, r) for v, r in views))
+
+        def work() -> tuple[ToolDecision, ...]:
+            return tuple(decisions) + tuple(decide(v, r) for v, r in views)
+
+        return work
+
+    def record_authorization(self, ctx: SessionContext, payload: tuple[ToolDecision, ...]) -> None:
+        """Apply each call's decision: invalid (its error is its result), authorized,
+        awaiting approval, or rejected by the policy."""
+        for decision in payload:
+            call = ctx.tool(decision.tool_invocation_id)
+            if call is None:
+                continue
+            if decision.authorization is None:
+                call.status = ToolCallStatus.INVALID
+                call.error = decision.error
+                continue
+            call.arguments = decision.arguments
+            if decision.authorization is Authorization.ALLOW:
+                call.status = ToolCallStatus.AUTHORIZED
+            elif decision.authorization is Authorization.REQUIRE_APPROVAL:
+                call.status = ToolCallStatus.AWAITING_APPROVAL
+                call.reason = decision.reason
+            else:
+                call.status = ToolCallStatus.REJECTED
+                call.rejected_by = "policy"
+
+    def tools_rejected(self, ctx: SessionContext, payload: Any) -> bool:
+        """A call was denied by the policy, or a person rejected the whole request."""
+        return any(
+            c.status is ToolCallStatus.REJECTED and c.rejected_by in ("policy", "person")
+            for c in ctx.tools
+        )
+
+    def approval_needed(self, ctx: SessionContext, payload: Any) -> bool:
+        """Some call waits for a person's decision."""
+        return any(c.status is ToolCallStatus.AWAITING_APPROVAL for c in ctx.tools)
+
+    def tools_to_run(self, ctx: SessionContext, payload: Any) -> bool:
+        """Some call is authorized to run."""
+        return any(c.status is ToolCallStatus.AUTHORIZED for c in ctx.tools)
+
+    def request_approval(self, ctx: SessionContext, payload: Any) -> None:
+        """Open the approval request for the calls awaiting a person (the same
+        request when it is already open for them). The ``approval_required`` event
+        follows once the wait is committed."""
+        items = [
+            c.tool_invocation_id for c in ctx.tools if c.status is ToolCallStatus.AWAITING_APPROVAL
+        ]
+        current = ctx.approval
+        if current is not None and not current.decided and current.items == items:
+            return
+        ctx.approval = ApprovalRequestState(new_id(), items)
+        ctx.audit.append(
+            {
+                "kind": "approval_required",
+                "data": {"approval_request_id": ctx.approval.request_id, "items": items},
+            }
+        )
+
+    def apply_decision(self, ctx: SessionContext, payload: Any) -> None:
+        """A person's decision (the ``approval_decided`` signal: ``{"request_id",
+        "approved", "decisions"}``, checked by whoever sent it): each awaiting call is
+        authorized or rejected — all of them by ``approved``, or one by one by
+        ``decisions``. A decision for another request changes nothing (the request
+        is asked again)."""
+        data = payload if isinstance(payload, dict) else {}
+        request = ctx.approval
+        if request is None or data.get("request_id") != request.request_id:
+            log.warning(
+                "execution %s: approval decision for request %r ignored (pending: %r)",
+                ctx.execution_id,
+                data.get("request_id"),
+                None if request is None else request.request_id,
+            )
+            return
+        raw = data.get("decisions")
+        decisions: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        whole = not isinstance(raw, dict)
+        approved = bool(data.get("approved"))
+        for call in ctx.tools:
+            if call.status is not ToolCallStatus.AWAITING_APPROVAL:
+                continue
+            ok = approved if whole else bool(decisions.get(call.tool_invocation_id, False))
+            if ok:
+                call.status = ToolCallStatus.AUTHORIZED
+            else:
+                call.status = ToolCallStatus.REJECTED
+                call.rejected_by = "person" if whole else "person_item"
+        request.decided = True
+        request.decisions = (
+            {i: approved for i in request.items}
+            if whole
+            else {i: bool(decisions.get(i, False)) for i in request.items}
+        )
+        ctx.audit.append(
+            {
+                "kind": "approval_decided",
+                "data": {
+                    "approval_request_id": request.request_id,
+                    "approved": approved if whole else None,
+                    "decisions": request.decisions,
+                    "by": data.get("by"),
+                },
+            }
+        )
+
+    def tool_dispatch(self, ctx: SessionContext, payload: Any) -> BarrierRecords | None:
+        """Barrier ``tool_dispatch``: each authorized call becomes a ``tool_call``
+        child execution (id: its tool invocation id), committed with this barrier
+        before any of them runs; each tells this execution ``tool_finished``."""
+        children = []
+        execution_id = ctx.execution_id
+        for call in ctx.tools:
+            if call.status is not ToolCallStatus.AUTHORIZED:
+                continue
+            call.status = ToolCallStatus.RUNNING
+            children.append(
+                ChildStart(
+                    tool_call.MACHINE,
+                    ToolCallContext(
+                        agent_id=ctx.agent_id,
+                        parent_execution_id=execution_id,
+                        tool_invocation_id=call.tool_invocation_id,
+                        tool_call_id=call.tool_call_id,
+                        tool_name=call.tool_name,
+                        arguments=call.arguments,
+                        llm_call_id=call.llm_call_id,
+                    ),
+                    execution_id=call.tool_invocation_id,
+                    notify_event=agent_session.Event.TOOL_FINISHED.value,
+                    labels={"agent_id": ctx.agent_id, "tool": call.tool_name},
+                )
+            )
+        return BarrierRecords(children=tuple(children))
+
+    def last_tool(self, ctx: SessionContext, payload: dict[str, Any]) -> bool:
+        """The finished call is the last one still running."""
+        done = payload.get("child_execution_id")
+        return not any(
+            c.status is ToolCallStatus.RUNNING and c.tool_invocation_id != done for c in ctx.tools
+        )
+
+    def record_tool_result(self, ctx: SessionContext, payload: dict[str, Any]) -> None:
+        """A ``tool_call`` child finished: its result or error becomes the call's."""
+        call = ctx.tool(str(payload.get("child_execution_id")))
+        if call is None:
+            return
+        raw = payload.get("context")
+        child: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        status = payload.get("status")
+        if status == "completed":
+            call.status = ToolCallStatus.COMPLETED
+            call.result = child.get("result")
+            call.content = child.get("content")
+            call.original_bytes = child.get("original_bytes")
+        else:
+            call.status = ToolCallStatus.FAILED
+            call.error = child.get("error") or f"the tool call ended {status}"
+            call.original_bytes = child.get("original_bytes")
+
+    def record_tool_messages(self, ctx: SessionContext, payload: Any) -> None:
+        """Entry of ``recording_tool_results``: one tool message per call joins the
+        conversation; :class:`ToolResulted` events."""
+        execution_id = ctx.execution_id
+        for call in ctx.tools:
+            text = tool_message_text(call)
+            ctx.messages.append(
+                Message("tool", text, tool_call_id=call.tool_call_id, name=call.tool_name).to_json()
+            )
+            status = "failed" if call.status is ToolCallStatus.INVALID else call.status.value
+            entry: dict[str, Any] = {
+                "tool_invocation_id": call.tool_invocation_id,
+                "tool_call_id": call.tool_call_id,
+                "tool_name": call.tool_name,
+                "status": status,
+                "result": call.result,
+                "error": call.error,
+            }
+            if call.original_bytes is not None:
+                entry["original_bytes"] = call.original_bytes
+            ctx.tool_log.append(entry)
+            self.directory.emit(
+                ctx.agent_id,
+                ToolResulted(
+                    execution_id,
+                    call.tool_call_id,
+                    call.tool_name,
+                    call.tool_invocation_id,
+                    status,
+                    text,
+                ),
+            )
+
+    def iteration_limit_reached(self, ctx: SessionContext, payload: Any) -> bool:
+        """The agent's ``max_iterations`` LLM calls were made."""
+        return ctx.llm_calls >= self.directory.config(ctx.agent_id).max_iterations
+
+    # ------------------------------------------------------------------ output
+
+    def filter_output(self, ctx: SessionContext, payload: Any) -> Any:
+        """Offload (pure): run the output filters on the final answer."""
+        filters = self.directory.config(ctx.agent_id).output_filters
+        text = ctx.answer
         if not filters:
             return Settled(OutputFilterResult(text))
 
-        def work(octx: OffloadContext) -> OutputFilterResult:
+        def work() -> OutputFilterResult:
             current = text
             for flt in filters:
                 try:
@@ -441,291 +572,69 @@ class AgentSessionHooks:
 
         return work
 
-    # ----------------------------------------------------------------- barriers
+    def output_blocked(self, ctx: SessionContext, payload: OutputFilterResult) -> bool:
+        """An output filter blocked the answer."""
+        return payload.blocked_reason is not None
 
-    @staticmethod
-    def _pending_records(
-        ctx: Invocation, now: Any, *, context: bool = True
-    ) -> tuple[list[Any], tuple[LLMFact, ...], tuple[ToolInvocation, ...]]:
-        """Journal records for the facts not journaled yet (LLM responses, finished
-        tool calls), and those facts — acknowledged once the barrier commits."""
-        facts = tuple(ctx.llm_facts)
-        finished = tuple(ctx.pending_tool_facts())
-        agent_id = ctx.agent.agent_id
-        records = durable.llm_records(agent_id, ctx.execution_id, facts, now, context=context)
-        records += durable.tool_records(
-            agent_id, ctx.execution_id, (c.fact() for c in finished), now, context=context
-        )
-        return records, facts, finished
+    # ------------------------------------------------------------------ endings
 
-    def _submit(self, ctx: Invocation, prepared: PreparedCommit) -> PendingBarrier:
-        return self.runtime.submit_barrier(ctx.agent.store, prepared)
+    def mark_completed(self, ctx: SessionContext, payload: OutputFilterResult) -> None:
+        """End ``completed`` with the filtered answer."""
+        ctx.output = payload.text
+        ctx.outcome = Outcome.COMPLETED
 
-    def admission(self, ctx: Invocation, payload: Any) -> Any:
-        """Create the execution at revision 0, status preparing (reference §4.1 step 2)."""
-        agent = ctx.agent
-        now = self.runtime.now()
-        execution = ExecutionRecord(
-            execution_id=ctx.execution_id,
-            agent_id=agent.agent_id,
-            revision=0,
-            status=ExecutionStatus.PREPARING,
-            phase="preparing",
-            spec_version=agent_session.SPEC_VERSION,
-            spec_sha256=agent_session.SPEC_SHA256,
-            created_at=now,
-            updated_at=now,
-            input=ctx.raw_input,
-            invocation_mode=ctx.mode,
-            metadata={
-                "recovery_contract_version": durable.RECOVERY_CONTRACT_VERSION,
-                "preparation_replayable": agent.preparation_replayable,
-                **(
-                    {"deadline_at": ctx.deadline_at.isoformat()}
-                    if ctx.deadline_at is not None
-                    else {}
-                ),
-            },
-        )
-        records = durable.input_records(agent.agent_id, ctx.execution_id, ctx.raw_input, now)
-        commit = durable.make_commit(
-            "admission", execution, None, agent.root, records, now, AgentLifecycle.ACTIVE
-        )
-        return self._submit(ctx, PreparedCommit(commit))
+    def mark_rejected(self, ctx: SessionContext, payload: Any) -> None:
+        """End ``rejected``: a tool call was rejected (an answer, not an error)."""
+        ctx.outcome = Outcome.REJECTED
 
-    def initial_preparation(self, ctx: Invocation, payload: InputFilterResult) -> Any:
-        """Active, phase calling_llm, the first pending LLM-call id (§4.1 step 6)."""
-        ctx.filtered_input = payload.text
-        ctx.messages.append(Message("user", payload.text))
-        now = self.runtime.now()
-        execution = ctx.execution
-        assert execution is not None
-        updated = execution.advance(
-            now=now,
-            status=ExecutionStatus.ACTIVE,
-            phase="calling_llm",
-            pending_llm_call_id=durable.new_id(),
-            llm_call_count=1,
-        )
-        records = durable.user_message_records(
-            ctx.agent.agent_id, ctx.execution_id, payload.text, now
-        )
-        commit = durable.make_commit(
-            "initial_preparation", updated, execution.revision, ctx.agent.root, records, now
-        )
-        return self._submit(ctx, PreparedCommit(commit))
+    def mark_handed_off(self, ctx: SessionContext, payload: Any) -> None:
+        """End ``handed_off`` (the target starts once this is committed)."""
+        ctx.outcome = Outcome.HANDED_OFF
 
-    def tool_dispatch(self, ctx: Invocation, payload: Any) -> Any:
-        """The tool barrier: the LLM response and the authorised batch (§4.3)."""
-        return self._dispatch_barrier(
-            ctx,
-            "tool_dispatch",
-            phase="dispatching_tools",
-            pending_llm_call_id=None,
-            tool_batch=durable.batch_entries(ctx.children),
-        )
+    def mark_blocked(self, ctx: SessionContext, payload: Any) -> None:
+        """End ``blocked`` by a filter."""
+        reason = getattr(payload, "blocked_reason", None) or "blocked by a filter"
+        ctx.outcome = Outcome.BLOCKED
+        ctx.blocked_reason = reason
+        ctx.error_type, ctx.error = "ContentBlockedError", reason
 
-    def provider_dispatch(self, ctx: Invocation, payload: Any) -> Any:
-        """The provider barrier: tool results and a fresh pending LLM-call id (§4.2)."""
-        assert ctx.execution is not None
-        return self._dispatch_barrier(
-            ctx,
-            "provider_dispatch",
-            phase="calling_llm",
-            pending_llm_call_id=durable.new_id(),
-            llm_call_count=ctx.execution.llm_call_count + 1,
-            tool_batch=(),
-        )
-
-    def _dispatch_barrier(self, ctx: Invocation, barrier: str, **changes: Any) -> Any:
-        """A barrier before an external effect: the execution advanced by ``changes``
-        (clearing any recovery descriptor) with the journal records and LLM facts not
-        yet durable, in one commit with the agent root (reference §4.2, §4.3)."""
-        now = self.runtime.now()
-        execution = ctx.execution
-        assert execution is not None
-        records, facts, finished = self._pending_records(ctx, now)
-        updated = execution.advance(now=now, recovery=None, **changes)
-        commit = durable.make_commit(
-            barrier, updated, execution.revision, ctx.agent.root, records, now
-        )
-        return self._submit(ctx, PreparedCommit(commit, facts, finished))
-
-    def suspension(self, ctx: Invocation, payload: Any) -> Any:
-        """Durably suspended with the approval request (§4.6 suspended outcome)."""
-        now = self.runtime.now()
-        execution = ctx.execution
-        assert execution is not None
-        items = [
-            ApprovalItem(
-                c.tool_invocation_id,
-                c.call.id,
-                c.call.name,
-                c.arguments,
-                "the tool requires approval"
-                if c.tool is not None and c.tool.requires_approval
-                else "the approval policy requires it",
-            )
-            for c in ctx.children
-            if c.status == "awaiting_approval"
-        ]
-        request = durable.approval_request_for(ctx.execution_id, items, now)
-        records, facts, finished = self._pending_records(ctx, now)
-        records.append(
-            durable.audit_record(
-                ctx.agent.agent_id,
-                ctx.execution_id,
-                durable.APPROVAL_REQUIRED,
-                now,
-                {
-                    "approval_request_id": request.request_id,
-                    "items": [i.tool_invocation_id for i in items],
-                },
-            )
-        )
-        updated = execution.advance(
-            now=now,
-            status=ExecutionStatus.SUSPENDED,
-            phase="approval",
-            pending_llm_call_id=None,
-            approval_request=request,
-            tool_batch=durable.batch_entries(ctx.children),
-        )
-        commit = durable.make_commit(
-            "suspension",
-            updated,
-            execution.revision,
-            ctx.agent.root,
-            records,
-            now,
-            AgentLifecycle.SUSPENDED,
-        )
-        return self._submit(ctx, PreparedCommit(commit, facts, finished))
-
-    def approval_decision(self, ctx: Invocation, payload: Any) -> Any:
-        """The decision, merged into the request (§4.5)."""
-        decision = ctx.approval_decision
-        execution = ctx.execution
-        assert decision is not None and execution is not None
-        commit = durable.approval_decision_commit(
-            execution,
-            ctx.agent.root,
-            request_id=decision.request_id,
-            approved=decision.approved,
-            decisions=decision.decisions,
-            now=self.runtime.now(),
-        )
-        return self._submit(ctx, PreparedCommit(commit))
-
-    def terminal_commit(self, ctx: Invocation, payload: Any) -> Any:
-        """The terminal outcome (§4.6 completed / failed / handed_off outcomes)."""
-        now = self.runtime.now()
-        execution = ctx.execution
-        assert execution is not None and ctx.outcome is not None
-        agent_id = ctx.agent.agent_id
-        outcome = ctx.outcome
-        succeeded = outcome in ("completed", "rejected", "handed_off")
-        records, facts, finished = self._pending_records(ctx, now, context=succeeded)
-        metadata = dict(execution.metadata)
-        changes: dict[str, Any] = {
-            "status": TERMINAL_STATUS[outcome],
-            "phase": outcome if outcome != "rejected" else "completed",
-            "pending_llm_call_id": None,
-            "terminal_reason": outcome,
-            "recovery": None,
-        }
-        if outcome == "completed":
-            records.append(
-                durable.audit_record(
-                    agent_id, ctx.execution_id, durable.FINAL_OUTPUT, now, {"text": ctx.output}
-                )
-            )
-            changes["output"] = ctx.output
-        elif outcome == "handed_off":
-            metadata["handoff"] = ctx.handoff
-        if not succeeded or outcome == "rejected":
-            error = ctx.error
-            if outcome == "rejected":
-                changes["error"] = ErrorInfo("ToolRejected", "a tool call was rejected")
+    def mark_failed(self, ctx: SessionContext, payload: Any) -> None:
+        """End ``failed``, keeping the first error seen (the exception of the failed
+        step, or why the execution cannot go on)."""
+        ctx.outcome = Outcome.FAILED
+        if isinstance(payload, BaseException):
+            self.directory.note_error(ctx.execution_id, payload)
+            if ctx.error is None:
+                ctx.error_type, ctx.error = type(payload).__name__, str(payload)
+            return
+        if ctx.error is None:
+            if ctx.llm_calls >= self.directory.config(ctx.agent_id).max_iterations:
+                ctx.error_type, ctx.error = "ExecutionFailedError", "max_iterations reached"
             else:
-                changes["error"] = durable.error_info(error)
-        records.append(
-            durable.audit_record(
-                agent_id,
-                ctx.execution_id,
-                f"execution_{outcome}",
-                now,
-                {
-                    "status": outcome,
-                    "error": changes["error"].render() if "error" in changes else None,
-                },
-            )
-        )
-        changes["metadata"] = metadata
-        updated = execution.advance(now=now, **changes)
-        commit = durable.make_commit(
-            "terminal_commit",
-            updated,
-            execution.revision,
-            ctx.agent.root,
-            records,
-            now,
-            AgentLifecycle.IDLE,
-        )
-        return self._submit(ctx, PreparedCommit(commit, facts, finished))
+                ctx.error_type, ctx.error = "ExecutionFailedError", "execution failed"
 
-    def recovery_resolution(self, ctx: Invocation, payload: Any) -> Any:
-        """The operator's resolution, one transaction (reference §6.6)."""
-        from phronomy_fsm.agent.recovery import resolution_commit
+    # ------------------------------------------------------------------ policies
 
-        assert ctx.resolution is not None and ctx.execution is not None
-        prepared = resolution_commit(
-            ctx.execution, ctx.agent.root, ctx.resolution, self.runtime.now()
-        )
-        return self._submit(ctx, PreparedCommit(prepared))
+    def effect_policy(self, ctx: SessionContext, effect: str, declared: EffectKind) -> EffectKind:
+        """The ``Machine.effect_policy`` of ``agent_session``: the LLM call follows
+        the agent's ``llm_resend``; an agent this process has not loaded keeps the
+        declared kind."""
+        if effect != "call_llm":
+            return declared
+        config = self.directory.find(ctx.agent_id)
+        return declared if config is None else config.llm_effect()
 
-    # ----------------------------------------------------- barrier outcome hook
 
-    def _settle_resolvers(self, ctx: Invocation, outcome: BarrierOutcome) -> None:
-        """A committed resolution makes its resolve calls observers of the execution's
-        outcome; any other outcome fails them (reference §6.6: conflict → ConflictError)."""
-        resolvers, ctx.resolvers = ctx.resolvers, []
-        if outcome.outcome == COMMITTED:
-            ctx.waiters.extend(resolvers)
-            return
-        error = outcome.error or ExecutionFailedError(
-            f"the resolution of execution {ctx.execution_id} did not commit ({outcome.outcome})",
-            execution_id=ctx.execution_id,
-        )
-        for task in resolvers:
-            task.fail(error)
+def usage_of(ctx: SessionContext) -> Usage:
+    """The token counts of ``ctx`` so far."""
+    return Usage(ctx.usage.get("prompt_tokens", 0), ctx.usage.get("completion_tokens", 0))
 
-    def apply_barrier_outcome(self, ctx: Invocation, state: str, outcome: BarrierOutcome) -> None:
-        """Apply a committed barrier to live state (execution, agent root, acknowledged
-        facts) before the FSM decides (reference §4.2 "replace the live execution and
-        acknowledge the snapshot" — the committed state is real whatever follows)."""
-        if state == "resolving":
-            self._settle_resolvers(ctx, outcome)
-            if outcome.outcome == COMMITTED and ctx.abort is not None and ctx.session_id:
-                # cancel() during the resolution barrier returned True: the operator's
-                # answer is durable; the execution then ends cancelled instead of
-                # going on (queued ahead of the next state's own work; issue 11 item 7)
-                self.runtime.dispatcher.post(ctx.session_id, "cancel_requested", ctx.abort)
-        if outcome.outcome != COMMITTED or not isinstance(outcome.value, PreparedCommit):
-            return
-        prepared: PreparedCommit = outcome.value
-        commit = prepared.commit
-        ctx.execution = commit.execution
-        if commit.agent is not None:
-            ctx.agent.root = commit.agent
-        if prepared.llm_facts:
-            acknowledged = set(map(id, prepared.llm_facts))
-            ctx.llm_facts = [f for f in ctx.llm_facts if id(f) not in acknowledged]
-        for child in prepared.tool_children:
-            child.journaled = True
-        if commit.execution.approval_request is not None:
-            ctx.approval_request = commit.execution.approval_request
-        if commit.barrier == "recovery_resolution":
-            from phronomy_fsm.agent.recovery import apply_resolution
 
-            apply_resolution(ctx, commit)
+__all__ = [
+    "AgentSessionHooks",
+    "InputFilterResult",
+    "OutputFilterResult",
+    "ToolDecision",
+    "tool_message_text",
+    "usage_of",
+]

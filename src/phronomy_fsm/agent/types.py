@@ -1,8 +1,7 @@
-"""Value types of the agent layer: messages, LLM requests and responses, tool calls,
-events, decisions and results.
+"""Value types of the agent layer: messages, LLM requests and responses, tool calls.
 
-All are frozen attrs classes (immutable snapshots cross the worker boundary, reference
-§0 rule 1). Messages follow the OpenAI chat shape so providers can send them as they are:
+All are frozen attrs classes: immutable snapshots cross from the loop thread to the
+workers that call the LLM and the tools. Messages follow the OpenAI chat shape so providers can send them as they are:
 ``role`` is ``system``, ``user``, ``assistant`` or ``tool``.
 """
 
@@ -130,14 +129,76 @@ class LLMRequest:
 
 @attrs.frozen
 class LLMResponse:
-    """What the provider answered: text and/or tool calls, usage and the
-    ``llm_call_id`` it answers (stale answers are dropped by id, reference §1.5)."""
+    """What the provider answered: text and/or tool calls, usage, the model, the
+    ``finish_reason`` when the provider gave one (``stop``, ``tool_calls``,
+    ``length``...), and the ``llm_call_id`` it answers (an answer to another call is
+    refused)."""
 
     llm_call_id: str
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     usage: Usage = Usage()
     model: str | None = None
+    finish_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form an operator supplies for an LLM call that may or may not have
+        answered (``resolve --outcome succeeded --result``): ``{"content",
+        "tool_calls": [{"id", "name", "arguments"}], "model", "finish_reason",
+        "usage": {"prompt_tokens", "completion_tokens"}}``."""
+        return {
+            "content": self.content,
+            "tool_calls": [
+                {"id": c.id, "name": c.name, "arguments": c.arguments_json} for c in self.tool_calls
+            ],
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+            "usage": {
+                "prompt_tokens": self.usage.prompt_tokens,
+                "completion_tokens": self.usage.completion_tokens,
+            },
+        }
+
+    @classmethod
+    def from_json(cls, llm_call_id: str, data: Any) -> LLMResponse:
+        """The response an operator supplied as JSON (the shape of :meth:`to_json`;
+        ``tool_calls`` entries may also be in the OpenAI ``{"id", "function": {"name",
+        "arguments"}}`` form, ``arguments`` a JSON string or an object).
+
+        Raises:
+            ValueError: ``data`` is not such an object (the message says what is wrong).
+        """
+        if not isinstance(data, dict):
+            raise ValueError(  # noqa: TRY004 - one error type for every bad answer
+                'an LLM answer must be a JSON object like {"content": "...", "tool_calls": []}'
+            )
+        content = data.get("content")
+        if content is not None and not isinstance(content, str):
+            raise ValueError("the LLM answer's content must be a string or null")
+        calls = []
+        for index, raw in enumerate(data.get("tool_calls") or ()):
+            if not isinstance(raw, dict):
+                raise ValueError(f"tool_calls[{index}] must be an object")  # noqa: TRY004
+            nested = raw.get("function")
+            function: dict[str, Any] = nested if isinstance(nested, dict) else raw
+            name, arguments = function.get("name"), function.get("arguments", "{}")
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"tool_calls[{index}] has no name")
+            if not isinstance(arguments, str):
+                arguments = json.dumps(arguments, sort_keys=True)
+            raw_id = raw.get("id")
+            ident = raw_id if isinstance(raw_id, str) and raw_id else f"call_{index}"
+            calls.append(ToolCall(ident, name, arguments))
+        raw_usage = data.get("usage")
+        usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
+        return cls(
+            llm_call_id,
+            content,
+            tuple(calls),
+            Usage(int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)),
+            data.get("model") if isinstance(data.get("model"), str) else None,
+            data.get("finish_reason") if isinstance(data.get("finish_reason"), str) else None,
+        )
 
     def message(self) -> Message:
         """The assistant message this response adds to the conversation."""
@@ -152,86 +213,4 @@ class TokenChunk:
     content: str
 
 
-@attrs.frozen
-class ApprovalDecision:
-    """An approve/reject call for approval request ``request_id`` of an execution.
-
-    ``approved`` applies to every item when ``decisions`` is None; ``decisions``
-    (tool invocation id → bool), when given, decides items one by one and must name
-    every item of the request (a rejected item becomes a rejected tool result the LLM
-    sees, and the execution continues). ``Agent.approve`` refuses a mapping that
-    leaves an item out (issue 11 item 1).
-    """
-
-    execution_id: str
-    request_id: str
-    approved: bool
-    decisions: dict[str, bool] | None = None
-
-
-@attrs.frozen
-class AbortReason:
-    """Why an execution is being cancelled: ``kind`` is ``cancelled``, ``timeout`` or
-    ``callback_failed``; ``error`` is what the caller's task fails with."""
-
-    kind: str
-    error: BaseException
-
-    @property
-    def status(self) -> str:
-        """The durable terminal status: ``cancelled`` for an explicit cancel, ``failed``
-        for a timeout or a raising listener (reference §2.2 failure mapping)."""
-        return "cancelled" if self.kind == "cancelled" else "failed"
-
-
-@attrs.frozen
-class Resolution:
-    """An operator's answer to a recovery subject (reference §6.6).
-
-    ``subject`` is ``{"type": "llm_call", "llm_call_id": ...}`` or ``{"type":
-    "tool_invocation", "tool_invocation_id": ...}``; ``outcome`` is ``succeeded``,
-    ``failed`` or ``not_performed``; ``result`` is required for ``succeeded`` (an LLM
-    response dict or a tool result), ``error`` for ``failed``.
-    """
-
-    execution_id: str
-    expected_revision: int
-    subject: dict[str, Any]
-    outcome: str
-    result: Any = None
-    error: str | None = None
-
-
-@attrs.frozen
-class AgentEvent:
-    """An event delivered to the agent's listener (reference §8.3): ``type`` is one of
-    ``token``, ``tool_call``, ``tool_result``, ``approval_required``, ``done``,
-    ``handoff``, ``error``, ``timeout``, ``cancelled``, ``recovery_resolution_required``;
-    ``payload`` is a JSON-like dict; ``execution_id`` names the execution."""
-
-    type: str
-    execution_id: str
-    payload: dict[str, Any] = attrs.field(factory=dict)
-
-
-@attrs.frozen
-class AgentResult:
-    """The outcome of one execution as its caller sees it.
-
-    ``status`` is the durable terminal status (``completed``, ``rejected``,
-    ``handed_off``); failures, blocks and cancellations are raised instead.
-    ``handoff`` holds ``{"target_agent_id", "target_execution_id", ...}`` for a handoff.
-    """
-
-    agent_id: str
-    execution_id: str
-    status: str
-    output: str | None
-    revision: int
-    usage: Usage = Usage()
-    handoff: dict[str, Any] | None = None
-
-    @property
-    def rejected(self) -> bool:
-        """True when a tool call was rejected (status ``rejected``)."""
-        return self.status == "rejected"
+__all__ = ["LLMRequest", "LLMResponse", "Message", "TokenChunk", "ToolCall", "ToolSpec", "Usage"]

@@ -1,7 +1,9 @@
 """The ``phronomy-fsm`` command line: a thin click layer over the library.
 
-Commands live in sibling modules by area (specs, store, agents) and are registered on
-:data:`main`. This package is the only place that turns library errors into exit codes:
+Commands live in sibling modules by area (specs, executions, store, the demo, operator
+actions, workers) and are registered on :data:`main`; each parses its options, calls
+the library (:mod:`phronomy_fsm.operator` for everything an operator does) and formats
+the result. This package is the only place that turns library errors into exit codes:
 0 success, 1 invalid input or a failed check, 2 usage error (click's own), 3 an execution
 needs an operator decision (:mod:`phronomy_fsm.cli._common`). Diagnostics go to stderr,
 the library's warnings as ``warning: ...`` lines.
@@ -26,7 +28,8 @@ def main(ctx: click.Context) -> None:
 
 def _register() -> None:
     from phronomy_fsm.cli import (
-        agent_commands,
+        demo_commands,
+        execution_commands,
         operator_commands,
         spec_commands,
         store_commands,
@@ -34,8 +37,9 @@ def _register() -> None:
     )
 
     spec_commands.register(main)
+    execution_commands.register(main)
     store_commands.register(main)
-    agent_commands.register(main)
+    demo_commands.register(main)
     operator_commands.register(main)
     worker_commands.register(main)
 

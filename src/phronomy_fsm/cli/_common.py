@@ -1,8 +1,8 @@
 """Exit codes and the one-line error exit shared by the command modules.
 
-Exit codes (README "Command line"): 0 success, 1 invalid input or a failed check,
-2 usage error (click's own), 3 an execution is parked in ``recovery_required`` and
-needs an operator decision (``phronomy-fsm resolve``; reference §6).
+Exit codes (``docs/operations.md``, "Exit codes"): 0 success, 1 invalid input or a
+failed check, 2 usage error (click's own), 3 an execution is parked in
+``recovery_required`` and needs an operator decision (``phronomy-fsm resolve``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
 EXIT_FAILED = 1  #: invalid input, a refused operation or a failed check
-EXIT_NEEDS_OPERATOR = 3  #: recovery parked an execution for an operator decision
+EXIT_NEEDS_OPERATOR = 3  #: an execution waits in recovery_required for an operator
 
 #: ``--db PATH``: the store file every store and operator command needs. Click checks
 #: nothing about the file (a directory or an unreadable file would be its usage error,
@@ -44,16 +44,9 @@ app_option = click.option(
     "--app",
     "app",
     required=True,
-    help="Application factory MODULE:FACTORY: a durable application factory(db_path) -> "
-    "DurableApp, or an agent factory(agent_id, db_path) -> Agent.load keyword arguments "
-    "(see docs/operations.md).",
-)
-#: ``--takeover``: override an owner whose liveness cannot be checked (docs/operations.md).
-takeover_option = click.option(
-    "--takeover",
-    is_flag=True,
-    help="Take the agent(s) over from an owner whose liveness cannot be checked from here "
-    "(a process on another host); only if you know that process is gone.",
+    help="A durable application factory MODULE:FACTORY, factory(db_path) -> DurableApp "
+    "(for agents one built with phronomy_fsm.agent.app.agent_app, such as "
+    "phronomy_fsm.demo:create_app; see docs/operations.md).",
 )
 
 
@@ -66,8 +59,7 @@ _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 def one_line(text: str, *, json: bool = False) -> str:
     """Return ``text`` with every character a terminal could act on written as an
     escape, so one diagnostic or one table cell is always one line of the terminal and
-    nothing in it can move the cursor, recolour it or reverse the text (issue 11 item
-    9): categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
+    nothing in it can move the cursor, recolour it or reverse the text: categories Cc, Cf, Cs, Zl and Zp — newline, CR, ESC, NUL, C1 controls, U+202E
     and other bidi and zero-width format characters, lone surrogates, U+2028/U+2029.
 
     Args:
@@ -177,9 +169,9 @@ def echo_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def require_store_file(db: str) -> None:
     """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
-    the CLI never creates or initialises a store by accident (except ``demo``), so a
-    mistyped path or a zero-length file is not reported as a store with nothing in it
-    (issue 11 item 10a). Checked before anything opens the file."""
+     the CLI never creates or initialises a store by accident (except ``demo``), so a
+     mistyped path or a zero-length file is not reported as a store with nothing in it
+    . Checked before anything opens the file."""
     try:
         st = os.stat(db)
     except FileNotFoundError:

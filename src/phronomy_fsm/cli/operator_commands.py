@@ -1,184 +1,367 @@
-"""Operator commands: ``phronomy-fsm recover`` and ``phronomy-fsm resolve`` (issues 6, 12).
+"""Operator commands: ``phronomy-fsm recover``, ``resolve``, ``approve``, ``signal``
+and ``cancel`` (``docs/operations.md``, "Operating durable executions").
 
-Both work on the executions of the durable engine (any machine) and on agent
-executions. Which one is decided by what is stored: ``resolve`` looks at the stored
-execution, ``recover`` at the ``--app MODULE:FACTORY`` factory's signature. A durable
-application factory ``factory(db_path) -> DurableApp`` is handled by
-:mod:`phronomy_fsm.cli.durable_commands` (over :mod:`phronomy_fsm.operator`); the rest
-of this module is the agent side.
+They work on executions of any machine in a store — an agent's executions and tool
+calls included. Each command parses, calls :mod:`phronomy_fsm.operator` and formats
+(:mod:`phronomy_fsm.cli._format`); nothing else. Writes go to the execution's durable
+inbox: a live owner applies them at once; with ``--app MODULE:FACTORY`` (a durable
+application factory ``factory(db_path) -> DurableApp``; for agents one built with
+:func:`phronomy_fsm.agent.app.agent_app`, such as ``phronomy_fsm.demo:create_app``)
+the command also recovers the store in this process until the execution rests. Text
+output escapes control characters; ``--json`` prints one JSON object; a progress bar
+is drawn on stderr only when stderr is a terminal.
 
-Agents are loaded through an application factory given as ``--app MODULE:FACTORY``: a
-callable ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword
-arguments of :meth:`Agent.load <phronomy_fsm.agent.agent.Agent.load>` other than
-``store``, ``runtime`` and ``on_event`` (at least ``provider``; usually ``tools``).
-:func:`phronomy_fsm.demo.create_app` is an example.
-
-``recover`` loads every agent that has an active execution: continuations run to their
-next resting point, suspended executions wait for approval again, and executions whose
-outcome cannot be proven are listed with their resolution request. ``resolve`` answers
-one such request (reference §6.6) and lets the execution continue.
-
-Both refuse an agent that a running process owns (``--takeover`` only overrides an
-owner whose liveness cannot be checked from here; docs/operations.md "Who owns an
-agent").
-
-Exit codes: 0 success; 1 a refused resolution, an agent owned by a running process,
-an unloadable app, or a store error; 2 usage; 3 an execution waits for an operator
-(``recover``). Diagnostics go to stderr.
+Exit codes: 0 done (with ``--app``, or for ``recover``: everything rests and nothing
+waits for an operator); 1 refused (nothing written), an application that cannot be
+loaded, a storage error, or an execution still moving when ``--wait-seconds`` ran out;
+2 usage; 3 an execution waits for an operator (answer it with ``phronomy-fsm
+resolve``).
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import os
 import sys
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import click
 
 from phronomy_fsm import operator
 from phronomy_fsm.cli._common import (
-    EXIT_FAILED,
     EXIT_NEEDS_OPERATOR,
     app_option,
     db_option,
+    echo,
+    emit_json,
     fail,
-    one_line,
     open_store,
+    parse_json_option,
     require_store_file,
-    takeover_option,
 )
-from phronomy_fsm.cli.durable_commands import recover_engine, resolve_engine
-from phronomy_fsm.durable.app import is_durable_factory
-from phronomy_fsm.durable.records import ExecutionRecord as EngineRecord
-from phronomy_fsm.errors import (
-    AgentOwnedError,
-    ConfigurationError,
-    NotFoundError,
-    PhronomyError,
+from phronomy_fsm.cli._format import echo_receipt, echo_recovery
+from phronomy_fsm.errors import PhronomyError
+
+#: What the operator's signals record as their sender.
+SENDER = "cli"
+
+_apply_app_option = click.option(
+    "--app",
+    "app",
+    default=None,
+    help="A durable application factory MODULE:FACTORY (factory(db_path) -> DurableApp; "
+    "for agents one built with phronomy_fsm.agent.app.agent_app): also recover the store "
+    "in this process until the execution rests.",
 )
-
-RESTING = (
-    "approval_required",
-    "recovery_resolution_required",
-    "done",
-    "handoff",
-    "error",
-    "timeout",
-    "cancelled",
+_wait_option = click.option(
+    "--wait-seconds",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="With --app: how long to wait for the execution to come to rest.",
 )
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 
 
-def load_factory(spec: str) -> Callable[[str, str], dict[str, Any]]:
-    """Import ``MODULE:FACTORY``. Raises ``click.BadParameter`` with a clear reason."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise click.BadParameter(f"expected MODULE:FACTORY, got {spec!r}", param_hint="--app")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        # like `python -m`: the application's module is usually in the working directory
-        sys.path.insert(0, os.getcwd())
+# ------------------------------------------------------------------ shared steps
+
+
+def _load_app(app: str | None, db: str) -> Any:
+    """The durable application of ``--app``, loaded before anything is written."""
+    if app is None:
+        return None
+    from phronomy_fsm.durable.app import load_app
+
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise click.BadParameter(
-            f"cannot import {module_name!r}: {exc}", param_hint="--app"
-        ) from exc
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise click.BadParameter(f"{module_name!r} has no callable {attr!r}", param_hint="--app")
-    return factory  # type: ignore[no-any-return]
+        return load_app(app, db)
+    except PhronomyError as exc:
+        fail(f"{exc}; nothing was written")
 
 
-def _call_factory(
-    factory: Callable[[str, str], dict[str, Any]], app: str, agent_id: str, db: str
-) -> dict[str, Any]:
-    """``factory(agent_id, db)``, its failure turned into a ConfigurationError that
-    names the factory (the CLI reports it as one ``error:`` line, not a traceback)."""
-    try:
-        options = factory(agent_id, db)
-    except Exception as exc:  # application code: reported, not re-raised
-        raise ConfigurationError(
-            f"--app {app} failed for agent {agent_id!r}: {type(exc).__name__}: {exc}"
-        ) from exc
-    if not isinstance(options, dict):
-        raise ConfigurationError(
-            f"--app {app} must return a dict of Agent.load keyword arguments, "
-            f"got {type(options).__name__}"
+def _apply(
+    store: Any, durable_app: Any, app: str | None, execution_id: str, db: str, wait_seconds: float
+) -> operator.StoreRecoveryReport | None:
+    if durable_app is None:
+        return None
+    return operator.recover_store(
+        store,
+        durable_app,
+        wait_seconds=wait_seconds,
+        wait_for=[execution_id],
+        db_path=db,
+        app_spec=app,
+    )
+
+
+def _exit_for(entries: tuple[operator.RecoveredExecution, ...], wait_seconds: float) -> None:
+    moving = [e for e in entries if e.found_status is not None and not e.at_rest]
+    if moving:
+        ids = ", ".join(e.execution_id for e in moving)
+        fail(
+            f"{ids}: not at rest after {wait_seconds:g} s (still {moving[0].record.status.value}); "
+            "the next recover resumes it from its last commit (or give more --wait-seconds)"
         )
-    return options
+    if any(e.needs_operator for e in entries):
+        sys.exit(EXIT_NEEDS_OPERATOR)
 
 
-class _Watcher:
-    """Collects events and wakes a waiter when an execution comes to rest."""
+def _finish(
+    headline: str,
+    receipt: operator.InboxReceipt,
+    report: operator.StoreRecoveryReport | None,
+    db: str,
+    as_json: bool,
+    wait_seconds: float,
+) -> None:
+    """Print what an inbox write did and, with ``--app``, where the execution and the
+    parents it notifies went; exit as the module docstring says."""
+    entries: tuple[operator.RecoveredExecution, ...] = ()
+    if report is not None:
+        chain = [receipt.signal.execution_id]
+        first = report.get(chain[0])
+        while first is not None and first.record.parent_execution_id is not None:
+            chain.append(first.record.parent_execution_id)
+            first = report.get(chain[-1])
+        entries = tuple(e for e in (report.get(eid) for eid in chain) if e is not None)
+    if as_json:
+        data = receipt.to_dict()
+        data["execution"] = entries[0].to_dict() if entries else None
+        data["parents"] = [e.to_dict() for e in entries[1:]]
+        emit_json(data)
+    else:
+        echo_receipt(headline, receipt, db, applied_here=bool(entries))
+        echo_recovery(entries)
+    if entries:
+        _exit_for(entries, wait_seconds)
 
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-        self.cond = threading.Condition()
 
-    def __call__(self, event: Any) -> None:
-        with self.cond:
-            self.events.append(event)
-            self.cond.notify_all()
+# ------------------------------------------------------------------ commands
 
-    def poke(self, *_: Any) -> None:
-        """Wake the waiter (e.g. when a task settled without an event)."""
-        with self.cond:
-            self.cond.notify_all()
 
-    def wait_rest(
-        self,
-        execution_id: str,
-        after: int,
-        timeout: float,
-        stop: Callable[[], bool] = lambda: False,
-        newer_than: int | None = None,
-    ) -> Any:
-        """The last resting event of ``execution_id`` among the events from index
-        ``after`` on, waiting up to ``timeout`` s (or until ``stop()``) for one; None if
-        there is none. ``newer_than`` skips resolution requests at or below that
-        execution revision (the announcement that a resolution answers may still be
-        on its way when the resolution is sent)."""
+@click.command("signal")
+@click.argument("execution_id")
+@click.argument("event")
+@db_option
+@click.option("--payload", default=None, help="The event's payload, as JSON.")
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
+@click.option("--signal-id", default=None, help="An id that makes a retried send a no-op.")
+@_apply_app_option
+@_wait_option
+@_json_option
+def signal_command(
+    execution_id: str,
+    event: str,
+    db: str,
+    payload: str | None,
+    expected_revision: int | None,
+    signal_id: str | None,
+    app: str | None,
+    wait_seconds: float,
+    as_json: bool,
+) -> None:
+    """Send EVENT (a signal the machine declares) to an execution's inbox.
 
-        def resting(e: Any) -> bool:
-            if e.execution_id != execution_id or e.type not in RESTING:
-                return False
-            return not (
-                newer_than is not None
-                and e.type == "recovery_resolution_required"
-                and e.payload["execution_revision"] <= newer_than
+    Refused, writing nothing (exit 1): an unknown or finished execution, an event the
+    machine does not declare or that only the engine posts (state_completed, offload
+    and barrier outcomes), a payload that is not JSON, a stale --expected-revision,
+    an agent's approval_decided (use approve) or tool_finished."""
+    value = parse_json_option(payload, "--payload")
+    durable_app = _load_app(app, db)
+    with open_store(db) as store:
+        receipt = operator.signal_execution(
+            store,
+            execution_id,
+            event,
+            value,
+            expected_revision=expected_revision,
+            signal_id=signal_id,
+            sender=SENDER,
+        )
+        report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
+    _finish(f"signal {event}", receipt, report, db, as_json, wait_seconds)
+
+
+@click.command("cancel")
+@click.argument("execution_id")
+@db_option
+@click.option(
+    "--reason",
+    default="cancelled by an operator",
+    show_default=True,
+    help="Recorded with the cancel.",
+)
+@click.option("--signal-id", default=None, help="An id that makes a retried cancel a no-op.")
+@_apply_app_option
+@_wait_option
+@_json_option
+def cancel_command(
+    execution_id: str,
+    db: str,
+    reason: str,
+    signal_id: str | None,
+    app: str | None,
+    wait_seconds: float,
+    as_json: bool,
+) -> None:
+    """Cancel an execution (an agent's too): its owner stops it and, once nothing of
+    it runs, it finishes cancelled (an effect already running completes; its result
+    is dropped). Refused, writing nothing (exit 1): an unknown or finished
+    execution."""
+    durable_app = _load_app(app, db)
+    with open_store(db) as store:
+        receipt = operator.cancel_execution(
+            store, execution_id, reason=reason, signal_id=signal_id, sender=SENDER
+        )
+        report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
+    _finish("cancel", receipt, report, db, as_json, wait_seconds)
+
+
+def _parse_decisions(items: tuple[str, ...]) -> dict[str, bool] | None:
+    if not items:
+        return None
+    decisions: dict[str, bool] = {}
+    for item in items:
+        ident, sep, verdict = item.rpartition("=")
+        if not sep or not ident or verdict not in ("approve", "reject"):
+            raise click.BadParameter(
+                f"{item!r}: use TOOL_INVOCATION_ID=approve or TOOL_INVOCATION_ID=reject",
+                param_hint="--item",
             )
-
-        with self.cond:
-            self.cond.wait_for(
-                lambda: stop() or any(resting(e) for e in self.events[after:]), timeout
-            )
-            rest = [e for e in self.events[after:] if resting(e)]
-            return rest[-1] if rest else None
+        decisions[ident] = verdict == "approve"
+    return decisions
 
 
-def _describe(event: Any) -> dict[str, Any]:
-    if event is None:
-        return {"state": "running"}
-    payload = event.payload
-    if event.type == "approval_required":
-        return {"state": "suspended", "approval_request_id": payload["request"]["id"]}
-    if event.type == "recovery_resolution_required":
-        return {
-            "state": "recovery_required",
-            "execution_revision": payload["execution_revision"],
-            "subject": payload["subject"],
-            "allowed_outcomes": payload["allowed_outcomes"],
-            "reason": payload["reason"],
-            "facts": payload["facts"],
-        }
-    return {
-        "state": payload.get("status", event.type),
-        "output": payload.get("output"),
-        "error": payload.get("error"),
-    }
+@click.command("approve")
+@click.argument("execution_id")
+@click.option(
+    "--request",
+    "request_id",
+    required=True,
+    help="The approval request id (executions show prints it with the items).",
+)
+@db_option
+@click.option("--reject", is_flag=True, help="Reject the whole request instead of approving it.")
+@click.option(
+    "--item",
+    "items",
+    multiple=True,
+    metavar="TOOL_INVOCATION_ID=approve|reject",
+    help="Decide one item (repeat for every item of the request) instead of all at once.",
+)
+@click.option("--by", default=None, help="Who decided (kept in the execution's audit).")
+@_apply_app_option
+@_wait_option
+@_json_option
+def approve_command(
+    execution_id: str,
+    request_id: str,
+    db: str,
+    reject: bool,
+    items: tuple[str, ...],
+    by: str | None,
+    app: str | None,
+    wait_seconds: float,
+    as_json: bool,
+) -> None:
+    """Decide an agent execution's pending approval request, from any process.
+
+    The decision is checked against the stored execution and written to its durable
+    inbox; the worker that runs the execution applies it (docs/operations.md, "Who
+    runs an execution"). With no live worker it waits there until the execution is
+    recovered — add --app to recover it here (for the demo: phronomy-fsm demo
+    --resume). Refused, writing nothing (exit 1): not waiting for approval, another
+    request, decisions that do not name every item, or a request already decided."""
+    if reject and items:
+        raise click.UsageError("--reject decides the whole request; leave out --item")
+    decisions = _parse_decisions(items)
+    durable_app = _load_app(app, db)
+    with open_store(db) as store:
+        receipt = operator.approve_execution(
+            store,
+            execution_id,
+            approval_request_id=request_id,
+            approved=not reject,
+            decisions=decisions,
+            by=by or SENDER,
+            sender=SENDER,
+        )
+        report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
+    verb = "rejected" if reject else ("decided" if decisions is not None else "approved")
+    _finish(f"{verb} request {request_id}", receipt, report, db, as_json, wait_seconds)
+
+
+@click.command("resolve")
+@click.argument("execution_id")
+@db_option
+@click.option(
+    "--expected-revision",
+    required=True,
+    type=int,
+    help="The execution's revision as read (executions show, or the recover output).",
+)
+@click.option(
+    "--outcome",
+    required=True,
+    type=click.Choice(["succeeded", "failed", "not_performed", "retry"]),
+    help="What happened: succeeded (give --result), failed (give --error), not_performed "
+    "(nothing is sent again), or retry (run the effect again; you accept the risk).",
+)
+@click.option(
+    "--result",
+    default=None,
+    help="For succeeded: the result as JSON (an LLM call's answer: "
+    '{"content": "...", "tool_calls": [...]}).',
+)
+@click.option("--error", default=None, help="For failed: what went wrong.")
+@click.option(
+    "--subject",
+    default=None,
+    help="An optional check that the answer is about the stored subject: effect:HOOK or "
+    "execution:ID, for an agent llm_call:ID or tool_invocation:ID.",
+)
+@_apply_app_option
+@_wait_option
+@_json_option
+def resolve_command(
+    execution_id: str,
+    db: str,
+    expected_revision: int,
+    outcome: str,
+    result: str | None,
+    error: str | None,
+    subject: str | None,
+    app: str | None,
+    wait_seconds: float,
+    as_json: bool,
+) -> None:
+    """Answer an execution that waits for an operator: say what happened to its
+    subject (recover and executions show print the exact commands).
+
+    The answer is checked against the stored execution and written to its durable
+    inbox in one transaction — a live owner applies it at once, or with --app this
+    process recovers the store until the execution (and the agent execution a tool
+    call belongs to) rests. Refused, writing nothing (exit 1): not waiting for an
+    operator, a stale --expected-revision, an outcome not allowed for the subject, a
+    --result that is not JSON (or not an LLM answer for an LLM call), another
+    --subject, a finished execution."""
+    value = parse_json_option(result, "--result")
+    durable_app = _load_app(app, db)
+    with open_store(db) as store:
+        receipt = operator.resolve_execution(
+            store,
+            execution_id,
+            expected_revision=expected_revision,
+            outcome=outcome,
+            result=value,
+            error=error,
+            subject=subject,
+            sender=SENDER,
+        )
+        report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
+    _finish(f"resolution {outcome}", receipt, report, db, as_json, wait_seconds)
 
 
 @click.command("recover")
@@ -188,299 +371,74 @@ def _describe(event: Any) -> dict[str, Any]:
     "--wait-seconds",
     default=60.0,
     show_default=True,
-    type=float,
-    help="How long to wait for the executions to come to rest (per agent, for agents).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@takeover_option
-def recover(db: str, app: str, wait_seconds: float, as_json: bool, takeover: bool) -> None:
-    """Recover every active execution of a store after a restart.
-
-    With a durable application factory ``factory(db_path) -> DurableApp`` (for
-    example tests.durable.order_app:create_app): claim every active execution of its
-    machines that no live worker runs, resume each from its last commit, and wait up
-    to --wait-seconds until they rest (waiting for a signal or timer, waiting for an
-    operator, or finished). Prints per execution what it is doing and, for each that
-    waits for an operator, the exact resolve commands. Exits 3 when one waits for an
-    operator, 1 when one is still moving at the deadline (the next recover resumes
-    it), else 0.
-
-    With an agent factory: load every agent with an active execution and recover it:
-    continuations run to their next resting point, suspended executions wait for
-    approval again, and those whose outcome cannot be proven are listed with their
-    resolution request. Agents that a crash left with an acknowledged but never
-    admitted handoff are loaded too, which starts that handoff.
-
-    --app names a factory ``MODULE:FACTORY`` with the signature
-    ``factory(agent_id: str, db_path: str) -> dict`` returning the keyword arguments of
-    Agent.load other than store, runtime and on_event (provider, tools, ...); for
-    example phronomy_fsm.demo:create_app.
-
-    An agent owned by a running process (docs/operations.md "Who owns an agent") is
-    not loaded: an `error:` line names that process, its entry says `not_loaded`, and
-    the command exits 1; nothing of that agent is written. Otherwise it exits 3 when
-    an execution is left in `recovery_required` (answer it with `resolve`), else 0."""
-    from tqdm import tqdm
-
-    from phronomy_fsm.agent import Agent, AgentRuntime
-    from phronomy_fsm.agent.recovery import pending_handoffs
-    from phronomy_fsm.store import SqliteBarrierStore
-
-    require_store_file(db)
-    factory = load_factory(app)
-    if is_durable_factory(factory):
-        if takeover:
-            raise click.UsageError("--takeover applies to agent applications only")
-        recover_engine(db, app, wait_seconds, as_json)
-        return
-    runtime = AgentRuntime()
-    watcher = _Watcher()
-    summary: list[dict[str, Any]] = []
-    try:
-        store = SqliteBarrierStore(db)
-        # each agent's active execution, or the first handoff to it that a crash
-        # acknowledged but never admitted (loading the agent starts it)
-        active_ids = {e.agent_id: e.execution_id for e in store.active_executions()}
-        waiting = dict(active_ids)
-        for pending in pending_handoffs(store):
-            waiting.setdefault(pending.target_agent_id, pending.target_execution_id)
-        handoff_targets = set(waiting.values()) - set(active_ids.values())
-        agents = sorted(waiting)
-        for agent_id in tqdm(
-            agents,
-            desc="recovering",
-            unit="agent",
-            file=sys.stderr,
-            disable=not agents or not sys.stderr.isatty(),
-        ):
-            execution_id = waiting[agent_id]
-            mark = len(watcher.events)
-            try:
-                agent = Agent.load(
-                    agent_id,
-                    store=store,
-                    runtime=runtime,
-                    on_event=watcher,
-                    takeover=takeover,
-                    **_call_factory(factory, app, agent_id, db),
-                )
-            except PhronomyError as exc:
-                if isinstance(exc, AgentOwnedError):  # on its own line, above the bar
-                    tqdm.write(f"error: {one_line(str(exc))}", file=sys.stderr)
-                summary.append(
-                    {
-                        "agent_id": agent_id,
-                        "execution_id": execution_id,
-                        "state": "not_loaded",
-                        "error": str(exc),
-                    }
-                )
-                continue
-            active = agent.active_execution()
-            # no longer active once loaded: it ended here already, or another process
-            # recovered it meanwhile; either way there is nothing to wait for
-            ended = execution_id not in handoff_targets and (
-                active is None or active["execution_id"] != execution_id
-            )
-            rest = watcher.wait_rest(execution_id, mark, 0 if ended else wait_seconds)
-            if rest is None and ended:
-                try:
-                    state = store.load_execution(execution_id).status.value
-                except NotFoundError:  # compacted meanwhile
-                    state = "removed"
-                described = {"state": state, "note": "ended before this process loaded it"}
-            else:
-                described = _describe(rest)
-            summary.append({"agent_id": agent.agent_id, "execution_id": execution_id, **described})
-    except PhronomyError as exc:
-        fail(str(exc))
-    finally:
-        runtime.close(timeout_seconds=5)
-    if as_json:
-        click.echo(json.dumps({"recovered": summary}, indent=2, sort_keys=True))
-    else:
-        click.echo(f"{len(summary)} active execution(s)")
-        for entry in summary:
-            extra = {
-                k: v for k, v in entry.items() if k not in ("agent_id", "execution_id", "state")
-            }
-            click.echo(
-                one_line(
-                    f"  {entry['agent_id']} {entry['execution_id']}: {entry['state']} "
-                    f"{json.dumps(extra, sort_keys=True) if extra else ''}".rstrip()
-                )
-            )
-    if any(e["state"] == "not_loaded" for e in summary):
-        sys.exit(EXIT_FAILED)
-    if any(e["state"] == "recovery_required" for e in summary):
-        sys.exit(EXIT_NEEDS_OPERATOR)
-
-
-def _parse_subject(text: str) -> dict[str, Any]:
-    kind, sep, ident = text.partition(":")
-    keys = {
-        "llm_call": "llm_call_id",
-        "tool_invocation": "tool_invocation_id",
-        "execution": "execution_id",
-    }
-    if not sep or kind not in keys or not ident:
-        raise click.BadParameter(
-            "use llm_call:<id>, tool_invocation:<id> or execution:<id>", param_hint="--subject"
-        )
-    return {"type": kind, keys[kind]: ident}
-
-
-@click.command("resolve")
-@click.argument("execution_id")
-@db_option
-@click.option(
-    "--app",
-    "app",
-    default=None,
-    help="Application factory MODULE:FACTORY. Durable execution: optional, a "
-    "factory(db_path) -> DurableApp that recovers the store here until the execution "
-    "rests. Agent execution: required, factory(agent_id, db_path) -> Agent.load kwargs.",
-)
-@click.option(
-    "--expected-revision",
-    required=True,
-    type=int,
-    help="The execution's revision as read (executions show, or the recover output).",
-)
-@click.option(
-    "--subject",
-    default=None,
-    help="Agent execution (required): llm_call:<id>, tool_invocation:<id> or execution:<id>. "
-    "Durable execution (optional check): effect:<hook> or execution:<id>.",
-)
-@click.option(
-    "--outcome",
-    required=True,
-    type=click.Choice(["succeeded", "failed", "not_performed", "retry"]),
-    help="What happened: succeeded (give --result), failed (give --error), not_performed "
-    "(nothing is re-sent), or retry (durable executions: run the effect again).",
-)
-@click.option(
-    "--result",
-    default=None,
-    help="For succeeded: the result as JSON (or plain text for an agent's LLM answer).",
-)
-@click.option("--error", default=None, help="For failed: what went wrong.")
-@click.option(
-    "--wait-seconds",
-    default=60.0,
-    show_default=True,
     type=click.FloatRange(min=0),
-    help="How long to wait for the execution to come to rest after the resolution.",
+    help="How long to wait for the executions to come to rest.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Durable executions: print one JSON object.")
-@takeover_option
-def resolve(
-    execution_id: str,
-    db: str,
-    app: str | None,
-    expected_revision: int,
-    subject: str | None,
-    outcome: str,
-    result: str | None,
-    error: str | None,
-    wait_seconds: float,
-    as_json: bool,
-    takeover: bool,
-) -> None:
-    """Answer an execution that waits for an operator: say what happened to its subject.
+@_json_option
+def recover_command(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
+    """Recover every active execution of a store that no live worker runs.
 
-    Durable execution (any machine, in recovery_required): the answer goes to its
-    durable inbox in one transaction — a live owner applies it at once, or with
-    --app this process recovers the store until the execution rests (exit 3 if it
-    waits for an operator again). Refused, writing nothing (exit 1): not waiting for
-    an operator, a stale --expected-revision, an outcome not allowed for the subject,
-    a --result that is not JSON, a finished execution.
+    --app names a durable application factory MODULE:FACTORY, factory(db_path) ->
+    DurableApp (tests.durable.order_app:create_app; for agents a factory built with
+    phronomy_fsm.agent.app.agent_app, such as phronomy_fsm.demo:create_app). Claims
+    every active execution of its machines that no live worker runs, resumes each
+    from its last commit, and waits up to --wait-seconds until they rest (waiting for
+    a person, a signal or its timer, waiting for an operator, or finished). Prints
+    per execution what it is doing and, for each that waits for an operator, the
+    reason, the subject (for an agent: the LLM call, or the tool call with its
+    arguments) and the exact resolve commands; for an agent execution that waits for
+    approval, the approve commands. Exits 3 when one waits for an operator, 1 when
+    one is still moving at the deadline (the next recover resumes it), else 0."""
+    require_store_file(db)
+    durable_app = _load_app(app, db)
+    bar: Any = None
 
-    Agent execution (a recovery_resolution_required request): one transaction with
-    read-back; not_performed ends the execution as failed (nothing is ever re-sent
-    without an operator decision). Refused, writing nothing, while a running process
-    owns the agent (docs/operations.md "Who owns an agent")."""
-    from phronomy_fsm.agent import Agent, AgentRuntime
-    from phronomy_fsm.store import SqliteBarrierStore
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if not sys.stderr.isatty() or total == 0:
+            return
+        if bar is None:
+            from tqdm import tqdm
 
-    with open_store(db) as store:
-        stored = operator.load_any_execution(store, execution_id)
-    if isinstance(stored, EngineRecord):
-        if takeover:
-            raise click.UsageError("--takeover applies to agent executions only")
-        resolve_engine(
-            execution_id,
-            db,
-            app=app,
-            expected_revision=expected_revision,
-            subject=subject,
-            outcome=outcome,
-            result=result,
-            error=error,
-            wait_seconds=wait_seconds,
-            as_json=as_json,
-        )
-        return
-    if app is None or subject is None:
-        raise click.UsageError(
-            f"{execution_id} is an agent execution: --app and --subject are required"
-        )
-    if outcome == "retry":
-        raise click.UsageError("agent executions take succeeded, failed or not_performed")
-    parsed_subject = _parse_subject(subject)
-    value: Any = None
-    if result is not None:
-        try:
-            value = json.loads(result)
-        except ValueError:
-            if parsed_subject["type"] != "llm_call":
-                raise click.BadParameter(
-                    "a tool result must be JSON (quote a plain string: '\"text\"')",
-                    param_hint="--result",
-                ) from None
-            value = result  # an LLM answer may be plain text
-    factory = load_factory(app)
-    runtime = AgentRuntime()
-    watcher = _Watcher()
+            bar = tqdm(total=total, desc="at rest", unit="execution", file=sys.stderr, leave=False)
+        bar.update(done - bar.n)
+
     try:
-        store = SqliteBarrierStore(db)
-        execution = store.load_execution(execution_id)
-        agent = Agent.load(
-            execution.agent_id,
-            store=store,
-            runtime=runtime,
-            on_event=watcher,
-            takeover=takeover,
-            **_call_factory(factory, app, execution.agent_id, db),
-        )
-        mark = len(watcher.events)
-        task = agent.resolve_async(
-            execution_id,
-            expected_revision=expected_revision,
-            subject=parsed_subject,
-            outcome=outcome,
-            result=value,
-            error=error,
-        )
-        task.add_done_callback(watcher.poke)
-        rest = watcher.wait_rest(
-            execution_id, mark, wait_seconds, stop=task.done, newer_than=expected_revision
-        )
-        if rest is None and task.done() and task.error() is not None:
-            task.result()  # the resolution was refused: raise why
-        click.echo(json.dumps({"execution_id": execution_id, **_describe(rest)}, sort_keys=True))
-    except PhronomyError as exc:
-        fail(str(exc))
+        with open_store(db) as store:
+            report = operator.recover_store(
+                store,
+                durable_app,
+                wait_seconds=wait_seconds,
+                db_path=db,
+                app_spec=app,
+                on_progress=progress,
+            )
     finally:
-        runtime.close(timeout_seconds=5)
+        if bar is not None:
+            bar.close()
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        claimed = [e for e in report.executions if e.found_status is not None]
+        echo(
+            f"recovered {len(claimed)} execution(s) in {report.wait_seconds:.2f} s; "
+            f"{len(report.needs_operator)} wait(s) for an operator"
+        )
+        echo_recovery(report.executions)
+        for eid, machine in report.unknown_machine:
+            echo(
+                f"  {eid}  {machine}  not recovered: the application does not run machine {machine}"
+            )
+    _exit_for(report.executions, wait_seconds)
 
 
 def register(main: click.Group) -> None:
-    """Add ``recover``, ``resolve``, ``signal`` and ``cancel`` to the CLI group."""
-    from phronomy_fsm.cli.durable_commands import cancel_command, signal_command
-
-    main.add_command(recover)
-    main.add_command(resolve)
-    main.add_command(signal_command)
-    main.add_command(cancel_command)
+    """Add ``recover``, ``resolve``, ``approve``, ``signal`` and ``cancel``."""
+    for command in (
+        recover_command,
+        resolve_command,
+        approve_command,
+        signal_command,
+        cancel_command,
+    ):
+        main.add_command(command)

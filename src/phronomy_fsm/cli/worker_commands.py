@@ -1,4 +1,4 @@
-"""``phronomy-fsm worker``: run a worker process against a shared store (issue 15).
+"""``phronomy-fsm worker``: run a worker process against a shared store.
 
 ``phronomy-fsm worker --db DSN --app MODULE:FACTORY [--concurrency N]`` registers the
 application's machines, then claims and runs executions started by any process, until
@@ -68,6 +68,14 @@ from phronomy_fsm.errors import PhronomyError
 )
 @click.option("--name", default="phronomy-worker", show_default=True, help="Worker name.")
 @click.option(
+    "--probe-processes/--no-probe-processes",
+    default=True,
+    show_default=True,
+    envvar="PHRONOMY_WORKER_PROBE_PROCESSES",
+    help="Retire workers of this host whose process is gone without waiting for their "
+    "lease (off: the lease path, as a worker on another host sees it).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -82,11 +90,12 @@ def worker(
     poll_seconds: float | None,
     notify: bool,
     name: str,
+    probe_processes: bool,
     log_level: str,
 ) -> None:
     """Run executions of an application's machines started by any process, sharing
     the store with other workers (docs/scale-out.md). Stops on SIGTERM/SIGINT."""
-    from phronomy_fsm.durable.worker import run_worker
+    from phronomy_fsm.operator.worker import run_worker
 
     logging.basicConfig(
         level=getattr(logging, log_level.upper()),
@@ -112,6 +121,7 @@ def worker(
             poll_seconds=poll_seconds,
             scan_seconds=scan_seconds,
             name=name,
+            probe_processes=probe_processes,
             stop=stop,
         )
     except (PhronomyError, OSError, ValueError) as exc:

@@ -60,10 +60,16 @@ class Scenario:
             ids, so a restarted run finds them).
         on_waiting: for an execution in ``waiting``, the signal a person sends
             (``None``: leave it waiting).
+        drive: what the application does by itself while it runs, besides answering
+            waits: called with the runtime in every process of a run (the first and
+            each recovering one), repeatedly until nothing is active — e.g. start a
+            handoff's target once the handoff is committed, or cancel an execution.
+            It must be idempotent (it is called again after a restart).
     """
 
     start: Callable[[Any], Sequence[str]]
     on_waiting: Callable[[ExecutionRecord], Answer | None] = lambda record: None
+    drive: Callable[[Any], None] | None = None
 
 
 @attrs.frozen
@@ -76,12 +82,33 @@ class DurableApp:
         operator: for an execution in ``recovery_required``, what an operator who
             knows the truth answers (from ``effects``); the harness calls it.
         effects: reads the application's record of effects that really happened.
+        accept: which executions of its machines it runs (``None``: every one); a
+            runtime running the application claims only those it accepts (an agent
+            application: the executions of the agents it configures).
+        attach: called with a runtime built for the application, once its machines
+            are registered and before it claims anything; returns a function to call
+            before that runtime closes (or None). An agent application starts the
+            handoffs its agents committed this way.
+        listeners: called with every
+            :class:`~phronomy_fsm.durable.types.DurableEvent` of a runtime that runs
+            the machines (an agent application keeps its conversations' history this
+            way); the operator tools and the harness pass them to the runtime.
     """
 
     machines: tuple[Machine, ...]
     scenarios: Mapping[str, Scenario] = attrs.field(factory=dict)
     operator: Callable[[ExecutionRecord], Answer | None] | None = None
     effects: Callable[[], Sequence[EffectEntry]] | None = None
+    accept: Callable[[ExecutionRecord], bool] | None = None
+    attach: Callable[[Any], Callable[[], None] | None] | None = None
+    listeners: tuple[Callable[[Any], None], ...] = ()
+
+
+def attach_app(app: DurableApp, runtime: Any) -> Callable[[], None]:
+    """Call ``app.attach(runtime)`` when the application has one; returns the function
+    to call before ``runtime`` closes (a no-op otherwise)."""
+    detach = app.attach(runtime) if app.attach is not None else None
+    return detach if detach is not None else (lambda: None)
 
 
 def load_app(spec: str, db_path: str) -> DurableApp:
@@ -148,6 +175,7 @@ __all__ = [
     "DurableApp",
     "EffectEntry",
     "Scenario",
+    "attach_app",
     "is_durable_factory",
     "load_app",
     "load_factory",

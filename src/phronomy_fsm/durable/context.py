@@ -18,6 +18,7 @@ decodes it back into the declared type; a stored context that no longer fits the
 
 from __future__ import annotations
 
+import enum
 import typing
 from datetime import UTC, datetime
 from typing import Any
@@ -52,6 +53,30 @@ def _msgspec() -> Any:
     return msgspec
 
 
+def _enum_value(member: enum.Enum) -> Any:
+    return member.value
+
+
+def _resolve_types(cls: type, seen: set[type]) -> None:
+    """Resolve the string annotations of attrs class ``cls`` and of every attrs class
+    its fields name (``from __future__ import annotations``), so the converter
+    (un)structures enums and nested classes by their declared types."""
+    if cls in seen or not attrs.has(cls):
+        return
+    seen.add(cls)
+    attrs.resolve_types(cls)
+    for field in attrs.fields(cls):
+        stack = [field.type]
+        while stack:
+            hint = stack.pop()
+            if isinstance(hint, type) and attrs.has(hint):
+                _resolve_types(hint, seen)
+            elif isinstance(hint, type) and issubclass(hint, enum.Enum):
+                # stored as its value: a str-valued enum would otherwise pass as itself
+                _CONVERTER.register_unstructure_hook(hint, _enum_value)
+            stack.extend(typing.get_args(hint))
+
+
 class ContextCodec:
     """Encodes and decodes the context of one machine's executions.
 
@@ -76,7 +101,7 @@ class ContextCodec:
             self.kind = "json"
         elif attrs.has(context_type):
             self.kind = "attrs"
-            typing.get_type_hints(context_type)  # fail early on unresolvable annotations
+            _resolve_types(context_type, set())  # fail early on unresolvable annotations
         elif (
             msgspec is not None
             and isinstance(context_type, type)

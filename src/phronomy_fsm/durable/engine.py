@@ -601,6 +601,21 @@ class Engine:
     def deliver_next(self, live: LiveExecution, state: str) -> None:
         """Deliver the first pending event signal that ``state`` handles."""
         handled = live.reg.facts.handled.get(state, frozenset())
+        stale = [
+            s
+            for s in live.pending
+            if s.expected_revision is not None
+            and s.kind is SignalKind.EVENT
+            and s.expected_revision != live.record.revision
+        ]
+        if stale:  # meant for the execution as it stood at an earlier revision
+            for signal in stale:
+                live.pending.remove(signal)
+            self.rt.drop_signals(
+                live.execution_id,
+                [s.seq for s in stale],
+                f"rejected: stale (the execution is past revision {stale[0].expected_revision})",
+            )
         for signal in live.pending:
             if signal.kind in (SignalKind.EVENT, SignalKind.CHILD) and signal.event in handled:
                 break
@@ -666,13 +681,24 @@ class Engine:
 
     def engine_records(self, live: LiveExecution, barrier: str, state: str) -> BarrierRecords:
         """What the machine's ``records`` hook adds to an engine commit (``@wait``,
-        ``@final``, ``@cancel``); an empty set when it has none or it fails (logged:
-        the commit itself must not be lost to a journal hook)."""
+        ``@final``, ``@cancel``, and an ``@resolution`` that finishes the execution);
+        an empty set when it has none or it fails (logged:
+        the commit itself must not be lost to a journal hook). A parked execution's
+        context is decoded again from its record (parking dropped the live copy)."""
         hook = live.reg.machine.records
-        if hook is None or live.ctx is None:
+        if hook is None:
             return BarrierRecords()
         try:
-            added = hook(live.ctx, barrier, state)
+            ctx = self.context(live)
+        except ContextSerializationError:
+            log.exception(
+                "execution %s: no records on %s: its context cannot be read",
+                live.execution_id,
+                barrier,
+            )
+            return BarrierRecords()
+        try:
+            added = hook(ctx, barrier, state)
         except HOOK_ERRORS:
             log.exception(
                 "execution %s: the records hook raised on %s; committing without records",
@@ -709,6 +735,7 @@ class Engine:
         records = (
             self.engine_records(live, barrier, record.state)
             if barrier in ("@wait", "@final", "@cancel")
+            or (barrier == "@resolution" and record.is_finished)
             else BarrierRecords()
         )
         commit = DurableCommit(
@@ -1126,7 +1153,10 @@ class Engine:
         owner: tuple[str | None, int],
         signals: list[SignalRecord],
     ) -> None:
-        """Install what the store holds for an execution this runtime claimed."""
+        """Install what the store holds for an execution this runtime claimed, after a
+        commit of it whose outcome was not proven. When that commit was written after all
+        (the record is past the last one known here), the listeners are told what it
+        did — finished, waiting, parked — as its outcome would have told them."""
         worker, token = owner
         if worker != live.fence.worker_id or token != live.fence.token:
             self.release(
@@ -1139,6 +1169,14 @@ class Engine:
                 ),
             )
             return
+        if record.revision > live.record.revision:
+            if record.is_finished:
+                self.emit(DurableEventKind.FINISHED, live, record, status=record.status.value)
+            elif record.status is ExecutionStatus.WAITING:
+                self.emit(DurableEventKind.WAITING, live, record, state=record.state)
+            elif record.status is ExecutionStatus.RECOVERY_REQUIRED and record.recovery:
+                reason = record.recovery.reason
+                self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=reason)
         self.install(live, record, signals)
 
     def release(self, live: LiveExecution, error: BaseException) -> None:

@@ -141,6 +141,18 @@ class ExecutionStore(Protocol):
         """Every worker: ``(record, heartbeat epoch ms, lease expiry epoch ms)``."""
         ...
 
+    def register_agent(self, agent_id: str) -> bool:
+        """Record an agent id; False when it exists already (nothing written)."""
+        ...
+
+    def agent_exists(self, agent_id: str) -> bool:
+        """True when the agent id was registered."""
+        ...
+
+    def agent_ids(self) -> list[str]:
+        """Every registered agent id, sorted."""
+        ...
+
     def register_machine(self, record: MachineRecord) -> None:
         """Keep a machine's compiled table (idempotent)."""
         ...

@@ -49,7 +49,7 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     WorkerRecord,
 )
-from phronomy_fsm.durable.submit import commit_start, start_record, submit_execution
+from phronomy_fsm.durable.submit import start_outcome, start_record, submit_execution
 from phronomy_fsm.durable.types import (
     DurableEvent,
     DurableEventKind,
@@ -58,8 +58,10 @@ from phronomy_fsm.durable.types import (
     RecoveryReport,
 )
 from phronomy_fsm.errors import (
+    ConflictError,
     DurableError,
     NotFoundError,
+    OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
     TaskTimeoutError,
@@ -74,6 +76,8 @@ from phronomy_fsm.runtime.tasks import Task
 log = logging.getLogger("phronomy_fsm.durable")
 
 Listener = Callable[[DurableEvent], None]
+#: Decides whether a runtime takes an execution on (see :meth:`DurableRuntime.recover`).
+Accept = Callable[[ExecutionRecord], bool]
 
 #: Default lease of a worker, in seconds: a dead worker's executions are claimable
 #: by others once it has passed (heartbeats renew it every third of it).
@@ -317,6 +321,35 @@ class DurableRuntime:
                 timeout_seconds=timeout_seconds,
             )
             return ExecutionHandle(self, eid, created=created)
+        return self.start_async(
+            machine,
+            context,
+            execution_id=execution_id,
+            exclusive_key=exclusive_key,
+            labels=labels,
+            timeout_seconds=timeout_seconds,
+        ).result()
+
+    def start_async(
+        self,
+        machine: str,
+        context: Any,
+        *,
+        execution_id: str | None = None,
+        exclusive_key: str | None = None,
+        labels: dict[str, Any] | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Task[ExecutionHandle]:
+        """:meth:`start` without blocking (any thread, the loop thread included): the
+        arguments are checked now, the start is committed with the store's group
+        commit, and the returned task settles with the
+        :class:`ExecutionHandle` once it is — the execution then runs here.
+
+        Raises (at once): UnknownMachineError, InvalidIdError,
+        ContextSerializationError, RuntimeClosedError. The task fails with
+        ExecutionExistsError, AgentBusyError or StorageError."""
+        self._check_open()
+        reg = self.registration(machine)
         eid = new_execution_id() if execution_id is None else check_id(execution_id)
         reg.codec.check(context)
         encoded = reg.codec.encode(context)
@@ -333,21 +366,49 @@ class DurableRuntime:
         commit = DurableCommit("@start", record, None, fence)
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
-        if not commit_start(self.store, commit):
-            return ExecutionHandle(self, eid, created=False)
-        if self.faults is not None:
-            self.faults.hit("barrier:@start:after")
-        live = LiveExecution(reg, record, fence)
-        live.ctx = reg.codec.decode(orjson.loads(encoded))
+        task: Task[ExecutionHandle] = Task(f"start {eid}")
 
-        def install() -> None:
-            self.engine.live[eid] = live
-            self.engine.emit(DurableEventKind.STARTED, live, record)
-            self.engine.arm_expiry(live)
-            self.engine.start_session(live)
+        def started(created: bool) -> None:
+            if not created:
+                task.complete(ExecutionHandle(self, eid, created=False))
+                return
+            if self.faults is not None:
+                self.faults.hit("barrier:@start:after")
+            live = LiveExecution(reg, record, fence)
+            live.ctx = reg.codec.decode(orjson.loads(encoded))
 
-        self.dispatcher.call_soon(install)
-        return ExecutionHandle(self, eid)
+            def install() -> None:
+                self.engine.live[eid] = live
+                self.engine.emit(DurableEventKind.STARTED, live, record)
+                self.engine.arm_expiry(live)
+                self.engine.start_session(live)
+
+            try:
+                self.dispatcher.call_soon(install)
+            except PhronomyError as exc:
+                task.fail(exc)
+                return
+            task.complete(ExecutionHandle(self, eid))
+
+        def read_back(error: BaseException) -> None:  # off the store's writer thread
+            try:
+                created = start_outcome(self.store, commit, error)
+            except BaseException as exc:  # noqa: BLE001 - the caller's task says why
+                task.fail(exc)
+                return
+            started(created)
+
+        def committed(future: Any) -> None:
+            error = future.exception()
+            if error is None:
+                started(True)
+            elif isinstance(error, OutcomeUnknownError | ConflictError):
+                threading.Thread(target=read_back, args=(error,), daemon=True).start()
+            else:
+                task.fail(error)
+
+        self.store.submit(commit).add_done_callback(committed)
+        return task
 
     def handle(self, execution_id: str) -> ExecutionHandle:
         """A handle on an existing execution. Raises NotFoundError, InvalidIdError."""
@@ -467,6 +528,20 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
+    def notify(self, execution_id: str) -> None:
+        """Something was written to ``execution_id``'s inbox by other means (an
+        operator function on the store): when this runtime owns it, read its inbox
+        now rather than at the next poll. Any thread."""
+        if self._closed:
+            return
+
+        def check() -> None:
+            live = self.engine.live.get(execution_id)
+            if live is not None:
+                self.refresh_signals(live)
+
+        self.dispatcher.call_soon(check)
+
     def _table_of(self, execution_id: str) -> Any:
         try:
             record = self.store.load_record(execution_id)
@@ -520,18 +595,23 @@ class DurableRuntime:
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self) -> RecoveryReport:
+    def recover(self, accept: Accept | None = None) -> RecoveryReport:
         """Claim and resume every active execution of the registered machines that no
         live worker owns (``docs/semantics.md``, "Recovery"): executions in flight are
         replayed from their last barrier, waiting ones wait again with their timers
         re-armed, parked ones wait for an operator. Returns what was found.
+
+        Args:
+            accept: when given, only executions whose stored record it accepts are
+                claimed (an agent application runs the executions of the agents it
+                has loaded); the others are left to other workers.
 
         Raises: RuntimeClosedError, StorageError (some executions may have been
         claimed and resumed already).
         """
         self._check_open()
         self.retire_dead_workers()
-        claimed = self.claim()
+        claimed = self.claim(accept=accept)
         owned: list[tuple[str, str]] = []
         unknown: list[tuple[str, str]] = []
         registered = set(self.machines)
@@ -539,17 +619,19 @@ class DurableRuntime:
             if not row["active"] or row["execution_id"] in dict(claimed):
                 continue
             if row["machine"] not in registered:
-                if row["machine"] != "agent_session":
-                    unknown.append((row["execution_id"], row["machine"]))
+                unknown.append((row["execution_id"], row["machine"]))
             elif row["owner_id"] not in (None, self.worker_id):
                 owned.append((row["execution_id"], row["owner_id"]))
         return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
 
-    def claim(self, limit: int | None = None) -> list[tuple[str, str]]:
+    def claim(
+        self, limit: int | None = None, *, accept: Accept | None = None
+    ) -> list[tuple[str, str]]:
         """Claim up to ``limit`` (default: every) active execution of the registered
-        machines that no live worker owns, and resume each as :meth:`recover` does;
-        returns ``[(execution_id, status)]`` of those claimed, oldest first. A worker
-        calls it periodically with its free capacity (``docs/scale-out.md``).
+        machines that no live worker owns (and that ``accept``, when given, accepts),
+        and resume each as :meth:`recover` does; returns ``[(execution_id, status)]``
+        of those claimed, oldest first. A worker calls it periodically with its free
+        capacity (``docs/scale-out.md``).
 
         Raises: RuntimeClosedError, StorageError (some may have been claimed and
         resumed already)."""
@@ -557,6 +639,20 @@ class DurableRuntime:
         wanted = 1000 if limit is None else int(limit)
         if wanted <= 0:
             return []
+        if accept is not None:  # read, filter, then claim one by one
+            chosen = []
+            for execution_id, _machine in self.store.claimable_executions(
+                self.machines, limit=max(wanted * 4, 1000)
+            ):
+                try:
+                    record = self.store.load_record(execution_id)
+                except NotFoundError:
+                    continue
+                if accept(record):
+                    chosen.append(execution_id)
+                if len(chosen) >= wanted:
+                    break
+            return self.adopt(chosen)
         batch = getattr(self.store, "claim_executions", None)
         tokens: list[tuple[str, int]] = []
         if callable(batch):
@@ -578,6 +674,49 @@ class DurableRuntime:
             claimed.append((execution_id, record.status.value))
             self._install(record, Fence(self.worker_id, token), signals)
         return claimed
+
+    def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
+        """Claim and resume the given executions, as :meth:`claim` does for every
+        claimable one: each that is active, of a registered machine, not live here
+        already, and owned by no live worker (a worker whose process is provably gone
+        on this host has its lease ended first). Returns ``[(execution_id, status)]`` of
+        those claimed. An application that runs only some executions of a machine
+        (an agent runtime: the agents it has loaded) adopts those instead of calling
+        :meth:`recover`.
+
+        Raises: RuntimeClosedError, StorageError (some may have been claimed and
+        resumed already)."""
+        self._check_open()
+        wanted = [check_id(e) for e in execution_ids]
+        if not wanted:
+            return []
+        # a worker whose process is provably gone is no live worker: end its lease
+        # first, as recover() does, so what it left is adopted now, not after its lease
+        self.retire_dead_workers()
+        live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
+        claimed: list[tuple[str, str]] = []
+        registered = set(self.machines)
+        for execution_id in wanted:
+            if execution_id in live:
+                continue
+            try:
+                record = self.store.load_record(execution_id)
+            except NotFoundError:
+                continue
+            if not record.is_active or record.machine not in registered:
+                continue
+            token = self.store.claim_execution(execution_id, self.worker_id)
+            if token is None:
+                continue
+            record = self.store.load_record(execution_id)
+            signals = self.store.pending_signals(execution_id)
+            claimed.append((execution_id, record.status.value))
+            self._install(record, Fence(self.worker_id, token), signals)
+        return claimed
+
+    def is_live(self, execution_id: str) -> bool:
+        """True when this runtime runs ``execution_id`` now (any thread but the loop)."""
+        return bool(self.dispatcher.call(lambda: execution_id in self.engine.live).result(10))
 
     def retire_dead_workers(self) -> list[str]:
         """End the lease of every worker whose process is provably gone on this host
@@ -614,7 +753,9 @@ class DurableRuntime:
 
     def readback(self, live: LiveExecution, why: str) -> None:
         """Read an execution back after an unproven outcome, with backoff (off the
-        loop), then reinstall what the store holds (loop thread)."""
+        loop), then reinstall what the store holds (loop thread) — and resume its active
+        children that run nowhere: the unproven commit may have started them (a barrier
+        with children) without this runtime knowing."""
         execution_id = live.execution_id
         log.info("execution %s: reading it back from the store (%s)", execution_id, why)
 
@@ -626,6 +767,12 @@ class DurableRuntime:
                     record = self.store.load_record(execution_id)
                     owner, token, _ = self.store.execution_owner(execution_id)
                     signals = self.store.pending_signals(execution_id)
+                    children = [
+                        child.execution_id
+                        for child in self.store.list_records(
+                            parent_execution_id=execution_id, active=True
+                        )
+                    ]
                 except NotFoundError as exc:
                     self.dispatcher.call_soon(self.engine.release, live, exc)
                     return
@@ -635,6 +782,16 @@ class DurableRuntime:
                 self.dispatcher.call_soon(
                     self.engine.reinstall, live, record, (owner, token), signals
                 )
+                if children:
+                    try:
+                        self.adopt(children)  # those live here already are left alone
+                    except PhronomyError as exc:
+                        log.warning(
+                            "execution %s: could not resume its children %s: %r",
+                            execution_id,
+                            children,
+                            exc,
+                        )
                 return
 
         threading.Thread(target=read, name=f"{self.name}-readback", daemon=True).start()
@@ -688,6 +845,23 @@ class DurableRuntime:
         if self._closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
 
+    def wait_at_rest(self, timeout_seconds: float) -> bool:
+        """Wait up to ``timeout_seconds`` until no execution runs a session or waits
+        for a commit here (they all wait, are parked or finished); True when so. Any
+        thread but the loop."""
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            try:
+                if self.dispatcher.call(self.engine.at_rest).result(
+                    max(0.0, deadline - time.monotonic())
+                ):
+                    return True
+            except PhronomyError:
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
     def close(self, *, timeout_seconds: float = 10.0) -> None:
         """Let running executions reach a resting point (waiting, parked, finished)
         for up to ``timeout_seconds``, then stop. Executions that have not finished
@@ -697,15 +871,7 @@ class DurableRuntime:
             return
         self._closed = True
         deadline = time.monotonic() + timeout_seconds
-        while time.monotonic() < deadline:
-            try:
-                if self.dispatcher.call(self.engine.at_rest).result(
-                    max(0.0, deadline - time.monotonic())
-                ):
-                    break
-            except PhronomyError:
-                break
-            time.sleep(0.01)
+        self.wait_at_rest(timeout_seconds)
         self._stop.set()  # the watcher first: it asks the loop things
         self._wake_watcher.set()
         if self._unlisten is not None:

@@ -27,8 +27,7 @@ from phronomy_fsm.durable.records import (
 from phronomy_fsm.durable.types import Machine
 from phronomy_fsm.errors import ConflictError, ExecutionExistsError, OutcomeUnknownError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.runtime.timers import check_delay
-from phronomy_fsm.table import COMMITTED, NOT_COMMITTED
+from phronomy_fsm.table import COMMITTED, NOT_COMMITTED, check_delay
 
 
 def start_record(
@@ -76,20 +75,35 @@ def commit_start(store: Any, commit: DurableCommit) -> bool:
     that id and machine existed already (nothing was written).
 
     Raises ExecutionExistsError (another machine), AgentBusyError, StorageError."""
+    try:
+        store.submit(commit).result()
+    except (OutcomeUnknownError, ConflictError) as exc:
+        return start_outcome(store, commit, exc)
+    return True
+
+
+def start_outcome(store: Any, commit: DurableCommit, error: BaseException) -> bool:
+    """What a start whose commit raised ``error`` (OutcomeUnknownError or
+    ConflictError) amounts to, read back from the store (blocking): True when it
+    committed after all, False when an execution of that id and machine existed
+    already.
+
+    Raises ExecutionExistsError (the id runs another machine), ``error`` itself when
+    the start did not commit, ConflictError when something else is stored."""
     record = commit.execution
     eid = record.execution_id
     try:
-        try:
-            store.submit(commit).result()
-        except OutcomeUnknownError:
+        if isinstance(error, OutcomeUnknownError):
             disposition = store.reconcile(commit)
+            if disposition == COMMITTED:
+                return True
             if disposition == NOT_COMMITTED:
-                raise
-            if disposition != COMMITTED:
-                raise ConflictError(
-                    f"execution {eid}: the start's outcome was lost and something else is stored",
-                    execution_id=eid,
-                ) from None
+                raise error
+            raise ConflictError(
+                f"execution {eid}: the start's outcome was lost and something else is stored",
+                execution_id=eid,
+            ) from None
+        raise error
     except ConflictError:
         existing = store.load_record(eid)
         if existing.machine != record.machine:
@@ -100,7 +114,6 @@ def commit_start(store: Any, commit: DurableCommit) -> bool:
                 machine=existing.machine,
             ) from None
         return False
-    return True
 
 
 def submit_execution(
@@ -153,4 +166,4 @@ def submit_execution(
     return eid, commit_start(store, commit)
 
 
-__all__ = ["commit_start", "start_record", "submit_execution"]
+__all__ = ["commit_start", "start_outcome", "start_record", "submit_execution"]

@@ -56,8 +56,9 @@ class Machine:
             stays behind its barrier whatever the policy says (``docs/semantics.md``,
             "Effects").
         records: adds records to the engine's own commits: called on the loop thread
-            as ``records(ctx, commit, state)`` for ``@wait``, ``@final`` and
-            ``@cancel`` (``commit`` names which; ``state`` is the state committed) and
+            as ``records(ctx, commit, state)`` for ``@wait``, ``@final``, ``@cancel``
+            and an ``@resolution`` that finishes the execution (an operator ended it
+            ``failed``) — ``commit`` names which; ``state`` is the state committed — and
             returns :class:`BarrierRecords` or ``None`` — an agent journals its final
             answer this way. A raising hook is logged; the commit goes on without
             records.

@@ -14,18 +14,19 @@ its lease passes on the store's clock, so a dead worker's executions are taken o
 within about one lease plus one scan.
 
 ``phronomy-fsm worker --db DSN --app MODULE:FACTORY [--concurrency N]`` runs one
-(:mod:`phronomy_fsm.cli.worker_commands`); :func:`run_worker` is the same as a call.
+(:mod:`phronomy_fsm.cli.worker_commands`);
+:func:`phronomy_fsm.operator.worker.run_worker` is the same as a call (it opens the
+store, which this layer must not do: the stores sit above the engine).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
 
-from phronomy_fsm.durable.app import DurableApp
+from phronomy_fsm.durable.app import DurableApp, attach_app
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import PhronomyError
@@ -53,9 +54,9 @@ class Worker:
         listeners: more :class:`DurableEvent` listeners (loop thread).
         own_store: close ``store`` when the worker stops.
         probe_processes: retire workers of this host whose process is provably gone
-            at each scan, without waiting for their lease (default on; the
-            environment variable ``PHRONOMY_WORKER_PROBE_PROCESSES=0`` turns it off,
-            e.g. to measure the lease path as a worker on another host sees it).
+            at each scan, without waiting for their lease (default on; off measures
+            the lease path as a worker on another host sees it:
+            ``phronomy-fsm worker --no-probe-processes``).
 
     Raises:
         ValueError: a bound is not positive.
@@ -75,7 +76,7 @@ class Worker:
         name: str = "phronomy-worker",
         listeners: tuple[Any, ...] = (),
         own_store: bool = False,
-        probe_processes: bool | None = None,
+        probe_processes: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -87,8 +88,6 @@ class Worker:
         self.concurrency = int(concurrency)
         self.scan_seconds = float(scan_seconds or lease_seconds / 4)
         self.claimed_total = 0
-        if probe_processes is None:
-            probe_processes = os.environ.get("PHRONOMY_WORKER_PROBE_PROCESSES", "1") != "0"
         self.probe_processes = probe_processes
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -98,10 +97,11 @@ class Worker:
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds or (1.0 if notifies else 0.05),
             max_workers=max_offload or max(4, min(64, self.concurrency * 2)),
-            listeners=[self._on_event, *listeners],
+            listeners=[self._on_event, *app.listeners, *listeners],
             name=name,
             own_store=own_store,
         )
+        self._detach = attach_app(app, self.runtime)
         self.worker_id = self.runtime.worker_id
         self._unlisten = store.add_listener(self._on_notification) if notifies else (lambda: None)
         self._thread: threading.Thread | None = None
@@ -145,7 +145,7 @@ class Worker:
         free = self.concurrency - self.held
         if free <= 0:
             return []
-        claimed = self.runtime.claim(free)
+        claimed = self.runtime.claim(free, accept=self.app.accept)
         if claimed:
             self.claimed_total += len(claimed)
             resumed = [f"{eid} ({status})" for eid, status in claimed]
@@ -205,6 +205,7 @@ class Worker:
         self._unlisten()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout_seconds + 5)
+        self._detach()
         self.runtime.close(timeout_seconds=timeout_seconds)
         log.info("worker %s stopped (claimed %d in all)", self.worker_id, self.claimed_total)
 
@@ -218,46 +219,4 @@ class Worker:
         return True
 
 
-def run_worker(
-    db: str,
-    app_spec: str,
-    *,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    notifications: bool = True,
-    poll_seconds: float | None = None,
-    scan_seconds: float | None = None,
-    name: str = "phronomy-worker",
-    stop: threading.Event | None = None,
-) -> None:
-    """Open the store ``db`` (a file path or a ``postgresql://`` DSN), load the
-    application ``MODULE:FACTORY`` (called with ``db``), and run a :class:`Worker`
-    until ``stop`` is set (or forever). What ``phronomy-fsm worker`` does.
-
-    Raises: ConfigurationError (the app), StorageError, SchemaVersionError."""
-    from phronomy_fsm.durable.app import load_app
-    from phronomy_fsm.store.open import is_postgres_dsn, open_store
-
-    options: dict[str, Any] = {}
-    if is_postgres_dsn(db):
-        options["notifications"] = notifications
-    store = open_store(db, **options)
-    try:
-        app = load_app(app_spec, db)
-        worker = Worker(
-            store,
-            app,
-            concurrency=concurrency,
-            lease_seconds=lease_seconds,
-            poll_seconds=poll_seconds,
-            scan_seconds=scan_seconds,
-            name=name,
-            own_store=True,
-        )
-    except BaseException:
-        store.close()
-        raise
-    worker.run(stop)
-
-
-__all__ = ["DEFAULT_CONCURRENCY", "Worker", "run_worker"]
+__all__ = ["DEFAULT_CONCURRENCY", "Worker"]

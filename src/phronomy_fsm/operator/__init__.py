@@ -1,25 +1,30 @@
 """Operator actions on the executions of a store, for every front end.
 
-The operator's verbs over one store — list, describe, signal, resolve, cancel and
-recover — for executions of any machine run by the durable engine, and (to list and
-describe them) the agent layer's executions kept in the same store. ``phronomy-fsm``
+The operator's verbs over one store — list, describe, signal, approve, resolve,
+cancel, recover, migrate — for executions of any machine run by the durable engine,
+agents' executions and their tool calls included. ``phronomy-fsm``
 (:mod:`phronomy_fsm.cli`) and the console call these functions and only format what
 they return: frozen attrs values (each with a ``to_dict()`` JSON form), never bare
 dicts. The package holds :mod:`~phronomy_fsm.operator.views` (those values),
-:mod:`~phronomy_fsm.operator.actions` (reads and inbox writes) and
-:mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests); import
-everything from here.
+:mod:`~phronomy_fsm.operator.actions` (reads and inbox writes),
+:mod:`~phronomy_fsm.operator.agents` (what is particular to agents: their side of an
+execution, approvals, subjects in the agent's terms),
+:mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests),
+:mod:`~phronomy_fsm.operator.maintenance` (migrating a store) and
+:mod:`~phronomy_fsm.operator.drawing` (an execution over its machine's diagram);
+import everything from here.
 
-Writes go through :mod:`phronomy_fsm.durable.operations`, which validates against the
-stored execution and its machine's registered table and writes **nothing** when it
-refuses; recovery goes through :class:`~phronomy_fsm.durable.runtime.DurableRuntime`.
-What this module adds is what an operator needs around them: which executions wait for
-an operator, what may be answered and the exact ``phronomy-fsm resolve`` command that
-answers it, which worker runs an execution, and waiting until recovered executions
-come to rest (``docs/operations.md``, "Operating durable executions").
+Writes go through :mod:`phronomy_fsm.durable.operations` and
+:mod:`phronomy_fsm.agent.approvals`, which validate against the stored execution and
+its machine's registered table and write **nothing** when they refuse; recovery goes
+through :class:`~phronomy_fsm.durable.runtime.DurableRuntime`. What this package adds
+is what an operator needs around them: which executions wait for an operator or a
+person, what may be answered and the exact ``phronomy-fsm resolve`` / ``approve``
+command that answers it, which worker runs an execution, and waiting until recovered
+executions come to rest (``docs/operations.md``, "Operating durable executions").
 
 Must not: print, exit, parse command-line text or import the CLI (the CLI does the
-first three and imports this module). Errors are the library's own
+first three and imports this package). Errors are the library's own
 (:mod:`phronomy_fsm.errors`); only the CLI turns them into exit codes.
 """
 
@@ -27,25 +32,49 @@ from phronomy_fsm.operator.actions import (
     DEFAULT_SENDER,
     ERROR_PLACEHOLDER,
     RESULT_PLACEHOLDER,
+    WAITING_FOR_STATUS,
+    approve_execution,
     awaited_events,
     cancel_execution,
     describe_execution,
     execution_owner,
     list_executions,
-    load_any_execution,
     recovery_request,
     resolve_execution,
     signal_execution,
 )
+from phronomy_fsm.operator.agents import (
+    LLM_ANSWER_PLACEHOLDER,
+    TOOL_RESULT_PLACEHOLDER,
+    agent_view,
+    approval_commands,
+    is_agent_execution,
+)
 from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
-from phronomy_fsm.operator.recovery import is_at_rest, recover_store
+from phronomy_fsm.operator.maintenance import migrate_store
+from phronomy_fsm.operator.recovery import (
+    execution_at_rest,
+    is_at_rest,
+    recover_store,
+    wait_until_rest,
+    with_parents,
+)
 from phronomy_fsm.operator.views import (
     AGENT_MACHINE,
-    AgentExecutionDetail,
+    TOOL_CALL_MACHINE,
+    WAITS_FOR_APPROVAL,
+    WAITS_FOR_OPERATOR,
+    WAITS_FOR_RECOVER,
+    WAITS_FOR_SIGNAL,
+    AgentView,
+    ApprovalItemView,
+    ApprovalView,
     ExecutionDetail,
     ExecutionPage,
     ExecutionSummary,
     InboxReceipt,
+    MessageView,
+    MigrationReport,
     RecoveredExecution,
     RecoveryRequest,
     StoreRecoveryReport,
@@ -56,27 +85,46 @@ __all__ = [
     "AGENT_MACHINE",
     "DEFAULT_SENDER",
     "ERROR_PLACEHOLDER",
+    "LLM_ANSWER_PLACEHOLDER",
     "RESULT_PLACEHOLDER",
-    "AgentExecutionDetail",
+    "TOOL_CALL_MACHINE",
+    "TOOL_RESULT_PLACEHOLDER",
+    "WAITING_FOR_STATUS",
+    "WAITS_FOR_APPROVAL",
+    "WAITS_FOR_OPERATOR",
+    "WAITS_FOR_RECOVER",
+    "WAITS_FOR_SIGNAL",
+    "AgentView",
+    "ApprovalItemView",
+    "ApprovalView",
     "ExecutionDetail",
     "ExecutionDrawing",
     "ExecutionPage",
     "ExecutionSummary",
     "InboxReceipt",
+    "MessageView",
+    "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
     "StoreRecoveryReport",
     "WorkerLease",
+    "agent_view",
+    "approval_commands",
+    "approve_execution",
     "awaited_events",
     "cancel_execution",
     "describe_execution",
+    "execution_at_rest",
     "execution_diagram",
     "execution_owner",
+    "is_agent_execution",
     "is_at_rest",
     "list_executions",
-    "load_any_execution",
+    "migrate_store",
     "recover_store",
     "recovery_request",
     "resolve_execution",
     "signal_execution",
+    "wait_until_rest",
+    "with_parents",
 ]

@@ -1,25 +1,29 @@
-"""The operator's reads and inbox writes: list, describe, signal, resolve, cancel.
+"""The operator's reads and inbox writes: list, describe, signal, approve, resolve,
+cancel.
 
-Reads cover every execution of a store (the durable engine's and the agent layer's);
-writes go through :mod:`phronomy_fsm.durable.operations`, which validates against the
-stored execution and its machine's registered table and writes nothing when it
-refuses. Returns the values of :mod:`phronomy_fsm.operator.views`.
+Reads cover every execution of a store, agents' included. Writes go through
+:mod:`phronomy_fsm.durable.operations` (and, for agents, through
+:mod:`phronomy_fsm.agent.approvals`), which validate against the stored execution and
+its machine's registered table and write nothing when they refuse. Returns the values
+of :mod:`phronomy_fsm.operator.views`.
 """
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from phronomy_fsm.agent import approvals
 from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
-from phronomy_fsm.errors import ResolutionError, SerializationError
+from phronomy_fsm.errors import ResolutionError
+from phronomy_fsm.operator import agents
 from phronomy_fsm.operator.views import (
     AGENT_MACHINE,
-    AgentExecutionDetail,
+    WAITS_FOR_OPERATOR,
     ExecutionDetail,
     ExecutionPage,
     ExecutionSummary,
@@ -28,7 +32,6 @@ from phronomy_fsm.operator.views import (
     WorkerLease,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.store import records as agent_records
 
 #: What ``sender`` the operator's signals record unless a front end names itself.
 DEFAULT_SENDER = "operator"
@@ -38,50 +41,74 @@ RESULT_PLACEHOLDER = "<the result as JSON>"
 ERROR_PLACEHOLDER = "<what went wrong>"
 
 
+#: ``waiting_for`` of :func:`list_executions`: the status each selects.
+WAITING_FOR_STATUS = {
+    WAITS_FOR_OPERATOR: ExecutionStatus.RECOVERY_REQUIRED.value,
+    "person": ExecutionStatus.WAITING.value,
+}
+
+
 def list_executions(
     store: Any,
     *,
     machine: str | None = None,
     status: str | None = None,
     exclusive_key: str | None = None,
+    waiting_for: str | None = None,
     limit: int | None = None,
     offset: int = 0,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> ExecutionPage:
-    """One page of the store's executions of every machine, agent rows included.
+    """One page of the store's executions of every machine, agents' included.
 
     Args:
-        store: a :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` (read-only is
+        store: an :class:`~phronomy_fsm.durable.ports.ExecutionStore` (read-only is
             enough).
         machine / status / exclusive_key: only executions matching every given filter
-            (an agent row's exclusive key is its agent id).
+            (an agent's execution has its agent id as exclusive key).
+        waiting_for: ``operator`` (in ``recovery_required``: answer with ``resolve``)
+            or ``person`` (``waiting``: an approval, or a signal of a wait state).
         limit: at most this many rows (``None``: all); offset: skip this many first.
+        clock: decides whether an owner's lease still runs.
 
     Returns:
-        An :class:`ExecutionPage` (oldest first) with counts per status.
+        An :class:`ExecutionPage` (oldest first) with counts per status; each row says
+        whether a live worker runs it.
 
     Raises:
-        ValueError: a negative ``limit`` or ``offset``.
-        StorageError: the read failed. SerializationError: an agent row's body is
-            damaged.
+        ValueError: a negative ``limit`` or ``offset``, an unknown ``waiting_for``, or
+            a ``status`` that contradicts it.
+        StorageError: the read failed.
     """
     if (limit is not None and limit < 0) or offset < 0:
         raise ValueError("limit and offset must not be negative")
+    if waiting_for is not None:
+        wanted = WAITING_FOR_STATUS.get(waiting_for)
+        if wanted is None:
+            raise ValueError(
+                f"waiting_for must be one of {sorted(WAITING_FOR_STATUS)}, not {waiting_for!r}"
+            )
+        if status is not None and status != wanted:
+            raise ValueError(
+                f"status {status!r} contradicts waiting for {waiting_for} (status {wanted})"
+            )
+        status = wanted
     counts = store.count_by_status(machine=machine, exclusive_key=exclusive_key)
     total = sum(counts.values()) if status is None else counts.get(status, 0)
     rows = store.execution_rows(
         machine=machine, status=status, exclusive_key=exclusive_key, limit=limit, offset=offset
     )
-    return ExecutionPage(
-        tuple(_summary(store, row) for row in rows), dict(counts), total, offset, limit
-    )
+    leases = _worker_leases(store, clock)
+    expiry = {w.worker_id: expires for w, _hb, expires in store.list_workers()}
+    summaries = []
+    for row in rows:
+        owner = row["owner_id"]
+        live = owner is not None and leases(owner, expiry.get(owner)).is_live
+        summaries.append(_summary(row, has_live_owner=live))
+    return ExecutionPage(tuple(summaries), dict(counts), total, offset, limit)
 
 
-def _summary(store: Any, row: Mapping[str, Any]) -> ExecutionSummary:
-    active = bool(row["active"])
-    if row["machine"] == AGENT_MACHINE:
-        needs = active and _agent_needs_operator(store, row["execution_id"])
-    else:
-        needs = row["status"] == ExecutionStatus.RECOVERY_REQUIRED.value
+def _summary(row: Mapping[str, Any], *, has_live_owner: bool) -> ExecutionSummary:
     deadline = row["deadline_epoch_ms"]
     return ExecutionSummary(
         execution_id=row["execution_id"],
@@ -89,87 +116,16 @@ def _summary(store: Any, row: Mapping[str, Any]) -> ExecutionSummary:
         state=row["state"],
         status=row["status"],
         revision=row["revision"],
-        active=active,
-        needs_operator=needs,
+        active=bool(row["active"]),
+        needs_operator=row["status"] == ExecutionStatus.RECOVERY_REQUIRED.value,
         created_at=epoch_ms_to_datetime(row["created_epoch_ms"]),
         updated_at=epoch_ms_to_datetime(row["updated_epoch_ms"]),
         exclusive_key=row["exclusive_key"],
         parent_execution_id=row["parent_execution_id"],
         owner_id=row["owner_id"],
         deadline_at=None if deadline is None else epoch_ms_to_datetime(deadline),
+        has_live_owner=has_live_owner,
     )
-
-
-def _agent_needs_operator(store: Any, execution_id: str) -> bool:
-    return _agent_request(store, store.load_execution(execution_id)) is not None
-
-
-def _agent_request(store: Any, execution: agent_records.ExecutionRecord) -> Any:
-    """The agent layer's classification of an active agent execution when recovering
-    it would ask an operator for a resolution
-    (:func:`phronomy_fsm.agent.recovery.classify`) and no live process owns its agent
-    (a live owner is running it, or has asked already); else ``None``."""
-    from phronomy_fsm.agent.recovery import RESOLUTION_REQUIRED, classify
-    from phronomy_fsm.runtime.processes import DEAD, current_process, probe_owner
-
-    if not execution.is_active:
-        return None
-    found = classify(execution)
-    if found.kind != RESOLUTION_REQUIRED:
-        return None
-    owner = store.agent_owner(execution.agent_id)
-    if owner is not None and probe_owner(owner.process, current_process())[0] != DEAD:
-        return None
-    return found
-
-
-_AGENT_SUBJECT_KEYS = {
-    "llm_call": "llm_call_id",
-    "tool_invocation": "tool_invocation_id",
-    "execution": "execution_id",
-}
-
-
-def _agent_commands(
-    execution: agent_records.ExecutionRecord, found: Any, db_path: str
-) -> tuple[str, ...]:
-    subject = found.subject or {}
-    kind = subject.get("type", "execution")
-    ident = subject.get(_AGENT_SUBJECT_KEYS.get(kind, "execution_id"), execution.execution_id)
-    base = [
-        "phronomy-fsm", "resolve", execution.execution_id, "--db", db_path,
-        "--app", "MODULE:FACTORY", "--expected-revision", str(execution.revision),
-        "--subject", f"{kind}:{ident}",
-    ]  # fmt: skip
-    commands = []
-    for outcome in found.allowed_outcomes:
-        words = [*base, "--outcome", outcome]
-        if outcome == "succeeded":
-            words += ["--result", RESULT_PLACEHOLDER]
-        elif outcome == "failed":
-            words += ["--error", ERROR_PLACEHOLDER]
-        commands.append(shlex.join(words))
-    return tuple(commands)
-
-
-def load_any_execution(
-    store: Any, execution_id: str
-) -> ExecutionRecord | agent_records.ExecutionRecord:
-    """The stored execution ``execution_id``: an engine
-    :class:`~phronomy_fsm.durable.records.ExecutionRecord`, or the agent layer's
-    :class:`~phronomy_fsm.store.records.ExecutionRecord` for an agent execution.
-
-    Raises:
-        NotFoundError: no such execution. SerializationError: its body is damaged
-            (the engine decoder's message). StorageError.
-    """
-    try:
-        return store.load_record(execution_id)  # type: ignore[no-any-return]
-    except SerializationError as engine_error:
-        try:
-            return store.load_execution(execution_id)  # type: ignore[no-any-return]
-        except SerializationError:
-            raise engine_error from None
 
 
 def describe_execution(
@@ -179,35 +135,31 @@ def describe_execution(
     db_path: str | None = None,
     app_spec: str | None = None,
     clock: Clock = SYSTEM_CLOCK,
-) -> ExecutionDetail | AgentExecutionDetail:
+) -> ExecutionDetail:
     """Everything an operator reads about one execution.
 
     Args:
         store: the store (read-only is enough).
         execution_id: the execution.
-        db_path / app_spec: written into the resolve commands (``--db``, and ``--app``
-            when given); ``db_path`` defaults to the store's path.
+        db_path / app_spec: written into the resolve and approve commands (``--db``,
+            and ``--app`` when given); ``db_path`` defaults to the store's path.
         clock: decides whether the owner's lease still runs.
 
     Returns:
-        :class:`ExecutionDetail` for an engine execution (record, barrier log, signals
-        with their outcomes, journal entries, owner, awaited events, recovery request),
-        :class:`AgentExecutionDetail` for an agent execution.
+        An :class:`ExecutionDetail`: record, barrier log, signals with their outcomes,
+        journal entries, owner, awaited events, recovery request, and for an agent's
+        execution or tool call the agent's side (:class:`AgentView`).
 
     Raises:
         NotFoundError, SerializationError, StorageError.
     """
-    record = load_any_execution(store, execution_id)
+    # a read: whatever id a store holds can be shown (printed escaped by front ends)
+    record: ExecutionRecord = store.load_record(execution_id)
     db = store.path if db_path is None else db_path
-    if isinstance(record, agent_records.ExecutionRecord):
-        found = _agent_request(store, record)
-        return AgentExecutionDetail(
-            record,
-            tuple(store.barrier_history(execution_id)),
-            tuple(store.execution_journal(execution_id)),
-            needs_operator=found is not None,
-            reason=None if found is None else found.reason,
-            commands=() if found is None else _agent_commands(record, found, db),
+    children: tuple[str, ...] = ()
+    if record.machine == AGENT_MACHINE:
+        children = tuple(
+            child.execution_id for child in store.list_records(parent_execution_id=execution_id)
         )
     return ExecutionDetail(
         record=record,
@@ -217,37 +169,51 @@ def describe_execution(
         owner=execution_owner(store, execution_id, clock=clock),
         awaits=awaited_events(store, record),
         recovery=recovery_request(record, db_path=db, app_spec=app_spec),
+        agent=agents.agent_view(record, db_path=db, app_spec=app_spec, tool_calls=children),
     )
 
 
 def execution_owner(
     store: Any, execution_id: str, *, clock: Clock = SYSTEM_CLOCK
 ) -> WorkerLease | None:
-    """The worker owning an engine execution (``None``: never claimed), with whether
-    it still runs it: its lease has not passed at ``clock.now()`` and its process is
-    not provably gone (:func:`phronomy_fsm.runtime.processes.probe_owner`). Raises
+    """The worker owning an execution (``None``: never claimed), with whether it still
+    runs it: its lease has not passed at ``clock.now()`` and its process is not
+    provably gone (:func:`phronomy_fsm.runtime.processes.probe_owner`). Raises
     NotFoundError, StorageError."""
-    from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
-
     owner_id, _token, expires_ms = store.execution_owner(execution_id)
     if owner_id is None:
         return None
-    worker = next((w for w, _hb, _exp in store.list_workers() if w.worker_id == owner_id), None)
-    gone = False
-    if worker is not None:
-        identity = ProcessIdentity(
-            worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
-        )
-        gone = probe_owner(identity, current_process())[0] == DEAD
+    return _worker_leases(store, clock)(owner_id, expires_ms)
+
+
+def _worker_leases(store: Any, clock: Clock) -> Callable[[str, int | None], WorkerLease]:
+    """A function ``(worker_id, lease_expires_ms) -> WorkerLease`` over the store's
+    workers as read now, probing each worker's process at most once."""
+    from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
+
+    workers = {w.worker_id: w for w, _hb, _exp in store.list_workers()}
+    gone: dict[str, bool] = {}
     now_ms = datetime_to_epoch_ms(clock.now())
-    return WorkerLease(
-        worker_id=owner_id,
-        is_live=expires_ms is not None and expires_ms >= now_ms and not gone,
-        lease_expires_at=None if not expires_ms else epoch_ms_to_datetime(expires_ms),
-        host=None if worker is None else worker.host,
-        pid=None if worker is None else worker.pid,
-        process_gone=gone,
-    )
+    me = current_process()
+
+    def lease(owner_id: str, expires_ms: int | None) -> WorkerLease:
+        worker = workers.get(owner_id)
+        if worker is not None and owner_id not in gone:
+            identity = ProcessIdentity(
+                worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
+            )
+            gone[owner_id] = probe_owner(identity, me)[0] == DEAD
+        is_gone = gone.get(owner_id, False)
+        return WorkerLease(
+            worker_id=owner_id,
+            is_live=expires_ms is not None and expires_ms >= now_ms and not is_gone,
+            lease_expires_at=None if not expires_ms else epoch_ms_to_datetime(expires_ms),
+            host=None if worker is None else worker.host,
+            pid=None if worker is None else worker.pid,
+            process_gone=is_gone,
+        )
+
+    return lease
 
 
 def awaited_events(
@@ -270,19 +236,27 @@ def recovery_request(
 ) -> RecoveryRequest | None:
     """The :class:`RecoveryRequest` of an execution in ``recovery_required`` (``None``
     otherwise), with one ``phronomy-fsm resolve`` command per allowed outcome, naming
-    ``db_path`` (and ``--app app_spec`` when given). Pure."""
+    ``db_path`` (and ``--app app_spec`` when given). For an agent's execution or tool
+    call the subject is also described in the agent's terms and each command checks it
+    with ``--subject``. Pure."""
     info = record.recovery
     if record.status is not ExecutionStatus.RECOVERY_REQUIRED or info is None:
         return None
+    terms = agents.agent_recovery_terms(record)
+    agent_id, agent_subject = (None, None) if terms is None else terms
     base = ["phronomy-fsm", "resolve", record.execution_id, "--db", db_path]
     if app_spec is not None:
         base += ["--app", app_spec]
     base += ["--expected-revision", str(record.revision)]
+    subject = None if agent_subject is None else agents.subject_option(agent_subject)
+    if subject is not None:
+        base += ["--subject", subject]
+    placeholder = agents.result_placeholder(agent_subject) or RESULT_PLACEHOLDER
     commands = []
     for outcome in info.allowed_outcomes:
         words = [*base, "--outcome", outcome]
         if outcome == "succeeded":
-            words += ["--result", RESULT_PLACEHOLDER]
+            words += ["--result", placeholder]
         elif outcome == "failed":
             words += ["--error", ERROR_PLACEHOLDER]
         commands.append(shlex.join(words))
@@ -294,6 +268,9 @@ def recovery_request(
         allowed_outcomes=tuple(info.allowed_outcomes),
         detected_at=info.detected_at,
         commands=tuple(commands),
+        agent_id=agent_id,
+        agent_subject=agent_subject,
+        parent_execution_id=record.parent_execution_id,
     )
 
 
@@ -320,12 +297,14 @@ def signal_execution(
 
     Raises:
         NotFoundError, ExecutionFinishedError, SignalRefusedError (undeclared or
-        engine-internal event, payload not JSON, stale ``expected_revision``, an agent
-        execution), InvalidIdError, StorageError — nothing was written.
+        engine-internal event, payload not JSON, stale ``expected_revision``, an
+        agent's ``approval_decided`` — use :func:`approve_execution` — or
+        ``tool_finished``), InvalidIdError, StorageError — nothing was written.
 
     Durability: committed before it returns; a retry with the same ``signal_id`` is a
     no-op that returns the first signal.
     """
+    agents.check_agent_signal(operations.load_execution_record(store, execution_id), event)
     signal = operations.send_signal(
         store,
         execution_id,
@@ -333,6 +312,56 @@ def signal_execution(
         payload,
         expected_revision=expected_revision,
         signal_id=signal_id,
+        sender=sender,
+    )
+    return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
+
+
+def approve_execution(
+    store: Any,
+    execution_id: str,
+    *,
+    approval_request_id: str,
+    approved: bool = True,
+    decisions: Mapping[str, bool] | None = None,
+    by: str | None = None,
+    sender: str = DEFAULT_SENDER,
+    clock: Clock = SYSTEM_CLOCK,
+) -> InboxReceipt:
+    """Decide an agent execution's pending approval request: the decision is checked
+    against the stored execution and written to its durable inbox; the worker that
+    runs the execution applies it (:func:`phronomy_fsm.agent.approvals.send_approval`).
+
+    Args:
+        execution_id / approval_request_id: from ``executions show`` (or the agent's
+            ``approval_required`` event).
+        approved: the decision for every item when ``decisions`` is None.
+        decisions: tool invocation id → True (run it) / False (reject it), for every
+            item of the request.
+        by: who decided (kept in the execution's audit); sender: recorded with the
+            signal.
+
+    Returns:
+        An :class:`InboxReceipt`: the stored signal and the owner that applies it.
+
+    Raises:
+        ApprovalError: not an agent execution, finished, not waiting for approval,
+            another request pending, decisions that do not name every item once, or
+            the request was **already decided** (also when another decision for it is
+            on its way). NotFoundError, InvalidIdError, StorageError — nothing was
+            written.
+
+    Durability: committed to the inbox before it returns; two decisions sent at once
+    for the same request are one signal: the second is refused.
+    """
+    operations.load_execution_record(store, execution_id)  # a clear error for a bad id
+    signal = approvals.send_approval(
+        store,
+        execution_id,
+        approval_request_id=approval_request_id,
+        approved=approved,
+        decisions=decisions,
+        by=by,
         sender=sender,
     )
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
@@ -351,47 +380,71 @@ def resolve_execution(
     sender: str = DEFAULT_SENDER,
     clock: Clock = SYSTEM_CLOCK,
 ) -> InboxReceipt:
-    """Answer an engine execution in ``recovery_required``
+    """Answer an execution in ``recovery_required``: what happened to its subject
     (:func:`phronomy_fsm.durable.operations.request_resolution`: outcomes and what it
-    refuses).
+    refuses). An agent's execution or tool call is answered through
+    :func:`phronomy_fsm.agent.approvals.send_resolution`, which also checks that the
+    result for an LLM call is an LLM answer.
 
     Args:
         subject: optionally, what the operator believes the subject is —
-            ``effect:<hook>`` or ``execution:<id>``; refused when it is not the
+            ``effect:<hook>`` or ``execution:<id>``, and for an agent also
+            ``llm_call:<id>`` or ``tool_invocation:<id>``; refused when it is not the
             stored subject (a check that the answer is about what was looked up).
 
     Raises:
         NotFoundError, ExecutionFinishedError, ResolutionError (not waiting for an
         operator, stale revision, outcome not allowed, missing or forbidden
-        result/error, result not JSON, another subject), SignalRefusedError (an agent
-        execution), StorageError — nothing was written.
+        result/error, result not JSON or not an LLM answer, another subject),
+        InvalidIdError, StorageError — nothing was written.
 
     Durability: committed to the inbox before it returns; the owner applies it in a
     ``@resolution`` commit.
     """
+    record = operations.load_execution_record(store, execution_id)
     if subject is not None:
-        _check_subject(store, execution_id, subject)
-    signal = operations.request_resolution(
-        store,
-        execution_id,
-        expected_revision=expected_revision,
-        outcome=outcome,
-        result=result,
-        error=error,
-        signal_id=signal_id,
-        sender=sender,
-    )
+        _check_subject(record, subject)
+    if agents.is_agent_execution(record):
+        signal = approvals.send_resolution(
+            store,
+            execution_id,
+            expected_revision=expected_revision,
+            outcome=outcome,
+            result=result,
+            error=error,
+            signal_id=signal_id,
+            sender=sender,
+        )
+    else:
+        signal = operations.request_resolution(
+            store,
+            execution_id,
+            expected_revision=expected_revision,
+            outcome=outcome,
+            result=result,
+            error=error,
+            signal_id=signal_id,
+            sender=sender,
+        )
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
 
 
-def _check_subject(store: Any, execution_id: str, subject: str) -> None:
-    record = operations.load_execution_record(store, execution_id)
-    stored = None if record.recovery is None else record.recovery.subject
+def _check_subject(record: ExecutionRecord, subject: str) -> None:
+    if record.recovery is None:
+        return  # not waiting for an operator: the resolution itself says so
+    execution_id = record.execution_id
+    matches = agents.matches_agent_subject(record, subject)
+    stored = record.recovery.subject
     expected = f"execution:{execution_id}" if stored is None else f"effect:{stored.effect}"
-    if record.recovery is not None and subject != expected:
+    if matches is None:
+        matches = subject == expected
+    if not matches:
+        terms = agents.agent_recovery_terms(record)
+        named = None if terms is None else agents.subject_option(terms[1])
+        about = agents.describe_agent_subject(named) if named else expected
         raise ResolutionError(
-            f"execution {execution_id} waits for an answer about {expected}, not {subject}; "
-            "nothing was written",
+            f"execution {execution_id} waits for an answer about {about}, not "
+            f"{agents.describe_agent_subject(subject)}; nothing was written",
             execution_id=execution_id,
             reason="subject",
         )
@@ -411,8 +464,8 @@ def cancel_execution(
     it finishes ``cancelled``.
 
     Raises:
-        NotFoundError, ExecutionFinishedError, SignalRefusedError (an agent
-        execution), InvalidIdError, StorageError — nothing was written.
+        NotFoundError, ExecutionFinishedError, InvalidIdError, StorageError —
+        nothing was written.
     """
     signal = operations.request_cancel(
         store, execution_id, reason=reason, signal_id=signal_id, sender=sender
@@ -424,11 +477,12 @@ __all__ = [
     "DEFAULT_SENDER",
     "ERROR_PLACEHOLDER",
     "RESULT_PLACEHOLDER",
+    "WAITING_FOR_STATUS",
+    "approve_execution",
     "cancel_execution",
     "describe_execution",
     "execution_owner",
     "list_executions",
-    "load_any_execution",
     "recovery_request",
     "resolve_execution",
     "signal_execution",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,8 +18,10 @@ from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalKind, SignalRecord
 from phronomy_fsm.operator.actions import awaited_events, execution_owner, recovery_request
-from phronomy_fsm.operator.views import RecoveredExecution, StoreRecoveryReport
+from phronomy_fsm.operator.agents import agent_view
+from phronomy_fsm.operator.views import ApprovalView, RecoveredExecution, StoreRecoveryReport
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.faults import FaultPlan
 
 
 def is_at_rest(
@@ -27,20 +29,30 @@ def is_at_rest(
     pending: Iterable[SignalRecord],
     facts: MachineFacts | None,
     now: datetime,
+    *,
+    children_at_rest: Sequence[bool] = (),
 ) -> bool:
     """True when ``record`` rests: finished, waiting for an operator with no
     resolution or cancel pending, or waiting with no cancel or signal it takes
     pending and its timer not yet due — and, unless finished, not past its own
-    deadline (``expires_at``). ``running`` never rests. Pure."""
+    deadline (``expires_at``). A ``running`` execution rests only while it waits for
+    its children: it announced no effect of its own, it has active children
+    (``children_at_rest``, one flag per active child) that all rest, and no signal it
+    takes is pending (an agent execution whose tool call waits for an operator). Pure."""
     if record.is_finished:
         return True
-    if record.status is ExecutionStatus.RUNNING:
-        return False
     if record.expires_at is not None and record.expires_at <= now:
         return False  # past its own deadline: the engine ends it
     pending = list(pending)
     if any(s.kind is SignalKind.CANCEL for s in pending):
         return False
+    if record.status is ExecutionStatus.RUNNING:
+        return (
+            not record.pending_effects
+            and bool(children_at_rest)
+            and all(children_at_rest)
+            and not pending
+        )
     if record.status is ExecutionStatus.RECOVERY_REQUIRED:
         return not any(s.kind is SignalKind.RESOLUTION for s in pending)
     if record.deadline_at is not None and record.deadline_at <= now:
@@ -50,6 +62,43 @@ def is_at_rest(
         s.kind in (SignalKind.EVENT, SignalKind.CHILD) and (handled is None or s.event in handled)
         for s in pending
     )
+
+
+def execution_at_rest(
+    store: Any,
+    record: ExecutionRecord,
+    facts: Mapping[str, MachineFacts],
+    now: datetime,
+    *,
+    depth: int = 0,
+) -> bool:
+    """:func:`is_at_rest` of a stored execution, its children's rest read from the
+    store (for a ``running`` one). Raises StorageError."""
+    children: list[bool] = []
+    if record.status is ExecutionStatus.RUNNING and not record.pending_effects and depth < 8:
+        children = [
+            execution_at_rest(store, child, facts, now, depth=depth + 1)
+            for child in store.list_records(parent_execution_id=record.execution_id, active=True)
+        ]
+    return is_at_rest(
+        record,
+        store.pending_signals(record.execution_id),
+        facts.get(record.machine),
+        now,
+        children_at_rest=children,
+    )
+
+
+def with_parents(store: Any, execution_ids: Iterable[str]) -> list[str]:
+    """``execution_ids`` followed by the parents they notify (a child's end moves its
+    parent on), each once, nearest first. Raises NotFoundError, StorageError."""
+    out: list[str] = []
+    for eid in execution_ids:
+        current: str | None = eid
+        while current is not None and current not in out and len(out) < 1000:
+            out.append(current)
+            current = store.load_record(current).parent_execution_id
+    return out
 
 
 def recover_store(
@@ -62,6 +111,7 @@ def recover_store(
     app_spec: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    faults: FaultPlan | None = None,
 ) -> StoreRecoveryReport:
     """Recover a store with a durable application, in this process, until its
     executions rest.
@@ -69,8 +119,9 @@ def recover_store(
     Starts a :class:`~phronomy_fsm.durable.runtime.DurableRuntime` with the app's
     machines, which claims every active execution of them that no live worker owns
     and resumes it from its last commit (``docs/semantics.md``, "Recovery"); waits up
-    to ``wait_seconds`` until each claimed execution (or only those in ``wait_for``,
-    which may also name executions a live worker runs) is at rest (:func:`is_at_rest`);
+    to ``wait_seconds`` until each claimed execution (or only those in ``wait_for``
+    and the parents they notify, which may also name executions a live worker runs)
+    is at rest (:func:`is_at_rest`);
     then closes the runtime (its lease ends, so another process may claim what it
     left) and reads every execution back.
 
@@ -83,6 +134,7 @@ def recover_store(
         on_progress: called with ``(executions at rest, executions waited for)`` each
             time that count may have changed, on the calling thread.
         clock: the runtime's clock.
+        faults: crash points for the runtime (tests and the crash harness only).
 
     Returns:
         A :class:`StoreRecoveryReport`.
@@ -98,6 +150,7 @@ def recover_store(
     Concurrency: blocks the calling thread for up to ``wait_seconds`` plus the
     runtime's close.
     """
+    from phronomy_fsm.durable.app import attach_app
     from phronomy_fsm.durable.runtime import DurableRuntime
 
     if wait_seconds < 0:
@@ -108,20 +161,31 @@ def recover_store(
         store,
         machines=app.machines,
         clock=clock,
-        listeners=[lambda _event: wake.set()],
+        listeners=[lambda _event: wake.set(), *app.listeners],
         name="phronomy-operator",
+        faults=faults,
     )
+    detach = attach_app(app, runtime)
     started = time.monotonic()
     try:
-        found = runtime.recover()
+        found = runtime.recover(accept=app.accept)
         claimed = dict(found.claimed)
-        watched = list(claimed) if wait_for is None else list(wait_for)
-        _wait_until_rest(store, watched, facts, wake, started + wait_seconds, on_progress, clock)
+        watched = list(claimed) if wait_for is None else with_parents(store, wait_for)
+        wait_until_rest(
+            store,
+            watched,
+            facts,
+            deadline=started + wait_seconds,
+            wake=wake,
+            on_progress=on_progress,
+            clock=clock,
+        )
         waited = time.monotonic() - started
     finally:
+        detach()
         runtime.close(timeout_seconds=min(10.0, max(1.0, wait_seconds)))
     ids = list(claimed) + [eid for eid, _worker in found.owned_elsewhere if eid not in claimed]
-    ids += [eid for eid in (wait_for or ()) if eid not in ids]
+    ids += [eid for eid in watched if eid not in ids]
     db = store.path if db_path is None else db_path
     entries = []
     for eid in ids:
@@ -131,44 +195,66 @@ def recover_store(
             RecoveredExecution(
                 record=record,
                 found_status=claimed.get(eid),
-                at_rest=is_at_rest(record, store.pending_signals(eid), machine_facts, clock.now()),
+                at_rest=execution_at_rest(store, record, facts, clock.now()),
                 owner=execution_owner(store, eid, clock=clock),
                 awaits=awaited_events(store, record, machine_facts),
                 recovery=recovery_request(record, db_path=db, app_spec=app_spec),
+                approval=_pending_approval(record, db, app_spec),
             )
         )
     return StoreRecoveryReport(tuple(entries), tuple(found.unknown_machine), waited)
 
 
-def _wait_until_rest(
+def _pending_approval(
+    record: ExecutionRecord, db_path: str, app_spec: str | None
+) -> ApprovalView | None:
+    view = agent_view(record, db_path=db_path, app_spec=app_spec)
+    approval = None if view is None else view.approval
+    return approval if approval is not None and approval.commands else None
+
+
+def wait_until_rest(
     store: Any,
-    execution_ids: list[str],
+    execution_ids: Iterable[str],
     facts: Mapping[str, MachineFacts],
-    wake: threading.Event,
+    *,
     deadline: float,
-    on_progress: Callable[[int, int], None] | None,
-    clock: Clock,
-) -> None:
-    """Poll the store until every execution rests or ``deadline`` (monotonic) passes;
-    a runtime event wakes the poll early."""
+    wake: threading.Event | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> bool:
+    """Poll the store until every execution of ``execution_ids`` rests
+    (:func:`execution_at_rest`) or ``deadline`` (a :func:`time.monotonic` value)
+    passes; ``wake`` (set by a runtime's listener) ends a poll's pause early.
+    ``on_progress(at rest, total)`` is called when that count may have changed.
+    Returns True when every one rests. Raises NotFoundError, StorageError.
+
+    Concurrency: blocks the calling thread until then; runs no execution itself."""
     waiting = set(execution_ids)
     total = len(waiting)
     reported = -1
     while True:
-        wake.clear()
+        if wake is not None:
+            wake.clear()
         for eid in list(waiting):
-            record = store.load_record(eid)
-            if is_at_rest(
-                record, store.pending_signals(eid), facts.get(record.machine), clock.now()
-            ):
+            if execution_at_rest(store, store.load_record(eid), facts, clock.now()):
                 waiting.discard(eid)
         if on_progress is not None and total - len(waiting) != reported:
             reported = total - len(waiting)
             on_progress(reported, total)
         remaining = deadline - time.monotonic()
         if not waiting or remaining <= 0:
-            return
-        wake.wait(min(0.2, remaining))
+            return not waiting
+        if wake is not None:
+            wake.wait(min(0.2, remaining))
+        else:
+            time.sleep(min(0.05, remaining))
 
 
-__all__ = ["is_at_rest", "recover_store"]
+__all__ = [
+    "execution_at_rest",
+    "is_at_rest",
+    "recover_store",
+    "wait_until_rest",
+    "with_parents",
+]

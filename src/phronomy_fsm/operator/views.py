@@ -1,13 +1,15 @@
 """The values the operator's actions return (:mod:`phronomy_fsm.operator`).
 
 Frozen attrs values, each with a ``to_dict()`` JSON form that front ends print with
-``--json``: a page of executions, one execution's details, what a signal, resolution
-or cancel wrote, and what a recovery did. They hold durable records as read from the
-store; nothing here reads or writes a store.
+``--json``: a page of executions, one execution's details (with, for an agent
+execution, what the agent was asked, answered and waits for), what a signal, approval,
+resolution or cancel wrote, what a recovery did, and what a store migration did. They
+hold durable records as read from the store; nothing here reads or writes a store.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -24,10 +26,18 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     to_json,
 )
-from phronomy_fsm.store import records as agent_records
 
-#: The machine of the agent layer's executions (their exclusive key is the agent id).
+#: The machine of an agent's executions (their exclusive key is the agent id).
 AGENT_MACHINE = "agent_session"
+#: The machine of an agent's tool calls (child executions of an ``agent_session``).
+TOOL_CALL_MACHINE = "tool_call"
+#: Who an execution waits for (:attr:`ExecutionSummary.waits_for`): an operator's
+#: resolution, a person's approval (agents), a signal (a wait state of any machine), or
+#: a recovery (running with no live worker).
+WAITS_FOR_OPERATOR = "operator"
+WAITS_FOR_APPROVAL = "approval"
+WAITS_FOR_SIGNAL = "signal"
+WAITS_FOR_RECOVER = "recover"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -77,10 +87,10 @@ class WorkerLease:
 class ExecutionSummary:
     """One row of :func:`list_executions`: an execution of any machine.
 
-    ``needs_operator`` is True for an engine execution in ``recovery_required``, and
-    for an active agent execution whose recovery needs an operator's resolution and
-    that no live process owns. For an agent row ``exclusive_key`` is its agent id and
-    ``state`` its durable phase.
+    ``needs_operator`` is True for an execution in ``recovery_required`` (answer it
+    with ``phronomy-fsm resolve``); :attr:`waits_for` also names executions that wait
+    for a person. For an agent execution (machine ``agent_session``)
+    ``exclusive_key`` is its agent id.
     """
 
     execution_id: str
@@ -96,15 +106,31 @@ class ExecutionSummary:
     parent_execution_id: str | None = None
     owner_id: str | None = None
     deadline_at: datetime | None = None
+    has_live_owner: bool = False
 
     @property
     def is_agent(self) -> bool:
-        """True for an execution of the agent layer (machine ``agent_session``)."""
+        """True for an agent's execution (machine ``agent_session``)."""
         return self.machine == AGENT_MACHINE
 
+    @property
+    def waits_for(self) -> str | None:
+        """Who must act before it moves: ``operator`` (``recovery_required``: answer
+        with ``resolve``), ``approval`` (an agent execution waiting for a person's
+        decision: ``approve``), ``signal`` (a wait state of another machine: ``signal``
+        one of the events it awaits, or its timer), ``recover`` (running, but no live
+        worker runs it: nothing moves until ``phronomy-fsm recover`` or the
+        application's runtime claims it), or ``None``."""
+        if self.status == ExecutionStatus.RECOVERY_REQUIRED.value:
+            return WAITS_FOR_OPERATOR
+        if self.status == ExecutionStatus.WAITING.value:
+            return WAITS_FOR_APPROVAL if self.is_agent else WAITS_FOR_SIGNAL
+        if self.status == ExecutionStatus.RUNNING.value and not self.has_live_owner:
+            return WAITS_FOR_RECOVER
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form; agent rows also carry ``agent_id`` and ``phase`` (``None``
-        for engine rows), as ``executions list --json`` always printed them."""
+        """JSON-ready form; ``agent_id`` is set for an agent's execution."""
         return {
             "execution_id": self.execution_id,
             "machine": self.machine,
@@ -113,11 +139,12 @@ class ExecutionSummary:
             "revision": self.revision,
             "active": self.active,
             "needs_operator": self.needs_operator,
+            "waits_for": self.waits_for,
             "exclusive_key": self.exclusive_key,
             "agent_id": self.exclusive_key if self.is_agent else None,
-            "phase": self.state if self.is_agent else None,
             "parent_execution_id": self.parent_execution_id,
             "owner_id": self.owner_id,
+            "has_live_owner": self.has_live_owner,
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "deadline_at": _iso(self.deadline_at),
@@ -157,13 +184,20 @@ class ExecutionPage:
 
 @attrs.frozen
 class RecoveryRequest:
-    """Why an engine execution waits for an operator, and how to answer.
+    """Why an execution waits for an operator, and how to answer.
 
     ``subject`` is the effect whose outcome is unknown (``None``: the execution as a
     whole, which may only be ended ``failed``); ``allowed_outcomes`` are what may be
     answered; ``commands`` holds, per allowed outcome in that order, the exact
     ``phronomy-fsm resolve`` command (shell-quoted; a result or error text to fill in
-    is written as :data:`RESULT_PLACEHOLDER` / :data:`ERROR_PLACEHOLDER`).
+    is written as a placeholder that is not JSON, such as :data:`RESULT_PLACEHOLDER`
+    or :data:`ERROR_PLACEHOLDER`, so a command pasted unchanged is refused).
+
+    For an agent's execution or one of its tool calls, ``agent_id`` names the agent
+    and ``agent_subject`` says in the agent's terms what the effect was
+    (:func:`phronomy_fsm.agent.directory.recovery_subject`: ``{"type": "llm_call",
+    "llm_call_id", ...}`` or ``{"type": "tool_invocation", "tool_invocation_id",
+    "tool_name", "arguments", ...}``); the commands then carry a ``--subject`` check.
     """
 
     execution_id: str
@@ -173,13 +207,34 @@ class RecoveryRequest:
     allowed_outcomes: tuple[str, ...]
     detected_at: datetime
     commands: tuple[str, ...]
+    agent_id: str | None = None
+    agent_subject: Mapping[str, Any] | None = None
+    parent_execution_id: str | None = None
 
     def describe_subject(self) -> str:
-        """One line naming the subject: the effect with its kind, state, idempotency
-        key and attempt, or ``the execution as a whole``."""
+        """One line naming the subject: for an agent, the LLM call or the tool call
+        with its arguments; otherwise the effect with its kind, state, idempotency key
+        and attempt, or ``the execution as a whole``."""
         s = self.subject
         if s is None:
             return "the execution as a whole"
+        agent = self.agent_subject or {}
+        kind = agent.get("type")
+        if kind == "llm_call":
+            call = agent.get("llm_call_id")
+            return (
+                f"LLM call {call} of agent {self.agent_id}: it may have been sent and "
+                f"answered (the provider got it with idempotency key {call}; attempt "
+                f"{s.attempt})"
+            )
+        if kind == "tool_invocation":
+            call = agent.get("tool_invocation_id")
+            arguments = json.dumps(agent.get("arguments"), sort_keys=True, ensure_ascii=False)
+            return (
+                f"tool call {call} of agent {self.agent_id}: {agent.get('tool_name')} "
+                f"{arguments} may have run (the tool got idempotency key {call}; attempt "
+                f"{s.attempt})"
+            )
         return (
             f"effect {s.effect} ({s.kind.value}) in state {s.state}, idempotency key {s.key}, "
             f"attempt {s.attempt}"
@@ -192,6 +247,10 @@ class RecoveryRequest:
             "expected_revision": self.revision,
             "reason": self.reason,
             "subject": None if self.subject is None else _data(self.subject),
+            "subject_text": self.describe_subject(),
+            "agent_id": self.agent_id,
+            "agent_subject": None if self.agent_subject is None else dict(self.agent_subject),
+            "parent_execution_id": self.parent_execution_id,
             "allowed_outcomes": list(self.allowed_outcomes),
             "detected_at": self.detected_at.isoformat(),
             "resolve_commands": list(self.commands),
@@ -199,12 +258,117 @@ class RecoveryRequest:
 
 
 @attrs.frozen
+class ApprovalItemView:
+    """One tool call of an approval request: its tool invocation id, the tool, its
+    validated arguments and why it needs a person."""
+
+    tool_invocation_id: str
+    tool_name: str
+    arguments: Any = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return attrs.asdict(self)
+
+
+@attrs.frozen
+class ApprovalView:
+    """An agent execution's approval request: its id, its items, whether it was
+    decided, and — while it is pending — the ``phronomy-fsm approve`` commands that
+    decide it (approve, then reject)."""
+
+    request_id: str
+    items: tuple[ApprovalItemView, ...]
+    decided: bool = False
+    decisions: Mapping[str, bool] | None = None
+    commands: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "request_id": self.request_id,
+            "items": [item.to_dict() for item in self.items],
+            "decided": self.decided,
+            "decisions": None if self.decisions is None else dict(self.decisions),
+            "approve_commands": list(self.commands),
+        }
+
+
+@attrs.frozen
+class MessageView:
+    """One message of an agent execution's conversation: ``role`` (``user``,
+    ``assistant``, ``tool``), its text, the tool calls an assistant message asks for
+    (``name(arguments)`` each) and, for a tool message, the tool's name."""
+
+    role: str
+    text: str | None
+    tool_calls: tuple[str, ...] = ()
+    name: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "role": self.role,
+            "text": self.text,
+            "tool_calls": list(self.tool_calls),
+            "name": self.name,
+        }
+
+
+@attrs.frozen
+class AgentView:
+    """The agent's side of an agent execution (``kind`` ``session``) or of one of its
+    tool calls (``kind`` ``tool_call``), read from the stored context.
+
+    Session: ``input`` as received, ``messages`` (this execution's conversation),
+    ``output`` (the final answer), ``outcome`` (how it ended), ``error`` (``Type:
+    message``), ``approval`` (the pending or last approval request) and ``tool_calls``
+    (the ids of its tool-call executions). Tool call: ``tool_name``, ``arguments``,
+    ``result`` or ``error``, and ``parent_execution_id`` (the agent's execution).
+    """
+
+    kind: str
+    agent_id: str
+    input: Any = None
+    messages: tuple[MessageView, ...] = ()
+    output: str | None = None
+    outcome: str | None = None
+    error: str | None = None
+    approval: ApprovalView | None = None
+    tool_calls: tuple[str, ...] = ()
+    tool_name: str | None = None
+    arguments: Any = None
+    result: Any = None
+    parent_execution_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "kind": self.kind,
+            "agent_id": self.agent_id,
+            "input": self.input,
+            "messages": [m.to_dict() for m in self.messages],
+            "output": self.output,
+            "outcome": self.outcome,
+            "error": self.error,
+            "approval": None if self.approval is None else self.approval.to_dict(),
+            "tool_calls": list(self.tool_calls),
+            "tool_name": self.tool_name,
+            "arguments": self.arguments,
+            "result": self.result,
+            "parent_execution_id": self.parent_execution_id,
+        }
+
+
+@attrs.frozen
 class ExecutionDetail:
-    """What :func:`describe_execution` returns for an engine execution.
+    """What :func:`describe_execution` returns for an execution of any machine.
 
     ``awaits`` are the events a ``waiting`` execution takes by signal (its timer aside);
     ``recovery`` is set while it waits for an operator; ``owner`` is the worker that
-    owns it (``None``: never claimed).
+    owns it (``None``: never claimed); ``agent`` is the agent's side of an agent's
+    execution or tool call (``None`` for other machines).
     """
 
     record: ExecutionRecord
@@ -214,15 +378,26 @@ class ExecutionDetail:
     owner: WorkerLease | None
     awaits: tuple[str, ...] = ()
     recovery: RecoveryRequest | None = None
+    agent: AgentView | None = None
 
     @property
     def needs_operator(self) -> bool:
         """True while the execution is in ``recovery_required``."""
         return self.record.status is ExecutionStatus.RECOVERY_REQUIRED
 
+    @property
+    def waits_for(self) -> str | None:
+        """As :attr:`ExecutionSummary.waits_for`."""
+        if self.needs_operator:
+            return WAITS_FOR_OPERATOR
+        if self.record.status is ExecutionStatus.WAITING:
+            return WAITS_FOR_APPROVAL if self.record.machine == AGENT_MACHINE else WAITS_FOR_SIGNAL
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form: the summary keys, then ``execution`` (the stored record),
-        ``barriers``, ``signals``, ``journal``, ``owner`` and ``recovery``."""
+        """JSON-ready form: the summary keys, then ``agent`` (see :class:`AgentView`),
+        ``execution`` (the stored record), ``barriers``, ``signals``, ``journal``,
+        ``owner`` and ``recovery``."""
         r = self.record
         return {
             "execution_id": r.execution_id,
@@ -232,10 +407,12 @@ class ExecutionDetail:
             "revision": r.revision,
             "point": r.point.value,
             "needs_operator": self.needs_operator,
+            "waits_for": self.waits_for,
             "pending_effects": list(r.pending_effects),
             "awaits": list(self.awaits),
             "owner": None if self.owner is None else self.owner.to_dict(),
             "recovery": None if self.recovery is None else self.recovery.to_dict(),
+            "agent": None if self.agent is None else self.agent.to_dict(),
             "execution": _data(r),
             "barriers": [
                 {
@@ -251,22 +428,6 @@ class ExecutionDetail:
             "signals": [_data(s) for s in self.signals],
             "journal": [_data(j) for j in self.journal],
         }
-
-
-@attrs.frozen
-class AgentExecutionDetail:
-    """What :func:`describe_execution` returns for an agent execution: the agent
-    layer's record, its barrier history and journal records, and whether its recovery
-    needs an operator (see :class:`ExecutionSummary`) — then ``reason`` and one
-    ``phronomy-fsm resolve`` command per allowed outcome for its first unresolved
-    subject (``--app MODULE:FACTORY`` left for the operator to fill in)."""
-
-    record: agent_records.ExecutionRecord
-    barriers: tuple[agent_records.BarrierRecord, ...]
-    journal: tuple[agent_records.JournalRecord, ...]
-    needs_operator: bool = False
-    reason: str | None = None
-    commands: tuple[str, ...] = ()
 
 
 @attrs.frozen
@@ -300,7 +461,9 @@ class RecoveredExecution:
     ``found_status`` is the status it was claimed in (``None`` when this process did
     not claim it: a live worker owns it); ``record`` is as stored after the wait;
     ``at_rest`` is True once it waits (for a signal or its timer), waits for an
-    operator, or has finished, with nothing in its inbox it would act on.
+    operator, or has finished, with nothing in its inbox it would act on;
+    ``approval`` is an agent execution's pending approval request, with the commands
+    that decide it.
     """
 
     record: ExecutionRecord
@@ -309,6 +472,7 @@ class RecoveredExecution:
     owner: WorkerLease | None = None
     awaits: tuple[str, ...] = ()
     recovery: RecoveryRequest | None = None
+    approval: ApprovalView | None = None
 
     @property
     def execution_id(self) -> str:
@@ -320,12 +484,20 @@ class RecoveredExecution:
         """True when it waits for an operator (``recovery_required``)."""
         return self.record.status is ExecutionStatus.RECOVERY_REQUIRED
 
+    @property
+    def agent_id(self) -> str | None:
+        """The agent of an agent's execution or tool call (its ``agent_id`` label)."""
+        value = self.record.labels.get("agent_id")
+        return value if isinstance(value, str) else None
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         r = self.record
         return {
             "execution_id": r.execution_id,
             "machine": r.machine,
+            "agent_id": self.agent_id,
+            "parent_execution_id": r.parent_execution_id,
             "status": r.status.value,
             "state": r.state,
             "revision": r.revision,
@@ -338,6 +510,7 @@ class RecoveredExecution:
             "error": None if r.error is None else r.error.render(),
             "owner": None if self.owner is None else self.owner.to_dict(),
             "recovery": None if self.recovery is None else self.recovery.to_dict(),
+            "approval": None if self.approval is None else self.approval.to_dict(),
         }
 
 
@@ -380,13 +553,41 @@ class StoreRecoveryReport:
         }
 
 
+@attrs.frozen
+class MigrationReport:
+    """What :func:`migrate_store` did: the store's ``path`` and its schema version
+    ``before`` and ``after`` (equal when it was current already)."""
+
+    path: str
+    before: int
+    after: int
+
+    @property
+    def migrated(self) -> bool:
+        """True when the schema changed."""
+        return self.before != self.after
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {"path": self.path, "before": self.before, "after": self.after}
+
+
 __all__ = [
     "AGENT_MACHINE",
-    "AgentExecutionDetail",
+    "TOOL_CALL_MACHINE",
+    "WAITS_FOR_APPROVAL",
+    "WAITS_FOR_OPERATOR",
+    "WAITS_FOR_RECOVER",
+    "WAITS_FOR_SIGNAL",
+    "AgentView",
+    "ApprovalItemView",
+    "ApprovalView",
     "ExecutionDetail",
     "ExecutionPage",
     "ExecutionSummary",
     "InboxReceipt",
+    "MessageView",
+    "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
     "StoreRecoveryReport",

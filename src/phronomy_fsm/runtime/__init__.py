@@ -1,8 +1,10 @@
 """The runtime core: dispatcher loop, offload pool, tasks, cancellation, clocks, timers.
 
-It runs any machine compiled by the code generator (issue 3): bind a generated ``TABLE``
+It runs any machine compiled by the code generator: bind a generated ``TABLE``
 to a hooks object with :func:`bind_machine`, then start sessions on a
-:class:`Dispatcher`. The runtime never imports jinja2 or the YAML parser.
+:class:`Dispatcher`. Crash injection for tests and harnesses is a :class:`FaultPlan`
+passed in explicitly (``docs/operations.md``, "Crashing at a chosen point
+yourself"). The runtime never imports jinja2 or the YAML parser.
 """
 
 from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT, MachineBinding, bind_machine
@@ -15,6 +17,7 @@ from phronomy_fsm.runtime.dispatcher import (
     SessionResult,
     StepRecord,
 )
+from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.offload import OffloadPool, Operation
 from phronomy_fsm.runtime.tasks import Task, on_loop_thread
 from phronomy_fsm.runtime.timers import TimerQueue, TimerService
@@ -26,6 +29,7 @@ __all__ = [
     "CancellationToken",
     "Clock",
     "Dispatcher",
+    "FaultPlan",
     "MachineBinding",
     "ManualClock",
     "OffloadContext",

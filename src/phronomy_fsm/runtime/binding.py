@@ -4,8 +4,7 @@
 (an implementation of the generated ``Hooks`` Protocol) into a :class:`MachineBinding`:
 one compiled :class:`Node` per state whose ``rows`` map each event to its candidate
 transitions with guards, actions, offload hooks and barriers already resolved to bound
-methods (issue 3 item 3, "hook resolution once"; PERFORMANCE.md "resolve guards and
-actions once at registration rather than per event"). Every missing hook is reported at
+methods once, at registration, rather than per event. Every missing hook is reported at
 once by :class:`~phronomy_fsm.errors.MissingHookError`.
 """
 
@@ -28,7 +27,7 @@ from phronomy_fsm.table import (
 
 Hook = Callable[[Any, Any], Any]
 
-#: Default step limit per session (reference §1.1 recursion_limit; agents pass their own).
+#: Default step limit per session (``docs/runtime.md``, "Sessions"; machines may set their own).
 DEFAULT_STEP_LIMIT = 100_000
 
 
@@ -244,7 +243,7 @@ def bind_machine(
             and barrier the table names (the generated ``Hooks`` Protocol). Each is
             called as ``hook(ctx, payload)`` on the loop thread.
         step_limit: transitions a session may take before it fails with
-            :class:`~phronomy_fsm.errors.StepLimitError` (reference §1.1).
+            :class:`~phronomy_fsm.errors.StepLimitError` (``docs/runtime.md``, "Sessions").
         on_transition: called as ``on_transition(ctx, source, target)`` (state names) on
             the loop thread after every transition of this binding's sessions, internal
             ones included (its sessions then skip the dispatcher's inlined fast path).

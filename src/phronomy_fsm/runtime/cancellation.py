@@ -1,4 +1,4 @@
-"""Cancellation tokens (reference §7.5 CancellationToken).
+"""Cancellation tokens (``docs/runtime.md``, "Cancellation tokens").
 
 A :class:`CancellationToken` is cancelled explicitly (:meth:`~CancellationToken.cancel`,
 idempotent, firing ``on_cancel`` callbacks once) or passively by a deadline on the

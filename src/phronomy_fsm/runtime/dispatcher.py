@@ -1,6 +1,6 @@
 """The dispatcher: one loop thread that owns every live session.
 
-Reference §1.1 (FSMSession semantics) and §7.1 (EventLoop); ARCHITECTURE.md "Runtime".
+The rules are in ``docs/runtime.md``.
 
 - A FIFO inbox carries session events, control messages (functions to run on the loop)
   and results coming back from workers; timers fire at the top of each turn. One item is
@@ -18,9 +18,10 @@ Reference §1.1 (FSMSession semantics) and §7.1 (EventLoop); ARCHITECTURE.md "R
 - Offloaded work and barrier commits run off the loop; their results come back as
   messages carrying the :class:`Authority` they started under (session incarnation,
   revision, state, state-entry serial, operation id) and are applied only if all still
-  match; otherwise they are dropped, logged and counted (reference §7.6).
+  match; otherwise they are dropped, logged and counted (``docs/runtime.md``,
+  "Stale results").
 - A session may start at any state and fire one event directly (resume start,
-  reference §1.1): approval resume and recovery use it. Every resume is a new
+  ``docs/runtime.md``, "Sessions"): approval resume and recovery use it. Every resume is a new
   incarnation with a new session id.
 
 Concurrency: :meth:`Dispatcher.post`, :meth:`Dispatcher.start_session`,
@@ -47,7 +48,6 @@ from phronomy_fsm.errors import (
     UndeclaredEventError,
     UnknownSessionError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.binding import (
     AUTO,
     FINAL,
@@ -58,6 +58,7 @@ from phronomy_fsm.runtime.binding import (
     OffloadWorkSpec,
     Row,
 )
+from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.inputs import check_event, check_session_id, check_start, shown
@@ -188,7 +189,7 @@ class Dispatcher(EventLoop):
             binding: the machine.
             context: the application object guards and actions receive as ``ctx``.
             at_state: resume start: begin in this state without running its entry work,
-                then fire ``event`` with ``payload`` (reference §1.1 "Resume start"). An
+                then fire ``event`` with ``payload`` (``docs/runtime.md``, "Sessions"). An
                 auto state without ``event`` posts ``state_completed``; an external state
                 without ``event`` just waits there.
             group: quiescence group (e.g. the execution id): offloads of every session in
@@ -252,7 +253,7 @@ class Dispatcher(EventLoop):
 
         Raises:
             DispatchInputError: ``session_id`` is not an ``int`` or ``event`` is not
-                exactly a ``str`` (issue 11 item 2); nothing was queued.
+                exactly a ``str``; nothing was queued.
         """
         check_session_id(session_id)
         check_event(event)
@@ -291,6 +292,8 @@ class Dispatcher(EventLoop):
         if s is None:
             return admitted
         s.serial += 1
+        if s.token is not None:
+            s.cancel_work("the session was detached")
         self.stats.sessions_halted += 1
         return True
 
@@ -325,7 +328,7 @@ class Dispatcher(EventLoop):
 
     def when_quiescent(self, group: Any, callback: Callable[[], object]) -> None:
         """Call ``callback()`` on the loop once ``group`` has no physically running work
-        (immediately if it has none). Loop thread only (reference §7.5 quiescence)."""
+        (immediately if it has none). Loop thread only (``docs/runtime.md``, "Offloads and the pool")."""
         self._assert_loop()
         if not self._in_flight.get(group):
             callback()
@@ -347,8 +350,6 @@ class Dispatcher(EventLoop):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     # ----------------------------------------------------------------- loop
 
@@ -416,10 +417,10 @@ class Dispatcher(EventLoop):
 
     def _item_failed(self, sid: Any, event: Any, payload: Any, exc: BaseException) -> None:
         """An inbox item raised outside every hook boundary (hooks have their own): end
-        the session it concerns with :class:`SessionFaultError` (``__cause__`` is
-        ``exc``) so that one malformed item or engine defect ends at most that session
-        (issue 11 item 2). A control message that names no live session re-raises: the
-        loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
+         the session it concerns with :class:`SessionFaultError` (``__cause__`` is
+         ``exc``) so that one malformed item or engine defect ends at most that session
+        . A control message that names no live session re-raises: the
+         loop fails, and every waiter is told (:meth:`EventLoop.on_failure`)."""
         s: Session | None = None
         if sid is None:
             for arg in payload if isinstance(payload, tuple) else ():
@@ -511,6 +512,8 @@ class Dispatcher(EventLoop):
         if not row.internal:
             s.node = target  # type: ignore[assignment]
             s.serial += 1
+            if s.token is not None:
+                s.cancel_work(f"the session left state {source.name}")
         driver = s.driver
         if driver is not None:
             try:
@@ -635,6 +638,8 @@ class Dispatcher(EventLoop):
         self._sessions.pop(s.id, None)
         self._admitted.discard(s.id)
         s.serial += 1  # revoke the authority of anything still in flight
+        if s.token is not None:
+            s.cancel_work("the session ended")
         if error is not None:
             self.stats.sessions_failed += 1
         elif status == FINISHED:
@@ -724,7 +729,7 @@ class Dispatcher(EventLoop):
             code = getattr(work, "__code__", None)
             if code is not None and code.co_argcount == 0 and not code.co_flags & _VARARGS:
                 work = _without_context(work)  # ``work()`` is accepted as well as ``work(octx)``
-            if self.faults is not None or crashpoints.ARMED is not None:
+            if self.faults is not None:
                 work = _crash_after(work, f"offload:{spec.name}:after", self._crash_point)
         except HOOK_ERRORS as exc:
             self._inbox.append((None, self._apply_authorized, (authority, spec.failed, exc)))
@@ -732,9 +737,15 @@ class Dispatcher(EventLoop):
         group = s.group
         post = self._post
         returned = self._offload_returned
+        token = None
+        if s.driver is not None:  # a durable execution's work can be told to stop
+            token = s.token = CancellationToken()
         try:
             op = self.pool.submit(
-                work, OffloadContext(self, authority, effect), name=spec.name, on_full="raise"
+                work,
+                OffloadContext(self, authority, effect, token),
+                name=spec.name,
+                on_full="raise",
             )
         except BackpressureError as exc:
             self.stats.backpressure += 1
@@ -914,7 +925,7 @@ def _outcome_of(value: Any, error: BaseException | None) -> BarrierOutcome:
     """Normalise what barrier work produced into a :class:`BarrierOutcome`.
 
     Work that raised instead of reporting an outcome may have written: the outcome is
-    unknown (fail closed, reference §0 rule 4)."""
+    unknown (fail closed: ``docs/semantics.md``, "Fail closed")."""
     if error is not None:
         return BarrierOutcome(OUTCOME_UNKNOWN, error=error)
     if isinstance(value, BarrierOutcome) and value.outcome in BARRIER_OUTCOMES:

@@ -1,9 +1,11 @@
 """Fault plans: where a process kills itself on purpose, passed in explicitly.
 
 A :class:`FaultPlan` is given to the components that have crash points (the
-dispatcher, the SQLite store, the durable runtime). Production code never reads the
-environment for it: a test, the crash-injection harness or an application builds a
-plan (for example from its own command line or environment) and hands it over.
+dispatcher, the SQLite and PostgreSQL stores, the durable runtime, the agent runtime).
+Production code never reads the environment for it: a test, the crash-injection
+harness (``tools/``) or a command-line entry point (``phronomy-fsm demo --crash-at``)
+builds a plan from its own options and hands it over. Without a plan a crash point
+costs one ``is None`` test.
 
 Crash points (``docs/operations.md``, "The crash-injection matrix"):
 
@@ -71,9 +73,11 @@ class FaultPlan:
 
     @classmethod
     def parse(cls, spec: str | None, *, trace: Callable[[str], None] | None = None) -> FaultPlan:
-        """A plan from ``NAME`` or ``NAME@N`` (empty or ``None``: trace only).
+        """Build a plan from ``NAME`` or ``NAME@N`` (empty or ``None``: trace only).
 
-        Raises ValueError for a malformed value."""
+        Raises:
+            ValueError: the name is not a crash point name.
+        """
         if not spec:
             return cls(None, trace=trace)
         name, sep, nth = spec.rpartition("@")
@@ -83,8 +87,11 @@ class FaultPlan:
         return cls(name, nth=count, trace=trace)
 
     def hit(self, point: str) -> None:
-        """Report ``point``; kill the process if it is the armed point's ``nth`` hit.
-        Never returns in that case."""
+        """Report ``point`` and kill the process if it is the armed point's ``nth`` hit.
+
+        Never returns in that case: the process ends with SIGKILL at once, with no
+        cleanup and no flushing (like a power cut for the process).
+        """
         if self.trace is not None:
             self.trace(point)
         if point != self.crash_at:
@@ -96,4 +103,24 @@ class FaultPlan:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-__all__ = ["POINT", "FaultPlan"]
+def points_for(barriers: tuple[str, ...], offload_hooks: tuple[str, ...]) -> list[str]:
+    """List every crash point of a machine with these barriers and offload hooks.
+
+    Args:
+        barriers: the machine's barrier names (``TABLE.barriers``).
+        offload_hooks: its offload hook names (``TABLE.offload_hooks``).
+
+    Returns:
+        ``barrier:<name>:before|during|after`` for each barrier, then
+        ``offload:<hook>:after`` for each hook, in the order given (the crash matrices
+        in ``tools/`` enumerate their runs from it; ``docs/operations.md``, "The
+        crash-injection matrix").
+    """
+    points = []
+    for name in barriers:
+        points += [f"barrier:{name}:before", f"barrier:{name}:during", f"barrier:{name}:after"]
+    points += [f"offload:{hook}:after" for hook in offload_hooks]
+    return points
+
+
+__all__ = ["POINT", "FaultPlan", "points_for"]

@@ -1,4 +1,4 @@
-"""What the dispatcher's public entry points accept (issue 11 item 2).
+"""What the dispatcher's public entry points accept.
 
 Owns the checks :class:`~phronomy_fsm.runtime.dispatcher.Dispatcher` runs on the
 caller's thread before anything reaches the loop: an event is exactly a ``str``, a

@@ -15,8 +15,8 @@ thread (asserted with :class:`~phronomy_fsm.errors.WrongThreadError`).
 A loop that failed, or that ran on its own thread and stopped, runs nothing more:
 :meth:`~EventLoop.call_soon` then raises
 :class:`~phronomy_fsm.errors.DispatcherStoppedError` and :meth:`~EventLoop.call`
-returns a task failed with it, so no caller waits for ever on a dead inbox (issue 11
-item 3); :meth:`~EventLoop.on_failure` callbacks learn of a failure.
+returns a task failed with it, so no caller waits for ever on a dead inbox;
+:meth:`~EventLoop.on_failure` callbacks learn of a failure.
 """
 
 from __future__ import annotations

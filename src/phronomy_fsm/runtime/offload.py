@@ -1,6 +1,6 @@
 """The bounded offload pool: where work that touches the outside world runs.
 
-Reference §7.3 (OffloadPool) and §7.5 (quiescence). A fixed number of worker threads
+``docs/runtime.md``, "Offloads and the pool". A fixed number of worker threads
 takes operations from a bounded queue. :meth:`OffloadPool.submit` never blocks the
 caller when ``on_full="raise"`` (the dispatcher's only mode): a full pool raises
 :class:`~phronomy_fsm.errors.BackpressureError` at once and the caller decides.
@@ -11,7 +11,7 @@ early while the work runs marks the operation *abandoned*: the worker is never
 interrupted, its late result is discarded, and *physical completion* (the work really
 returned) is tracked separately, so callers can wait for quiescence before committing
 a terminal outcome. Physical completion callbacks run before logical ones on a normal
-return (reference acs16).
+return.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _run_callback(callback: Callable[[Operation], object], op: Operation) -> Non
 
 
 class OffloadPool:
-    """Bounded worker threads with a bounded queue (reference §7.3).
+    """Bounded worker threads with a bounded queue (``docs/runtime.md``, "Offloads and the pool").
 
     Args:
         max_workers: worker threads (default 10, as phronomy).

@@ -1,10 +1,9 @@
 """Who a process is, and whether a recorded process is still alive.
 
 Owns :class:`ProcessIdentity` (host name, pid, start time, boot id, PID namespace),
-:func:`current_process` and the liveness check :func:`probe_owner`, shared by the
-agent's ownership claims (:mod:`phronomy_fsm.store.ownership`) and the durable
-runtime's workers (a restarted process takes over at once the executions of a worker
-that is provably gone on this host, instead of waiting for its lease to pass;
+:func:`current_process` and the liveness check :func:`probe_owner`, used by the
+durable runtime's workers (a restarted process takes over at once the executions of a
+worker that is provably gone on this host, instead of waiting for its lease to pass;
 ``docs/semantics.md``, "Leases and fencing").
 """
 

@@ -2,8 +2,8 @@
 the live session object and the context handed to offloaded work.
 
 Owns no behaviour beyond tiny accessors; :mod:`phronomy_fsm.runtime.dispatcher` runs
-sessions. Reference §7.6 (the authority a result must still match) and issue 3 item 8
-(the step record given to observers).
+sessions (``docs/runtime.md``: "Stale results" for the authority a result must still
+match).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from phronomy_fsm.runtime.binding import MachineBinding, Node
+from phronomy_fsm.runtime.cancellation import CancellationToken
 
 if TYPE_CHECKING:
     from phronomy_fsm.runtime.dispatcher import Dispatcher
 
 
 class Authority(NamedTuple):
-    """What a result must still match to be applied (reference §7.6)."""
+    """What a result must still match to be applied (``docs/runtime.md``, "Stale results")."""
 
     session_id: int
     revision: int | None
@@ -28,7 +29,7 @@ class Authority(NamedTuple):
 
 
 class StepRecord(NamedTuple):
-    """One transition taken, as given to observers (issue 3 item 8)."""
+    """One transition taken, as given to observers."""
 
     session_id: int
     machine: str
@@ -143,6 +144,7 @@ class Session:
         "revision",
         "serial",
         "steps",
+        "token",
     )
 
     def __init__(
@@ -167,6 +169,15 @@ class Session:
         self.on_done = on_done
         self.limit = limit
         self.driver: SessionDriver | None = None
+        #: the cancellation token of the offload in flight (durable sessions only)
+        self.token: CancellationToken | None = None
+
+    def cancel_work(self, reason: str) -> None:
+        """Cancel the token of the offload in flight, if any (loop thread): its work
+        is told to stop early — the session left the state, or ended."""
+        token, self.token = self.token, None
+        if token is not None:
+            token.cancel(reason)
 
     @property
     def state(self) -> str:
@@ -180,20 +191,28 @@ class OffloadContext:
     Attributes:
         authority: what the result must still match when it comes back.
         effect: the :class:`EffectStart` of a durable execution's effect, else None.
-        cancellation: set when the session leaves the state early (cancel, timeout);
-            work may poll ``is_stale()`` or the token to stop early, but is never
-            interrupted.
+        cancellation: for work of a durable execution, a
+            :class:`~phronomy_fsm.runtime.cancellation.CancellationToken` cancelled
+            when the session leaves the state or ends (a cancel, a deadline, a lease
+            lost): work may check it, or register ``on_cancel`` to abort a blocking
+            read (the OpenAI-compatible provider closes its HTTP response). ``None``
+            for other sessions; work is never interrupted by force.
     """
 
-    __slots__ = ("_dispatcher", "authority", "effect")
+    __slots__ = ("_dispatcher", "authority", "cancellation", "effect")
 
     def __init__(
-        self, dispatcher: Dispatcher, authority: Authority, effect: EffectStart | None = None
+        self,
+        dispatcher: Dispatcher,
+        authority: Authority,
+        effect: EffectStart | None = None,
+        cancellation: CancellationToken | None = None,
     ) -> None:
         self._dispatcher = dispatcher
         self.authority = authority
         #: for an effect of a durable execution: its kind, idempotency key and attempt
         self.effect = effect
+        self.cancellation = cancellation
 
     @property
     def idempotency_key(self) -> str | None:

@@ -1,4 +1,4 @@
-"""Tasks: the one future type callers hold (reference §7.4 TaskResult).
+"""Tasks: the one future type callers hold (``docs/runtime.md``, "Tasks").
 
 A :class:`Task` settles exactly once — completed with a value, failed with an error, or
 cancelled with :class:`~phronomy_fsm.errors.Cancelled` — and offers every way a caller

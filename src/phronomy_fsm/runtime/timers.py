@@ -1,7 +1,7 @@
 """Timers on an injectable clock.
 
 :class:`TimerQueue` is a plain heap of deadlines, owned by whoever drives it (the
-dispatcher fires due timers at the top of each loop turn, reference §7.1).
+dispatcher fires due timers at the top of each loop turn: ``docs/runtime.md``, "Timers").
 :class:`TimerService` drives a :class:`TimerQueue` from its own daemon thread, for
 components without a loop (the offload pool's operation timeouts). Both read time only
 from the clock, so a :class:`~phronomy_fsm.runtime.clock.ManualClock` makes them
@@ -18,30 +18,7 @@ from collections.abc import Callable
 
 from phronomy_fsm.errors import HOOK_ERRORS
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-
-#: The longest delay or timeout the runtime accepts, in seconds (about 31.7 years).
-#: ``Condition.wait`` fails with OverflowError beyond the platform's ``time_t`` range
-#: (about 9.2e9 s on Linux), which on the dispatcher loop would end it for every
-#: session; waits are also clamped to this, so a later deadline only means "not soon".
-MAX_DELAY_SECONDS = 1e9
-
-
-def check_delay(seconds: object, what: str) -> float:
-    """Validate a delay or timeout given by an application or a spec.
-
-    Returns ``seconds`` as a float. Raises ``ValueError`` (its message names ``what``
-    and the accepted range) unless it is a real number (not a bool), finite, greater
-    than 0 and at most :data:`MAX_DELAY_SECONDS`.
-    """
-    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        message = f"{what} must be a number of seconds, got {type(seconds).__name__}"
-        raise ValueError(message)  # noqa: TRY004 - one error type for every bad delay
-    if not 0 < seconds <= MAX_DELAY_SECONDS:  # also refuses NaN and infinities
-        raise ValueError(
-            f"{what} must be greater than 0 and at most {MAX_DELAY_SECONDS:g} seconds, "
-            f"got {seconds!r}; use None for no timeout"
-        )
-    return float(seconds)
+from phronomy_fsm.table import MAX_DELAY_SECONDS
 
 
 def sleep_seconds(deadline: float | None, now: float) -> float | None:

@@ -3,11 +3,14 @@ instant (``docs/spec-format.md`` "Effects and durability").
 
 - ``EFFECT_WITHOUT_BARRIER``: every non-``pure`` effect (an offload declared
   ``idempotent`` or ``at_most_once``) starts only after a *committed edge* since the
-  initial state and since the outcome of any non-``pure`` effect (itself included: a
-  retry loop). A committed edge is a transition on the ``committed`` outcome of the
-  barrier running in its source state, or on an event declared ``durable: true``. Wait
-  and external states do not count: a signal consumed after a wait is not durable
-  before the effect runs.
+  start and since the outcome of any non-``pure`` effect (itself included: a retry
+  loop). A committed edge is a transition on the ``committed`` outcome of the barrier
+  running in its source state, or on an event declared ``durable: true``. Starting an
+  execution is committed (the engine's ``@start``) before the initial state is entered,
+  so the initial state's own effect is behind that commit (a child execution started by
+  its parent's barrier runs its effect at once); leaving the initial state is not a
+  commit. Wait and external states do not count: a signal consumed after a wait is not
+  durable before the effect runs.
 - ``WAIT_STATE_NO_SIGNAL``: a wait state can be left by a signal or a timer.
 - ``STATE_NO_RECOVERY``: an external state that waits only for engine-internal events
   runs something that posts them (an offload, a barrier, a timer).
@@ -41,7 +44,7 @@ from phronomy_fsm.spec.resolve import FlatRow
 MAX_PATH_STEPS = 10
 
 #: A node of the effect search: a leaf state, and whether no committed edge was taken
-#: since the initial state or the last non-pure effect's outcome.
+#: since the start or the last non-pure effect's outcome.
 _Node = tuple[str, bool]
 
 
@@ -166,7 +169,7 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
         ctx.report(
             "EFFECT_WITHOUT_BARRIER",
             f"{offload.effect.value} effect {offload.hook!r} can start without a committed "
-            f"barrier since the initial state or the last non-pure effect: {path_to(node, via)}; "
+            f"barrier since the start or the last non-pure effect: {path_to(node, via)}; "
             "add a barrier state before it whose committed outcome leads here, or declare "
             "'effect: pure' if running it again is harmless",
             path,
@@ -178,7 +181,7 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
         if dirty and own is not None and own[1].effect is not EffectKind.PURE:
             violation(own[0], own[1], node, None)
 
-    enter(start[0], True, start)
+    enter(start[0], False, start)  # its own effect runs after the @start commit
     queue: deque[_Node] = deque([start])
     while queue:
         node = queue.popleft()
@@ -198,6 +201,10 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
             if after and carried is not None and carried[1].effect is not EffectKind.PURE:
                 parent.setdefault(nxt, (node, row.event))
                 violation(carried[0], carried[1], nxt, None)
+            if nxt == start and not row.internal:  # back in the initial state: no commit
+                own = work.state_offloads.get(target)
+                if own is not None and own[1].effect is not EffectKind.PURE:
+                    violation(own[0], own[1], node, f"--{row.event}--> {target}")
             if nxt in parent:
                 continue
             parent[nxt] = (node, row.event)

@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Iterable, Sequence
 
-from phronomy_fsm.runtime.timers import check_delay
 from phronomy_fsm.spec.check_context import CheckContext
 from phronomy_fsm.spec.model import (
     STATE_COMPLETED,
@@ -24,6 +23,7 @@ from phronomy_fsm.spec.model import (
     StateSpec,
 )
 from phronomy_fsm.spec.resolve import FlatRow
+from phronomy_fsm.table import check_delay
 
 
 def run(ctx: CheckContext) -> None:

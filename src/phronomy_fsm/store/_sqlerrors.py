@@ -1,4 +1,4 @@
-"""Translate ``sqlite3`` exceptions into the store's error taxonomy (reference §5.1, §5.2).
+"""Translate ``sqlite3`` exceptions into the store's error taxonomy (``docs/store.md``, "Error taxonomy — what each means for the caller").
 
 Owns one rule: a raw ``sqlite3`` exception never leaves the store. Transport and
 storage failures (busy/locked after the busy timeout, I/O errors, a full disk, a file

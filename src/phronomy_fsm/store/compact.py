@@ -1,29 +1,35 @@
-"""Retention for the SQLite barrier store (issue 4 item 9).
+"""Retention for the SQLite store: ``phronomy-fsm store compact`` (``docs/store.md``,
+"Compaction").
 
-Owns the compaction policy behind ``phronomy-fsm store compact``:
+Owns the compaction policy and :class:`CompactReport`:
 
-- **Eligible**: executions that are not active (a terminal status, reference §2.2)
-  whose last commit (``updated_epoch_ms``, the store's commit time) is older than
-  ``older_than_days``. Active executions (preparing/active/suspended) are never
-  touched, however old, and neither is a ``handed_off`` execution whose target
-  execution does not exist yet: it is the only durable record of a handoff that
-  recovery must still start (docs/operations.md, "Handoffs after a crash").
-- **Removed**: the execution row and its barrier-log rows, in chunks of
-  :data:`CHUNK` executions, each chunk one ``BEGIN IMMEDIATE`` transaction. A row is
-  only deleted if it is still inactive and at the revision that was selected (and,
-  with an archive, copied).
-- **Journal**: kept, always. The journal belongs to the agent (reference §2.7): its
-  sequences are the agent's ``journal_head`` watermark and its context; deleting an
-  execution's records would leave gaps that readers and the head CAS rely on. Journal
-  records of removed executions keep their ``execution_id``; ``executions show`` of a
-  removed execution reports "not found". The report counts them.
-- **Archive** (optional): before deleting, the rows are copied (upsert, so a re-run is
-  idempotent) into a separate SQLite file created with owner-only permissions, with
-  tables ``executions``, ``barriers`` and ``journal`` (a copy of the removed
-  executions' journal records), via sqlite-utils. The archive is committed before the
+- **Eligible**: finished executions (``completed``, ``failed``, ``cancelled``) whose
+  last commit (``updated_epoch_ms``, the store's commit time) is older than
+  ``older_than_days`` days.
+- **Never removed**, however old: an active execution (``running``, ``waiting``,
+  ``recovery_required``); a finished execution whose **parent is active** (the parent
+  may still read it: a tool call of a running agent session); a finished execution
+  with an **active child** (the child still reports to it); and a finished
+  ``agent_session`` execution that ended ``handed_off`` while its target execution
+  does not exist yet — it is the only durable record of a handoff that loading the
+  target agent must still start (``docs/agent.md``). The report counts each kind.
+- **Removed with it**: its barrier-log rows, its journal entries, and its signals —
+  the consumed ones, and any still pending, which nothing can consume any more (the
+  execution has finished). Executions are removed in chunks of :data:`CHUNK`, each
+  chunk one ``BEGIN IMMEDIATE`` transaction; a row is deleted only if it is still
+  finished at the revision that was selected (and archived). The registered agents,
+  workers and machines are kept. An agent's conversation history is the journal of
+  its finished executions, so compaction also shortens what later executions of the
+  agent see.
+- **Archive** (optional): before deleting a chunk, its rows are copied (upserted, so a
+  re-run is idempotent) into a separate SQLite file created owner-only, with the
+  tables ``executions``, ``barriers``, ``execution_journal`` and ``signals`` holding
+  the same columns and canonical JSON bodies as the store (decode them with
+  :func:`phronomy_fsm.durable.records.from_json`). The archive is committed before the
   store's delete, so a crash in between leaves the rows in both places, never in none.
-- **WAL**: finally ``PRAGMA wal_checkpoint(TRUNCATE)`` so the WAL file shrinks to zero
-  (when no reader holds an old snapshot; the report says if it was busy).
+  An archive is a plain SQLite file: opening it as a store is refused.
+- **WAL**: finally ``PRAGMA wal_checkpoint(TRUNCATE)``, so the WAL file shrinks to zero
+  when no reader holds an old snapshot (the report says whether it was busy).
 """
 
 from __future__ import annotations
@@ -34,12 +40,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import attrs
 import sqlite_utils
 
+from phronomy_fsm.durable.codec import datetime_to_epoch_ms
 from phronomy_fsm.errors import StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store.base import CompactReport
-from phronomy_fsm.store.schema import BARRIER_CHAIN
+from phronomy_fsm.store.schema import BARRIER_CHAIN, SQLITE_HEADER
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
@@ -47,87 +54,146 @@ if TYPE_CHECKING:
 #: Executions removed per write transaction.
 CHUNK = 500
 
-_EXECUTION_COLUMNS = "execution_id, machine, exclusive_key, parent_execution_id, revision, status, state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms"
-_BARRIER_COLUMNS = "execution_id, revision, barrier, committed_epoch_ms, digest, status, state"
-_JOURNAL_COLUMNS = "agent_id, sequence, record_id, execution_id, kind, body"
+#: The archive's tables: name → (columns copied from the store's table, primary key).
+ARCHIVE_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "executions": (
+        (
+            "execution_id, machine, exclusive_key, parent_execution_id, revision, status,"
+            " state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms,"
+            " deadline_epoch_ms"
+        ),
+        ("execution_id",),
+    ),
+    "barriers": (
+        "execution_id, revision, barrier, committed_epoch_ms, digest, status, state",
+        ("execution_id", "revision"),
+    ),
+    "execution_journal": (
+        "execution_id, revision, position, kind, body",
+        ("execution_id", "revision", "position"),
+    ),
+    "signals": (
+        (
+            "seq, signal_id, execution_id, kind, event, body, created_epoch_ms,"
+            " consumed_revision, outcome"
+        ),
+        ("signal_id",),
+    ),
+}
 
-
-#: Terminal executions whose last commit is older than the cutoff (one ``?``).
-_ELIGIBLE = "e.active = 0 AND e.updated_epoch_ms < ?"
-#: A handed-off execution whose target execution has not been admitted yet.
+#: Finished executions whose last commit is older than the cutoff (one ``?``).
+_OLD_AND_FINISHED = "e.active = 0 AND e.updated_epoch_ms < ?"
+#: ... whose parent is still active.
+_PARENT_ACTIVE = (
+    "e.parent_execution_id IS NOT NULL AND EXISTS (SELECT 1 FROM executions p"
+    " WHERE p.execution_id = e.parent_execution_id AND p.active = 1)"
+)
+#: ... that have a child still active.
+_CHILD_ACTIVE = (
+    "EXISTS (SELECT 1 FROM executions c WHERE c.parent_execution_id = e.execution_id"
+    " AND c.active = 1)"
+)
+#: ... an agent session that handed off to an execution not started yet.
+_HANDOFF_TARGET = "json_extract(e.body, '$.context.handoff.target_execution_id')"
 _PENDING_HANDOFF = (
-    "e.status = 'handed_off'"
-    " AND json_extract(e.body, '$.metadata.handoff.target_execution_id') IS NOT NULL"
-    " AND NOT EXISTS (SELECT 1 FROM executions t WHERE t.execution_id ="
-    " json_extract(e.body, '$.metadata.handoff.target_execution_id'))"
+    f"e.machine = 'agent_session' AND e.state = 'handed_off' AND {_HANDOFF_TARGET} IS NOT NULL"
+    f" AND NOT EXISTS (SELECT 1 FROM executions t WHERE t.execution_id = {_HANDOFF_TARGET})"
 )
 
 
-def _open_archive(path: str, store_path: str) -> sqlite_utils.Database:
+@attrs.frozen
+class CompactReport:
+    """What :func:`compact_store` did (``SqliteBarrierStore.compact``).
+
+    Attributes:
+        cutoff: finished executions whose last commit is older than this (UTC) were
+            eligible.
+        removed_executions: executions deleted from the store.
+        removed_barriers / removed_journal_entries / removed_signals: their
+            barrier-log rows, journal entries and signals deleted with them.
+        archived_executions: executions copied to ``archive_path`` (0 without one).
+        archive_path: the archive file (absolute), or ``None``.
+        kept_parent_active: eligible executions kept because their parent is active.
+        kept_child_active: eligible executions kept because a child is active.
+        kept_pending_handoffs: eligible ``handed_off`` agent sessions kept because
+            their target execution does not exist yet.
+        wal_checkpoint: ``(busy, wal_frames, checkpointed_frames)`` of the final
+            ``wal_checkpoint(TRUNCATE)``; ``busy == 1`` means a reader prevented the
+            truncation (a later checkpoint truncates it).
+    """
+
+    cutoff: datetime
+    removed_executions: int
+    removed_barriers: int
+    removed_journal_entries: int
+    removed_signals: int
+    archived_executions: int
+    archive_path: str | None
+    kept_parent_active: int
+    kept_child_active: int
+    kept_pending_handoffs: int
+    wal_checkpoint: tuple[int, int, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (the cutoff as ISO 8601, the checkpoint as a list)."""
+        data = attrs.asdict(self)
+        data["cutoff"] = self.cutoff.isoformat()
+        data["wal_checkpoint"] = list(self.wal_checkpoint)
+        return data
+
+
+def _open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils.Database:
+    """The archive database (created owner-only when missing) with its tables.
+
+    Raises:
+        StorageError: it is the store itself, or an existing file that is not SQLite.
+        OSError, sqlite3.Error: for the caller to map.
+    """
     target = Path(path).absolute()
     if target == Path(store_path):
-        raise StorageError("the archive must be a different file from the store", path=path)
+        raise StorageError("the archive must be a different file from the store", path=str(path))
     if target.exists():
         with open(target, "rb") as fh:
-            header = fh.read(16)
-        if header and header != b"SQLite format 3\x00":
-            raise StorageError(f"the archive {path} exists and is not a SQLite database", path=path)
+            header = fh.read(len(SQLITE_HEADER))
+        if header and header != SQLITE_HEADER:
+            raise StorageError(
+                f"the archive {path} exists and is not a SQLite database", path=str(path)
+            )
     else:
         fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         os.fchmod(fd, 0o600)
         os.close(fd)
     db = sqlite_utils.Database(str(target), execute_plugins=False)
-    db.execute(f"PRAGMA busy_timeout={5000}")
-    if not db["executions"].exists():
-        with db.atomic():
+    db.execute("PRAGMA busy_timeout=5000")
+    with db.atomic():
+        for table, (columns, key) in ARCHIVE_TABLES.items():
             db.execute(
-                f"CREATE TABLE IF NOT EXISTS executions ({_EXECUTION_COLUMNS}, PRIMARY KEY (execution_id))"
-            )
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS barriers ({_BARRIER_COLUMNS}, PRIMARY KEY (execution_id, revision))"
-            )
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS journal ({_JOURNAL_COLUMNS}, PRIMARY KEY (agent_id, sequence))"
+                f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(key)}))"
             )
     return db
 
 
-def _barrier_seqs(conn: sqlite3.Connection | sqlite3.Cursor, execution_id: str) -> list[tuple[int]]:
-    """The ``seq`` of every barrier-log row of ``execution_id`` (its chain)."""
-    return conn.execute(f"{BARRIER_CHAIN} SELECT seq FROM chain", (execution_id,)).fetchall()
-
-
-def _barrier_rows(conn: sqlite3.Connection, execution_id: str) -> list[dict[str, Any]]:
-    """The barrier-log rows of ``execution_id`` (its chain) as column dicts."""
-    return _dicts(
-        conn.execute(
-            f"{BARRIER_CHAIN} SELECT {_BARRIER_COLUMNS} FROM barriers"
-            " WHERE seq IN (SELECT seq FROM chain)",
-            (execution_id,),
-        )
-    )
-
-
-def _rows(conn: sqlite3.Connection, sql: str, ids: list[str]) -> list[dict[str, Any]]:
-    marks = ",".join("?" * len(ids))
-    return _dicts(conn.execute(sql.format(marks=marks), ids))
-
-
-def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
-    """The rows of an executed query as column-name dicts."""
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, row)) for row in cur.fetchall()]
+def _count(conn: sqlite3.Connection, condition: str, cutoff_ms: int) -> int:
+    row = conn.execute(
+        f"SELECT count(*) FROM executions e WHERE {_OLD_AND_FINISHED} AND {condition}",
+        (cutoff_ms,),
+    ).fetchone()
+    return int(row[0])
 
 
 def compact_store(
-    store: SqliteBarrierStore, *, older_than_days: float, archive_path: str | None, now: datetime
+    store: SqliteBarrierStore,
+    *,
+    older_than_days: float,
+    archive_path: str | os.PathLike[str] | None,
+    now: datetime,
 ) -> CompactReport:
     """Apply the module's policy to ``store``.
 
     Args:
-        store: an open, writable SqliteBarrierStore.
+        store: an open, writable :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`.
         older_than_days: age threshold in days (≥ 0; fractions allowed).
-        archive_path: copy removed rows to this SQLite file first, or ``None``.
+        archive_path: copy what is removed to this SQLite file first, or ``None``.
         now: the current time (timezone-aware).
 
     Returns:
@@ -135,51 +201,54 @@ def compact_store(
 
     Raises:
         ValueError: ``older_than_days`` is negative.
-        StorageError: a read, write, archive or checkpoint failed; chunks committed
-            before the failure stay committed (compaction is idempotent, re-run it).
+        StorageError: a read, write, archive or checkpoint failed, the archive is the
+            store itself or not a SQLite file, or the store is read-only; chunks
+            committed before the failure stay committed (compaction is idempotent:
+            run it again).
+
+    Durability: each chunk is one committed transaction (archive first).
     """
     if older_than_days < 0:
         raise ValueError("older_than_days must not be negative")
+    if store.read_only:  # before anything is read or an archive created
+        raise StorageError(f"the store {store.path} was opened read-only", path=store.path)
     cutoff = now - timedelta(days=older_than_days)
-    from phronomy_fsm.store.records import datetime_to_epoch_ms
-
     cutoff_ms = datetime_to_epoch_ms(cutoff)
-    with store._reading("compact") as conn:
+    kept = (_PARENT_ACTIVE, _CHILD_ACTIVE, _PENDING_HANDOFF)
+    with store._reading("compact", snapshot=True) as conn:
         candidates = conn.execute(
-            f"SELECT execution_id, revision FROM executions e WHERE {_ELIGIBLE}"
-            f" AND NOT ({_PENDING_HANDOFF}) ORDER BY execution_id",
+            f"SELECT execution_id, revision FROM executions e WHERE {_OLD_AND_FINISHED}"
+            + "".join(f" AND NOT ({condition})" for condition in kept)
+            + " ORDER BY execution_id",
             (cutoff_ms,),
         ).fetchall()
-        kept_handoffs = conn.execute(
-            f"SELECT count(*) FROM executions e WHERE {_ELIGIBLE} AND {_PENDING_HANDOFF}",
-            (cutoff_ms,),
-        ).fetchone()[0]
+        kept_parent, kept_child, kept_handoffs = (_count(conn, c, cutoff_ms) for c in kept)
     archive = None
-    removed = removed_barriers = archived = kept_journal = 0
+    removed = barriers = journal = signals = archived = 0
     try:
-        if archive_path and candidates:
+        if archive_path is not None and candidates:
             archive = _open_archive(archive_path, store.path)
         for start in range(0, len(candidates), CHUNK):
             chunk = candidates[start : start + CHUNK]
-            ids = [eid for eid, _ in chunk]
             if archive is not None:
-                archived += _archive_chunk(store, archive, ids)
+                archived += _archive_chunk(store, archive, [eid for eid, _ in chunk])
             with store._write_transaction("compact") as cur:
                 for eid, revision in chunk:
-                    seqs = _barrier_seqs(cur, eid)  # the chain starts at the execution row
+                    seqs = cur.execute(f"{BARRIER_CHAIN} SELECT seq FROM chain", (eid,)).fetchall()
                     cur.execute(
-                        "DELETE FROM executions WHERE execution_id = ? AND revision = ? AND active = 0"
-                        " AND updated_epoch_ms < ?",
-                        (eid, revision, cutoff_ms),
+                        "DELETE FROM executions WHERE execution_id = ? AND revision = ?"
+                        " AND active = 0",
+                        (eid, revision),
                     )
-                    if cur.rowcount == 1:
-                        removed += 1
-                        cur.executemany("DELETE FROM barriers WHERE seq = ?", seqs)
-                        removed_barriers += len(seqs)
-                        row = cur.execute(
-                            "SELECT count(*) FROM journal WHERE execution_id = ?", (eid,)
-                        ).fetchone()
-                        kept_journal += row[0]
+                    if cur.rowcount != 1:
+                        continue
+                    removed += 1
+                    cur.executemany("DELETE FROM barriers WHERE seq = ?", seqs)
+                    barriers += len(seqs)
+                    cur.execute("DELETE FROM execution_journal WHERE execution_id = ?", (eid,))
+                    journal += cur.rowcount
+                    cur.execute("DELETE FROM signals WHERE execution_id = ?", (eid,))
+                    signals += cur.rowcount
     except (sqlite3.Error, OSError) as exc:
         raise storage_error(exc, operation="compact", path=store.path) from exc
     finally:
@@ -189,30 +258,53 @@ def compact_store(
     return CompactReport(
         cutoff=cutoff,
         removed_executions=removed,
-        removed_barriers=removed_barriers,
+        removed_barriers=barriers,
+        removed_journal_entries=journal,
+        removed_signals=signals,
         archived_executions=archived,
-        archive_path=str(Path(archive_path).absolute()) if archive_path else None,
-        kept_journal_records=kept_journal,
-        wal_checkpoint=checkpoint,
+        archive_path=None if archive_path is None else str(Path(archive_path).absolute()),
+        kept_parent_active=kept_parent,
+        kept_child_active=kept_child,
         kept_pending_handoffs=kept_handoffs,
+        wal_checkpoint=checkpoint,
     )
+
+
+def _dicts(cur: sqlite3.Cursor) -> list[dict[str, Any]]:
+    """The rows of an executed query as column-name dicts."""
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row)) for row in cur.fetchall()]
 
 
 def _archive_chunk(
     store: SqliteBarrierStore, archive: sqlite_utils.Database, ids: list[str]
 ) -> int:
-    with store._reading("compact archive", snapshot=True) as conn:
-        executions = _rows(
-            conn,
-            f"SELECT {_EXECUTION_COLUMNS} FROM executions WHERE execution_id IN ({{marks}})",
-            ids,
-        )
-        barriers = [row for eid in ids for row in _barrier_rows(conn, eid)]
-        journal = _rows(
-            conn, f"SELECT {_JOURNAL_COLUMNS} FROM journal WHERE execution_id IN ({{marks}})", ids
-        )
+    """Copy the rows of executions ``ids`` into ``archive`` in one transaction (read
+    from one snapshot of the store); returns how many executions were copied."""
+    marks = ",".join("?" * len(ids))
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with store._reading("compact (archive)", snapshot=True) as conn:
+        for table in ("executions", "execution_journal", "signals"):
+            columns = ARCHIVE_TABLES[table][0]
+            rows[table] = _dicts(
+                conn.execute(f"SELECT {columns} FROM {table} WHERE execution_id IN ({marks})", ids)
+            )
+        rows["barriers"] = [
+            row
+            for eid in ids
+            for row in _dicts(
+                conn.execute(
+                    f"{BARRIER_CHAIN} SELECT {ARCHIVE_TABLES['barriers'][0]} FROM barriers"
+                    " WHERE seq IN (SELECT seq FROM chain)",
+                    (eid,),
+                )
+            )
+        ]
     with archive.atomic():
-        archive.table("executions").upsert_all(executions, pk="execution_id")
-        archive.table("barriers").upsert_all(barriers, pk=("execution_id", "revision"))
-        archive.table("journal").upsert_all(journal, pk=("agent_id", "sequence"))
-    return len(executions)
+        for table, (_columns, key) in ARCHIVE_TABLES.items():
+            if rows[table]:
+                archive.table(table).upsert_all(rows[table], pk=key, alter=True)
+    return len(rows["executions"])
+
+
+__all__ = ["ARCHIVE_TABLES", "CHUNK", "CompactReport", "compact_store"]

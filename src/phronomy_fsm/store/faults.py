@@ -1,27 +1,31 @@
-"""Fault injection for barrier stores (issue 4 item 7): tests and the crash harness.
+"""Fault injection for the engine's stores: tests and the crash harness.
 
-Owns :class:`FaultInjectingStore`, a :class:`~phronomy_fsm.store.base.BarrierStore`
-that delegates everything to an inner store and makes chosen commits fail in one of
-these ways (:class:`FaultKind`):
+Owns :class:`FaultInjectingStore`, an
+:class:`~phronomy_fsm.durable.ports.ExecutionStore` that delegates everything to an
+inner store and makes chosen commits
+(:class:`~phronomy_fsm.durable.records.DurableCommit`) fail in one of these ways
+(:class:`FaultKind`):
 
 - ``FAIL_BEFORE``: StorageError before the commit reaches the database; nothing is
   written (any backend).
 - ``LOST_RESPONSE``: the inner store commits, then OutcomeUnknownError is raised —
-  the data **is** committed, the caller does not know (reference §5.3 "F1"; any backend).
+  the data **is** committed, the caller does not know (any backend).
 - ``IO_ERROR`` / ``DISK_FULL``: the SQLite engine's error (``disk I/O error`` /
   ``database or disk is full``) is raised inside the transaction, before COMMIT;
   the store's own mapping turns it into StorageError and rolls back (needs an inner
   store with ``install_fault_hook``; otherwise the StorageError is raised directly).
 - ``COMMIT_FAILS``: the COMMIT statement fails (``disk I/O error``); the inner store
-  reports OutcomeUnknownError, and on the group-commit path so does every barrier of
+  reports OutcomeUnknownError, and on the group-commit path so does every commit of
   that batch. Nothing is actually committed (needs ``install_fault_hook``).
 - ``LOCK_CONTENTION``: another connection holds the write lock (``BEGIN IMMEDIATE``)
   while the commit runs, so the busy timeout expires for real → StorageError (needs
-  an inner store with ``path``; SQLite only).
+  an inner SQLite store, with ``path``).
 
 A :class:`Fault` selects commits by barrier name, by the n-th matching call, and/or a
-predicate. Faults never fire on reads, ``reconcile``, ``create_agent`` or the
-ownership claims (``claim_agent``, ``release_agent``).
+predicate. Faults fire only on ``commit`` and ``submit``: never on reads,
+``reconcile``, the inbox (``send_signal``, ``close_signals``), leases and claims, or
+the registries. The fault *machinery* lives here, outside the production modules:
+a store only offers its seam (``install_fault_hook``).
 """
 
 from __future__ import annotations
@@ -31,23 +35,22 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
-from datetime import datetime
 from typing import Any
 
 import attrs
 
+from phronomy_fsm.durable.records import (
+    BarrierLogRecord,
+    DurableCommit,
+    DurableReceipt,
+    ExecutionRecord,
+    JournalEntry,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+)
 from phronomy_fsm.errors import OutcomeUnknownError, StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store.base import BarrierStore, CompactReport
-from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
-from phronomy_fsm.store.records import (
-    AgentRecord,
-    BarrierCommit,
-    BarrierRecord,
-    CommitReceipt,
-    ExecutionRecord,
-    JournalRecord,
-)
 
 
 class FaultKind(str, enum.Enum):
@@ -77,7 +80,7 @@ class Fault:
         barrier: only commits of this barrier name (``None``: any).
         nth: fire only on the n-th (1-based) commit that matches ``barrier`` and
             ``predicate``; ``None``: fire on the first ``times`` matches.
-        predicate: an extra filter on the :class:`BarrierCommit`.
+        predicate: an extra filter on the :class:`DurableCommit`.
         times: how many times to fire when ``nth`` is ``None`` (``None``: always).
 
     ``matched`` and ``fired`` count matching calls and injected failures.
@@ -86,12 +89,12 @@ class Fault:
     kind: FaultKind
     barrier: str | None = None
     nth: int | None = None
-    predicate: Callable[[BarrierCommit], bool] | None = None
+    predicate: Callable[[DurableCommit], bool] | None = None
     times: int | None = 1
     matched: int = 0
     fired: int = 0
 
-    def consider(self, commit: BarrierCommit) -> bool:
+    def consider(self, commit: DurableCommit) -> bool:
         """Count ``commit`` if it matches; True when the fault fires on it."""
         if self.barrier is not None and commit.barrier != self.barrier:
             return False
@@ -108,20 +111,23 @@ class Fault:
 
 
 class FaultInjectingStore:
-    """A :class:`BarrierStore` wrapper that injects :class:`Fault` s into commits.
+    """An :class:`~phronomy_fsm.durable.ports.ExecutionStore` wrapper that injects
+    :class:`Fault` s into commits (module docstring).
 
     Args:
-        inner: the real store (every call is delegated to it).
+        inner: the real store (SQLite or PostgreSQL); every call is delegated to it.
         faults: initial faults; more with :meth:`add`.
 
+    Attributes:
+        injected: ``(kind, commit)`` of every fault fired, in order.
+
     Concurrency: thread-safe like the inner store; fault selection is serialised.
-    Source: issue 4 item 7.
     """
 
-    def __init__(self, inner: BarrierStore, faults: tuple[Fault, ...] | list[Fault] = ()) -> None:
+    def __init__(self, inner: Any, faults: tuple[Fault, ...] | list[Fault] = ()) -> None:
         self.inner = inner
         self.faults: list[Fault] = list(faults)
-        self.injected: list[tuple[FaultKind, BarrierCommit]] = []
+        self.injected: list[tuple[FaultKind, DurableCommit]] = []
         self._lock = threading.Lock()
         self._armed: dict[int, FaultKind] = {}
         install = getattr(inner, "install_fault_hook", None)
@@ -144,7 +150,7 @@ class FaultInjectingStore:
             self.faults.clear()
             self._armed.clear()
 
-    def _select(self, commit: BarrierCommit) -> FaultKind | None:
+    def _select(self, commit: DurableCommit) -> FaultKind | None:
         with self._lock:
             for fault in self.faults:
                 if fault.consider(commit):
@@ -152,7 +158,7 @@ class FaultInjectingStore:
                     return fault.kind
         return None
 
-    def _hook(self, point: str, commits: tuple[BarrierCommit, ...]) -> None:
+    def _hook(self, point: str, commits: tuple[DurableCommit, ...]) -> None:
         """The inner store's seam: raise the armed engine error at its point."""
         if not self._armed:
             return
@@ -169,14 +175,14 @@ class FaultInjectingStore:
                 del self._armed[id(commit)]
                 raise sqlite3.OperationalError(_ENGINE_MESSAGES[kind])
 
-    def _before(self, kind: FaultKind, commit: BarrierCommit) -> StorageError:
+    def _before(self, kind: FaultKind, commit: DurableCommit) -> StorageError:
         text = _ENGINE_MESSAGES.get(kind, "injected failure before the write reached the database")
         return StorageError(
             f"injected {kind.value} for execution {commit.execution.execution_id}: {text}; nothing was written",
             injected=kind.value,
         )
 
-    def _lost(self, commit: BarrierCommit) -> OutcomeUnknownError:
+    def _lost(self, commit: DurableCommit) -> OutcomeUnknownError:
         return OutcomeUnknownError(
             f"injected lost response: execution {commit.execution.execution_id} revision "
             f"{commit.execution.revision} was committed but the response was lost; reconcile",
@@ -208,7 +214,7 @@ class FaultInjectingStore:
 
     # ------------------------------------------------------------------ commits
 
-    def commit(self, commit: BarrierCommit) -> CommitReceipt:
+    def commit(self, commit: DurableCommit) -> DurableReceipt:
         """Delegate, injecting the selected fault (see the module docstring)."""
         kind = self._select(commit)
         if kind is None:
@@ -232,21 +238,21 @@ class FaultInjectingStore:
             with self._lock:
                 self._armed.pop(id(commit), None)
 
-    def submit(self, commit: BarrierCommit) -> Future[CommitReceipt]:
+    def submit(self, commit: DurableCommit) -> Future[DurableReceipt]:
         """Delegate to the inner group-commit path, injecting the selected fault into
         this barrier's future (``COMMIT_FAILS`` fails its whole batch)."""
         kind = self._select(commit)
         if kind is None:
             return self.inner.submit(commit)
         if kind is FaultKind.FAIL_BEFORE or (kind in _ENGINE_MESSAGES and not self._has_hook):
-            failed: Future[CommitReceipt] = Future()
+            failed: Future[DurableReceipt] = Future()
             failed.set_exception(self._before(kind, commit))
             return failed
         if kind is FaultKind.LOST_RESPONSE:
-            outer: Future[CommitReceipt] = Future()
+            outer: Future[DurableReceipt] = Future()
             inner_future = self.inner.submit(commit)
 
-            def settle(done: Future[CommitReceipt]) -> None:
+            def settle(done: Future[DurableReceipt]) -> None:
                 exc = done.exception()
                 outer.set_exception(exc if exc is not None else self._lost(commit))
 
@@ -261,7 +267,7 @@ class FaultInjectingStore:
             self._armed[id(commit)] = kind
         future = self.inner.submit(commit)
 
-        def disarm(_: Future[CommitReceipt]) -> None:
+        def disarm(_: Future[DurableReceipt]) -> None:
             with self._lock:
                 self._armed.pop(id(commit), None)
 
@@ -270,62 +276,129 @@ class FaultInjectingStore:
 
     # ------------------------------------------------------------------ delegation
 
-    def create_agent(
-        self, agent_id: str, *, metadata: dict[str, Any] | None = None, now: datetime | None = None
-    ) -> AgentRecord:
-        """Delegated unchanged."""
-        return self.inner.create_agent(agent_id, metadata=metadata, now=now)
-
-    def load_agent(self, agent_id: str) -> AgentRecord:
-        """Delegated unchanged."""
-        return self.inner.load_agent(agent_id)
-
-    def list_agents(self) -> list[AgentRecord]:
-        """Delegated unchanged."""
-        return self.inner.list_agents()
-
-    def reconcile(self, commit: BarrierCommit) -> str:
+    def reconcile(self, commit: DurableCommit) -> str:
         """Delegated unchanged (faults never touch reads)."""
-        return self.inner.reconcile(commit)
+        return self.inner.reconcile(commit)  # type: ignore[no-any-return]
 
-    def load_execution(self, execution_id: str) -> ExecutionRecord:
+    def load_record(self, execution_id: str) -> ExecutionRecord:
         """Delegated unchanged."""
-        return self.inner.load_execution(execution_id)
+        return self.inner.load_record(execution_id)  # type: ignore[no-any-return]
 
-    def list_executions(self, **filters: Any) -> list[ExecutionRecord]:
+    def list_records(self, **filters: Any) -> list[ExecutionRecord]:
         """Delegated unchanged."""
-        return self.inner.list_executions(**filters)
+        return self.inner.list_records(**filters)  # type: ignore[no-any-return]
 
-    def active_executions(self, agent_id: str | None = None) -> list[ExecutionRecord]:
+    def execution_rows(self, **filters: Any) -> list[dict[str, Any]]:
         """Delegated unchanged."""
-        return self.inner.active_executions(agent_id)
+        return self.inner.execution_rows(**filters)  # type: ignore[no-any-return]
 
-    def read_journal(self, agent_id: str, **options: Any) -> list[JournalRecord]:
+    def count_by_status(self, **filters: Any) -> dict[str, int]:
         """Delegated unchanged."""
-        return self.inner.read_journal(agent_id, **options)
+        return self.inner.count_by_status(**filters)  # type: ignore[no-any-return]
 
-    def barrier_history(self, execution_id: str) -> list[BarrierRecord]:
+    def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:
         """Delegated unchanged."""
-        return self.inner.barrier_history(execution_id)
+        return self.inner.barrier_log(execution_id)  # type: ignore[no-any-return]
 
-    def compact(self, **options: Any) -> CompactReport:
+    def journal_entries(self, execution_id: str) -> list[JournalEntry]:
         """Delegated unchanged."""
-        return self.inner.compact(**options)
+        return self.inner.journal_entries(execution_id)  # type: ignore[no-any-return]
 
-    def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
-        """Delegated (no faults fire on claims)."""
-        return self.inner.claim_agent(agent_id, takeover=takeover)
+    def journal_for_key(self, exclusive_key: str, **options: Any) -> list[tuple[str, JournalEntry]]:
+        """Delegated unchanged."""
+        return self.inner.journal_for_key(exclusive_key, **options)  # type: ignore[no-any-return]
 
-    def release_agent(self, agent_id: str, owner_token: str) -> bool:
-        """Delegated (no faults fire on releases)."""
-        return self.inner.release_agent(agent_id, owner_token)
+    def send_signal(self, signal: SignalRecord) -> SignalRecord:
+        """Delegated unchanged (no faults fire on the inbox)."""
+        return self.inner.send_signal(signal)  # type: ignore[no-any-return]
 
-    def agent_owner(self, agent_id: str) -> OwnerRecord | None:
-        """Delegated."""
-        return self.inner.agent_owner(agent_id)
+    def pending_signals(self, execution_id: str) -> list[SignalRecord]:
+        """Delegated unchanged."""
+        return self.inner.pending_signals(execution_id)  # type: ignore[no-any-return]
+
+    def list_signals(self, execution_id: str) -> list[SignalRecord]:
+        """Delegated unchanged."""
+        return self.inner.list_signals(execution_id)  # type: ignore[no-any-return]
+
+    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
+        """Delegated unchanged."""
+        return self.inner.signals_after(seq, limit=limit)  # type: ignore[no-any-return]
+
+    def last_signal_seq(self) -> int:
+        """Delegated unchanged."""
+        return self.inner.last_signal_seq()  # type: ignore[no-any-return]
+
+    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+        """Delegated unchanged."""
+        return self.inner.close_signals(execution_id, seqs, outcome)  # type: ignore[no-any-return]
+
+    def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
+        """Delegated unchanged (no faults fire on leases)."""
+        self.inner.register_worker(worker, lease_seconds)
+
+    def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
+        """Delegated unchanged."""
+        return self.inner.renew_lease(worker_id, lease_seconds)  # type: ignore[no-any-return]
+
+    def retire_worker(self, worker_id: str) -> None:
+        """Delegated unchanged."""
+        self.inner.retire_worker(worker_id)
+
+    def list_workers(self) -> list[tuple[WorkerRecord, int, int]]:
+        """Delegated unchanged."""
+        return self.inner.list_workers()  # type: ignore[no-any-return]
+
+    def execution_owner(self, execution_id: str) -> tuple[str | None, int, int | None]:
+        """Delegated unchanged."""
+        return self.inner.execution_owner(execution_id)  # type: ignore[no-any-return]
+
+    def execution_fences(self, execution_ids: list[str]) -> dict[str, tuple[str | None, int, bool]]:
+        """Delegated unchanged."""
+        return self.inner.execution_fences(execution_ids)  # type: ignore[no-any-return]
+
+    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+        """Delegated unchanged."""
+        return self.inner.claim_execution(execution_id, worker_id)  # type: ignore[no-any-return]
+
+    def claimable_executions(
+        self, machines: tuple[str, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str]]:
+        """Delegated unchanged."""
+        return self.inner.claimable_executions(machines, limit=limit)  # type: ignore[no-any-return]
+
+    def claim_executions(
+        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+    ) -> list[tuple[str, str, int]]:
+        """Delegated unchanged."""
+        return self.inner.claim_executions(machines, worker_id, limit=limit)  # type: ignore[no-any-return]
+
+    def register_agent(self, agent_id: str) -> bool:
+        """Delegated unchanged."""
+        return self.inner.register_agent(agent_id)  # type: ignore[no-any-return]
+
+    def agent_exists(self, agent_id: str) -> bool:
+        """Delegated unchanged."""
+        return self.inner.agent_exists(agent_id)  # type: ignore[no-any-return]
+
+    def agent_ids(self) -> list[str]:
+        """Delegated unchanged."""
+        return self.inner.agent_ids()  # type: ignore[no-any-return]
+
+    def register_machine(self, record: MachineRecord) -> None:
+        """Delegated unchanged."""
+        self.inner.register_machine(record)
+
+    def load_machine(self, machine: str, spec_sha256: str | None = None) -> MachineRecord:
+        """Delegated unchanged."""
+        return self.inner.load_machine(machine, spec_sha256)  # type: ignore[no-any-return]
+
+    @property
+    def path(self) -> str:
+        """The inner store's ``path`` (file or DSN); AttributeError when it has none."""
+        return self.inner.path  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Remove the seam from the inner store and close it."""
+        """Remove the seam from the inner store and close it. Idempotent."""
         if self._has_hook:
-            self.inner.install_fault_hook(None)  # type: ignore[attr-defined]
+            self.inner.install_fault_hook(None)
         self.inner.close()

@@ -1,4 +1,4 @@
-"""The group-commit queue and its writer thread (issue 4 item 8).
+"""The group-commit queue and its writer thread.
 
 Owns: a FIFO of prepared barrier commits and the one thread that drains it into
 batches. It does not know SQL: the store hands it a ``flush(batch)`` callable that

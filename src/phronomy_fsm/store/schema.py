@@ -1,39 +1,46 @@
-"""The SQLite schema of the barrier store, its version and its migrations (issue 4 item 1).
+"""The SQLite schema of the store, its version and its migrations (``docs/store.md``,
+"Schema").
 
 Owns: the table layout, the schema version kept in ``meta``, the named migrations
 (applied with sqlite-utils' :class:`~sqlite_utils.migrations.Migrations` and recorded by
 name in its ``_sqlite_migrations`` table), and the checks done before anything is
 written to a file: it must be a SQLite database, a phronomy store (or empty), and not
 newer than this code. It must not hold connection policy or the commit logic
-(``sqlite.py``).
+(``sqlite.py``, ``_commit.py``).
 
-Tables (all STRICT; JSON bodies are canonical JSON text from :func:`records.to_json`):
+Tables at version 5 (all STRICT; bodies are canonical JSON of the records of
+:mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
-- ``agents(agent_id PK, revision, lifecycle, journal_head, body, created_epoch_ms,
-  updated_epoch_ms)``
-- ``executions(execution_id PK, agent_id, revision, status, phase, active, spec_sha256,
-  body, created_epoch_ms, updated_epoch_ms, last_barrier, last_digest,
-  last_barrier_seq)`` with the partial unique index
-  ``executions_one_active ON executions(agent_id) WHERE active = 1`` (reference §5.2,
-  one active execution per agent) and ``executions_by_agent(agent_id, created_epoch_ms)``.
-- ``journal(agent_id, sequence, record_id, execution_id, kind, body)``; unique
-  ``(agent_id, sequence)`` and ``(agent_id, record_id)``; index on ``execution_id``.
+- ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
+  status, state, active, spec_sha256, body, created_epoch_ms, updated_epoch_ms,
+  deadline_epoch_ms, owner_id, fence, last_barrier, last_digest, last_barrier_seq)``
+  with the partial unique index ``executions_one_active ON executions(exclusive_key)
+  WHERE active = 1`` (at most one active execution per exclusive key) and indexes by
+  key, creation time, machine and status, parent, and owner.
 - ``barriers(seq INTEGER PRIMARY KEY, execution_id, revision, barrier,
-  committed_epoch_ms, digest, status, phase, previous_seq)`` (version 3, migration
-  ``0003_barrier_log_in_commit_order``): appended in commit order, so the barriers of
-  one group-commit transaction share a page. Rows are inserted by the triggers
-  ``executions_log_insert``/``executions_log_update`` from the ``last_barrier`` and
-  ``last_digest`` columns written by the same statement that moves the execution; the
-  trigger links the row to the execution's previous one (``previous_seq``) and stores
-  its ``seq`` in ``executions.last_barrier_seq``, and :data:`BARRIER_CHAIN` walks that
-  chain back. (Versions 1–2 kept it WITHOUT ROWID keyed by ``(execution_id,
-  revision)``.)
+  committed_epoch_ms, digest, status, state, previous_seq)``: the barrier log, appended
+  in commit order by the triggers ``executions_log_insert``/``executions_log_update``
+  from the ``last_barrier``/``last_digest`` columns written by the same statement that
+  moves the execution; each row links to the execution's previous one
+  (``previous_seq``) and the execution keeps its newest (``last_barrier_seq``), so
+  :data:`BARRIER_CHAIN` walks an execution's log back.
+- ``signals(seq INTEGER PRIMARY KEY, signal_id UNIQUE, execution_id, kind, event, body,
+  created_epoch_ms, consumed_revision, outcome)``: the durable inbox.
+- ``execution_journal(execution_id, revision, position, kind, body)``: the records
+  commits add (an agent's conversation), keyed by execution and commit order.
+- ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``: leases.
+- ``machines(machine, spec_sha256, body, registered_epoch_ms)``: compiled tables
+  registered by runtimes, for operator tools.
+- ``agents(agent_id PK, created_epoch_ms, body)``: the registered agent ids.
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
-- ``agent_owners(agent_id PK, host, pid, start_time, boot_id, pid_namespace,
-  owner_token, holds, claimed_epoch_ms)`` (version 2, migration ``0002_agent_owners``):
-  which process owns an agent (``ownership.py``; docs/operations.md "Who owns an
-  agent"). ``start_time``, ``boot_id`` and ``pid_namespace`` are NULL where the
-  platform has no ``/proc``.
+
+Migrations: ``0001_initial`` and ``0002_agent_owners`` (versions 1-2: the agent
+layer's tables), ``0003_barrier_log_in_commit_order`` (version 3),
+``0004_generic_executions`` (version 4: executions of any machine, the inbox, journal,
+workers and machines), ``0005_agents_on_the_engine`` (version 5: the agent layer's
+executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
+into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
+dropped; ``docs/store.md``, "Upgrading to version 5").
 """
 
 from __future__ import annotations
@@ -47,7 +54,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -113,7 +120,7 @@ def _m0001_initial(db: sqlite_utils.Database) -> None:
         ],
         strict=True,
     )
-    # sqlite-utils cannot express a partial index: plain SQL (reference §5.2).
+    # sqlite-utils cannot express a partial index: plain SQL.
     db.execute("CREATE UNIQUE INDEX executions_one_active ON executions(agent_id) WHERE active = 1")
     db.table("executions").create_index(
         ["agent_id", "created_epoch_ms"], index_name="executions_by_agent"
@@ -321,6 +328,65 @@ def _m0004_generic_executions(db: sqlite_utils.Database) -> None:
         " body TEXT NOT NULL, registered_epoch_ms INTEGER NOT NULL,"
         " PRIMARY KEY (machine, spec_sha256)) WITHOUT ROWID, STRICT"
     )
+
+
+@MIGRATIONS(name="0005_agents_on_the_engine")
+def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
+    # Why: the agent runs on the durable engine (docs/agent.md). Its executions are
+    # engine executions (the legacy ones are converted: store/legacy.py), its
+    # conversation is the engine's execution journal, who runs an execution is the
+    # worker lease, and an agent is just a registered id.
+    import json
+
+    from phronomy_fsm.store import legacy
+
+    journals: dict[str, list[dict[str, object]]] = {}
+    for (body,) in db.execute("SELECT body FROM journal ORDER BY agent_id, sequence").fetchall():
+        record = json.loads(body)
+        journals.setdefault(str(record.get("execution_id")), []).append(record)
+    rows = db.execute(
+        "SELECT execution_id, body FROM executions WHERE json_extract(body, '$.point') IS NULL"
+    ).fetchall()
+    for execution_id, body in rows:
+        old = json.loads(body)
+        records = journals.get(execution_id, [])
+        new = legacy.convert_execution(old, records)
+        db.execute(
+            "UPDATE executions SET machine = ?, state = ?, status = ?, active = ?,"
+            " spec_sha256 = ?, body = ?, owner_id = NULL WHERE execution_id = ?",
+            (
+                new.machine,
+                new.state,
+                new.status.value,
+                1 if new.is_active else 0,
+                new.spec_sha256,
+                legacy.encode(new),
+                execution_id,
+            ),
+        )
+        if new.is_active:  # its context holds the conversation; its end journals it
+            continue
+        in_history = old.get("status") in ("completed", "handed_off")
+        for position, (kind, data) in enumerate(legacy.convert_journal(records, in_history)):
+            db.execute(
+                "INSERT INTO execution_journal(execution_id, revision, position, kind, body)"
+                " VALUES (?, 0, ?, ?, ?)",
+                (execution_id, position, kind, legacy.encode_entry(kind, data, position)),
+            )
+    db.execute(
+        "CREATE TABLE agents_v5 (agent_id TEXT PRIMARY KEY, created_epoch_ms INTEGER NOT NULL,"
+        " body TEXT NOT NULL) STRICT"
+    )
+    db.execute(
+        "INSERT INTO agents_v5(agent_id, created_epoch_ms, body)"
+        " SELECT agent_id, created_epoch_ms, '{}' FROM agents"
+    )
+    db.execute("DROP TABLE agents")
+    db.execute("ALTER TABLE agents_v5 RENAME TO agents")
+    db.execute("DROP TABLE journal")
+    db.execute("DROP TABLE agent_owners")
+    # compaction removes an execution's signals, consumed or not (store/compact.py)
+    db.execute("CREATE INDEX signals_by_execution ON signals(execution_id)")
 
 
 #: Migration names this code knows, in order.

@@ -1,11 +1,15 @@
-"""The SQLite barrier store (issue 4 items 1-2, 4-6, 8; reference §5).
+"""The SQLite store of the durable engine (``docs/store.md``; ``docs/semantics.md``).
 
 Owns: connections and their policy (WAL, ``BEGIN IMMEDIATE`` for every write, busy
-timeout, ``synchronous``), the compare-and-set writes of one barrier, error mapping
-into the store taxonomy, outcome-unknown reporting and reconciliation, the reads, and
-the transactions of the per-agent ownership claim. Schema and migrations live in
-``schema.py``; batching in ``group.py``; retention in ``compact.py``; the claim rule in
-``ownership.py``. Must not import the runtime, agent or spec layers.
+timeout, ``synchronous``), the commit paths of
+:class:`~phronomy_fsm.durable.records.DurableCommit` (one commit on the caller's thread,
+or group commit on the writer thread), error mapping into the store taxonomy,
+outcome-unknown reporting, the fault seam for tests and the crash harness, and the
+maintenance entry points (compaction, WAL checkpoint). The statements live in
+``_commit.py`` (commits), ``_reads.py`` and ``_writes.py`` (the rest of the engine
+port, :class:`~phronomy_fsm.durable.ports.ExecutionStore`); schema and migrations in
+``schema.py``; batching in ``group.py``; retention in ``compact.py``. Must not import
+the runtime's dispatcher, the agent or the spec layers.
 
 Connections: one writer connection, used under a lock by whichever thread commits
 (the caller's thread for :meth:`SqliteBarrierStore.commit`, the group-commit thread
@@ -28,47 +32,44 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-from phronomy_fsm.durable.records import DurableCommit
+import attrs
+
+from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
+from phronomy_fsm.durable.records import DurableCommit, DurableReceipt
 from phronomy_fsm.errors import (
-    ConflictError,
     OutcomeUnknownError,
     PhronomyError,
     SchemaVersionError,
     SerializationError,
     StorageError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.faults import FaultPlan
-from phronomy_fsm.store import ownership, schema
-from phronomy_fsm.store._durable import PreparedDurable, SqliteDurable, apply_durable
+from phronomy_fsm.store import schema
+from phronomy_fsm.store._commit import PreparedDurable, apply_batch, apply_durable
 from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store._write import PreparedBarrier, apply_barrier, apply_batch
-from phronomy_fsm.store.base import CompactReport
+from phronomy_fsm.store._writes import SqliteWrites
 from phronomy_fsm.store.group import GroupCommitWriter
-from phronomy_fsm.store.ownership import AgentClaim, OwnerRecord
-from phronomy_fsm.store.records import (
-    AgentLifecycle,
-    AgentRecord,
-    BarrierCommit,
-    CommitReceipt,
-    datetime_to_epoch_ms,
-    epoch_ms_to_datetime,
-    to_json,
-)
+
+if TYPE_CHECKING:
+    from phronomy_fsm.store.compact import CompactReport
 
 #: A fault-injection seam: ``hook(point, commits)`` is called at ``"write"`` (inside
-#: the transaction, before a barrier's statements), ``"commit"`` (just before the
+#: the transaction, before a commit's statements), ``"commit"`` (just before the
 #: COMMIT statement; anything it raises is treated exactly like a failing COMMIT) and
 #: ``"committed"`` (after COMMIT returned; anything it raises is a lost response).
-FaultHook = Callable[[str, tuple[BarrierCommit, ...]], None]
+FaultHook = Callable[[str, tuple[DurableCommit, ...]], None]
+
+#: One queued group commit: the commit and the future its caller waits on.
+_Item = tuple[DurableCommit, "Future[DurableReceipt]"]
 
 _SYNCHRONOUS = ("FULL", "NORMAL")
 
-#: Largest ``group_max_batch``: nine bound parameters per barrier in a batch's
-#: multi-row UPDATE must stay under SQLite's default limit of 32,766.
+#: Largest ``group_max_batch``: a batch's multi-row UPDATE binds
+#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit, which must
+#: stay under SQLite's default limit of 32,766.
 MAX_GROUP_BATCH = 1000
 
 #: Frames the WAL is grown to before the first FULL commit: SQLite's default
@@ -79,8 +80,8 @@ WAL_PREWARM_FRAMES = 1000
 #: so the steady-state WAL (about one autocheckpoint's worth of frames, plus the last
 #: batch) is never cut, while a WAL that a long reader let grow to hundreds of MB is
 #: truncated back to this size by the first commit after the WAL restarts — one
-#: ``ftruncate`` after such a peak, no extra fsync on ordinary commits (issue 11 item 8;
-#: docs/store.md "Commit latency").
+#: ``ftruncate`` after such a peak, no extra fsync on ordinary commits
+#: (docs/store.md "Commit latency").
 WAL_SIZE_LIMIT_FRAMES = 2 * WAL_PREWARM_FRAMES
 
 
@@ -146,15 +147,8 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     return True
 
 
-def _prepare(commit: Any) -> Any:
-    """The prepared form of an agent barrier or an engine commit (encoded bodies)."""
-    if type(commit) is DurableCommit:
-        return PreparedDurable(commit)
-    return PreparedBarrier(commit)
-
-
-class SqliteBarrierStore(SqliteReads, SqliteDurable):
-    """A :class:`~phronomy_fsm.store.base.BarrierStore` on one SQLite file.
+class SqliteBarrierStore(SqliteReads, SqliteWrites):
+    """The engine's :class:`~phronomy_fsm.durable.ports.ExecutionStore` on one SQLite file.
 
     Args:
         path: the database file. Created (owner-only, 0600) if missing unless
@@ -166,7 +160,7 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
             lock before failing with StorageError.
         group_window_seconds: extra wait for a group-commit batch to fill (0: flush as
             soon as the writer is idle).
-        group_max_batch: most barriers per group-commit transaction, 1 to
+        group_max_batch: most commits per group-commit transaction, 1 to
             :data:`MAX_GROUP_BATCH` (a batch's multi-row statements must stay within
             SQLite's default limit of 32,766 bound parameters).
         clock: returns the current timezone-aware time (commit times, defaults); the
@@ -195,7 +189,7 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
             SQLite database of some other application; nothing was written.
 
     Concurrency: every method is thread-safe. Writes are serialised on one writer
-    connection; reads use one connection per thread. Source: issue 4 items 1-2.
+    connection; reads use one connection per thread.
     """
 
     def __init__(
@@ -385,8 +379,6 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     def install_fault_hook(self, hook: FaultHook | None) -> None:
         """Install (or remove, with ``None``) the fault-injection seam (see
@@ -418,15 +410,13 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
             return mapped
         return exc
 
-    def _unknown(self, exc: BaseException, commit: Any, *, lost: bool) -> OutcomeUnknownError:
+    def _unknown(
+        self, exc: BaseException, commit: DurableCommit, *, lost: bool
+    ) -> OutcomeUnknownError:
         what = "the response was lost after COMMIT" if lost else "the COMMIT statement failed"
-        target = (
-            commit.execution.execution_id
-            if isinstance(commit, BarrierCommit)
-            else getattr(commit, "agent_id", "?")
-        )
         err = OutcomeUnknownError(
-            f"outcome unknown for {target} on {self.path}: {what} ({type(exc).__name__}: {exc}); "
+            f"outcome unknown for execution {commit.execution.execution_id} revision "
+            f"{commit.execution.revision} on {self.path}: {what} ({type(exc).__name__}: {exc}); "
             "call reconcile() to read back whether it committed",
             intended=commit,
             path=self.path,
@@ -434,100 +424,38 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         err.__cause__ = exc
         return err
 
-    # ------------------------------------------------------------------ writes
+    # ------------------------------------------------------------------ commits
 
-    def create_agent(
-        self, agent_id: str, *, metadata: dict[str, Any] | None = None, now: datetime | None = None
-    ) -> AgentRecord:
-        """Create the agent root (revision 0, lifecycle idle, journal head 0).
+    def commit(self, commit: DurableCommit) -> DurableReceipt:
+        """Commit one :class:`~phronomy_fsm.durable.records.DurableCommit` in one
+        ``BEGIN IMMEDIATE`` transaction on the caller's thread: the execution's
+        compare-and-set, its barrier-log row, consumed signals, children, signals sent
+        and journal entries, all or nothing (``docs/semantics.md``, "Barrier
+        outcomes").
 
-        Raises:
-            ConflictError: the agent exists.
-            SerializationError: ``metadata`` is not JSON data.
-            StorageError: nothing was written.
-            OutcomeUnknownError: the COMMIT failed; ``intended`` is the AgentRecord
-                (check with :meth:`load_agent`).
-
-        Durability: committed (per ``synchronous``) before it returns.
-        """
-        when = now or self._now()
-        record = AgentRecord(agent_id, 0, AgentLifecycle.IDLE, 0, when, when, dict(metadata or {}))
-        body = to_json(record)
-        when_ms = datetime_to_epoch_ms(when)
-        with self._write_lock:
-            try:
-                cur = self._writer_cursor()
-                cur.execute("BEGIN IMMEDIATE")
-                try:
-                    cur.execute(
-                        "INSERT INTO agents(agent_id, revision, lifecycle, journal_head, body,"
-                        " created_epoch_ms, updated_epoch_ms) VALUES (?,?,?,?,?,?,?)",
-                        (agent_id, 0, record.lifecycle.value, 0, body, when_ms, when_ms),
-                    )
-                except sqlite3.IntegrityError:
-                    raise ConflictError(
-                        f"agent {agent_id} already exists; load it", agent_id=agent_id
-                    ) from None
-            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
-                self._rollback_quietly()
-                raise self._failure(exc, "create_agent")
-            try:
-                cur.execute("COMMIT")
-            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
-                self._rollback_quietly()
-                self._reset_writer()
-                raise self._unknown(exc, record, lost=False)
-        return record
-
-    # ------------------------------------------------------------------ ownership
-
-    def claim_agent(self, agent_id: str, *, takeover: bool = False) -> AgentClaim:
-        """Claim ``agent_id`` for this process in one ``BEGIN IMMEDIATE`` transaction
-        (the rule is in :mod:`~phronomy_fsm.store.ownership`; contract in
-        :meth:`BarrierStore.claim_agent <phronomy_fsm.store.base.BarrierStore.claim_agent>`).
+        Returns:
+            The :class:`~phronomy_fsm.durable.records.DurableReceipt` (new revision,
+            the sent signals' sequence numbers, the commit time).
 
         Raises:
-            NotFoundError: no such agent.
-            AgentOwnedError: a live (or unverifiable, without ``takeover``) process
-                owns it.
-            StorageError: nothing was written (a failing COMMIT is reported as
-                StorageError too: a claim that did commit belongs to this process and
-                goes with it).
-
-        Concurrency: any thread; racing claimants (in any process) are serialised by
-        the write lock, so exactly one of them wins a free agent.
-        """
-        me = ownership.current_process()
-        now_ms, _ = self._commit_time()
-        with self._write_transaction("claim_agent") as cur:
-            return ownership.claim_in_transaction(
-                cur, agent_id, me, takeover=takeover, now_ms=now_ms, path=self.path
-            )
-
-    def release_agent(self, agent_id: str, owner_token: str) -> bool:
-        """Release one claim of this process (see
-        :meth:`BarrierStore.release_agent <phronomy_fsm.store.base.BarrierStore.release_agent>`).
-        Returns False when no row carries ``owner_token``. Raises StorageError."""
-        with self._write_transaction("release_agent") as cur:
-            return ownership.release_in_transaction(cur, agent_id, owner_token)
-
-    def agent_owner(self, agent_id: str) -> OwnerRecord | None:
-        """The process owning ``agent_id``, or ``None``. A read: works on a read-only
-        store and writes nothing. Raises StorageError."""
-        with self._reading("agent_owner") as conn:
-            return ownership.read_owner(conn, agent_id)
-
-    def commit(self, commit: Any) -> Any:
-        """Commit one barrier in one ``BEGIN IMMEDIATE`` transaction on the caller's
-        thread (see :meth:`BarrierStore.commit` for the contract and errors). An
-        engine :class:`~phronomy_fsm.durable.records.DurableCommit` is accepted too
-        and returns a :class:`~phronomy_fsm.durable.records.DurableReceipt`
-        (``docs/semantics.md``).
+            NotFoundError: updating an execution that does not exist.
+            ConflictError: stale revision, another machine, a duplicate execution id,
+                consumed signals no longer pending, a signal id sent already.
+            LeaseLostError: the fence does not match the stored owner and token, or
+                the owner's lease has passed.
+            AgentBusyError: another active execution holds the exclusive key.
+            ExecutionFinishedError: the execution has finished.
+            SerializationError: a record cannot be encoded.
+            StorageError: nothing was written (busy after the timeout, I/O, full disk,
+                closed or read-only store).
+            OutcomeUnknownError: the COMMIT failed or its response was lost; it may
+                have committed (``intended`` is ``commit``): call :meth:`reconcile`.
 
         Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
+        A retry after any typed error but OutcomeUnknownError is safe.
         Concurrency: any thread; writers are serialised on the writer connection.
         """
-        p = _prepare(commit)
+        p = PreparedDurable(commit)
         hook = self._fault_hook
         with self._write_lock:
             try:
@@ -535,11 +463,7 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
                 cur.execute("BEGIN IMMEDIATE")
                 if hook is not None:
                     hook("write", (commit,))
-                receipt: Any
-                if type(p) is PreparedDurable:
-                    receipt = apply_durable(cur, p, *self._commit_time())
-                else:
-                    receipt = apply_barrier(cur, p, *self._commit_time())
+                receipt = apply_durable(cur, p, *self._commit_time())
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, "commit")
@@ -559,15 +483,23 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
                 raise self._unknown(exc, commit, lost=True)
         return receipt
 
-    def submit(self, commit: Any) -> Future[Any]:
-        """Queue ``commit`` (an agent barrier or an engine DurableCommit) for group
-        commit; see :meth:`BarrierStore.submit`.
+    def submit(self, commit: DurableCommit) -> Future[DurableReceipt]:
+        """Queue ``commit`` for group commit: the writer thread commits every queued
+        commit (up to ``group_max_batch``) in one transaction, each in its own
+        savepoint when it has several statements, so a refused commit fails only
+        itself.
 
-        Returns at once; encoding and every statement run on the group-commit thread
-        (a SerializationError comes back in the future). Durability: the future
-        resolves only after the batch's COMMIT returned.
+        Returns:
+            A future set only after the batch's COMMIT returned, with the receipt or
+            the typed error :meth:`commit` would raise (encoding happens on the writer
+            thread: a SerializationError comes back in the future). A failing COMMIT
+            fails every commit of that batch with OutcomeUnknownError.
+
+        Durability: the future resolves only once the batch is durable.
+        Concurrency: any thread. Cancelling the future before the writer takes it
+        withdraws the commit (never written); afterwards it cannot be cancelled.
         """
-        future: Future[CommitReceipt] = Future()
+        future: Future[DurableReceipt] = Future()
         try:
             self._group.put((commit, future))
         except StorageError as exc:
@@ -575,30 +507,27 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         return future
 
     @staticmethod
-    def _fail_item(item: tuple[BarrierCommit, Future[CommitReceipt]], exc: BaseException) -> None:
+    def _fail_item(item: _Item, exc: BaseException) -> None:
         future = item[1]
         if not future.done():
             if not isinstance(exc, PhronomyError):
                 exc = StorageError(f"group commit writer failed: {type(exc).__name__}: {exc}")
             future.set_exception(exc)
 
-    def _flush_batch(self, batch: list[tuple[BarrierCommit, Future[CommitReceipt]]]) -> None:
-        """Commit one group-commit batch: one transaction, one savepoint per
-        multi-statement barrier (so a refused barrier fails only itself); settle every
-        future only after COMMIT returned (issue 4 item 8)."""
-        live: list[PreparedBarrier] = []
+    def _flush_batch(self, batch: list[_Item]) -> None:
+        """Commit one group-commit batch: one transaction, each multi-statement commit
+        in its own savepoint; settle every future only after COMMIT returned."""
+        live: list[PreparedDurable] = []
         for commit, future in batch:
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled before the writer took it: never written
             try:
-                p = _prepare(commit)
+                p = PreparedDurable(commit)
             except PhronomyError as exc:
                 future.set_exception(exc)
                 continue
-            except Exception as exc:  # noqa: BLE001 - fails this barrier alone, typed
-                error = SerializationError(
-                    f"cannot encode the barrier: {type(exc).__name__}: {exc}"
-                )
+            except Exception as exc:  # noqa: BLE001 - fails this commit alone, typed
+                error = SerializationError(f"cannot encode the commit: {type(exc).__name__}: {exc}")
                 error.__cause__ = exc
                 future.set_exception(error)
                 continue
@@ -651,9 +580,9 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
                     results[i] = self._unknown(exc, live[i].commit, lost=True)
         for p, result in zip(live, results):
             if isinstance(result, BaseException):
-                p.future.set_exception(result)  # type: ignore[union-attr]
+                p.future.set_exception(result)
             else:
-                p.future.set_result(result)  # type: ignore[union-attr]
+                p.future.set_result(result)
 
     # ------------------------------------------------------------------ maintenance
 
@@ -661,11 +590,20 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
         self,
         *,
         older_than_days: float,
-        archive_path: str | None = None,
+        archive_path: str | os.PathLike[str] | None = None,
         now: datetime | None = None,
     ) -> CompactReport:
-        """Remove (or archive, then remove) old terminal executions; see
-        :func:`phronomy_fsm.store.compact.compact_store` for the policy."""
+        """Remove (after copying them to ``archive_path`` when given) finished
+        executions whose last commit is older than ``older_than_days`` days, with
+        their barrier-log rows, journal entries and signals; then checkpoint the WAL
+        (``TRUNCATE``). The policy — what is never removed — and the errors are those
+        of :func:`phronomy_fsm.store.compact.compact_store` (``docs/store.md``,
+        "Compaction").
+
+        Durability: each chunk of removals is one committed transaction; with an
+        archive, a chunk is committed to the archive before it is deleted here.
+        Concurrency: any thread; commits of running executions go on meanwhile.
+        """
         from phronomy_fsm.store.compact import compact_store
 
         return compact_store(
@@ -724,3 +662,82 @@ class SqliteBarrierStore(SqliteReads, SqliteDurable):
 
     def __repr__(self) -> str:
         return f"SqliteBarrierStore({self.path!r}, synchronous={self.synchronous!r})"
+
+
+@attrs.frozen
+class SchemaMigration:
+    """What :func:`migrate_store` found and left: the store file, its schema version
+    before, and the version now stored (:data:`~phronomy_fsm.store.schema.SCHEMA_VERSION`)."""
+
+    path: str
+    before: int
+    after: int
+
+    @property
+    def is_migrated(self) -> bool:
+        """True when the schema was changed (it was older than this code)."""
+        return self.before != self.after
+
+
+def migrate_store(
+    path: str | os.PathLike[str], *, busy_timeout_seconds: float = 60.0
+) -> SchemaMigration:
+    """Bring an existing store file to this code's schema in one transaction; nothing
+    else is written (``docs/store.md``, "Schema"; at version 5 the agent layer's
+    executions are converted: "Upgrading to version 5"). A current store is left as it
+    is.
+
+    Args:
+        path: the store file; it must exist and hold a phronomy_fsm store.
+        busy_timeout_seconds: how long to wait for other processes' writes (a large
+            migration holds the write lock for its whole transaction).
+
+    Returns:
+        A :class:`SchemaMigration`.
+
+    Raises:
+        StorageError: no such file, not a regular file, not a SQLite database, or
+            unreadable; nothing was written.
+        SchemaVersionError: an empty database, another application's database, or a
+            schema newer than this code; nothing was written.
+
+    Durability: the migration commits (or rolls back) as one transaction.
+    """
+    target = str(Path(path).absolute())
+    try:
+        st = os.stat(target)
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"{target} is not a regular file", path=target)
+        with open(target, "rb") as fh:
+            header = fh.read(len(schema.SQLITE_HEADER))
+    except FileNotFoundError:
+        raise StorageError(
+            f"no store at {target} (the file does not exist); nothing was written", path=target
+        ) from None
+    except OSError as exc:
+        raise StorageError(
+            f"cannot read {target}: {exc}; nothing was written", path=target
+        ) from exc
+    if header != schema.SQLITE_HEADER:
+        raise StorageError(
+            f"{target} is not a SQLite database (bad header); nothing was written",
+            path=target,
+            sqlite_error="SQLITE_NOTADB",
+        )
+    try:
+        conn = sqlite3.connect(f"{Path(target).as_uri()}?mode=ro", uri=True)
+        try:
+            before = schema.inspect_version(conn, target)
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise storage_error(exc, operation="migrate", path=target) from exc
+    if before is None:
+        raise SchemaVersionError(
+            f"{target} is an empty database, not a phronomy_fsm store; nothing was written",
+            path=target,
+        )
+    SqliteBarrierStore(
+        target, busy_timeout_seconds=busy_timeout_seconds, wal_prewarm_frames=0
+    ).close()
+    return SchemaMigration(target, before, schema.SCHEMA_VERSION)

@@ -1,4 +1,4 @@
-"""The PostgreSQL store of the durable engine (issue 15; ``docs/scale-out.md``).
+"""The PostgreSQL store of the durable engine (``docs/scale-out.md``).
 
 - :mod:`~phronomy_fsm.store.postgres.store` — :class:`PostgresStore`, the engine's
   store port on PostgreSQL (psycopg 3, a connection pool, group commit, leases on the

@@ -32,9 +32,9 @@ from phronomy_fsm.errors import (
     NotFoundError,
     SignalRefusedError,
 )
-from phronomy_fsm.store.base import COMMITTED, CONFLICT, NOT_COMMITTED
 from phronomy_fsm.store.postgres._commit import INSERT_SIGNAL, SIGNALS_CHANNEL, WORK_CHANNEL
 from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 _SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
 _LIVE_OWNER = (
@@ -111,6 +111,7 @@ class PostgresReads:
         *,
         machine: str | None = None,
         status: str | None = None,
+        state: str | None = None,
         exclusive_key: str | None = None,
         parent_execution_id: str | None = None,
         active: bool | None = None,
@@ -125,6 +126,7 @@ class PostgresReads:
         for column, value in (
             ("machine", machine),
             ("status", _value(status)),
+            ("state", state),
             ("exclusive_key", exclusive_key),
             ("parent_execution_id", parent_execution_id),
             ("owner_id", owner_id),
@@ -527,6 +529,31 @@ class PostgresReads:
             (list(machines), int(limit)),
         )
         return [(eid, machine) for eid, machine in rows]
+
+    # ------------------------------------------------------------------ agents
+
+    def register_agent(self, agent_id: str) -> bool:
+        """Record agent ``agent_id``; False when it exists already (nothing written)."""
+
+        def run(cur: Any) -> bool:
+            cur.execute(
+                "INSERT INTO agents(agent_id, created_epoch_ms, body)"
+                f" VALUES (%s, {NOW_MS}, '{{}}') ON CONFLICT DO NOTHING RETURNING agent_id",
+                (agent_id,),
+            )
+            return cur.fetchone() is not None
+
+        return bool(self._writing("register_agent", run))
+
+    def agent_exists(self, agent_id: str) -> bool:
+        """True when agent ``agent_id`` was registered."""
+        return bool(
+            self._fetchall("agent_exists", "SELECT 1 FROM agents WHERE agent_id = %s", (agent_id,))
+        )
+
+    def agent_ids(self) -> list[str]:
+        """Every registered agent id, sorted."""
+        return [r[0] for r in self._fetchall("agent_ids", "SELECT agent_id FROM agents ORDER BY 1")]
 
     # ------------------------------------------------------------------ machines
 

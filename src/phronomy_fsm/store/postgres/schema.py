@@ -23,6 +23,7 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
 - ``execution_journal(execution_id, revision, position, kind, body)``;
 - ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``;
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``;
+- ``agents(agent_id PK, created_epoch_ms, body)`` (version 2): the agents created;
 - ``phronomy_meta(key PK, value)`` and ``phronomy_migrations(name PK, applied_at)``.
 
 Every time in a ``*_epoch_ms`` column that a lease depends on is the **server's**
@@ -37,7 +38,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -132,8 +133,16 @@ CREATE TABLE machines (
 );
 """
 
+_0002 = """
+CREATE TABLE agents (
+    agent_id text PRIMARY KEY,
+    created_epoch_ms bigint NOT NULL,
+    body text NOT NULL
+);
+"""
+
 #: The named migrations, in order: ``(name, SQL)``.
-MIGRATIONS: tuple[tuple[str, str], ...] = (("0001_engine_port", _0001),)
+MIGRATIONS: tuple[tuple[str, str], ...] = (("0001_engine_port", _0001), ("0002_agents", _0002))
 
 #: Migration names this code knows, in order.
 KNOWN_MIGRATIONS = tuple(name for name, _ in MIGRATIONS)

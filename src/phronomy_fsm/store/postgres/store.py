@@ -1,4 +1,4 @@
-"""The PostgreSQL store of the durable engine (issue 15): :class:`PostgresStore`.
+"""The PostgreSQL store of the durable engine: :class:`PostgresStore`.
 
 Implements :class:`~phronomy_fsm.durable.ports.ExecutionStore` with the semantics of
 the SQLite store (``docs/semantics.md``, ``docs/scale-out.md``): every commit is one
@@ -47,7 +47,6 @@ from phronomy_fsm.errors import (
     SerializationError,
     StorageError,
 )
-from phronomy_fsm.runtime import crashpoints
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.postgres import schema
@@ -315,8 +314,6 @@ class PostgresStore(PostgresReads):
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
             self.faults.hit(point)
-        elif crashpoints.ARMED is not None:
-            crashpoints.hit(point)
 
     def submit(self, commit: DurableCommit) -> Future[Any]:
         """Queue ``commit`` for group commit. Returns at once; the future is set once

@@ -1,0 +1,290 @@
+"""Approval decisions and operator answers for agent executions, from any process.
+
+An agent execution waiting for approval rests, durably, in ``awaiting_approval``; a
+decision is the ``approval_decided`` signal, written to its inbox with the revision it
+was checked against, so it applies to exactly the request that was checked
+(``docs/agent.md``, "Approval"). :func:`send_approval` checks a decision against the
+stored execution and writes nothing when it refuses. :func:`send_resolution` does the
+same for an operator's answer to an agent execution (or one of its tool calls) in
+``recovery_required``: an LLM answer supplied as ``succeeded`` must parse as one.
+
+Both are what :class:`~phronomy_fsm.agent.agent.Agent` and the operator library
+(``phronomy-fsm approve`` / ``resolve``) call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from phronomy_fsm.agent.types import LLMResponse
+from phronomy_fsm.durable.codec import json_data
+from phronomy_fsm.durable.operations import request_resolution, send_signal
+from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalRecord
+from phronomy_fsm.errors import ApprovalError, NotFoundError, ResolutionError, SignalRefusedError
+from phronomy_fsm.generated import agent_session
+
+APPROVAL_EVENT = agent_session.Event.APPROVAL_DECIDED.value
+
+
+def check_decision_types(
+    execution_id: Any, approval_request_id: Any, approved: Any, decisions: Any
+) -> dict[str, bool] | None:
+    """Check the shapes of a decision's arguments; returns ``decisions`` as a dict.
+
+    Raises:
+        ApprovalError: an id that is not a string, ``approved`` that is not a bool,
+            ``decisions`` that is not a mapping of tool invocation ids to bools.
+    """
+    if not isinstance(execution_id, str) or not isinstance(approval_request_id, str):
+        raise ApprovalError(
+            "execution_id and approval_request_id must be strings (from the "
+            "approval_required event or `phronomy-fsm executions show`)",
+            execution_id=execution_id,
+        )
+    if not isinstance(approved, bool):
+        raise ApprovalError(f"approved must be True or False, got {approved!r}")
+    if decisions is None:
+        return None
+    if not (
+        isinstance(decisions, Mapping)
+        and all(isinstance(k, str) and isinstance(v, bool) for k, v in decisions.items())
+    ):
+        raise ApprovalError(
+            "decisions must map the tool_invocation_id of every item of the approval "
+            f"request to True (run it) or False (reject it), got {decisions!r}",
+            execution_id=execution_id,
+        )
+    return dict(decisions)
+
+
+def check_approval(
+    record: ExecutionRecord,
+    approval_request_id: str,
+    decisions: Mapping[str, bool] | None,
+) -> None:
+    """Refuse a decision the stored execution cannot take (``docs/agent.md``,
+    "Approval").
+
+    Raises:
+        ApprovalError: not an agent execution; finished; not waiting for approval;
+            the request was already decided; another request is pending; or
+            ``decisions`` leaves an item out or names one not in the request.
+    """
+    eid = record.execution_id
+    if record.machine != agent_session.MACHINE:
+        raise ApprovalError(
+            f"execution {eid} is a {record.machine} execution, not an agent execution; "
+            "send it a signal instead (phronomy-fsm signal)",
+            execution_id=eid,
+        )
+    ctx = json_data(record.context)
+    ctx = ctx if isinstance(ctx, dict) else {}
+    approval = ctx.get("approval") or {}
+    decided = {
+        str((item.get("data") or {}).get("approval_request_id"))
+        for item in ctx.get("audit", [])
+        if item.get("kind") == "approval_decided"
+    }
+    if approval_request_id in decided or (
+        approval.get("request_id") == approval_request_id and approval.get("decided")
+    ):
+        raise ApprovalError(
+            f"approval request {approval_request_id} of execution {eid} was already decided; "
+            "nothing was written",
+            execution_id=eid,
+            reason="already_decided",
+        )
+    if record.is_finished:
+        raise ApprovalError(
+            f"execution {eid} is {record.status.value}; there is nothing to approve",
+            execution_id=eid,
+        )
+    if record.status is not ExecutionStatus.WAITING or record.state != "awaiting_approval":
+        raise ApprovalError(
+            f"execution {eid} is not waiting for approval (status {record.status.value}, "
+            f"state {record.state})",
+            execution_id=eid,
+        )
+    if approval.get("request_id") != approval_request_id:
+        raise ApprovalError(
+            f"approval request {approval_request_id!r} does not match the pending request "
+            f"{approval.get('request_id')!r} of execution {eid}",
+            execution_id=eid,
+        )
+    if decisions is not None:
+        items = set(approval.get("items", ()))
+        missing = sorted(items - set(decisions))
+        unknown = sorted(set(decisions) - items)
+        if missing or unknown:
+            problems = []
+            if missing:
+                problems.append(f"no decision for {', '.join(missing)}")
+            if unknown:
+                problems.append(f"not in the request: {', '.join(unknown)}")
+            raise ApprovalError(
+                f"decisions for request {approval_request_id} must name every item of it "
+                f"exactly once ({'; '.join(problems)}); an item nobody decided is never "
+                "approved",
+                execution_id=eid,
+            )
+
+
+def send_approval(
+    store: Any,
+    execution_id: str,
+    *,
+    approval_request_id: str,
+    approved: bool = True,
+    decisions: Mapping[str, bool] | None = None,
+    by: str | None = None,
+    sender: str = "",
+) -> SignalRecord:
+    """Check a decision against the stored execution, then write it to the
+    execution's inbox (the owner applies it; any process may send it).
+
+    Args:
+        execution_id / approval_request_id: from the ``approval_required`` event or
+            ``phronomy-fsm executions show``.
+        approved: decides every item when ``decisions`` is None.
+        decisions: tool invocation id → True (run it) / False (reject it; the LLM sees
+            the rejection and the execution goes on), for every item.
+        by: who decided (kept in the journal).
+        sender: who sent it (kept with the signal).
+
+    Raises:
+        ApprovalError: see :func:`check_decision_types` and :func:`check_approval`;
+            also (``reason`` ``already_decided``) when a decision for this request is
+            already on its way, or was sent by another process at the same moment.
+        NotFoundError: no such execution. StorageError.
+
+    Durability: the signal is committed before this returns. Its id is derived from
+    the execution, the request and the revision checked (:func:`approval_signal_id`),
+    so of two decisions sent at once exactly one is stored.
+    """
+    decisions = check_decision_types(execution_id, approval_request_id, approved, decisions)
+    record = store.load_record(execution_id)
+    check_approval(record, approval_request_id, decisions)
+    already = ApprovalError(
+        f"approval request {approval_request_id} of execution {execution_id} was already "
+        "decided (a decision for it is in the execution's inbox); nothing was written",
+        execution_id=execution_id,
+        reason="already_decided",
+    )
+    for pending in store.pending_signals(execution_id):
+        payload = pending.payload if isinstance(pending.payload, dict) else {}
+        if pending.event == APPROVAL_EVENT and payload.get("request_id") == approval_request_id:
+            raise already
+    nonce = os.urandom(8).hex()
+    try:
+        signal = send_signal(
+            store,
+            execution_id,
+            APPROVAL_EVENT,
+            {
+                "request_id": approval_request_id,
+                "approved": approved,
+                "decisions": decisions,
+                "by": by,
+                "nonce": nonce,
+            },
+            expected_revision=record.revision,
+            # one decision per request and revision: of two sent at once, the store
+            # keeps the first (the signal id is unique) and the second sees it
+            signal_id=approval_signal_id(execution_id, approval_request_id, record.revision),
+            sender=sender,
+            table=agent_session.TABLE,
+        )
+    except SignalRefusedError as exc:
+        raise ApprovalError(
+            f"execution {execution_id} moved on while the decision was sent ({exc}); read it again",
+            execution_id=execution_id,
+        ) from exc
+    payload = signal.payload if isinstance(signal.payload, dict) else {}
+    if payload.get("nonce") != nonce:
+        raise already
+    return signal  # type: ignore[no-any-return]
+
+
+def approval_signal_id(execution_id: str, approval_request_id: str, revision: int) -> str:
+    """The signal id of the decision on ``approval_request_id`` sent against
+    ``revision``: ``approval-`` and 32 hex digits of a sha256, the same for every
+    process, so that two decisions sent at once are one signal."""
+    raw = f"{execution_id}\x00{approval_request_id}\x00{revision}".encode()
+    return "approval-" + hashlib.sha256(raw).hexdigest()[:32]
+
+
+def send_resolution(
+    store: Any,
+    execution_id: str,
+    *,
+    expected_revision: int,
+    outcome: str,
+    result: Any = None,
+    error: str | None = None,
+    signal_id: str | None = None,
+    sender: str = "",
+) -> SignalRecord:
+    """Answer an agent execution (or a tool call's execution) in
+    ``recovery_required``: what became of its effect — ``succeeded`` (``result``: for
+    an LLM call the answer as :meth:`LLMResponse.to_json` shapes it, for a tool the
+    tool's JSON result), ``failed`` (``error``), ``not_performed``, or ``retry`` (run
+    it again) — checked against the stored execution (``docs/agent.md``, "Recovery").
+
+    Raises:
+        ResolutionError: not parked, a stale ``expected_revision``, an outcome not
+            allowed, or a ``result`` that is not an LLM answer for an LLM call.
+        NotFoundError, StorageError.
+    """
+    record = store.load_record(execution_id)
+    subject = record.recovery.subject if record.recovery is not None else None
+    if outcome == "succeeded" and subject is not None and subject.effect == "call_llm":
+        try:
+            LLMResponse.from_json("resolution", result)
+        except ValueError as exc:
+            raise ResolutionError(
+                f"execution {execution_id}: the result of an LLM call must be its answer: {exc}",
+                execution_id=execution_id,
+                reason="bad_result",
+            ) from None
+    return request_resolution(  # type: ignore[no-any-return]
+        store,
+        execution_id,
+        expected_revision=expected_revision,
+        outcome=outcome,
+        result=result,
+        error=error,
+        signal_id=signal_id,
+        sender=sender,
+    )
+
+
+def agent_of(store: Any, execution_id: str) -> tuple[str | None, str]:
+    """``(agent_id, session_execution_id)`` of an agent execution or of one of its
+    tool calls (the agent is ``None`` for an execution of another machine).
+    Raises NotFoundError."""
+    record = store.load_record(execution_id)
+    if record.machine != agent_session.MACHINE and record.parent_execution_id is not None:
+        parent = store.load_record(record.parent_execution_id)
+        if parent.machine == agent_session.MACHINE:
+            record = parent
+    if record.machine != agent_session.MACHINE:
+        return None, execution_id
+    ctx = json_data(record.context)
+    agent_id = ctx.get("agent_id") if isinstance(ctx, dict) else None
+    if agent_id is None:
+        raise NotFoundError(f"execution {execution_id} names no agent", execution_id=execution_id)
+    return str(agent_id), record.execution_id
+
+
+__all__ = [
+    "APPROVAL_EVENT",
+    "agent_of",
+    "approval_signal_id",
+    "check_approval",
+    "check_decision_types",
+    "send_approval",
+    "send_resolution",
+]

@@ -1,0 +1,518 @@
+"""The statements of one engine commit on SQLite, and of a group-commit batch.
+
+Owns: turning a :class:`~phronomy_fsm.durable.records.DurableCommit` into encoded
+bodies *before* the write lock is taken (:class:`PreparedDurable`); running its
+statements inside an open transaction (:func:`apply_durable`): the execution's
+compare-and-set (revision, machine, still active; with a fence also the owner, the
+fencing token and the owner's lease), consumed signals, child executions, signals
+sent, journal entries; classifying a refused write into the store taxonomy by reading
+the row back in the same transaction; and applying a batch of commits in order, each
+failing alone (:func:`apply_batch`). It never begins, commits or rolls back the
+transaction: :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` does.
+
+The barrier-log row is written by the ``executions_log_*`` triggers from the
+``last_barrier``/``last_digest`` columns set by the same INSERT or UPDATE
+(``schema.py``), so a revision is never committed without its log row. Semantics:
+``docs/semantics.md`` ("Barrier outcomes", "Leases and fencing", "Signals"); schema
+and taxonomy: ``docs/store.md``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from phronomy_fsm.durable.codec import datetime_to_epoch_ms
+from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, ExecutionRecord, to_json
+from phronomy_fsm.errors import (
+    AgentBusyError,
+    ConflictError,
+    ExecutionFinishedError,
+    LeaseLostError,
+    NotFoundError,
+    PhronomyError,
+)
+
+#: The owner's lease is still valid (two ``?``: the worker id, the commit time in ms).
+LEASE_OK = (
+    "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = ? AND w.lease_expires_epoch_ms >= ?)"
+)
+
+INSERT_EXECUTION = (
+    "INSERT INTO executions(execution_id, machine, exclusive_key, parent_execution_id,"
+    " revision, status, state, active, spec_sha256, body, created_epoch_ms,"
+    " updated_epoch_ms, deadline_epoch_ms, owner_id, fence, last_barrier, last_digest)"
+    " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
+)
+UPDATE_EXECUTION = (
+    "UPDATE executions SET revision=?, status=?, state=?, active=?, body=?,"
+    " updated_epoch_ms=?, deadline_epoch_ms=?, last_barrier=?, last_digest=?"
+    " WHERE execution_id=? AND revision=? AND machine=? AND active=1"
+)
+#: Appended to :data:`UPDATE_EXECUTION` for a fenced commit (four ``?``: worker id,
+#: token, worker id, commit time).
+FENCED = f" AND owner_id=? AND fence=? AND {LEASE_OK}"
+
+INSERT_SIGNAL = (
+    "INSERT INTO signals(signal_id, execution_id, kind, event, body, created_epoch_ms)"
+    " VALUES (?,?,?,?,?,?)"
+)
+
+#: Most journal rows per INSERT statement (5 parameters each; SQLite allows 32,766).
+JOURNAL_ROWS_PER_STATEMENT = 1000
+
+
+def _epoch(value: datetime | None) -> int | None:
+    return None if value is None else datetime_to_epoch_ms(value)
+
+
+@functools.cache
+def _insert_journal_sql(rows: int) -> str:
+    return (
+        "INSERT INTO execution_journal(execution_id, revision, position, kind, body) VALUES "
+        + ",".join(["(?,?,?,?,?)"] * rows)
+    )
+
+
+class PreparedDurable:
+    """A :class:`DurableCommit` with every body encoded and its parameters built, made
+    on the caller's thread before the write lock is taken.
+
+    Attributes:
+        commit: the commit.
+        body / digest: the execution's canonical JSON and its sha256 (hex).
+        children / signals: ``(record, canonical JSON)`` of each child and signal sent.
+        journal: the ``execution_journal`` rows
+            ``(execution_id, revision, position, kind, body)``.
+        future: the group-commit future (``None`` on the direct path).
+
+    Raises:
+        SerializationError: a record is not storable (the message names the field).
+    """
+
+    __slots__ = ("body", "children", "commit", "digest", "future", "journal", "signals")
+
+    def __init__(self, commit: DurableCommit) -> None:
+        self.commit = commit
+        self.body = to_json(commit.execution)
+        self.digest = hashlib.sha256(self.body.encode("utf-8")).hexdigest()
+        self.children = [(child, to_json(child)) for child in commit.children]
+        self.signals = [(s, to_json(s)) for s in commit.send_signals]
+        ex = commit.execution
+        self.journal = [
+            (
+                ex.execution_id,
+                ex.revision,
+                i,
+                e.kind,
+                to_json(e.__class__(e.kind, e.data, ex.revision, i)),
+            )
+            for i, e in enumerate(commit.journal)
+        ]
+        self.future: Any = None
+
+    @property
+    def is_one_statement(self) -> bool:
+        """True when the commit is a single UPDATE (nothing but the execution moves):
+        atomic on its own, so a batch needs no savepoint around it."""
+        c = self.commit
+        return (
+            c.expected_revision is not None
+            and not c.consume_signals
+            and not self.children
+            and not self.signals
+            and not self.journal
+        )
+
+
+def _insert_execution(
+    cur: sqlite3.Cursor,
+    ex: ExecutionRecord,
+    body: str,
+    barrier: str,
+    now_ms: int,
+    owner: str | None,
+    fence: int,
+    lease_check: tuple[str, int] | None,
+) -> int:
+    params: list[Any] = [
+        ex.execution_id,
+        ex.machine,
+        ex.exclusive_key,
+        ex.parent_execution_id,
+        ex.revision,
+        ex.status.value,
+        ex.state,
+        1 if ex.is_active else 0,
+        ex.spec_sha256,
+        body,
+        datetime_to_epoch_ms(ex.created_at),
+        now_ms,
+        _epoch(ex.deadline_at),
+        owner,
+        fence,
+        barrier,
+        hashlib.sha256(body.encode("utf-8")).hexdigest(),
+    ]
+    sql = INSERT_EXECUTION
+    if lease_check is not None:
+        sql += f" WHERE {LEASE_OK}"
+        params += list(lease_check)
+    cur.execute(sql, params)
+    return cur.rowcount
+
+
+def apply_durable(
+    cur: sqlite3.Cursor, p: PreparedDurable, now_ms: int, committed_at: datetime
+) -> DurableReceipt:
+    """Run ``p``'s statements in the transaction open on ``cur``.
+
+    Args:
+        cur: a cursor of the writer connection, inside ``BEGIN IMMEDIATE``.
+        p: the prepared commit.
+        now_ms / committed_at: the commit time (epoch ms, and as a UTC datetime).
+
+    Returns:
+        The receipt (valid once the transaction commits).
+
+    Raises:
+        NotFoundError, ConflictError, LeaseLostError, AgentBusyError,
+            ExecutionFinishedError: refused; statements of this commit that ran
+            before the refused one stay in the transaction, so the caller rolls back
+            to a savepoint (or the whole transaction).
+        sqlite3.Error: storage failures, for the caller to map.
+    """
+    commit = p.commit
+    ex = commit.execution
+    fence = commit.fence
+    if commit.expected_revision is None:
+        try:
+            rows = _insert_execution(
+                cur,
+                ex,
+                p.body,
+                commit.barrier,
+                now_ms,
+                None if fence is None else fence.worker_id,
+                0 if fence is None else fence.token,
+                None if fence is None else (fence.worker_id, now_ms),
+            )
+        except sqlite3.IntegrityError:
+            raise classify_insert(cur, ex) from None
+        if rows != 1:
+            raise LeaseLostError(
+                f"execution {ex.execution_id} not created: the lease of worker "
+                f"{fence.worker_id if fence else '?'} has expired; renew it (restart the runtime)",
+                execution_id=ex.execution_id,
+            )
+    else:
+        sql = UPDATE_EXECUTION
+        params: list[Any] = [
+            ex.revision,
+            ex.status.value,
+            ex.state,
+            1 if ex.is_active else 0,
+            p.body,
+            now_ms,
+            _epoch(ex.deadline_at),
+            commit.barrier,
+            p.digest,
+            ex.execution_id,
+            commit.expected_revision,
+            ex.machine,
+        ]
+        if fence is not None:
+            sql += FENCED
+            params += [fence.worker_id, fence.token, fence.worker_id, now_ms]
+        try:
+            cur.execute(sql, params)
+        except sqlite3.IntegrityError:
+            raise classify_insert(cur, ex) from None
+        if cur.rowcount != 1:
+            raise classify_update(cur, commit, now_ms)
+    if commit.consume_signals:
+        seqs = sorted(set(commit.consume_signals))
+        marks = ",".join("?" * len(seqs))
+        cur.execute(
+            f"UPDATE signals SET consumed_revision=?, outcome=? WHERE execution_id=?"
+            f" AND consumed_revision IS NULL AND seq IN ({marks})",
+            [ex.revision, commit.consume_outcome, ex.execution_id, *seqs],
+        )
+        if cur.rowcount != len(seqs):
+            raise ConflictError(
+                f"execution {ex.execution_id}: signals {seqs} are not all pending any more "
+                "(consumed by another commit?); reload and decide again",
+                execution_id=ex.execution_id,
+            )
+    for child, body in p.children:
+        try:
+            _insert_execution(
+                cur,
+                child,
+                body,
+                "@start",
+                now_ms,
+                None if fence is None else fence.worker_id,
+                1 if fence is not None else 0,
+                None,
+            )
+        except sqlite3.IntegrityError:
+            raise classify_insert(cur, child) from None
+    seqs_out: list[int] = []
+    for signal, body in p.signals:
+        try:
+            cur.execute(
+                INSERT_SIGNAL,
+                (
+                    signal.signal_id,
+                    signal.execution_id,
+                    signal.kind.value,
+                    signal.event,
+                    body,
+                    now_ms,
+                ),
+            )
+        except sqlite3.IntegrityError:
+            raise ConflictError(
+                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
+            ) from None
+        seqs_out.append(int(cur.lastrowid or 0))
+    for start in range(0, len(p.journal), JOURNAL_ROWS_PER_STATEMENT):
+        chunk = p.journal[start : start + JOURNAL_ROWS_PER_STATEMENT]
+        cur.execute(_insert_journal_sql(len(chunk)), [v for row in chunk for v in row])
+    return DurableReceipt(ex.execution_id, ex.revision, tuple(seqs_out), committed_at)
+
+
+def classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
+    """Why inserting ``ex`` violated a constraint: a duplicate id (ConflictError,
+    checked first), another active execution with its exclusive key (AgentBusyError),
+    else a revision already in the barrier log (ConflictError)."""
+    if cur.execute("SELECT 1 FROM executions WHERE execution_id=?", (ex.execution_id,)).fetchone():
+        return ConflictError(
+            f"execution {ex.execution_id} already exists", execution_id=ex.execution_id
+        )
+    row = cur.execute(
+        "SELECT execution_id FROM executions WHERE exclusive_key=? AND active=1",
+        (ex.exclusive_key,),
+    ).fetchone()
+    if row is not None:
+        return AgentBusyError(
+            f"exclusive key {ex.exclusive_key!r} already has the active execution {row[0]}; "
+            "wait for it to finish or cancel it",
+            exclusive_key=ex.exclusive_key,
+            execution_id=ex.execution_id,
+            active_execution_id=row[0],
+        )
+    return ConflictError(
+        f"execution {ex.execution_id}: revision {ex.revision} is already in the barrier log",
+        execution_id=ex.execution_id,
+    )
+
+
+def classify_update(cur: sqlite3.Cursor, commit: DurableCommit, now_ms: int) -> PhronomyError:
+    """Why the compare-and-set matched no row: NotFoundError (no such execution),
+    ConflictError (another machine, another revision), ExecutionFinishedError (it has
+    finished), LeaseLostError (another owner or token, or the lease has passed)."""
+    ex = commit.execution
+    row = cur.execute(
+        "SELECT revision, machine, active, status, owner_id, fence FROM executions"
+        " WHERE execution_id=?",
+        (ex.execution_id,),
+    ).fetchone()
+    if row is None:
+        return NotFoundError(
+            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+        )
+    revision, machine, active, status, owner, token = row
+    if machine != ex.machine:
+        return ConflictError(
+            f"execution {ex.execution_id} runs machine {machine}, not {ex.machine}",
+            execution_id=ex.execution_id,
+        )
+    if not active:
+        return ExecutionFinishedError(
+            f"execution {ex.execution_id} has finished ({status}); nothing more is committed",
+            execution_id=ex.execution_id,
+            status=status,
+        )
+    if revision != commit.expected_revision:
+        return ConflictError(
+            f"execution {ex.execution_id} is at revision {revision}, not the expected "
+            f"{commit.expected_revision}; reload it and decide again",
+            execution_id=ex.execution_id,
+            expected_revision=commit.expected_revision,
+            stored_revision=revision,
+        )
+    fence = commit.fence
+    if fence is not None and (owner != fence.worker_id or token != fence.token):
+        return LeaseLostError(
+            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
+            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
+            execution_id=ex.execution_id,
+            owner_id=owner,
+        )
+    return LeaseLostError(
+        f"execution {ex.execution_id}: the lease of worker "
+        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
+        execution_id=ex.execution_id,
+    )
+
+
+def _values(width: int, rows: int) -> str:
+    """``rows`` parenthesised groups of ``width`` placeholders, comma-separated."""
+    group = "(" + ",".join("?" * width) + ")"
+    return ",".join([group] * rows)
+
+
+#: Parameters per row of :func:`bulk_update_sql`.
+BULK_WIDTH = 13
+
+
+@functools.cache
+def bulk_update_sql(rows: int) -> str:
+    """One ``UPDATE ... FROM (VALUES ...)`` applying ``rows`` one-statement commits,
+    each with the compare-and-set of :data:`UPDATE_EXECUTION` (plus :data:`FENCED`
+    when its fence column is not NULL). Parameters: the commit time twice (the
+    ``updated_epoch_ms`` written, the lease check), then per row :func:`bulk_row`."""
+    return (
+        "UPDATE executions SET revision=v.column2, status=v.column3, state=v.column4,"
+        " active=v.column5, body=v.column6, updated_epoch_ms=?1, deadline_epoch_ms=v.column7,"
+        " last_barrier=v.column8, last_digest=v.column9"
+        f" FROM (VALUES {_values(BULK_WIDTH, rows)}) AS v"
+        " WHERE executions.execution_id=v.column1 AND executions.revision=v.column10"
+        " AND executions.machine=v.column11 AND executions.active=1"
+        " AND (v.column12 IS NULL OR (executions.owner_id=v.column12"
+        " AND executions.fence=v.column13 AND EXISTS (SELECT 1 FROM workers w"
+        " WHERE w.worker_id=v.column12 AND w.lease_expires_epoch_ms >= ?1)))"
+    )
+
+
+def bulk_row(p: PreparedDurable) -> tuple[Any, ...]:
+    """The :func:`bulk_update_sql` parameters of one one-statement commit:
+    ``execution_id, revision, status, state, active, body, deadline_epoch_ms, barrier,
+    digest, expected_revision, machine, fence worker (or NULL), fence token``."""
+    commit = p.commit
+    ex = commit.execution
+    fence = commit.fence
+    return (
+        ex.execution_id,
+        ex.revision,
+        ex.status.value,
+        ex.state,
+        1 if ex.is_active else 0,
+        p.body,
+        _epoch(ex.deadline_at),
+        commit.barrier,
+        p.digest,
+        commit.expected_revision,
+        ex.machine,
+        None if fence is None else fence.worker_id,
+        0 if fence is None else fence.token,
+    )
+
+
+def _run_end(batch: list[PreparedDurable], i: int) -> int:
+    """The end of the run of commits starting at ``i`` that one multi-row statement
+    can apply: one-statement commits of distinct executions (so no row of the run
+    depends on another's effect)."""
+    seen: set[str] = set()
+    j = i
+    while j < len(batch):
+        p = batch[j]
+        eid = p.commit.execution.execution_id
+        if not p.is_one_statement or eid in seen:
+            break
+        seen.add(eid)
+        j += 1
+    return j
+
+
+def _apply_run(cur: sqlite3.Cursor, run: list[PreparedDurable], now_ms: int) -> bool:
+    """Apply ``run`` with one statement inside the savepoint ``run``. Returns whether
+    every commit applied; if not, the savepoint was rolled back and nothing of the run
+    is written."""
+    cur.execute("SAVEPOINT run")
+    params: list[Any] = [now_ms]
+    for p in run:
+        params.extend(bulk_row(p))
+    cur.execute(bulk_update_sql(len(run)), params)
+    applied = cur.rowcount == len(run)
+    if not applied:
+        cur.execute("ROLLBACK TO run")
+    cur.execute("RELEASE run")
+    return applied
+
+
+def apply_batch(
+    cur: sqlite3.Cursor,
+    batch: list[PreparedDurable],
+    now_ms: int,
+    committed_at: datetime,
+    hook: Any,
+) -> tuple[list[Any], list[int]]:
+    """Apply a group-commit batch, in submission order, inside the open transaction.
+
+    Runs of one-statement commits of distinct executions (:func:`_run_end`) are
+    applied optimistically by one multi-row UPDATE inside a savepoint — one SQLite
+    call for the whole run instead of one per commit, each of which gives up the GIL
+    and must win it back while the event loop is busy (``docs/store.md``,
+    "Performance"). If any of them is refused, the savepoint is rolled back and the
+    run replayed one commit at a time to find which. Other commits run one by one: a
+    commit of several statements inside its own savepoint, so a refused commit fails
+    only itself; a one-statement commit is atomic alone. ``hook`` (the store's fault
+    seam) is called with ``("write", (commit,))`` before each commit's statements and
+    disables the multi-row path.
+
+    Returns:
+        ``(results, ok)``: per commit a DurableReceipt or the typed refusal, and the
+        indexes of the receipts (valid once the transaction commits).
+
+    Raises:
+        sqlite3.Error and anything ``hook`` raises: the whole batch must be rolled back.
+    """
+    results: list[Any] = [None] * len(batch)
+    ok: list[int] = []
+    i = 0
+    count = len(batch)
+    while i < count:
+        j = _run_end(batch, i) if hook is None else i
+        if j - i > 1 and _apply_run(cur, batch[i:j], now_ms):
+            for k in range(i, j):
+                ex = batch[k].commit.execution
+                results[k] = DurableReceipt(ex.execution_id, ex.revision, (), committed_at)
+                ok.append(k)
+            i = j
+            continue
+        for k in range(i, max(j, i + 1)):
+            p = batch[k]
+            savepoint = not p.is_one_statement
+            if savepoint:
+                cur.execute("SAVEPOINT barrier")
+            try:
+                if hook is not None:
+                    hook("write", (p.commit,))
+                results[k] = apply_durable(cur, p, now_ms, committed_at)
+                ok.append(k)
+            except PhronomyError as exc:
+                if savepoint:
+                    cur.execute("ROLLBACK TO barrier")
+                results[k] = exc
+            if savepoint:
+                cur.execute("RELEASE barrier")
+        i = max(j, i + 1)
+    return results, ok
+
+
+__all__ = [
+    "BULK_WIDTH",
+    "PreparedDurable",
+    "apply_batch",
+    "apply_durable",
+    "bulk_row",
+    "bulk_update_sql",
+    "classify_insert",
+    "classify_update",
+]

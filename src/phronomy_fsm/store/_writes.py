@@ -1,0 +1,222 @@
+"""The engine port's writes outside commits on SQLite: the inbox, leases, registries.
+
+Owns the SQL of the writes that are not an execution's commit: sending a signal to an
+execution's inbox (checked against the execution in the same transaction), closing
+signals without applying them, workers and their leases, claims of executions (the
+fencing token rises by one), and the registries of agent ids and compiled machines.
+Each is one ``BEGIN IMMEDIATE`` transaction through the store's
+``_write_transaction`` (a failing COMMIT is reported as StorageError: every one of
+these writes is idempotent or re-checked, so a retry is safe). Mixed into
+:class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`. Semantics:
+``docs/semantics.md`` ("Signals", "Leases and fencing"); schema: ``docs/store.md``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from phronomy_fsm.durable.codec import datetime_to_epoch_ms
+from phronomy_fsm.durable.records import MachineRecord, SignalRecord, WorkerRecord, to_json
+from phronomy_fsm.errors import ExecutionFinishedError, NotFoundError, SignalRefusedError
+from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK
+from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
+
+
+class SqliteWrites:
+    """The non-commit writes of the SQLite store (module docstring)."""
+
+    path: str
+
+    def _write_transaction(self, operation: str) -> Any:  # provided by the store
+        raise NotImplementedError
+
+    def _commit_time(self) -> tuple[int, datetime]:  # provided by the store
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ inbox
+
+    def send_signal(self, signal: SignalRecord) -> SignalRecord:
+        """Write ``signal`` to its execution's inbox, in one transaction that checks
+        the execution: it exists, is active, and (with ``expected_revision``) is at
+        that revision. A signal id sent before returns the stored signal and writes
+        nothing (a retried send is a no-op).
+
+        Raises:
+            NotFoundError: no such execution.
+            ExecutionFinishedError: it has finished.
+            SignalRefusedError: ``expected_revision`` is stale (``reason``).
+            SerializationError, StorageError: nothing was written.
+        """
+        body = to_json(signal)
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("send_signal") as cur:
+            existing = cur.execute(
+                f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
+            ).fetchone()
+            if existing is not None:
+                return signal_from_row(existing)
+            row = cur.execute(
+                "SELECT revision, active, status FROM executions WHERE execution_id=?",
+                (signal.execution_id,),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(
+                    f"execution {signal.execution_id} does not exist; nothing was sent",
+                    execution_id=signal.execution_id,
+                )
+            revision, active, status = row
+            if not active:
+                raise ExecutionFinishedError(
+                    f"execution {signal.execution_id} has finished ({status}); nothing was sent",
+                    execution_id=signal.execution_id,
+                    status=status,
+                )
+            if signal.expected_revision is not None and revision != signal.expected_revision:
+                raise SignalRefusedError(
+                    f"execution {signal.execution_id} is at revision {revision}, not "
+                    f"{signal.expected_revision}; read it again (nothing was sent)",
+                    execution_id=signal.execution_id,
+                    reason="stale_revision",
+                    stored_revision=revision,
+                )
+            cur.execute(
+                INSERT_SIGNAL,
+                (
+                    signal.signal_id,
+                    signal.execution_id,
+                    signal.kind.value,
+                    signal.event,
+                    body,
+                    now_ms,
+                ),
+            )
+            seq = int(cur.lastrowid or 0)
+        return signal_from_row((seq, body, None, None))
+
+    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+        """Mark pending signals of ``execution_id`` consumed without applying them
+        (``outcome`` says why: ``rejected: ...``, ``dropped: ...``); returns how many
+        were still pending. The execution's revision does not move."""
+        if not seqs:
+            return 0
+        marks = ",".join("?" * len(seqs))
+        with self._write_transaction("close_signals") as cur:
+            cur.execute(
+                f"UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
+                f" WHERE execution_id = ?), outcome = ? WHERE execution_id = ?"
+                f" AND consumed_revision IS NULL AND seq IN ({marks})",
+                [execution_id, outcome, execution_id, *seqs],
+            )
+            return int(cur.rowcount)
+
+    # ------------------------------------------------------------------ workers
+
+    def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
+        """Insert (or replace) the row of a live worker; its lease runs for
+        ``lease_seconds`` from now on the store's clock (the database's time is the
+        one every worker's lease is measured against)."""
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("register_worker") as cur:
+            cur.execute(
+                "INSERT INTO workers(worker_id, body, heartbeat_epoch_ms, lease_expires_epoch_ms)"
+                " VALUES (?,?,?,?) ON CONFLICT(worker_id) DO UPDATE SET body=excluded.body,"
+                " heartbeat_epoch_ms=excluded.heartbeat_epoch_ms,"
+                " lease_expires_epoch_ms=excluded.lease_expires_epoch_ms",
+                (worker.worker_id, to_json(worker), now_ms, now_ms + int(lease_seconds * 1000)),
+            )
+
+    def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
+        """Heartbeat: the worker's lease now runs ``lease_seconds`` from now (store
+        clock). Returns False when the worker row is gone (retired, or removed by an
+        operator): the worker must register again."""
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("renew_lease") as cur:
+            cur.execute(
+                "UPDATE workers SET heartbeat_epoch_ms=?, lease_expires_epoch_ms=? WHERE worker_id=?",
+                (now_ms, now_ms + int(lease_seconds * 1000), worker_id),
+            )
+            return cur.rowcount == 1
+
+    def retire_worker(self, worker_id: str) -> None:
+        """End a worker's lease at once (its executions become claimable)."""
+        with self._write_transaction("retire_worker") as cur:
+            cur.execute(
+                "UPDATE workers SET lease_expires_epoch_ms=0 WHERE worker_id=?", (worker_id,)
+            )
+
+    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+        """Make ``worker_id`` the owner of an active execution whose owner is none,
+        itself, or a worker whose lease has passed; the fencing token rises by one.
+        Returns the new token, or ``None`` when a live worker owns it, it is not
+        active, or ``worker_id``'s own lease is not valid."""
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("claim_execution") as cur:
+            row = cur.execute(
+                "UPDATE executions SET owner_id=?, fence=fence+1 WHERE execution_id=? AND active=1"
+                " AND (owner_id IS NULL OR owner_id=? OR NOT EXISTS (SELECT 1 FROM workers o"
+                " WHERE o.worker_id = executions.owner_id AND o.lease_expires_epoch_ms >= ?))"
+                f" AND {LEASE_OK} RETURNING fence",
+                (worker_id, execution_id, worker_id, now_ms, worker_id, now_ms),
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def claim_executions(
+        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+    ) -> list[tuple[str, str, int]]:
+        """Claim up to ``limit`` active executions of ``machines`` with no live owner
+        for ``worker_id`` in one write transaction (writers are serialised, so racing
+        workers take disjoint sets); ``[(execution_id, machine, new fencing token)]``,
+        oldest first; empty when ``worker_id``'s own lease is not valid."""
+        if not machines or limit <= 0:
+            return []
+        now_ms, _ = self._commit_time()
+        marks = ",".join("?" * len(machines))
+        claimed: list[tuple[str, str, int]] = []
+        with self._write_transaction("claim_executions") as cur:
+            rows = cur.execute(
+                f"SELECT execution_id, machine FROM executions e WHERE active=1"
+                f" AND machine IN ({marks}) AND (owner_id IS NULL OR NOT EXISTS (SELECT 1"
+                " FROM workers w WHERE w.worker_id = e.owner_id AND w.lease_expires_epoch_ms >= ?))"
+                f" AND {LEASE_OK} ORDER BY created_epoch_ms, execution_id LIMIT ?",
+                (*machines, now_ms, worker_id, now_ms, int(limit)),
+            ).fetchall()
+            for eid, machine in rows:
+                (fence,) = cur.execute(
+                    "UPDATE executions SET owner_id=?, fence=fence+1 WHERE execution_id=?"
+                    " RETURNING fence",
+                    (worker_id, eid),
+                ).fetchone()
+                claimed.append((eid, machine, int(fence)))
+        return claimed
+
+    # ------------------------------------------------------------------ agents
+
+    def register_agent(self, agent_id: str) -> bool:
+        """Record agent ``agent_id``; False when it exists already (nothing written).
+        Raises StorageError."""
+        now_ms, _ = self._commit_time()
+        with self._write_transaction("register_agent") as cur:
+            row = cur.execute(
+                "INSERT INTO agents(agent_id, created_epoch_ms, body) VALUES (?, ?, '{}')"
+                " ON CONFLICT(agent_id) DO NOTHING RETURNING agent_id",
+                (agent_id, now_ms),
+            ).fetchone()
+        return row is not None
+
+    def register_machine(self, record: MachineRecord) -> None:
+        """Keep a machine's compiled table (once per spec sha256; idempotent)."""
+        with self._write_transaction("register_machine") as cur:
+            cur.execute(
+                "INSERT INTO machines(machine, spec_sha256, body, registered_epoch_ms)"
+                " VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                (
+                    record.machine,
+                    record.spec_sha256,
+                    to_json(record),
+                    datetime_to_epoch_ms(record.registered_at),
+                ),
+            )
+
+
+__all__ = ["SqliteWrites"]
