@@ -27,6 +27,7 @@ def main(ctx: click.Context) -> None:
 def _register() -> None:
     from phronomy_fsm.cli import (
         agent_commands,
+        console_commands,
         operator_commands,
         spec_commands,
         store_commands,
@@ -38,6 +39,7 @@ def _register() -> None:
     agent_commands.register(main)
     operator_commands.register(main)
     worker_commands.register(main)
+    console_commands.register(main)
 
 
 _register()
