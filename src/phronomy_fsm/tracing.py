@@ -220,6 +220,17 @@ def gen_ai_tool(
     )
 
 
+def default_describers() -> dict[str, Describer]:
+    """The describers used unless told otherwise, by machine name.
+
+    Empty for now: every machine gets :class:`WorkflowDescriber`. The agent layer's
+    describer (``invoke_agent <name>``, ``chat <model>`` with token counts, ``execute_tool
+    <name>``, built with :func:`gen_ai_agent`, :func:`gen_ai_chat` and
+    :func:`gen_ai_tool`) belongs here once agents run on the durable engine
+    (``docs/tracing.md``, "Describers")."""
+    return {}
+
+
 # ------------------------------------------------------------------ the listener
 
 
@@ -270,7 +281,8 @@ class ExecutionTracer:
         store: the runtime's store, read to find the root of a child execution whose
             parent chain this tracer has not seen (``None``: a child's root is its
             parent).
-        describers: per machine name, a :class:`Describer`; others get ``default``.
+        describers: per machine name, a :class:`Describer` (default
+            :func:`default_describers`); others get ``default``.
         default: the describer of other machines (default :class:`WorkflowDescriber`).
 
     Raises:
@@ -309,7 +321,7 @@ class ExecutionTracer:
         tracer.id_generator = self._ids
         self._tracer = tracer
         self.store = store
-        self.describers = dict(describers or {})
+        self.describers = dict(default_describers() if describers is None else describers)
         self.default: Describer = default or WorkflowDescriber()
         self._lock = threading.Lock()
         self._effects: dict[str, dict[int, _Effect]] = {}
@@ -566,6 +578,7 @@ __all__ = [
     "SpanDescription",
     "WorkflowDescriber",
     "commit_span_id",
+    "default_describers",
     "effect_span_id",
     "execution_span_id",
     "gen_ai_agent",

@@ -130,7 +130,9 @@ def test_user_project_generate_and_import(installed: Path, tmp_path: Path) -> No
         _run([cli, "diagram", "--all", "--check"], project, env)
 
 
-def test_the_console_ships_its_pages_and_asks_for_its_extra(installed: Path, tmp_path: Path) -> None:
+def test_the_console_ships_its_pages_and_asks_for_its_extra(
+    installed: Path, tmp_path: Path
+) -> None:
     """The wheel holds the console's templates and static files (package data); without
     the ``console`` extra, ``phronomy-fsm console`` says which extra to install."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
