@@ -418,3 +418,24 @@ def test_the_console_command_serves_and_refuses_unsafe_settings(populated_sqlite
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_agent_executions_of_the_agent_layer_are_listed_and_shown_read_only(
+    tmp_path: Path, serve: Any
+) -> None:
+    from click.testing import CliRunner
+
+    from phronomy_fsm.cli import main
+
+    db = tmp_path / "agents.db"
+    demo = CliRunner().invoke(main, ["demo", "--db", str(db)])
+    assert demo.exit_code == 0, demo.output
+    execution_id = re.search(r"^execution_id: (\S+)$", demo.stdout, re.MULTILINE)
+    assert execution_id
+    with serve(str(db)) as served, signed_in(served.url) as client:
+        listed = client.get("/", params={"machine": "agent_session"}).text
+        assert f'data-execution="{execution_id.group(1)}"' in listed
+        page = client.get("/execution", params={"id": execution_id.group(1)})
+        assert page.status_code == 200
+        assert "An execution of the agent layer" in page.text
+        assert 'action="/execution/' not in page.text  # operated with phronomy-fsm approve
