@@ -123,10 +123,12 @@ def snapshot(target: str) -> list[Any]:
         store.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def playwright_driver() -> Iterator[Any]:
-    """Playwright's driver for the session (skipped when Chromium is missing, except
-    under CI, where ``tools/run.sh`` installs it)."""
+    """Playwright's driver for one test module (skipped when Chromium is missing,
+    except under CI, where ``tools/run.sh`` installs it). Not for the session: the sync
+    API runs an event loop on the main thread until it stops, and later tests call
+    ``asyncio.run`` there."""
     if not shutil.which(CHROMIUM) and not Path(CHROMIUM).exists():
         if os.environ.get("CI"):
             pytest.fail(f"Chromium is missing at {CHROMIUM}: tools/run.sh installs it")

@@ -52,17 +52,22 @@ def memory() -> tuple[TracerProvider, InMemorySpanExporter]:
 
 @pytest.fixture
 def runtime_on(tmp_path: Path) -> Iterator[Callable[..., tuple[DurableRuntime, Recorder]]]:
+    """``runtime_on(machines, provider, **instrument options)``: a runtime traced into
+    ``provider`` whose test recorder listens *after* the tracer (listeners run in order
+    on the loop thread), so once the recorder has seen an event its spans are out."""
     opened: list[DurableRuntime] = []
 
-    def make(machines: Any) -> tuple[DurableRuntime, Recorder]:
+    def make(
+        machines: Any, provider: Any = None, **options: Any
+    ) -> tuple[DurableRuntime, Recorder]:
         recorder = Recorder()
         runtime = DurableRuntime(
-            SqliteBarrierStore(tmp_path / "store.db"),
-            machines=machines,
-            listeners=[recorder],
-            own_store=True,
+            SqliteBarrierStore(tmp_path / "store.db"), machines=machines, own_store=True
         )
         opened.append(runtime)
+        if provider is not None:
+            instrument(runtime, tracer_provider=provider, **options)
+        runtime.listeners.append(recorder)
         return runtime, recorder
 
     yield make
@@ -91,8 +96,7 @@ def test_a_run_emits_one_span_per_execution_commit_and_effect_with_derived_ids(
     runtime_on: Any, memory: Any, tmp_path: Path
 ) -> None:
     provider, exporter = memory
-    runtime, recorder = runtime_on([order_machine(tmp_path / "ledger.jsonl")])
-    instrument(runtime, tracer_provider=provider)
+    runtime, recorder = runtime_on([order_machine(tmp_path / "ledger.jsonl")], provider)
     runtime.start("order_flow", Order("o-1", 1000), execution_id="o-1")
     done = approve_and_finish(runtime, recorder, "o-1")
     record = done.record
@@ -146,8 +150,7 @@ def test_a_failed_effect_and_a_failed_execution_are_marked_as_errors(
 ) -> None:
     provider, exporter = memory
     machine = order_machine(tmp_path / "ledger.jsonl", fail=frozenset({"charge_card"}))
-    runtime, recorder = runtime_on([machine])
-    instrument(runtime, tracer_provider=provider)
+    runtime, recorder = runtime_on([machine], provider)
     runtime.start("order_flow", Order("o-f", 1000), execution_id="o-f")
     assert finished(recorder, "o-f").record.status.value == "failed"
     by_name = {s.name: s for s in exporter.get_finished_spans()}
@@ -179,8 +182,9 @@ def test_describers_name_agents_llm_calls_and_tool_calls_with_gen_ai_attributes(
                 )
             return gen_ai_tool(call.effect, call_id=call.key)
 
-    runtime, recorder = runtime_on([order_machine(tmp_path / "ledger.jsonl")])
-    instrument(runtime, tracer_provider=provider, describers={"order_flow": OrderBot()})
+    runtime, recorder = runtime_on(
+        [order_machine(tmp_path / "ledger.jsonl")], provider, describers={"order_flow": OrderBot()}
+    )
     runtime.start("order_flow", Order("o-g", 1000), execution_id="o-g")
     approve_and_finish(runtime, recorder, "o-g")
     by_name = {s.name: s for s in exporter.get_finished_spans()}
@@ -217,8 +221,9 @@ def test_a_describer_that_raises_falls_back_to_the_default_names(
         def effect(self, call: EffectCall) -> SpanDescription:
             raise RuntimeError("boom")
 
-    runtime, recorder = runtime_on([order_machine(tmp_path / "ledger.jsonl")])
-    instrument(runtime, tracer_provider=provider, describers={"order_flow": Broken()})
+    runtime, recorder = runtime_on(
+        [order_machine(tmp_path / "ledger.jsonl")], provider, describers={"order_flow": Broken()}
+    )
     runtime.start("order_flow", Order("o-b", 1000), execution_id="o-b")
     approve_and_finish(runtime, recorder, "o-b")
     names = {s.name for s in exporter.get_finished_spans()}
@@ -229,8 +234,7 @@ def test_child_executions_are_in_their_parents_trace(
     runtime_on: Any, memory: Any, tmp_path: Path
 ) -> None:
     provider, exporter = memory
-    runtime, recorder = runtime_on(batch_machines(tmp_path / "ledger.jsonl"))
-    instrument(runtime, tracer_provider=provider)
+    runtime, recorder = runtime_on(batch_machines(tmp_path / "ledger.jsonl"), provider)
     runtime.start("batch_flow", Batch(["x", "y"]), execution_id="batch-1")
     finished(recorder, "batch-1")
     spans = [span_entry(s) for s in exporter.get_finished_spans()]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import secrets
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,7 @@ class ConsoleStores:
         self.read_only = read_only
         self.reader = open_store(target, read_only=True)
         self._writer: Any = None
+        self._lock = threading.Lock()
 
     @property
     def label(self) -> str:
@@ -110,9 +112,10 @@ class ConsoleStores:
         """The read-write store. Raises StorageError in read-only mode."""
         if self.read_only:
             raise StorageError("this console is read-only; nothing was written")
-        if self._writer is None:
-            self._writer = open_store(self.target)
-        return self._writer
+        with self._lock:
+            if self._writer is None:
+                self._writer = open_store(self.target)
+            return self._writer
 
     def close(self) -> None:
         """Close both connections."""
