@@ -193,6 +193,12 @@ def signal_command(
     show_default=True,
     help="Recorded with the cancel.",
 )
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
 @click.option("--signal-id", default=None, help="An id that makes a retried cancel a no-op.")
 @_apply_app_option
 @_wait_option
@@ -201,6 +207,7 @@ def cancel_command(
     execution_id: str,
     db: str,
     reason: str,
+    expected_revision: int | None,
     signal_id: str | None,
     app: str | None,
     wait_seconds: float,
@@ -209,11 +216,16 @@ def cancel_command(
     """Cancel an execution (an agent's too): its owner stops it and, once nothing of
     it runs, it finishes cancelled (an effect already running completes; its result
     is dropped). Refused, writing nothing (exit 1): an unknown or finished
-    execution."""
+    execution, a stale --expected-revision."""
     durable_app = _load_app(app, db)
     with open_store(db) as store:
         receipt = operator.cancel_execution(
-            store, execution_id, reason=reason, signal_id=signal_id, sender=SENDER
+            store,
+            execution_id,
+            reason=reason,
+            expected_revision=expected_revision,
+            signal_id=signal_id,
+            sender=SENDER,
         )
         report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
     _finish("cancel", receipt, report, db, as_json, wait_seconds)

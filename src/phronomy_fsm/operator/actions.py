@@ -455,20 +455,29 @@ def cancel_execution(
     execution_id: str,
     *,
     reason: str = "cancelled by an operator",
+    expected_revision: int | None = None,
     signal_id: str | None = None,
     sender: str = DEFAULT_SENDER,
     clock: Clock = SYSTEM_CLOCK,
 ) -> InboxReceipt:
     """Ask an engine execution's owner to cancel it
     (:func:`phronomy_fsm.durable.operations.request_cancel`): once nothing of it runs
-    it finishes ``cancelled``.
+    it finishes ``cancelled``. With ``expected_revision`` it is refused unless the
+    execution is still at that revision (the console sends the revision its page
+    showed).
 
     Raises:
-        NotFoundError, ExecutionFinishedError, InvalidIdError, StorageError —
+        NotFoundError, ExecutionFinishedError, SignalRefusedError (a stale
+        ``expected_revision``), InvalidIdError, StorageError —
         nothing was written.
     """
     signal = operations.request_cancel(
-        store, execution_id, reason=reason, signal_id=signal_id, sender=sender
+        store,
+        execution_id,
+        reason=reason,
+        expected_revision=expected_revision,
+        signal_id=signal_id,
+        sender=sender,
     )
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
 
