@@ -264,6 +264,12 @@ def _parse_decisions(items: tuple[str, ...]) -> dict[str, bool] | None:
     help="Decide one item (repeat for every item of the request) instead of all at once.",
 )
 @click.option("--by", default=None, help="Who decided (kept in the execution's audit).")
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
 @_apply_app_option
 @_wait_option
 @_json_option
@@ -274,6 +280,7 @@ def approve_command(
     reject: bool,
     items: tuple[str, ...],
     by: str | None,
+    expected_revision: int | None,
     app: str | None,
     wait_seconds: float,
     as_json: bool,
@@ -285,7 +292,8 @@ def approve_command(
     runs an execution"). With no live worker it waits there until the execution is
     recovered — add --app to recover it here (for the demo: phronomy-fsm demo
     --resume). Refused, writing nothing (exit 1): not waiting for approval, another
-    request, decisions that do not name every item, or a request already decided."""
+    request, decisions that do not name every item, a request already decided, or a
+    stale --expected-revision."""
     if reject and items:
         raise click.UsageError("--reject decides the whole request; leave out --item")
     decisions = _parse_decisions(items)
@@ -298,6 +306,7 @@ def approve_command(
             approved=not reject,
             decisions=decisions,
             by=by or SENDER,
+            expected_revision=expected_revision,
             sender=SENDER,
         )
         report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
