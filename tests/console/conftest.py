@@ -1,5 +1,6 @@
-"""Fixtures of the console's tests: a populated store on SQLite and PostgreSQL
-(:mod:`tests.console.stores`), the console served by uvicorn on a loopback socket in a
+"""Fixtures of the console's tests: a populated store on SQLite and PostgreSQL — order
+executions (:mod:`tests.console.stores`) or agent executions
+(:mod:`tests.console.agents`) —, the console served by uvicorn on a loopback socket in a
 thread of the test, a snapshot of everything a write could change, and a headless
 Chromium (Debian's ``/usr/bin/chromium``, driven by Playwright) with a fresh profile."""
 
@@ -18,6 +19,7 @@ import pytest
 
 from phronomy_fsm.console import bind_socket, prepare_console
 from phronomy_fsm.store.open import open_store
+from tests.console.agents import populate_agents
 from tests.console.stores import populate
 
 CHROMIUM = os.environ.get("PHRONOMY_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -74,6 +76,20 @@ def populated(target: str, tmp_path: Path) -> str:
 def populated_sqlite(sqlite_target: str, tmp_path: Path) -> str:
     """A populated SQLite store; its path."""
     populate(sqlite_target, tmp_path)
+    return sqlite_target
+
+
+@pytest.fixture
+def agents_populated(target: str) -> str:
+    """:func:`tests.console.agents.populate_agents` on the test's store; its target."""
+    populate_agents(target)
+    return target
+
+
+@pytest.fixture
+def agents_sqlite(sqlite_target: str) -> str:
+    """Agent executions in a SQLite store; its path."""
+    populate_agents(sqlite_target)
     return sqlite_target
 
 

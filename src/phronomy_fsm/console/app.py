@@ -1,22 +1,17 @@
-"""The console's web application: routes, the security middleware, and the handlers.
+"""The console's web application: :func:`create_app`, its routes and the security
+middleware.
 
-:func:`create_app` builds a Starlette application over one store. Its pages (``GET``)
-read through a **read-only** store connection, so they never block or disturb the
-workers that run executions; its three actions (``POST /execution/signal``,
-``/execution/resolve``, ``/execution/cancel``) write through a second, read-write
-connection opened on the first write — never in ``--read-only`` mode.
-
-Handlers only parse (:mod:`~phronomy_fsm.console.forms`), call
-:mod:`phronomy_fsm.operator` — the same functions as ``phronomy-fsm signal``,
-``resolve`` and ``cancel``, always with the revision the page showed — and render
-(:mod:`~phronomy_fsm.console.views` and the Jinja templates, autoescaped). A refused
-action re-renders the page as the store has it now with the error on top (409 for a
-conflict: the page was stale) and writes nothing; an accepted one redirects to the page
-(``303``, post/redirect/get) with a notice naming the signal it wrote.
+:func:`create_app` builds a Starlette application over one store. Its pages (``GET``,
+:mod:`~phronomy_fsm.console.pages`) read through a **read-only** store connection, so
+they never block or disturb the workers that run executions; its four actions
+(``POST /execution/signal``, ``/execution/approve``, ``/execution/resolve``,
+``/execution/cancel``, :mod:`~phronomy_fsm.console.actions`) write through a second,
+read-write connection opened on the first write — never in ``--read-only`` mode.
 
 The security model (loopback by default, a token to write, CSRF-checked forms, a Host
 check against DNS rebinding, strict response headers) is in
-:mod:`~phronomy_fsm.console.security` and ``docs/console.md``.
+:mod:`~phronomy_fsm.console.security` and ``docs/console.md``; this module applies it
+to every request (:class:`SecurityMiddleware`).
 
 Concurrency: the store calls run on Starlette's worker threads (both stores are
 thread-safe); nothing here holds state across requests but the diagram cache.
@@ -25,7 +20,6 @@ thread-safe); nothing here holds state across requests but the diagram cache.
 from __future__ import annotations
 
 import contextlib
-import secrets
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
@@ -34,42 +28,22 @@ from typing import Any
 import attrs
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from starlette.applications import Starlette
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from phronomy_fsm import operator
-from phronomy_fsm.durable.machines import table_from_json
-from phronomy_fsm.errors import (
-    ExecutionFinishedError,
-    InvalidIdError,
-    NotFoundError,
-    PhronomyError,
-    RenderError,
-    ResolutionError,
-    SignalRefusedError,
-    StorageError,
-)
+from phronomy_fsm.errors import StorageError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.store.open import open_store
 
-from . import views
-from .forms import (
-    FormError,
-    parse_cancel_form,
-    parse_list_query,
-    parse_resolve_form,
-    parse_signal_form,
-)
-from .presenters import ExecutionView, Presenter, default_presenters, presenter_for
-from .security import SESSION_COOKIE, ConsoleSecurity, Session
+from . import actions, pages, views
+from .actions import SENDER
+from .presenters import Presenter, default_presenters
+from .security import SESSION_COOKIE, ConsoleSecurity
 
 HERE = Path(__file__).resolve().parent
-#: What the console's signals record as their sender.
-SENDER = "console"
 #: Response headers of every page (``docs/console.md``, "Security").
 SECURITY_HEADERS = {
     "content-security-policy": (
@@ -183,16 +157,17 @@ def create_app(
         return endpoint
 
     routes = [
-        Route("/", bind(list_page), methods=["GET"]),
-        Route("/live", bind(list_live), methods=["GET"]),
-        Route("/execution", bind(execution_page), methods=["GET"]),
-        Route("/execution/live", bind(execution_live), methods=["GET"]),
-        Route("/execution/signal", bind(signal_action), methods=["POST"]),
-        Route("/execution/resolve", bind(resolve_action), methods=["POST"]),
-        Route("/execution/cancel", bind(cancel_action), methods=["POST"]),
-        Route("/login", bind(login_page), methods=["GET"]),
-        Route("/login", bind(login_action), methods=["POST"]),
-        Route("/logout", bind(logout_action), methods=["POST"]),
+        Route("/", bind(pages.list_page), methods=["GET"]),
+        Route("/live", bind(pages.list_live), methods=["GET"]),
+        Route("/execution", bind(pages.execution_page), methods=["GET"]),
+        Route("/execution/live", bind(pages.execution_live), methods=["GET"]),
+        Route("/execution/signal", bind(actions.signal_action), methods=["POST"]),
+        Route("/execution/approve", bind(actions.approve_action), methods=["POST"]),
+        Route("/execution/resolve", bind(actions.resolve_action), methods=["POST"]),
+        Route("/execution/cancel", bind(actions.cancel_action), methods=["POST"]),
+        Route("/login", bind(actions.login_page), methods=["GET"]),
+        Route("/login", bind(actions.login_action), methods=["POST"]),
+        Route("/logout", bind(actions.logout_action), methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
 
@@ -287,414 +262,6 @@ def _plain(status: int, text: str) -> Response:
     return Response(text + "\n", status_code=status, media_type="text/plain; charset=utf-8")
 
 
-# ------------------------------------------------------------------ rendering
-
-
-def _session(request: Request) -> Session:
-    return request.state.session  # type: ignore[no-any-return]
-
-
-def render(
-    console: Console,
-    request: Request,
-    template: str,
-    status_code: int = 200,
-    **context: Any,
-) -> HTMLResponse:
-    """Render ``template`` with the context every page gets (session, CSRF token,
-    read-only flag, the store's name) plus ``context``."""
-    session = _session(request)
-    html = console.templates.get_template(template).render(
-        csrf=console.security.csrf_token(session),
-        signed_in=session.authenticated,
-        read_only=console.security.read_only,
-        has_token=console.security.token is not None,
-        can_write=session.authenticated and not console.security.read_only,
-        store_label=views.visible(console.stores.label),
-        path=request.url.path,
-        **context,
-    )
-    return HTMLResponse(html, status_code=status_code)
-
-
-def error_page(console: Console, request: Request, status_code: int, message: str) -> HTMLResponse:
-    """A page showing only ``message`` (an unknown execution, a bad query, a store
-    that cannot be read)."""
-    return render(console, request, "error.html", status_code, message=views.visible(message))
-
-
-#: Refusals that only a page out of date can cause: shown as a conflict (409).
-_STALE_REASONS = frozenset({"stale_revision", "not_recovery_required"})
-
-
-def _status_for(exc: BaseException) -> int:
-    """The HTTP status of a refused action (409: the page was stale)."""
-    if isinstance(exc, NotFoundError):
-        return 404
-    if getattr(exc, "reason", None) in _STALE_REASONS or isinstance(exc, ExecutionFinishedError):
-        return 409
-    if isinstance(exc, StorageError):
-        return 503
-    return 400
-
-
-# ------------------------------------------------------------------ pages
-
-
-async def list_page(console: Console, request: Request) -> Response:
-    """``GET /``: the executions list (filters ``machine``, ``status``, ``key``;
-    ``offset``/``limit`` paging; counts per status)."""
-    try:
-        query = parse_list_query(request.query_params)
-        page = await run_in_threadpool(
-            operator.list_executions,
-            console.stores.reader,
-            machine=query.machine,
-            status=query.status,
-            exclusive_key=query.exclusive_key,
-            limit=query.limit,
-            offset=query.offset,
-        )
-    except (FormError, PhronomyError, ValueError) as exc:
-        return error_page(console, request, _status_for(exc), str(exc))
-    return render(
-        console,
-        request,
-        "list.html",
-        m=views.list_model(page, query),
-        live_url="/live" + (("?" + request.url.query) if request.url.query else ""),
-        live_value=views.list_fingerprint(page),
-        canonical=views.list_href(query.params()),
-    )
-
-
-async def list_live(console: Console, request: Request) -> Response:
-    """``GET /live``: the list's fingerprint as JSON (the page reloads when it
-    changes)."""
-    try:
-        query = parse_list_query(request.query_params)
-        page = await run_in_threadpool(
-            operator.list_executions,
-            console.stores.reader,
-            machine=query.machine,
-            status=query.status,
-            exclusive_key=query.exclusive_key,
-            limit=query.limit,
-            offset=query.offset,
-        )
-    except (PhronomyError, ValueError) as exc:
-        return JSONResponse({"error": str(exc)}, status_code=_status_for(exc))
-    return JSONResponse({"value": views.list_fingerprint(page)})
-
-
-async def execution_page(console: Console, request: Request) -> Response:
-    """``GET /execution?id=ID[&view=full][&sent=SEQ]``: one execution."""
-    execution_id = request.query_params.get("id", "")
-    view = "full" if request.query_params.get("view") == "full" else "main"
-    sent = request.query_params.get("sent", "")
-    return await show_execution(
-        console,
-        request,
-        execution_id,
-        view=view,
-        sent_seq=int(sent) if sent.isdigit() else None,
-    )
-
-
-async def execution_live(console: Console, request: Request) -> Response:
-    """``GET /execution/live?id=ID``: ``{"value": "<revision>:<status>"}`` (the page
-    reloads when it changes)."""
-    execution_id = request.query_params.get("id", "")
-    try:
-        record = await run_in_threadpool(console.stores.reader.load_record, execution_id)
-    except PhronomyError as exc:
-        return JSONResponse({"error": str(exc)}, status_code=_status_for(exc))
-    status = getattr(record.status, "value", record.status)
-    return JSONResponse({"value": f"{record.revision}:{status}"})
-
-
-def gather_execution(console: Console, execution_id: str, view: str) -> dict[str, Any]:
-    """Read everything one execution's page shows (worker thread): the operator's
-    detail, the registered table, the presenter's sections and actions, the diagram.
-
-    Raises:
-        NotFoundError, InvalidIdError, SerializationError, StorageError.
-    """
-    reader = console.stores.reader
-    if not execution_id:
-        raise InvalidIdError("no execution id given (/execution?id=ID)", field="id")
-    detail = operator.describe_execution(reader, execution_id, clock=console.clock)
-    record = detail.record
-    table = None
-    try:
-        table = table_from_json(reader.load_machine(record.machine, record.spec_sha256).table)
-    except NotFoundError:
-        pass
-    out: dict[str, Any] = {"detail": detail, "model": views.detail_model(detail, table)}
-    out["diagram"], out["diagram_error"] = None, None
-    if table is None:
-        out["diagram_error"] = (
-            f"no runtime registered machine {record.machine} (sha256 "
-            f"{record.spec_sha256[:12]}) in this store, so it cannot be drawn"
-        )
-    else:
-        try:
-            drawing = operator.execution_diagram(reader, execution_id, table=table)
-            out["diagram"] = console.diagrams.svg(drawing, view=view)
-            out["path"] = [views.visible(s) for s in drawing.path]
-        except RenderError as exc:
-            out["diagram_error"] = str(exc)
-    presenter = presenter_for(console.presenters, record.machine)
-    pview = ExecutionView(detail, table)
-    try:
-        out["sections"] = list(presenter.sections(pview))
-        out["actions"] = list(presenter.actions(pview)) if record.is_active else []
-        out["presenter_error"] = None
-    except Exception as exc:  # noqa: BLE001 - the application's presenter: shown, never fatal
-        out["sections"], out["actions"] = [], []
-        out["presenter_error"] = f"{type(exc).__name__}: {exc}"
-    return out
-
-
-async def show_execution(
-    console: Console,
-    request: Request,
-    execution_id: str,
-    *,
-    view: str = "main",
-    sent_seq: int | None = None,
-    error: str | None = None,
-    conflict: bool = False,
-    status_code: int = 200,
-    failed: Mapping[str, Any] | None = None,
-) -> Response:
-    """Render one execution's page as the store has it now; ``error`` (with
-    ``failed``: the form that was refused and its fields, shown again) on top."""
-    try:
-        data = await run_in_threadpool(gather_execution, console, execution_id, view)
-    except PhronomyError as exc:
-        message = str(exc) if error is None else f"{error} ({exc})"
-        return error_page(console, request, _status_for(exc), message)
-    notice = None
-    if sent_seq is not None and "model" in data:
-        signal = views.find_signal(data["detail"].signals, sent_seq)
-        if signal is not None:
-            notice = {
-                "seq": signal.seq,
-                "what": views.visible(views.signal_subject(signal)),
-                "outcome": views.visible(views.signal_outcome(signal)),
-            }
-    href = views.execution_href(execution_id)
-    return render(
-        console,
-        request,
-        "execution.html",
-        status_code,
-        m=data["model"],
-        diagram=data["diagram"],
-        diagram_error=data["diagram_error"],
-        diagram_path=data.get("path", []),
-        view=view,
-        main_href=href,
-        full_href=href + "&view=full",
-        sections=data["sections"],
-        actions=data["actions"],
-        presenter_error=data["presenter_error"],
-        notice=notice,
-        error=None if error is None else views.visible(error),
-        conflict=conflict,
-        failed=failed or {},
-        nonce="console-" + secrets.token_hex(16),
-        live_url="/execution/live?" + href.partition("?")[2],
-        live_value=f"{data['model']['revision']}:{data['model']['status']}",
-        canonical=href if view == "main" else href + "&view=full",
-    )
-
-
-# ------------------------------------------------------------------ actions
-
-
-async def _write_form(console: Console, request: Request) -> tuple[dict[str, Any], Response | None]:
-    """The submitted fields, or a refusal (403) when the console is read-only, the
-    session has not signed in, or the CSRF token does not match."""
-    form = await request.form()
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    session = _session(request)
-    if console.security.read_only:
-        return fields, error_page(
-            console, request, 403, "this console is read-only (--read-only); nothing was written"
-        )
-    if not console.security.is_valid_csrf(session, fields.get("csrf")):
-        return fields, error_page(
-            console, request, 403, "the form's CSRF token does not match; nothing was written"
-        )
-    if not session.authenticated:
-        return fields, error_page(
-            console,
-            request,
-            403,
-            "writes need the console's token: sign in first; nothing was written",
-        )
-    return fields, None
-
-
-async def _refused(
-    console: Console, request: Request, fields: Mapping[str, Any], kind: str, exc: BaseException
-) -> Response:
-    status = _status_for(exc)
-    conflict = status == 409
-    message = str(exc)
-    if conflict:
-        message = f"conflict: {message}. The page below shows the execution as it is now."
-    execution_id = str(fields.get("execution_id", ""))
-    if not execution_id:
-        return error_page(console, request, status, message)
-    return await show_execution(
-        console,
-        request,
-        execution_id,
-        error=message,
-        conflict=conflict,
-        status_code=status,
-        failed={"kind": kind, **{k: v for k, v in fields.items() if k != "csrf"}},
-    )
-
-
-def _done(execution_id: str, seq: int) -> Response:
-    return RedirectResponse(f"{views.execution_href(execution_id)}&sent={seq}", status_code=303)
-
-
-async def signal_action(console: Console, request: Request) -> Response:
-    """``POST /execution/signal``: :func:`phronomy_fsm.operator.signal_execution` with
-    the page's revision (``expected_revision``)."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_signal_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.signal_execution(
-                console.stores.writer(),
-                form.execution_id,
-                form.event,
-                form.payload,
-                expected_revision=form.expected_revision,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, SignalRefusedError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "signal", exc)
-    return _done(form.execution_id, receipt.signal.seq)
-
-
-async def resolve_action(console: Console, request: Request) -> Response:
-    """``POST /execution/resolve``: :func:`phronomy_fsm.operator.resolve_execution`
-    with the page's revision and subject."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_resolve_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.resolve_execution(
-                console.stores.writer(),
-                form.execution_id,
-                expected_revision=form.expected_revision,
-                outcome=form.outcome,
-                result=form.result,
-                error=form.error,
-                subject=form.subject,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, ResolutionError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "resolve", exc)
-    return _done(form.execution_id, receipt.signal.seq)
-
-
-async def cancel_action(console: Console, request: Request) -> Response:
-    """``POST /execution/cancel``: :func:`phronomy_fsm.operator.cancel_execution` with
-    the page's revision."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_cancel_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.cancel_execution(
-                console.stores.writer(),
-                form.execution_id,
-                reason=form.reason,
-                expected_revision=form.expected_revision,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "cancel", exc)
-    return _done(form.execution_id, receipt.signal.seq)
-
-
-# ------------------------------------------------------------------ signing in
-
-
-def _next_path(value: object) -> str:
-    """A local path to go to after signing in (``/`` unless ``value`` is one)."""
-    text = value if isinstance(value, str) else ""
-    if not text.startswith("/") or text.startswith("//") or "\\" in text:
-        return "/"
-    return text
-
-
-async def login_page(console: Console, request: Request) -> Response:
-    """``GET /login``: the sign-in form (the write token)."""
-    return render(
-        console,
-        request,
-        "login.html",
-        next_path=_next_path(request.query_params.get("next")),
-        error=None,
-    )
-
-
-async def login_action(console: Console, request: Request) -> Response:
-    """``POST /login``: check the CSRF token and the write token; a new, signed-in
-    session on success (403 and the form again otherwise)."""
-    form = await request.form()
-    fields = {k: v for k, v in form.items() if isinstance(v, str)}
-    session = _session(request)
-    next_path = _next_path(fields.get("next"))
-    if not console.security.is_valid_csrf(session, fields.get("csrf")):
-        return error_page(console, request, 403, "the form's CSRF token does not match")
-    if console.security.token is None:
-        return error_page(console, request, 403, "this console is read-only: there is no token")
-    if not console.security.is_valid_token(fields.get("token", "")):
-        return render(
-            console,
-            request,
-            "login.html",
-            403,
-            next_path=next_path,
-            error="that is not the console's token",
-        )
-    request.scope["state"]["new_session"] = console.security.new_session(authenticated=True)
-    return RedirectResponse(next_path, status_code=303)
-
-
-async def logout_action(console: Console, request: Request) -> Response:
-    """``POST /logout``: a new, signed-out session (CSRF-checked)."""
-    form = await request.form()
-    if not console.security.is_valid_csrf(_session(request), form.get("csrf")):  # type: ignore[arg-type]
-        return error_page(console, request, 403, "the form's CSRF token does not match")
-    request.scope["state"]["new_session"] = console.security.new_session()
-    return RedirectResponse("/", status_code=303)
-
-
 __all__ = [
     "SECURITY_HEADERS",
     "SENDER",
@@ -702,8 +269,4 @@ __all__ = [
     "ConsoleStores",
     "SecurityMiddleware",
     "create_app",
-    "error_page",
-    "gather_execution",
-    "render",
-    "show_execution",
 ]

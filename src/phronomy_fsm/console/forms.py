@@ -1,4 +1,4 @@
-"""Parsing what the console's pages send: list filters and the three write forms.
+"""Parsing what the console's pages send: list filters and the four write forms.
 
 Every parser takes the submitted fields as a plain mapping and returns a frozen value,
 or raises :class:`FormError` naming the field and what is wrong — before anything is
@@ -145,6 +145,27 @@ class ResolveForm:
     signal_id: str
 
 
+#: The prefix of an approval form's per-item fields: ``item:<tool invocation id>``.
+ITEM_FIELD_PREFIX = "item:"
+#: The decisions an approval form's submit buttons send (field ``decision``).
+APPROVAL_DECISIONS = ("items", "approve_all", "reject_all")
+
+
+@attrs.frozen
+class ApprovalForm:
+    """A decision on an agent execution's approval request ``request_id``, at
+    ``expected_revision``: ``approved`` for the whole request when ``decisions`` is
+    ``None``, else ``decisions`` (tool invocation id → True to run it, False to reject
+    it); ``by`` names who decided."""
+
+    execution_id: str
+    request_id: str
+    expected_revision: int
+    approved: bool
+    decisions: dict[str, bool] | None
+    by: str | None
+
+
 @attrs.frozen
 class CancelForm:
     """A cancel of ``execution_id`` at ``expected_revision`` with ``reason``."""
@@ -185,6 +206,52 @@ def parse_resolve_form(fields: Mapping[str, Any]) -> ResolveForm:
     )
 
 
+def parse_approval_form(fields: Mapping[str, Any]) -> ApprovalForm:
+    """Parse the approval form (``execution_id``, ``request_id``,
+    ``expected_revision``, ``decision`` — ``items``, ``approve_all`` or ``reject_all``,
+    the button pressed —, one ``item:<tool invocation id>`` field per tool call,
+    ``approve`` or ``reject``, read for ``items``, and ``by``). Whether the decisions
+    name every item of the request is the library's check, against the stored request.
+
+    Raises:
+        FormError: a missing field, an unknown ``decision``, an item field that is not
+            ``approve`` or ``reject``, or ``items`` with no item decided.
+    """
+    decision = _text(fields, "decision").strip()
+    if decision not in APPROVAL_DECISIONS:
+        raise FormError(
+            f"decision must be one of {', '.join(APPROVAL_DECISIONS)}, got {decision[:40]!r}; "
+            "nothing was written",
+            field="decision",
+        )
+    decisions: dict[str, bool] | None = None
+    if decision == "items":
+        decisions = {}
+        for name in fields:
+            if not name.startswith(ITEM_FIELD_PREFIX):
+                continue
+            verdict = _text(fields, name).strip()
+            if verdict not in ("approve", "reject"):
+                raise FormError(
+                    f"{name} must be approve or reject, got {verdict[:40]!r}; nothing was written",
+                    field=name,
+                )
+            decisions[name[len(ITEM_FIELD_PREFIX) :]] = verdict == "approve"
+        if not decisions:
+            raise FormError(
+                "choose approve or reject for every tool call of the request; nothing was written",
+                field="decision",
+            )
+    return ApprovalForm(
+        execution_id=_text(fields, "execution_id"),
+        request_id=_text(fields, "request_id").strip(),
+        expected_revision=_int(fields, "expected_revision"),
+        approved=decision != "reject_all",
+        decisions=decisions,
+        by=_text(fields, "by", required=False).strip() or None,
+    )
+
+
 def parse_cancel_form(fields: Mapping[str, Any]) -> CancelForm:
     """Parse the cancel form (``execution_id``, ``reason`` — default "cancelled by an
     operator" —, ``expected_revision``, ``signal_id``). Raises FormError."""
@@ -197,14 +264,18 @@ def parse_cancel_form(fields: Mapping[str, Any]) -> CancelForm:
 
 
 __all__ = [
+    "APPROVAL_DECISIONS",
     "DEFAULT_PAGE_SIZE",
+    "ITEM_FIELD_PREFIX",
     "MAX_FIELD_CHARS",
     "MAX_PAGE_SIZE",
+    "ApprovalForm",
     "CancelForm",
     "FormError",
     "ListQuery",
     "ResolveForm",
     "SignalForm",
+    "parse_approval_form",
     "parse_cancel_form",
     "parse_list_query",
     "parse_resolve_form",

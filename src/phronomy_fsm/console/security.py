@@ -4,7 +4,7 @@ cannot be forged (``docs/console.md``, "Security").
 - **Binding**: :func:`check_binding` refuses a non-loopback address unless the
   operator asked for it (``--allow-remote``) *and* gave a token; a remote console also
   asks for the token before it shows anything (:attr:`ConsoleSecurity.token_for_reads`).
-- **Token**: writes (signal, resolve, cancel) need a signed-in session; signing in
+- **Token**: writes (signal, approve, resolve, cancel) need a signed-in session; signing in
   takes the write token, compared in constant time. The token comes from
   ``--token``, else the environment variable :data:`TOKEN_ENV`, else a random one
   printed at start (:func:`choose_token`). ``--read-only`` has no token: it writes

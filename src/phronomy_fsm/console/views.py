@@ -36,6 +36,7 @@ from phronomy_fsm.operator import (
     RecoveryRequest,
     WorkerLease,
 )
+from phronomy_fsm.operator.agents import subject_option
 from phronomy_fsm.table import MachineTable
 
 from .forms import ListQuery
@@ -125,6 +126,7 @@ def list_model(page: ExecutionPage, query: ListQuery) -> dict[str, Any]:
             "key": visible(e.exclusive_key) if e.exclusive_key else "",
             "parent": visible(e.parent_execution_id) if e.parent_execution_id else "",
             "needs_operator": e.needs_operator,
+            "waits_for": e.waits_for or "",
             "deadline": format_time(e.deadline_at) if e.deadline_at and e.active else "",
         }
         for e in page.executions
@@ -216,11 +218,32 @@ def signal_outcome(signal: SignalRecord) -> str:
     return f"{signal.outcome or 'consumed'} at r{signal.consumed_revision}"
 
 
+#: What the resolve form's result field suggests, by the kind of subject.
+RESULT_EXAMPLES = {
+    "llm_call": '{"content": "the answer the LLM gave", "tool_calls": []}',
+    "tool_invocation": 'the tool\'s result as JSON, e.g. {"refund_id": "R-1"}',
+    "effect": '{"charged_cents": 1500}',
+}
+
+
 def subject_value(request: RecoveryRequest) -> str:
-    """The ``--subject`` of the answer: ``effect:<hook>`` or ``execution:<id>``."""
+    """The ``--subject`` of the answer: for an agent's LLM call or tool call
+    ``llm_call:<id>`` or ``tool_invocation:<id>`` (its own terms), else
+    ``effect:<hook>``, or ``execution:<id>`` for the execution as a whole."""
+    if request.agent_subject is not None:
+        named = subject_option(request.agent_subject)
+        if named is not None:
+            return named
     if request.subject is None:
         return f"execution:{request.execution_id}"
     return f"effect:{request.subject.effect}"
+
+
+def result_example(request: RecoveryRequest) -> str:
+    """The resolve form's placeholder for ``succeeded``'s result: an LLM answer, a
+    tool's result, or an effect's result."""
+    kind = None if request.agent_subject is None else request.agent_subject.get("type")
+    return RESULT_EXAMPLES.get(str(kind), RESULT_EXAMPLES["effect"])
 
 
 def pending_effect_rows(
@@ -279,6 +302,7 @@ def detail_model(detail: ExecutionDetail, table: MachineTable | None) -> dict[st
             "reason": visible(req.reason),
             "subject": visible(req.describe_subject()),
             "subject_value": subject_value(req),
+            "result_example": result_example(req),
             "allowed": list(req.allowed_outcomes),
             "detected": format_time(req.detected_at),
             "commands": [visible(c) for c in req.commands],
@@ -351,6 +375,8 @@ _SIZE = re.compile(
     r'(?P<head><svg\b[^>]*?)\swidth="(?P<width>[\d.]+)pt"\s+height="(?P<height>[\d.]+)pt"'
 )
 _VIEWBOX = re.compile(r'viewBox="[^"]*"')
+#: The ``dpi`` the diagrams are drawn at (``phronomy_fsm.diagram``'s DOT header).
+_GRAPHVIZ_DPI = 96
 
 
 class DiagramCache:
@@ -364,8 +390,10 @@ class DiagramCache:
 
     def svg(self, drawing: ExecutionDrawing, *, view: str = "main") -> Markup:
         """The drawing as inline SVG markup (prolog, DOCTYPE and comments removed; its
-        fixed width and height dropped so CSS can scale it, its ``viewBox`` set to the
-        drawn size — Graphviz scales the drawing by ``dpi`` but not the box).
+        ``viewBox`` set to the drawn size — Graphviz scales the drawing by ``dpi`` but
+        not the box —, its width the drawing's size at 72 dpi, so text shows at about its
+        point size, and its height dropped: CSS shrinks a large drawing to the page and
+        never blows a small one up).
 
         Raises:
             RenderError: ``dot`` is missing or failed. ValueError: an unknown ``view``.
@@ -379,9 +407,10 @@ class DiagramCache:
                 return hit
         text = _COMMENT.sub("", _PROLOG.sub("", render_svg(dot).decode("utf-8"), count=1))
         size = _SIZE.search(text)
-        if size is not None:  # a viewBox of the drawn size (Graphviz's dpi scaling), no size
+        if size is not None:  # a viewBox of the drawn size (Graphviz's dpi scaling)
             width, height = size.group("width"), size.group("height")
-            text = _SIZE.sub(r"\g<head>", text, count=1)
+            natural = float(width) * 72 / _GRAPHVIZ_DPI  # text at about its point size
+            text = _SIZE.sub(rf'\g<head> width="{natural:.0f}"', text, count=1)
             text = _VIEWBOX.sub(f'viewBox="0 0 {width} {height}"', text, count=1)
         markup = Markup(text)
         with self._lock:
@@ -393,6 +422,7 @@ class DiagramCache:
 
 __all__ = [
     "INLINE_JSON_CHARS",
+    "RESULT_EXAMPLES",
     "STATUS_ORDER",
     "DiagramCache",
     "detail_model",
@@ -407,6 +437,7 @@ __all__ = [
     "list_model",
     "owner_text",
     "pending_effect_rows",
+    "result_example",
     "signal_outcome",
     "signal_subject",
     "subject_value",
