@@ -102,16 +102,18 @@ def test_a_run_emits_one_span_per_execution_commit_and_effect_with_derived_ids(
     record = done.record
     spans = [span_entry(s) for s in exporter.get_finished_spans()]
 
+    # an at_most_once effect's span goes out when its work returns; an idempotent one's
+    # with the commit that makes its outcome durable
     assert [s["name"] for s in spans] == [
         "commit @start",
         "commit charge",
+        "effect charge_card",  # at_most_once
         "commit paid",
-        "effect charge_card",
         "commit @wait",
-        "effect send_email",
+        "effect send_email",  # idempotent: out with the commit after it (@wait)
         "commit ship",
+        "effect ship_parcel",  # at_most_once
         "commit @final",
-        "effect ship_parcel",
         "invoke_workflow order_flow",
     ]
     trace = f"{trace_id_for('o-1'):032x}"

@@ -1,30 +1,37 @@
-"""OpenTelemetry spans of durable executions, with ids derived from the execution.
+"""The tracer: OpenTelemetry spans of durable executions, emitted once each.
 
-Install it on a runtime with :func:`instrument` (``pip install 'phronomy-fsm[otel]'``);
-it listens to the runtime's :class:`~phronomy_fsm.durable.types.DurableEvent` s and emits,
-through the OpenTelemetry SDK ``TracerProvider`` given (``docs/tracing.md``):
+:func:`instrument` installs an :class:`ExecutionTracer` on a runtime (a
+:class:`~phronomy_fsm.durable.runtime.DurableRuntime` or an
+:class:`~phronomy_fsm.agent.runtime.AgentRuntime`); it listens to the runtime's
+:class:`~phronomy_fsm.durable.types.DurableEvent` s and emits, through the OpenTelemetry
+SDK ``TracerProvider`` given (``docs/tracing.md``):
 
-- one **execution span** per execution, ``invoke_workflow <machine>`` by default (an
-  agent's describer names it ``invoke_agent <name>``), emitted once, when its final
-  commit is durable, starting at the execution's creation time (from its record);
+- one **execution span** per execution, ``invoke_workflow <machine>`` by default
+  (``invoke_agent <agent>`` for an agent's, :mod:`~phronomy_fsm.tracing.agents`),
+  emitted once, when its final commit is durable, starting at the execution's creation
+  time (from its record);
 - one **commit span** per revision, ``commit <barrier>`` (``commit @start``,
   ``commit charge``, ``commit @wait``...), emitted when that revision commits;
-- one **effect span** per effect attempt that returned, ``effect <name>`` by default (a
-  describer gives GenAI names and attributes: ``chat <model>``, ``execute_tool
-  <name>``), emitted only once its outcome is durable: it is buffered until the
-  execution's next commit.
+- one **effect span** per effect attempt that returned, ``effect <name>`` by default
+  (``chat <model>``, ``execute_tool <tool>`` for an agent's). An ``at_most_once``
+  effect's span is emitted when its work returns: that attempt never runs again (after
+  a crash an operator answers for it; a ``retry`` is a new attempt, a new span id). An
+  ``idempotent`` effect's span is buffered until the execution's next commit, the one
+  that makes its outcome durable: a crash before it loses the buffer, and recovery
+  runs the effect again under the same key and attempt — that run's span is emitted
+  then, once.
 
-Every id is derived, never random: the **trace id** from the id of the execution's root
-(itself, or the top of its chain of parents: a child execution is in its parent's
-trace), the **span ids** from the execution id and ``execution``, the revision, or the
-effect's idempotency key and attempt (:func:`trace_id_for`, :func:`execution_span_id`,
-:func:`commit_span_id`, :func:`effect_span_id`). So a recovered execution continues its
-trace in another process, and **nothing is emitted twice**: a revision commits once; an
-execution finishes once; an effect's span leaves the buffer only with the commit that
-made its outcome durable — a crash before that loses the buffer, and the effect's re-run
-(same key, same attempt) is emitted then, once. What a crash can lose is at most a span
-(a commit whose event never reached the listener, an at_most_once effect whose outcome
-an operator answered); it never duplicates one.
+Every id is derived, never random (:mod:`~phronomy_fsm.tracing.ids`): the **trace id**
+from the id of the execution's root (itself, or the top of its chain of parents: a
+child execution is in its parent's trace), the **span ids** from the execution id and
+``execution``, the revision, or the effect's idempotency key and attempt. So a
+recovered execution continues its trace in another process, and **nothing is emitted
+twice**: a revision commits once, an execution finishes once, an effect attempt's span
+goes out once. What a SIGKILL can lose is the span of the step it interrupts: the
+commit acknowledged just before it (its event never reached the listener), or an
+effect whose work returned but was not yet reported (an operator answers for it), or
+buffered ``idempotent`` spans whose commit was that last one — and, when that commit
+was the final one, the execution span.
 
 Commit and effect spans are children of the execution span (the execution span of a
 child execution is a child of its parent's execution span). Attributes ``phronomy.*``
@@ -32,25 +39,38 @@ name the execution, machine, state, revision, status, barrier, effect, key and a
 
 Must not: import OpenTelemetry at module level (the ids work without the extra), block
 the loop thread beyond the span processor's ``on_end`` (use a ``BatchSpanProcessor``
-in production) and one store read per unknown parent chain.
+in production) and one store read per unknown execution or parent chain.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
-from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
+from phronomy_fsm.durable.records import EffectKind, ExecutionRecord, ExecutionStatus
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import ConfigurationError, PhronomyError
+from phronomy_fsm.generated import agent_session, tool_call
+from phronomy_fsm.tracing.agents import AgentDescriber
+from phronomy_fsm.tracing.describe import (
+    Describer,
+    EffectCall,
+    SpanDescription,
+    WorkflowDescriber,
+)
+from phronomy_fsm.tracing.ids import (
+    commit_span_id,
+    effect_span_id,
+    execution_span_id,
+    trace_id_for,
+)
 
 log = logging.getLogger("phronomy_fsm.tracing")
 
@@ -61,174 +81,15 @@ ROOT_CACHE_SIZE = 10_000
 _SPAN_KINDS = ("internal", "client", "server", "producer", "consumer")
 
 
-# ------------------------------------------------------------------ ids
-
-
-def _digest(*parts: str) -> bytes:
-    return hashlib.sha256("\0".join(("phronomy-fsm", *parts)).encode("utf-8")).digest()
-
-
-def trace_id_for(root_execution_id: str) -> int:
-    """The 128-bit trace id of every span of ``root_execution_id`` and its
-    descendants: the first 16 bytes of sha256("phronomy-fsm", "trace", id), never 0."""
-    return int.from_bytes(_digest("trace", root_execution_id)[:16], "big") or 1
-
-
-def _span_id(*parts: str) -> int:
-    return int.from_bytes(_digest("span", *parts)[:8], "big") or 1
-
-
-def execution_span_id(execution_id: str) -> int:
-    """The 64-bit span id of the execution span of ``execution_id``."""
-    return _span_id(execution_id, "execution")
-
-
-def commit_span_id(execution_id: str, revision: int) -> int:
-    """The 64-bit span id of the commit of ``revision`` of ``execution_id``."""
-    return _span_id(execution_id, "commit", str(revision))
-
-
-def effect_span_id(execution_id: str, key: str, attempt: int) -> int:
-    """The 64-bit span id of one attempt of the effect with idempotency ``key``."""
-    return _span_id(execution_id, "effect", key, str(attempt))
-
-
-# ------------------------------------------------------------------ describers
-
-
-@attrs.frozen
-class SpanDescription:
-    """A span's name, extra attributes (``None`` values are left out) and kind
-    (``internal``, ``client``, ``server``, ``producer`` or ``consumer``)."""
-
-    name: str
-    attributes: Mapping[str, Any] = attrs.field(factory=dict)
-    kind: str = "internal"
-
-
-@attrs.frozen
-class EffectCall:
-    """One effect attempt whose work returned, as a describer sees it: the execution
-    and machine, the effect's (offload hook's) name, kind, idempotency key and
-    attempt, and what the work returned (``value``) or raised (``error``) — as they
-    are, not JSON."""
-
-    execution_id: str
-    machine: str
-    effect: str
-    kind: str
-    key: str
-    attempt: int
-    value: Any = None
-    error: BaseException | None = None
-
-
-class Describer(Protocol):
-    """Names and attributes the spans of one machine's executions (``docs/tracing.md``,
-    "Describers"). Both methods run on the runtime's loop thread: keep them cheap; an
-    exception falls back to the default description (logged)."""
-
-    def execution(self, record: ExecutionRecord) -> SpanDescription:
-        """The execution span of a finished execution (``record``: its final commit)."""
-        ...
-
-    def effect(self, call: EffectCall) -> SpanDescription:
-        """The span of one effect attempt."""
-        ...
-
-
-class WorkflowDescriber:
-    """The default describer: ``invoke_workflow <machine>`` and ``effect <name>``, with
-    no attributes beyond the ``phronomy.*`` ones every span gets."""
-
-    def execution(self, record: ExecutionRecord) -> SpanDescription:
-        """``invoke_workflow <machine>``."""
-        return SpanDescription(f"invoke_workflow {record.machine}")
-
-    def effect(self, call: EffectCall) -> SpanDescription:
-        """``effect <name>``."""
-        return SpanDescription(f"effect {call.effect}")
-
-
-def gen_ai_agent(
-    name: str, *, agent_id: str | None = None, attributes: Mapping[str, Any] | None = None
-) -> SpanDescription:
-    """An agent's execution span in the GenAI conventions: ``invoke_agent <name>`` with
-    ``gen_ai.operation.name``, ``gen_ai.agent.name`` and ``gen_ai.agent.id``."""
-    return SpanDescription(
-        f"invoke_agent {name}",
-        {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": name,
-            "gen_ai.agent.id": agent_id,
-            **(attributes or {}),
-        },
-    )
-
-
-def gen_ai_chat(
-    model: str,
-    *,
-    provider: str | None = None,
-    response_model: str | None = None,
-    input_tokens: int | None = None,
-    output_tokens: int | None = None,
-    finish_reasons: tuple[str, ...] | list[str] = (),
-    response_id: str | None = None,
-    attributes: Mapping[str, Any] | None = None,
-) -> SpanDescription:
-    """An LLM call in the GenAI conventions: ``chat <model>`` (kind ``client``) with
-    ``gen_ai.operation.name``, ``gen_ai.provider.name``, ``gen_ai.request.model``,
-    ``gen_ai.response.model``, ``gen_ai.usage.input_tokens``/``output_tokens`` (token
-    counts), ``gen_ai.response.finish_reasons`` and ``gen_ai.response.id``."""
-    return SpanDescription(
-        f"chat {model}",
-        {
-            "gen_ai.operation.name": "chat",
-            "gen_ai.provider.name": provider,
-            "gen_ai.request.model": model,
-            "gen_ai.response.model": response_model,
-            "gen_ai.usage.input_tokens": input_tokens,
-            "gen_ai.usage.output_tokens": output_tokens,
-            "gen_ai.response.finish_reasons": list(finish_reasons) or None,
-            "gen_ai.response.id": response_id,
-            **(attributes or {}),
-        },
-        kind="client",
-    )
-
-
-def gen_ai_tool(
-    name: str,
-    *,
-    call_id: str | None = None,
-    tool_type: str = "function",
-    attributes: Mapping[str, Any] | None = None,
-) -> SpanDescription:
-    """A tool call in the GenAI conventions: ``execute_tool <name>`` with
-    ``gen_ai.operation.name``, ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` and
-    ``gen_ai.tool.type``."""
-    return SpanDescription(
-        f"execute_tool {name}",
-        {
-            "gen_ai.operation.name": "execute_tool",
-            "gen_ai.tool.name": name,
-            "gen_ai.tool.call.id": call_id,
-            "gen_ai.tool.type": tool_type,
-            **(attributes or {}),
-        },
-    )
-
-
-def default_describers() -> dict[str, Describer]:
-    """The describers used unless told otherwise, by machine name.
-
-    Empty for now: every machine gets :class:`WorkflowDescriber`. The agent layer's
-    describer (``invoke_agent <name>``, ``chat <model>`` with token counts, ``execute_tool
-    <name>``, built with :func:`gen_ai_agent`, :func:`gen_ai_chat` and
-    :func:`gen_ai_tool`) belongs here once agents run on the durable engine
-    (``docs/tracing.md``, "Describers")."""
-    return {}
+def default_describers(*, provider_of: Any = None) -> dict[str, Describer]:
+    """The describers used unless told otherwise, by machine name: the agent's two
+    machines (``agent_session``, ``tool_call``) get an
+    :class:`~phronomy_fsm.tracing.agents.AgentDescriber` (with ``provider_of``:
+    ``agent_id -> provider``, for the provider's name); every other machine
+    :class:`~phronomy_fsm.tracing.describe.WorkflowDescriber` (``docs/tracing.md``,
+    "Describers")."""
+    agent = AgentDescriber(provider_of=provider_of)
+    return {agent_session.MACHINE: agent, tool_call.MACHINE: agent}
 
 
 # ------------------------------------------------------------------ the listener
@@ -241,13 +102,11 @@ def _ns(value: datetime) -> int:
 @attrs.define
 class _Effect:
     """An effect attempt of one execution: when it started, and once its work returned
-    the span waiting for the next commit."""
+    what it returned (``call``), waiting for the next commit."""
 
     start_ns: int
-    description: SpanDescription | None = None
-    attributes: dict[str, Any] = attrs.Factory(dict)
+    call: EffectCall | None = None
     end_ns: int = 0
-    error: BaseException | None = None
 
 
 class _PresetIds:
@@ -325,6 +184,7 @@ class ExecutionTracer:
         self.default: Describer = default or WorkflowDescriber()
         self._lock = threading.Lock()
         self._effects: dict[str, dict[int, _Effect]] = {}
+        self._records: dict[str, ExecutionRecord] = {}  # last committed, per live execution
         self._roots: OrderedDict[str, str] = OrderedDict()
 
     # ------------------------------------------------------------------ events
@@ -333,6 +193,8 @@ class ExecutionTracer:
         """Handle one event (see the module docstring for what each emits)."""
         kind = event.kind
         with self._lock:
+            if event.record is not None:
+                self._records[event.execution_id] = event.record
             if kind is DurableEventKind.STARTED and event.record is not None:
                 self._commit(event.record, "@start")
             elif kind is DurableEventKind.COMMITTED and event.record is not None:
@@ -344,8 +206,10 @@ class ExecutionTracer:
                 self._effect_finished(event)
             elif kind is DurableEventKind.FINISHED and event.record is not None:
                 self._finished(event.record)
+                self._records.pop(event.execution_id, None)
             elif kind is DurableEventKind.RELEASED:
                 self._effects.pop(event.execution_id, None)
+                self._records.pop(event.execution_id, None)
 
     def _effect_started(self, event: DurableEvent) -> None:
         d = event.detail
@@ -360,27 +224,34 @@ class ExecutionTracer:
         effect = effects.get(span_id) or _Effect(time.time_ns())
         effects[span_id] = effect
         error = d.get("error")
-        call = EffectCall(
+        kind = str(getattr(d.get("kind"), "value", d.get("kind")))
+        effect.call = EffectCall(
             event.execution_id,
             event.machine,
             str(d["effect"]),
-            str(getattr(d.get("kind"), "value", d.get("kind"))),
+            kind,
             key,
             attempt,
             d.get("value"),
             error if isinstance(error, BaseException) else None,
         )
-        effect.description = self._describe(event.machine, "effect", call)
         effect.end_ns = time.time_ns()
-        effect.error = call.error
-        effect.attributes = {
-            "phronomy.execution.id": call.execution_id,
-            "phronomy.machine": call.machine,
-            "phronomy.effect.name": call.effect,
-            "phronomy.effect.kind": call.kind,
-            "phronomy.effect.key": key,
-            "phronomy.effect.attempt": attempt,
-        }
+        if kind == EffectKind.AT_MOST_ONCE.value:
+            # never run again under this attempt: its span cannot go out twice
+            del effects[span_id]
+            record = self._record_of(event.execution_id)
+            self._emit_effect(span_id, effect, record, event.execution_id)
+
+    def _record_of(self, execution_id: str) -> ExecutionRecord | None:
+        """The execution's last committed record this tracer saw, else the store's."""
+        record = self._records.get(execution_id)
+        if record is None and self.store is not None:
+            try:
+                record = self.store.load_record(execution_id)
+            except PhronomyError:
+                return None
+            self._records[execution_id] = record
+        return record
 
     # ------------------------------------------------------------------ spans
 
@@ -488,25 +359,41 @@ class ExecutionTracer:
         )
 
     def _flush(self, record: ExecutionRecord) -> None:
-        """The execution committed: emit the spans of its effects whose work returned."""
+        """The execution committed: emit the spans of its effects whose work returned
+        (their outcome is durable now), described with this record."""
         effects = self._effects.get(record.execution_id)
         if not effects:
             return
-        trace_id = trace_id_for(self._root(record))
         for span_id, effect in list(effects.items()):
-            if effect.description is None:  # still running
+            if effect.call is None:  # still running
                 continue
             del effects[span_id]
-            self._emit(
-                trace_id=trace_id,
-                span_id=span_id,
-                parent_span_id=execution_span_id(record.execution_id),
-                description=effect.description,
-                attributes=effect.attributes,
-                start_ns=effect.start_ns,
-                end_ns=effect.end_ns,
-                error=effect.error,
-            )
+            self._emit_effect(span_id, effect, record, record.execution_id)
+
+    def _emit_effect(
+        self, span_id: int, effect: _Effect, record: ExecutionRecord | None, execution_id: str
+    ) -> None:
+        call = effect.call
+        assert call is not None
+        call = attrs.evolve(call, record=record)
+        root = self._root(record) if record is not None else execution_id
+        self._emit(
+            trace_id=trace_id_for(root),
+            span_id=span_id,
+            parent_span_id=execution_span_id(execution_id),
+            description=self._describe(call.machine, "effect", call),
+            attributes={
+                "phronomy.execution.id": call.execution_id,
+                "phronomy.machine": call.machine,
+                "phronomy.effect.name": call.effect,
+                "phronomy.effect.kind": call.kind,
+                "phronomy.effect.key": call.key,
+                "phronomy.effect.attempt": call.attempt,
+            },
+            start_ns=effect.start_ns,
+            end_ns=effect.end_ns,
+            error=call.error,
+        )
 
     def _finished(self, record: ExecutionRecord) -> None:
         root = self._root(record)
@@ -534,6 +421,11 @@ class ExecutionTracer:
         self._effects.pop(record.execution_id, None)
 
 
+def _durable(runtime: Any) -> Any:
+    """The durable runtime of ``runtime`` (an agent runtime's own, or itself)."""
+    return getattr(runtime, "durable", runtime)
+
+
 def instrument(
     runtime: Any,
     *,
@@ -543,48 +435,56 @@ def instrument(
 ) -> ExecutionTracer:
     """Trace every execution ``runtime`` runs from now on (module docstring).
 
-    Install it before :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.recover` or
-    the first ``start`` so no commit is missed.
+    Install it before :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.recover`, the
+    first ``start`` or the first ``Agent.load``, so no commit is missed.
 
     Args:
-        runtime: a :class:`~phronomy_fsm.durable.runtime.DurableRuntime`.
-        tracer_provider / describers / default: as :class:`ExecutionTracer`.
+        runtime: a :class:`~phronomy_fsm.durable.runtime.DurableRuntime`, or an
+            :class:`~phronomy_fsm.agent.runtime.AgentRuntime` (its durable runtime is
+            traced, and its agents' providers name ``gen_ai.provider.name``).
+        tracer_provider / describers / default: as :class:`ExecutionTracer`
+            (``describers`` default: :func:`default_describers`).
 
     Returns:
-        The :class:`ExecutionTracer` added to ``runtime.listeners`` (remove it with
+        The :class:`ExecutionTracer` added to the runtime's listeners (remove it with
         :func:`uninstrument`).
 
     Raises:
         ConfigurationError: as :class:`ExecutionTracer`.
+
+    Concurrency: call it from any thread but the runtime's loop, before the executions
+    to trace start.
     """
+    durable = _durable(runtime)
+    if describers is None:
+        directory = getattr(runtime, "directory", None)
+        provider_of = None
+        if directory is not None:
+
+            def provider_of(agent_id: str) -> Any:
+                return directory.config(agent_id).provider
+
+        describers = default_describers(provider_of=provider_of)
     tracer = ExecutionTracer(
-        tracer_provider, store=runtime.store, describers=describers, default=default
+        tracer_provider, store=durable.store, describers=describers, default=default
     )
-    runtime.listeners.append(tracer)
+    durable.listeners.append(tracer)
     return tracer
 
 
 def uninstrument(runtime: Any, tracer: ExecutionTracer) -> None:
-    """Stop ``tracer`` listening to ``runtime`` (spans still buffered are dropped)."""
-    if tracer in runtime.listeners:
-        runtime.listeners.remove(tracer)
+    """Stop ``tracer`` listening to ``runtime`` (a durable or an agent runtime; spans
+    still buffered are dropped)."""
+    listeners = _durable(runtime).listeners
+    if tracer in listeners:
+        listeners.remove(tracer)
 
 
 __all__ = [
     "INSTRUMENTATION_NAME",
-    "Describer",
-    "EffectCall",
+    "ROOT_CACHE_SIZE",
     "ExecutionTracer",
-    "SpanDescription",
-    "WorkflowDescriber",
-    "commit_span_id",
     "default_describers",
-    "effect_span_id",
-    "execution_span_id",
-    "gen_ai_agent",
-    "gen_ai_chat",
-    "gen_ai_tool",
     "instrument",
-    "trace_id_for",
     "uninstrument",
 ]
