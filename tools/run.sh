@@ -6,10 +6,12 @@
 #                            # whole test suite
 #
 # Setup is idempotent: a virtual environment in .venv with the package and its extras,
-# the Graphviz `dot` binary (Debian package `graphviz`) and the PostgreSQL server
+# the Graphviz `dot` binary (Debian package `graphviz`), the PostgreSQL server
 # binaries (Debian package `postgresql`: initdb, pg_ctl; the tests start their own
-# server from them, see docs/scale-out.md) when they are missing. With
-# PHRONOMY_TEST_POSTGRES_DSN set, the tests use that server instead.
+# server from them, see docs/scale-out.md) and Chromium (Debian package `chromium`:
+# the console's browser tests drive it with Playwright, which downloads no browser of
+# its own; see docs/console.md) when they are missing. With PHRONOMY_TEST_POSTGRES_DSN
+# set, the tests use that server instead; PHRONOMY_TEST_CHROMIUM names another browser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +52,15 @@ setup() {
       exit 1
     fi
   fi
+  if [ -z "${PHRONOMY_TEST_CHROMIUM:-}" ] && ! command -v chromium >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+      echo "installing Chromium (the console's browser tests)..." >&2
+      apt_install chromium
+    else
+      echo "Chromium is missing: install it (macOS: brew install --cask chromium) or set PHRONOMY_TEST_CHROMIUM to a Chromium binary" >&2
+      exit 1
+    fi
+  fi
   if [ ! -x "$VENV/bin/python" ]; then
     if ! "$PYTHON" -m venv "$VENV" 2>/dev/null; then
       rm -rf "$VENV"
@@ -57,7 +68,7 @@ setup() {
       "$PYTHON" -m venv "$VENV"
     fi
   fi
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,postgres]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,postgres,console,otel]"
 }
 
 checks() {

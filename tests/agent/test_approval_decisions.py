@@ -129,6 +129,46 @@ def test_the_store_level_approval_refuses_a_partial_mapping(
     assert decided["decisions"] == {first: True, second: False} and decided["by"] == "operator"
 
 
+def test_a_decision_read_at_an_older_revision_is_refused_and_writes_nothing(
+    store: Any, runtime: Any, events: Events
+) -> None:
+    """``expected_revision`` (the revision a console page showed) must be the stored
+    one; each refusal names why (``reason``), so a front end can tell a stale page."""
+    log: list[Any] = []
+    agent = _two_refunds(runtime, events, log)
+    task = agent.invoke_async("two refunds")
+    event = events.wait_for("approval_required")
+    revision = store.load_record(event.execution_id).revision
+    for stale in (revision - 1, revision + 1):
+        with pytest.raises(ApprovalError, match=f"at revision {revision}, not {stale}") as refused:
+            send_approval(
+                store,
+                event.execution_id,
+                approval_request_id=event.request_id,
+                expected_revision=stale,
+            )
+        assert refused.value.reason == "stale_revision"
+        _unchanged(store, event.execution_id, revision)
+    with pytest.raises(ApprovalError) as other:
+        send_approval(store, event.execution_id, approval_request_id="another-request")
+    assert other.value.reason == "other_request"
+    signal = send_approval(
+        store,
+        event.execution_id,
+        approval_request_id=event.request_id,
+        approved=False,
+        expected_revision=revision,
+    )
+    assert signal.expected_revision == revision
+    with pytest.raises(ApprovalError) as again:
+        send_approval(store, event.execution_id, approval_request_id=event.request_id)
+    assert again.value.reason == "already_decided"
+    assert task.result(10).status is AgentStatus.REJECTED and log == []
+    with pytest.raises(ApprovalError) as finished:
+        send_approval(store, event.execution_id, approval_request_id=event.request_id)
+    assert finished.value.reason == "already_decided"  # checked before it finished
+
+
 def test_decision_errors_name_tool_invocation_ids(store: Any, runtime: Any) -> None:
     agent = Agent.create("a", runtime=runtime, provider=ScriptedProvider([Reply(content="x")]))
     with pytest.raises(ApprovalError, match="tool_invocation_id") as refused:

@@ -280,10 +280,20 @@ def test_an_llm_call_left_unanswered_is_described_and_answered_in_the_agents_ter
 
 def test_approve_decides_item_by_item(waiting_demo: tuple[Path, str, str]) -> None:
     db, execution, request = waiting_demo
-    [item] = show_json(db, execution)["agent"]["approval"]["items"]
+    shown = show_json(db, execution)
+    [item] = shown["agent"]["approval"]["items"]
+    revision = shown["revision"]
+    before = snapshot(db)
+    stale = run(
+        "approve", execution, "--request", request, "--db", str(db),
+        "--expected-revision", str(revision - 1),
+    )  # fmt: skip
+    assert stale.exit_code == 1 and f"at revision {revision}, not {revision - 1}" in stale.stderr
+    assert snapshot(db) == before
     decided = run_process(
         "approve", execution, "--request", request, "--db", str(db),
         "--item", f"{item['tool_invocation_id']}=reject", "--by", "dana", "--app", APP,
+        "--expected-revision", str(revision),
     )  # fmt: skip
     assert decided.returncode == 0, decided.stderr
     assert decided.stdout.startswith(f"decided request {request}: signal #")

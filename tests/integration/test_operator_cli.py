@@ -232,6 +232,7 @@ REFUSALS = [
         ("is waiting, not waiting for an operator",),
     ),
     (("cancel", "nope"), ("execution nope does not exist",)),
+    (("cancel", "order-1", "--expected-revision", "2"), ("at revision 3, not 2",)),
 ]
 
 

@@ -141,3 +141,30 @@ def test_the_stub_llm_server_ships_in_the_wheel(installed: Path, tmp_path: Path)
         env,
     )
     assert where.stdout.strip().startswith(str(installed))
+
+
+def test_the_console_ships_its_pages_and_asks_for_its_extra(
+    installed: Path, tmp_path: Path
+) -> None:
+    """The wheel holds the console's templates and static files (package data); without
+    the ``console`` extra, ``phronomy-fsm console`` says which extra to install."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    code = (
+        "import json, pathlib, phronomy_fsm\n"
+        "root = pathlib.Path(phronomy_fsm.__file__).parent / 'console'\n"
+        "print(json.dumps(sorted(p.relative_to(root).as_posix() for p in root.rglob('*.*')"
+        " if p.suffix in ('.html', '.css', '.js'))))\n"
+    )
+    files = json.loads(_run([str(installed / "bin" / "python"), "-c", code], tmp_path, env).stdout)
+    assert {"templates/execution.html", "static/console.css", "static/console.js"} <= set(files)
+    result = subprocess.run(
+        [str(installed / "bin" / "phronomy-fsm"), "console", "--db", str(tmp_path / "x.db")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "pip install 'phronomy-fsm[console]'" in result.stderr

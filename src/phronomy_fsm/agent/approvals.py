@@ -69,8 +69,10 @@ def check_approval(
     "Approval").
 
     Raises:
-        ApprovalError: not an agent execution; finished; not waiting for approval;
-            the request was already decided; another request is pending; or
+        ApprovalError: not an agent execution; finished (``reason`` ``finished``);
+            not waiting for approval
+            (``reason`` ``not_waiting``); the request was already decided
+            (``already_decided``); another request is pending (``other_request``); or
             ``decisions`` leaves an item out or names one not in the request.
     """
     eid = record.execution_id
@@ -101,18 +103,21 @@ def check_approval(
         raise ApprovalError(
             f"execution {eid} is {record.status.value}; there is nothing to approve",
             execution_id=eid,
+            reason="finished",
         )
     if record.status is not ExecutionStatus.WAITING or record.state != "awaiting_approval":
         raise ApprovalError(
             f"execution {eid} is not waiting for approval (status {record.status.value}, "
             f"state {record.state})",
             execution_id=eid,
+            reason="not_waiting",
         )
     if approval.get("request_id") != approval_request_id:
         raise ApprovalError(
             f"approval request {approval_request_id!r} does not match the pending request "
             f"{approval.get('request_id')!r} of execution {eid}",
             execution_id=eid,
+            reason="other_request",
         )
     if decisions is not None:
         items = set(approval.get("items", ()))
@@ -140,6 +145,7 @@ def send_approval(
     approved: bool = True,
     decisions: Mapping[str, bool] | None = None,
     by: str | None = None,
+    expected_revision: int | None = None,
     sender: str = "",
 ) -> SignalRecord:
     """Check a decision against the stored execution, then write it to the
@@ -152,12 +158,16 @@ def send_approval(
         decisions: tool invocation id → True (run it) / False (reject it; the LLM sees
             the rejection and the execution goes on), for every item.
         by: who decided (kept in the journal).
+        expected_revision: the revision the decider read (a console page's): refused
+            unless the execution is still at it. ``None``: the revision read here.
         sender: who sent it (kept with the signal).
 
     Raises:
         ApprovalError: see :func:`check_decision_types` and :func:`check_approval`;
             also (``reason`` ``already_decided``) when a decision for this request is
-            already on its way, or was sent by another process at the same moment.
+            already on its way, or was sent by another process at the same moment, and
+            (``reason`` ``stale_revision``) when ``expected_revision`` is not the
+            stored revision, or the execution moved on while the decision was written.
         NotFoundError: no such execution. StorageError.
 
     Durability: the signal is committed before this returns. Its id is derived from
@@ -167,6 +177,13 @@ def send_approval(
     decisions = check_decision_types(execution_id, approval_request_id, approved, decisions)
     record = store.load_record(execution_id)
     check_approval(record, approval_request_id, decisions)
+    if expected_revision is not None and expected_revision != record.revision:
+        raise ApprovalError(
+            f"execution {execution_id} is at revision {record.revision}, not "
+            f"{expected_revision}; read it again; nothing was written",
+            execution_id=execution_id,
+            reason="stale_revision",
+        )
     already = ApprovalError(
         f"approval request {approval_request_id} of execution {execution_id} was already "
         "decided (a decision for it is in the execution's inbox); nothing was written",
@@ -201,6 +218,7 @@ def send_approval(
         raise ApprovalError(
             f"execution {execution_id} moved on while the decision was sent ({exc}); read it again",
             execution_id=execution_id,
+            reason="stale_revision",
         ) from exc
     payload = signal.payload if isinstance(signal.payload, dict) else {}
     if payload.get("nonce") != nonce:

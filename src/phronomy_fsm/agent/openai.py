@@ -131,6 +131,10 @@ class OpenAICompatibleProvider:
     Call :meth:`close` (or use ``with``) to release its connections.
     """
 
+    #: The provider's name in traces (``gen_ai.provider.name``, ``docs/tracing.md``): the
+    #: OpenAI API; set it on an instance that talks to another vendor's compatible API.
+    provider_name: str = "openai"
+
     def __init__(
         self,
         *,

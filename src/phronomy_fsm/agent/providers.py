@@ -76,7 +76,9 @@ def check_response(response: LLMResponse) -> None:
 
 @runtime_checkable
 class Provider(Protocol):
-    """What the agent needs from an LLM provider."""
+    """What the agent needs from an LLM provider. A provider may also have a
+    ``provider_name`` string attribute, its name in traces (``gen_ai.provider.name``,
+    ``docs/tracing.md``)."""
 
     def complete(
         self,
@@ -150,7 +152,10 @@ class ScriptedProvider:
 
     Attributes:
         requests: every request received, in order (thread-safe append).
+        provider_name: ``scripted``, its name in traces (``gen_ai.provider.name``).
     """
+
+    provider_name: str = "scripted"
 
     def __init__(self, script: Sequence[ScriptStep], *, model: str = "scripted") -> None:
         if not script:

@@ -28,6 +28,7 @@ def main(ctx: click.Context) -> None:
 
 def _register() -> None:
     from phronomy_fsm.cli import (
+        console_commands,
         demo_commands,
         execution_commands,
         operator_commands,
@@ -42,6 +43,7 @@ def _register() -> None:
     demo_commands.register(main)
     operator_commands.register(main)
     worker_commands.register(main)
+    console_commands.register(main)
 
 
 _register()

@@ -193,6 +193,12 @@ def signal_command(
     show_default=True,
     help="Recorded with the cancel.",
 )
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
 @click.option("--signal-id", default=None, help="An id that makes a retried cancel a no-op.")
 @_apply_app_option
 @_wait_option
@@ -201,6 +207,7 @@ def cancel_command(
     execution_id: str,
     db: str,
     reason: str,
+    expected_revision: int | None,
     signal_id: str | None,
     app: str | None,
     wait_seconds: float,
@@ -209,11 +216,16 @@ def cancel_command(
     """Cancel an execution (an agent's too): its owner stops it and, once nothing of
     it runs, it finishes cancelled (an effect already running completes; its result
     is dropped). Refused, writing nothing (exit 1): an unknown or finished
-    execution."""
+    execution, a stale --expected-revision."""
     durable_app = _load_app(app, db)
     with open_store(db) as store:
         receipt = operator.cancel_execution(
-            store, execution_id, reason=reason, signal_id=signal_id, sender=SENDER
+            store,
+            execution_id,
+            reason=reason,
+            expected_revision=expected_revision,
+            signal_id=signal_id,
+            sender=SENDER,
         )
         report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
     _finish("cancel", receipt, report, db, as_json, wait_seconds)
@@ -252,6 +264,12 @@ def _parse_decisions(items: tuple[str, ...]) -> dict[str, bool] | None:
     help="Decide one item (repeat for every item of the request) instead of all at once.",
 )
 @click.option("--by", default=None, help="Who decided (kept in the execution's audit).")
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
 @_apply_app_option
 @_wait_option
 @_json_option
@@ -262,6 +280,7 @@ def approve_command(
     reject: bool,
     items: tuple[str, ...],
     by: str | None,
+    expected_revision: int | None,
     app: str | None,
     wait_seconds: float,
     as_json: bool,
@@ -273,7 +292,8 @@ def approve_command(
     runs an execution"). With no live worker it waits there until the execution is
     recovered — add --app to recover it here (for the demo: phronomy-fsm demo
     --resume). Refused, writing nothing (exit 1): not waiting for approval, another
-    request, decisions that do not name every item, or a request already decided."""
+    request, decisions that do not name every item, a request already decided, or a
+    stale --expected-revision."""
     if reject and items:
         raise click.UsageError("--reject decides the whole request; leave out --item")
     decisions = _parse_decisions(items)
@@ -286,6 +306,7 @@ def approve_command(
             approved=not reject,
             decisions=decisions,
             by=by or SENDER,
+            expected_revision=expected_revision,
             sender=SENDER,
         )
         report = _apply(store, durable_app, app, execution_id, db, wait_seconds)

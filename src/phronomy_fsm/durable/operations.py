@@ -273,6 +273,7 @@ def request_cancel(
     reason: str = "cancelled by an operator",
     as_failure: bool = False,
     error_type: str | None = None,
+    expected_revision: int | None = None,
     signal_id: str | None = None,
     sender: str = "api",
 ) -> SignalRecord:
@@ -280,9 +281,13 @@ def request_cancel(
     work in flight are dropped when they come back), its active children are
     cancelled, and once nothing of it runs any more it finishes ``cancelled`` — or
     ``failed`` with ``as_failure`` (a timeout, a failing listener) — with ``reason``
-    as its error message and ``error_type`` as the error's name.
+    as its error message and ``error_type`` as the error's name. With
+    ``expected_revision`` the cancel is refused unless the execution is still at that
+    revision (checked in the inbox write's transaction: a console page that is out of
+    date cancels nothing).
 
-    Raises NotFoundError, ExecutionFinishedError, StorageError (nothing written)."""
+    Raises NotFoundError, ExecutionFinishedError, SignalRefusedError (a stale
+    ``expected_revision``), StorageError (nothing written)."""
     load_execution_record(store, execution_id)
     signal = _new_signal(
         execution_id,
@@ -292,6 +297,7 @@ def request_cancel(
             "status": "failed" if as_failure else "cancelled",
             "error_type": error_type or ("Failed" if as_failure else "Cancelled"),
         },
+        expected_revision=expected_revision,
         signal_id=signal_id,
         sender=sender,
     )

@@ -325,6 +325,7 @@ def approve_execution(
     approved: bool = True,
     decisions: Mapping[str, bool] | None = None,
     by: str | None = None,
+    expected_revision: int | None = None,
     sender: str = DEFAULT_SENDER,
     clock: Clock = SYSTEM_CLOCK,
 ) -> InboxReceipt:
@@ -340,6 +341,9 @@ def approve_execution(
             item of the request.
         by: who decided (kept in the execution's audit); sender: recorded with the
             signal.
+        expected_revision: refuse unless the execution is still at this revision
+            (the console sends the revision its page showed; ``None``: not checked
+            beyond the request itself).
 
     Returns:
         An :class:`InboxReceipt`: the stored signal and the owner that applies it.
@@ -348,8 +352,8 @@ def approve_execution(
         ApprovalError: not an agent execution, finished, not waiting for approval,
             another request pending, decisions that do not name every item once, or
             the request was **already decided** (also when another decision for it is
-            on its way). NotFoundError, InvalidIdError, StorageError — nothing was
-            written.
+            on its way), a stale ``expected_revision`` (``reason`` ``stale_revision``).
+            NotFoundError, InvalidIdError, StorageError — nothing was written.
 
     Durability: committed to the inbox before it returns; two decisions sent at once
     for the same request are one signal: the second is refused.
@@ -362,6 +366,7 @@ def approve_execution(
         approved=approved,
         decisions=decisions,
         by=by,
+        expected_revision=expected_revision,
         sender=sender,
     )
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
@@ -455,20 +460,29 @@ def cancel_execution(
     execution_id: str,
     *,
     reason: str = "cancelled by an operator",
+    expected_revision: int | None = None,
     signal_id: str | None = None,
     sender: str = DEFAULT_SENDER,
     clock: Clock = SYSTEM_CLOCK,
 ) -> InboxReceipt:
     """Ask an engine execution's owner to cancel it
     (:func:`phronomy_fsm.durable.operations.request_cancel`): once nothing of it runs
-    it finishes ``cancelled``.
+    it finishes ``cancelled``. With ``expected_revision`` it is refused unless the
+    execution is still at that revision (the console sends the revision its page
+    showed).
 
     Raises:
-        NotFoundError, ExecutionFinishedError, InvalidIdError, StorageError —
+        NotFoundError, ExecutionFinishedError, SignalRefusedError (a stale
+        ``expected_revision``), InvalidIdError, StorageError —
         nothing was written.
     """
     signal = operations.request_cancel(
-        store, execution_id, reason=reason, signal_id=signal_id, sender=sender
+        store,
+        execution_id,
+        reason=reason,
+        expected_revision=expected_revision,
+        signal_id=signal_id,
+        sender=sender,
     )
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
 

@@ -19,7 +19,6 @@ import attrs
 
 from phronomy_fsm.diagram import Diagram, Highlight, build_diagram
 from phronomy_fsm.durable.machines import table_from_json
-from phronomy_fsm.errors import NotFoundError, SerializationError
 from phronomy_fsm.table import MachineTable
 
 
@@ -51,19 +50,11 @@ def execution_diagram(
 
     Raises:
         NotFoundError: no such execution, or no table given and none registered.
+        SerializationError: the stored execution cannot be read.
         StorageError: the store failed.
     """
-    rows = {r["execution_id"]: r for r in store.execution_rows()}
-    row = rows.get(execution_id)
-    if row is None:
-        raise NotFoundError(f"execution {execution_id} does not exist", execution_id=execution_id)
-    machine = row["machine"]
-    spec_sha256 = None
-    try:
-        record = store.load_record(execution_id)
-        spec_sha256 = record.spec_sha256
-    except SerializationError:  # an agent execution of the agent layer
-        record = None
+    record = store.load_record(execution_id)  # one indexed read (NotFoundError)
+    machine, stored_state, spec_sha256 = record.machine, record.state, record.spec_sha256
     if table is None:
         registered = store.load_machine(machine, spec_sha256)
         table = table_from_json(registered.table)
@@ -73,7 +64,7 @@ def execution_diagram(
     for entry in store.barrier_log(execution_id):
         if entry.state in names and (not path or path[-1] != entry.state):
             path.append(entry.state)
-    current = row["state"] if row["state"] in names else (path[-1] if path else None)
+    current = stored_state if stored_state in names else (path[-1] if path else None)
     edges: set[tuple[str, ...]] = set()
     direct = {(e.source, e.target) for e in diagram.edges}
     for a, b in itertools.pairwise(path):

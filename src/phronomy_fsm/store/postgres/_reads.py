@@ -65,6 +65,23 @@ def _signal_from_row(row: tuple[Any, ...]) -> SignalRecord:
     )
 
 
+def _row_filters(
+    machine: str | None, status: str | None, exclusive_key: str | None
+) -> tuple[list[str], list[Any]]:
+    """WHERE clauses and parameters of the execution-row filters that are given."""
+    where: list[str] = []
+    params: list[Any] = []
+    for column, value in (
+        ("machine", machine),
+        ("status", None if status is None else _value(status)),
+        ("exclusive_key", exclusive_key),
+    ):
+        if value is not None:
+            where.append(f"{column} = %s")
+            params.append(value)
+    return where, params
+
+
 def _value(status: Any) -> str | None:
     return None if status is None else str(getattr(status, "value", status))
 
@@ -151,19 +168,14 @@ class PostgresReads:
         *,
         machine: str | None = None,
         status: str | None = None,
+        exclusive_key: str | None = None,
         limit: int | None = None,
         offset: int = 0,
     ) -> list[dict[str, Any]]:
         """Column summaries of every execution (id, machine, state, status, revision,
-        exclusive_key, parent, owner, times in epoch ms, active), oldest first."""
-        where: list[str] = []
-        params: list[Any] = []
-        if machine is not None:
-            where.append("machine = %s")
-            params.append(machine)
-        if status is not None:
-            where.append("status = %s")
-            params.append(_value(status))
+        exclusive_key, parent, owner, times in epoch ms, active), oldest first; only
+        those matching every filter given."""
+        where, params = _row_filters(machine, status, exclusive_key)
         sql = (
             "SELECT execution_id, machine, state, status, revision, exclusive_key,"
             " parent_execution_id, owner_id, created_epoch_ms, updated_epoch_ms,"
@@ -181,13 +193,15 @@ class PostgresReads:
 
         return self._reading("execution_rows", run)  # type: ignore[no-any-return]
 
-    def count_by_status(self, *, machine: str | None = None) -> dict[str, int]:
-        """``{status: count}`` of every execution (of ``machine`` when given)."""
+    def count_by_status(
+        self, *, machine: str | None = None, exclusive_key: str | None = None
+    ) -> dict[str, int]:
+        """``{status: count}`` of every execution (of ``machine``, with
+        ``exclusive_key``, when given)."""
+        where, params = _row_filters(machine, None, exclusive_key)
         sql = "SELECT status, count(*) FROM executions"
-        params: list[Any] = []
-        if machine is not None:
-            sql += " WHERE machine = %s"
-            params.append(machine)
+        if where:
+            sql += " WHERE " + " AND ".join(where)
         sql += " GROUP BY status"
         return {s: int(n) for s, n in self._fetchall("count_by_status", sql, params)}
 

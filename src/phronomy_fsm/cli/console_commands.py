@@ -1,0 +1,106 @@
+"""``phronomy-fsm console``: the operator console in the browser (issue 16).
+
+Parses the options, calls :func:`phronomy_fsm.console.prepare_console` (which refuses
+an unsafe address and opens the store read-only) and serves it with uvicorn until
+interrupted. Prints where it listens and the write token on stdout (one line each);
+diagnostics go to stderr. Exit codes: 0 stopped by Ctrl-C/SIGTERM, 1 refused (an
+unsafe address, a missing store, the port taken, the ``console`` extra missing), 2
+usage. ``docs/console.md`` describes the console and its security model.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from phronomy_fsm.cli._common import echo, fail
+from phronomy_fsm.errors import PhronomyError
+
+
+@click.command("console")
+@click.option(
+    "--db",
+    "db",
+    required=True,
+    help="The store: a SQLite file or a postgresql:// DSN (it must exist).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; a non-loopback one needs --allow-remote and a token.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8765,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed at start).",
+)
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Show executions only: no forms, every write refused, no token needed on loopback.",
+)
+@click.option(
+    "--token",
+    default=None,
+    help="The token that signs a browser in to write (at least 16 characters) "
+    "[default: $PHRONOMY_CONSOLE_TOKEN, else a random one printed at start].",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Allow a non-loopback --host (with a token given; every page then asks for it).",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+)
+def console(
+    db: str,
+    host: str,
+    port: int,
+    read_only: bool,
+    token: str | None,
+    allow_remote: bool,
+    log_level: str,
+) -> None:
+    """Serve the operator console: list executions of every machine, open one (its
+    diagram, timeline, signals, journal), and signal, resolve or cancel it through the
+    same checks as the CLI (docs/console.md). Loopback only unless --allow-remote."""
+    try:
+        from phronomy_fsm import console as web
+    except ImportError as exc:
+        fail(f"the console needs its extra: pip install 'phronomy-fsm[console]' ({exc})")
+    try:
+        prepared = web.prepare_console(
+            db, host=host, read_only=read_only, token=token, allow_remote=allow_remote
+        )
+    except (PhronomyError, OSError, ValueError) as exc:
+        fail(str(exc))
+    try:
+        sock = web.bind_socket(host, port)
+    except OSError as exc:
+        prepared.stores.close()
+        fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
+    bound_port = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    mode = "read-only" if read_only else "read-write"
+    echo(
+        f"phronomy-fsm console: http://{shown}:{bound_port}/ ({mode}; store {prepared.store_label})"
+    )
+    if prepared.token is not None and prepared.token_source == "generated":
+        echo(f"token (generated; sign in with it to act): {prepared.token}")
+    elif prepared.token is not None:
+        echo(f"token: from {prepared.token_source}")
+    sys.stdout.flush()
+    web.serve_console(prepared, sock, log_level=log_level)
+
+
+def register(main: click.Group) -> None:
+    """Add ``console`` to the CLI group."""
+    main.add_command(console)

@@ -1,0 +1,264 @@
+"""The console's actions (``POST``): signal, approve, resolve and cancel an execution,
+and signing in and out.
+
+Each action checks the session (signed in, the form's CSRF token, not
+``--read-only``), parses the form (:mod:`~phronomy_fsm.console.forms`) and calls
+:mod:`phronomy_fsm.operator` — the same functions as ``phronomy-fsm signal``,
+``approve``, ``resolve`` and ``cancel`` — always with the revision the page showed. A
+refused action re-renders the page as the store has it now with the error on top (409
+for a conflict: the page was stale) and writes nothing; an accepted one redirects to
+the page (``303``, post/redirect/get) with a notice naming the signal it wrote.
+
+Must not: write to a store except through :mod:`phronomy_fsm.operator`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from phronomy_fsm import operator
+from phronomy_fsm.errors import ApprovalError, PhronomyError, ResolutionError, SignalRefusedError
+
+from . import views
+from .forms import (
+    FormError,
+    parse_approval_form,
+    parse_cancel_form,
+    parse_resolve_form,
+    parse_signal_form,
+)
+from .pages import error_page, render, session_of, show_execution, status_for
+
+if TYPE_CHECKING:
+    from .app import Console
+
+#: What the console's signals record as their sender.
+SENDER = "console"
+
+
+# ------------------------------------------------------------------ actions
+
+
+async def _write_form(console: Console, request: Request) -> tuple[dict[str, Any], Response | None]:
+    """The submitted fields, or a refusal (403) when the console is read-only, the
+    session has not signed in, or the CSRF token does not match."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    session = session_of(request)
+    if console.security.read_only:
+        return fields, error_page(
+            console, request, 403, "this console is read-only (--read-only); nothing was written"
+        )
+    if not console.security.is_valid_csrf(session, fields.get("csrf")):
+        return fields, error_page(
+            console, request, 403, "the form's CSRF token does not match; nothing was written"
+        )
+    if not session.authenticated:
+        return fields, error_page(
+            console,
+            request,
+            403,
+            "writes need the console's token: sign in first; nothing was written",
+        )
+    return fields, None
+
+
+async def _refused(
+    console: Console, request: Request, fields: Mapping[str, Any], kind: str, exc: BaseException
+) -> Response:
+    status = status_for(exc)
+    conflict = status == 409
+    message = str(exc)
+    if conflict:
+        message = f"conflict: {message}. The page below shows the execution as it is now."
+    execution_id = str(fields.get("execution_id", ""))
+    if not execution_id:
+        return error_page(console, request, status, message)
+    return await show_execution(
+        console,
+        request,
+        execution_id,
+        error=message,
+        conflict=conflict,
+        status_code=status,
+        failed={"kind": kind, **{k: v for k, v in fields.items() if k != "csrf"}},
+    )
+
+
+def _done(execution_id: str, seq: int) -> Response:
+    return RedirectResponse(f"{views.execution_href(execution_id)}&sent={seq}", status_code=303)
+
+
+async def signal_action(console: Console, request: Request) -> Response:
+    """``POST /execution/signal``: :func:`phronomy_fsm.operator.signal_execution` with
+    the page's revision (``expected_revision``)."""
+    fields, refused = await _write_form(console, request)
+    if refused is not None:
+        return refused
+    try:
+        form = parse_signal_form(fields)
+        receipt = await run_in_threadpool(
+            lambda: operator.signal_execution(
+                console.stores.writer(),
+                form.execution_id,
+                form.event,
+                form.payload,
+                expected_revision=form.expected_revision,
+                signal_id=form.signal_id,
+                sender=SENDER,
+                clock=console.clock,
+            )
+        )
+    except (FormError, SignalRefusedError, PhronomyError) as exc:
+        return await _refused(console, request, fields, "signal", exc)
+    return _done(form.execution_id, receipt.signal.seq)
+
+
+async def approve_action(console: Console, request: Request) -> Response:
+    """``POST /execution/approve``: :func:`phronomy_fsm.operator.approve_execution`
+    (the request is checked against the stored execution, which must still be at the
+    page's revision) — the decision of an agent execution's approval request."""
+    fields, refused = await _write_form(console, request)
+    if refused is not None:
+        return refused
+    try:
+        form = parse_approval_form(fields)
+        receipt = await run_in_threadpool(
+            lambda: operator.approve_execution(
+                console.stores.writer(),
+                form.execution_id,
+                approval_request_id=form.request_id,
+                approved=form.approved,
+                decisions=form.decisions,
+                by=form.by or SENDER,
+                expected_revision=form.expected_revision,
+                sender=SENDER,
+                clock=console.clock,
+            )
+        )
+    except (FormError, ApprovalError, PhronomyError) as exc:
+        return await _refused(console, request, fields, "approve", exc)
+    return _done(form.execution_id, receipt.signal.seq)
+
+
+async def resolve_action(console: Console, request: Request) -> Response:
+    """``POST /execution/resolve``: :func:`phronomy_fsm.operator.resolve_execution`
+    with the page's revision and subject."""
+    fields, refused = await _write_form(console, request)
+    if refused is not None:
+        return refused
+    try:
+        form = parse_resolve_form(fields)
+        receipt = await run_in_threadpool(
+            lambda: operator.resolve_execution(
+                console.stores.writer(),
+                form.execution_id,
+                expected_revision=form.expected_revision,
+                outcome=form.outcome,
+                result=form.result,
+                error=form.error,
+                subject=form.subject,
+                signal_id=form.signal_id,
+                sender=SENDER,
+                clock=console.clock,
+            )
+        )
+    except (FormError, ResolutionError, PhronomyError) as exc:
+        return await _refused(console, request, fields, "resolve", exc)
+    return _done(form.execution_id, receipt.signal.seq)
+
+
+async def cancel_action(console: Console, request: Request) -> Response:
+    """``POST /execution/cancel``: :func:`phronomy_fsm.operator.cancel_execution` with
+    the page's revision."""
+    fields, refused = await _write_form(console, request)
+    if refused is not None:
+        return refused
+    try:
+        form = parse_cancel_form(fields)
+        receipt = await run_in_threadpool(
+            lambda: operator.cancel_execution(
+                console.stores.writer(),
+                form.execution_id,
+                reason=form.reason,
+                expected_revision=form.expected_revision,
+                signal_id=form.signal_id,
+                sender=SENDER,
+                clock=console.clock,
+            )
+        )
+    except (FormError, PhronomyError) as exc:
+        return await _refused(console, request, fields, "cancel", exc)
+    return _done(form.execution_id, receipt.signal.seq)
+
+
+# ------------------------------------------------------------------ signing in
+
+
+def _next_path(value: object) -> str:
+    """A local path to go to after signing in (``/`` unless ``value`` is one)."""
+    text = value if isinstance(value, str) else ""
+    if not text.startswith("/") or text.startswith("//") or "\\" in text:
+        return "/"
+    return text
+
+
+async def login_page(console: Console, request: Request) -> Response:
+    """``GET /login``: the sign-in form (the write token)."""
+    return render(
+        console,
+        request,
+        "login.html",
+        next_path=_next_path(request.query_params.get("next")),
+        error=None,
+    )
+
+
+async def login_action(console: Console, request: Request) -> Response:
+    """``POST /login``: check the CSRF token and the write token; a new, signed-in
+    session on success (403 and the form again otherwise)."""
+    form = await request.form()
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    session = session_of(request)
+    next_path = _next_path(fields.get("next"))
+    if not console.security.is_valid_csrf(session, fields.get("csrf")):
+        return error_page(console, request, 403, "the form's CSRF token does not match")
+    if console.security.token is None:
+        return error_page(console, request, 403, "this console is read-only: there is no token")
+    if not console.security.is_valid_token(fields.get("token", "")):
+        return render(
+            console,
+            request,
+            "login.html",
+            403,
+            next_path=next_path,
+            error="that is not the console's token",
+        )
+    request.scope["state"]["new_session"] = console.security.new_session(authenticated=True)
+    return RedirectResponse(next_path, status_code=303)
+
+
+async def logout_action(console: Console, request: Request) -> Response:
+    """``POST /logout``: a new, signed-out session (CSRF-checked)."""
+    form = await request.form()
+    if not console.security.is_valid_csrf(session_of(request), form.get("csrf")):  # type: ignore[arg-type]
+        return error_page(console, request, 403, "the form's CSRF token does not match")
+    request.scope["state"]["new_session"] = console.security.new_session()
+    return RedirectResponse("/", status_code=303)
+
+
+__all__ = [
+    "SENDER",
+    "approve_action",
+    "cancel_action",
+    "login_action",
+    "login_page",
+    "logout_action",
+    "resolve_action",
+    "signal_action",
+]
