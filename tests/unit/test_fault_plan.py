@@ -29,6 +29,10 @@ ENVIRONMENT_READERS = {
     # the throwaway test server's "use this server instead" DSN (test support shipped
     # in the package; it starts nothing in production code paths)
     "store/postgres/server.py",
+    # the console's documented write token ($PHRONOMY_CONSOLE_TOKEN), read where the
+    # console is prepared; tests pass their own mapping
+    "console/security.py",
+    "console/server.py",
 }
 
 

@@ -97,6 +97,57 @@ def epoch_ms_to_datetime(epoch_ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=epoch_ms)
 
 
+def _scalar_ok(v: Any, t: type) -> bool:
+    """Whether ``v`` (of type ``t``, not a container) is a JSON scalar."""
+    if t is str:
+        if v.isascii():
+            return True
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if t is int:
+        return _INT_RANGE[0] <= v <= _INT_RANGE[1]
+    if t is float:
+        return math.isfinite(v)
+    return t is bool or v is None
+
+
+def _is_json(v: Any, depth: int) -> bool:
+    """Whether all of ``v`` is JSON data (the rules of :func:`json_path_error`),
+    without building paths: the fast check every commit pays; only a ``False`` pays
+    for the path."""
+    t = type(v)
+    if t is dict:
+        if depth >= MAX_JSON_DEPTH:
+            return False
+        depth += 1
+        for key, item in v.items():
+            if type(key) is not str:
+                return False
+            ti = type(item)
+            if ti is dict or ti is list or ti is tuple:
+                if not _is_json(item, depth):
+                    return False
+            elif not (ti is str and item.isascii()) and not _scalar_ok(item, ti):
+                return False
+        return True
+    if t is list or t is tuple:
+        if depth >= MAX_JSON_DEPTH:
+            return False
+        depth += 1
+        for item in v:
+            ti = type(item)
+            if ti is dict or ti is list or ti is tuple:
+                if not _is_json(item, depth):
+                    return False
+            elif not (ti is str and item.isascii()) and not _scalar_ok(item, ti):
+                return False
+        return True
+    return _scalar_ok(v, t)
+
+
 def json_path_error(value: Any, root: str = "$") -> str | None:
     """Where ``value`` stops being JSON data, or ``None`` when all of it is.
 
@@ -105,6 +156,8 @@ def json_path_error(value: Any, root: str = "$") -> str | None:
     keys, list, tuple, str, int within 64 bits, finite float, bool, None), depth (at
     most :data:`MAX_JSON_DEPTH`) and strings (valid Unicode, no lone surrogates).
     """
+    if _is_json(value, 0):
+        return None
     stack: list[tuple[Any, str, int]] = [(value, root, 0)]
     pop, push = stack.pop, stack.append
     while stack:

@@ -71,7 +71,10 @@ def submit_with_reconciliation(
             "committed" | "not_committed" | "conflict"``.
         commit: a barrier commit of that store (its ``execution.revision`` is the
             revision reported on success).
-        value: handed back as ``BarrierOutcome.value`` when committed.
+        value: handed back as ``BarrierOutcome.value`` when committed; when ``None``
+            the value is the store's :class:`~phronomy_fsm.durable.records.DurableReceipt`
+            (with the seqs of the signals the commit sent), or ``None`` when only a
+            read-back proved the commit.
         name: the barrier's name, for log messages.
 
     Returns:
@@ -87,9 +90,9 @@ def submit_with_reconciliation(
     def subscribe(report: Callable[[BarrierOutcome], None]) -> None:
         delays = iter(BUSY_RETRY_DELAYS)
 
-        def settle(error: BaseException | None) -> None:
+        def settle(error: BaseException | None, receipt: Any = None) -> None:
             if error is None:
-                report(BarrierOutcome(COMMITTED, revision, value))
+                report(BarrierOutcome(COMMITTED, revision, receipt if value is None else value))
             elif is_busy(error) and (delay := next(delays, None)) is not None:
                 log.info("barrier %s: database locked, retrying in %.2f s", label, delay)
                 timer = threading.Timer(delay, submit)
@@ -126,7 +129,11 @@ def submit_with_reconciliation(
             except BaseException as exc:  # noqa: BLE001 - classified like a commit error
                 settle(exc)
                 return
-            future.add_done_callback(lambda f: settle(f.exception()))
+            future.add_done_callback(done)
+
+        def done(future: Any) -> None:
+            error = future.exception()
+            settle(error, None if error is not None else future.result())
 
         submit()
 

@@ -33,8 +33,25 @@ from phronomy_fsm.errors import ContextSerializationError
 _OPTIONS = orjson.OPT_SORT_KEYS
 
 
+def _opaque_json(hint: Any) -> bool:
+    """Whether a field declared as ``hint`` holds JSON data as is: ``Any`` (the
+    contexts' ``JSON`` alias), or a ``list``/``dict[str, ...]`` of such. Its value is
+    handed to the JSON check and the encoder without a copy (the check then rejects
+    what is not JSON data, naming its path)."""
+    if hint is Any:
+        return True
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is list and len(args) == 1:
+        return _opaque_json(args[0])
+    if origin is dict and len(args) == 2:
+        return args[0] is str and _opaque_json(args[1])
+    return False
+
+
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
+    conv.register_unstructure_hook_func(_opaque_json, lambda v: v)
     conv.register_unstructure_hook(
         datetime, lambda v: v.astimezone(UTC).isoformat(timespec="microseconds")
     )

@@ -44,6 +44,7 @@ from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import (
     DurableCommit,
     DurablePoint,
+    DurableReceipt,
     EffectKind,
     EffectRef,
     ErrorInfo,
@@ -728,10 +729,12 @@ class Engine:
         consume_outcome: str = "consumed",
         send_signals: tuple[SignalRecord, ...] = (),
         on_committed: Callable[[], None],
+        on_receipt: Callable[[DurableReceipt | None], None] | None = None,
     ) -> None:
         """Commit an engine barrier (with what the machine's records hook adds); on
-        ``committed`` run ``on_committed`` (loop thread), on anything else recover the
-        execution from the store."""
+        ``committed`` run ``on_committed`` (loop thread) — after ``on_receipt`` with the
+        store's receipt (``None`` when a read-back proved the commit), when given — and
+        on anything else recover the execution from the store."""
         records = (
             self.engine_records(live, barrier, record.state)
             if barrier in ("@wait", "@final", "@cancel")
@@ -763,6 +766,8 @@ class Engine:
                 live.record = record
                 del live.delivered[: len(consume)]
                 self.emit(DurableEventKind.COMMITTED, live, record, barrier=barrier)
+                if on_receipt is not None:
+                    on_receipt(outcome.value)
                 on_committed()
                 return
             log.warning(
@@ -925,12 +930,22 @@ class Engine:
         if record.parent_execution_id is not None and record.notify_event is not None:
             send = (self.child_signal(record),)
 
+        seqs: list[int] = []
+
+        def receipt(got: DurableReceipt | None) -> None:
+            if got is not None and len(got.signal_seqs) == len(send):
+                seqs.extend(got.signal_seqs)
+
         def committed() -> None:
             self.emit(DurableEventKind.FINISHED, live, record, status=record.status.value)
             self.settle(live, record)
-            for signal in send:  # a parent live here hears at once
+            for i, signal in enumerate(send):  # a parent live here hears at once
                 parent = self.live.get(signal.execution_id)
-                if parent is not None:
+                if parent is None:
+                    continue
+                if seqs and seqs[i] > 0:  # the signal as the store wrote it: no read
+                    self.add_signals(parent, [attrs.evolve(signal, seq=seqs[i])])
+                else:  # proved by a read-back (or deduplicated): read the inbox
                     self.rt.refresh_signals(parent)
 
         self.engine_commit(
@@ -940,6 +955,7 @@ class Engine:
             consume=tuple(live.delivered),
             send_signals=send,
             on_committed=committed,
+            on_receipt=receipt if send else None,
         )
 
     def child_signal(self, record: ExecutionRecord) -> SignalRecord:
