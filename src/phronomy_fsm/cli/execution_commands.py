@@ -68,7 +68,10 @@ def executions() -> None:
     "--agent",
     "agent_id",
     default=None,
-    help="Only executions of this agent id (an agent execution's exclusive key is its agent id).",
+    help=(
+        "Only the agent executions of this agent id (an agent execution's exclusive key "
+        "is its agent id); their tool calls are listed by 'executions show ID'."
+    ),
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many rows.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="Skip this many rows first.")

@@ -255,8 +255,9 @@ class Dispatcher(EventLoop):
             DispatchInputError: ``session_id`` is not an ``int`` or ``event`` is not
                 exactly a ``str``; nothing was queued.
         """
-        check_session_id(session_id)
-        check_event(event)
+        if type(session_id) is not int or type(event) is not str:  # checks inlined: hot
+            check_session_id(session_id)
+            check_event(event)
         if session_id in self._admitted:
             if event == _SC:
                 self.stats.dropped_stale += 1
