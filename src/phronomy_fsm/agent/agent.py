@@ -387,7 +387,7 @@ class Agent:
         approvals.check_decision_types(execution_id, approval_request_id, approved, decisions)
         self._observe(execution_id, task)
         try:
-            approvals.send_approval(
+            signal = approvals.send_approval(
                 self.store,
                 execution_id,
                 approval_request_id=approval_request_id,
@@ -399,7 +399,7 @@ class Agent:
         except BaseException as exc:
             self._unobserve(execution_id, task, exc)
             raise
-        self.runtime.durable.notify(execution_id)
+        self.runtime.durable.notify(execution_id, signal)
         return task
 
     def approve(
@@ -451,7 +451,7 @@ class Agent:
         task: Task[AgentResult] = Task(f"{self.agent_id} resolve {execution_id}")
         self._observe(session_id, task)
         try:
-            approvals.send_resolution(
+            signal = approvals.send_resolution(
                 self.store,
                 execution_id,
                 expected_revision=expected_revision,
@@ -463,7 +463,7 @@ class Agent:
         except BaseException as exc:
             self._unobserve(session_id, task, exc)
             raise
-        self.runtime.durable.notify(execution_id)
+        self.runtime.durable.notify(execution_id, signal)
         return task
 
     def resolve(

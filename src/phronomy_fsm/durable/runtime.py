@@ -528,11 +528,15 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
-    def notify(self, execution_id: str) -> None:
+    def notify(self, execution_id: str, signal: SignalRecord | None = None) -> None:
         """Something was written to ``execution_id``'s inbox by other means (an
-        operator function on the store): when this runtime owns it, read its inbox
-        now rather than at the next poll. Any thread."""
+        operator function on the store): when this runtime owns it, take ``signal``
+        (the record the store returned, with its ``seq``) or, without one, read its
+        inbox now rather than at the next poll. Any thread."""
         if self._closed:
+            return
+        if signal is not None and signal.seq > 0:
+            self._wake(signal)
             return
 
         def check() -> None:
