@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -285,7 +286,7 @@ class AgentExecutions:
         if handoffs:
             with self.lock:
                 self._handoffs.setdefault(agent_id, collections.deque()).extend(handoffs)
-            self._side_submit(self._next_handoff, agent_id)
+            self._queue_next_handoff(agent_id)
 
     def start_handoff(self, source_execution_id: str, handoff: dict[str, Any]) -> None:
         """A committed handoff (directory action, loop thread): when the target agent
@@ -299,18 +300,45 @@ class AgentExecutions:
     def agent_idle(self, agent_id: str) -> None:
         """An execution of ``agent_id`` finished (directory action, loop thread)."""
         if self._handoffs.get(agent_id):
-            self._side_submit(self._next_handoff, agent_id)
+            self._queue_next_handoff(agent_id)
 
-    def _next_handoff(self, agent_id: str) -> None:
+    def _queue_next_handoff(self, agent_id: str) -> None:
+        """Start the next queued handoff to ``agent_id`` off the loop; the durable
+        runtime counts it as a start on its way until it has begun or failed, so
+        waiting for the runtime to rest (``recover``, ``close``) waits for it."""
+        release = self.durable.hold()
+        if self._closed:
+            release()
+            return
+        try:
+            future = self._side.submit(self._next_handoff, agent_id, release)
+        except RuntimeError:  # shut down meanwhile
+            release()
+            log.debug("side work dropped: the runtime is closing")
+            return
+        # dropped unrun by close(): nothing is on its way any more
+        future.add_done_callback(lambda f: release() if f.cancelled() else None)
+
+    def _next_handoff(self, agent_id: str, release: Callable[[], None]) -> None:
+        try:
+            self._start_next_handoff(agent_id, release)
+        except BaseException:
+            release()
+            raise
+
+    def _start_next_handoff(self, agent_id: str, release: Callable[[], None]) -> None:
         with self.lock:
             queue = self._handoffs.get(agent_id)
             if not queue:
+                release()
                 return
             handoff = queue[0]
         if self.directory.live(agent_id) is None or self._closed:
+            release()
             return
 
         def done(task: Task[Any]) -> None:
+            release()
             error = task.future.exception()
             if isinstance(error, AgentBusyError):
                 return  # its current execution finishes first; agent_idle comes back
@@ -327,7 +355,7 @@ class AgentExecutions:
                     queue.popleft()
                 more = bool(queue)
             if more:
-                self._side_submit(self._next_handoff, agent_id)
+                self._queue_next_handoff(agent_id)
 
         try:
             self.start(
@@ -337,6 +365,7 @@ class AgentExecutions:
                 timeout_seconds=self.directory.config(agent_id).timeout_seconds,
             ).add_done_callback(done)
         except PhronomyError as exc:
+            release()
             log.warning("agent %s: could not start a handoff: %r", agent_id, exc)
 
     # ------------------------------------------------------------------ listener failures

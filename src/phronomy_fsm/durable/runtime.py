@@ -189,6 +189,8 @@ class DurableRuntime:
             pid_namespace=me.pid_namespace,
         )
         self._closed = False
+        self._holds = 0  # starts on their way here (see hold())
+        self._holds_lock = threading.Lock()
         self._stop = threading.Event()
         self._wake_watcher = threading.Event()
         self._unlisten: Callable[[], None] | None = None
@@ -367,9 +369,11 @@ class DurableRuntime:
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
         task: Task[ExecutionHandle] = Task(f"start {eid}")
+        release = self.hold()  # until the execution is installed on the loop
 
         def started(created: bool) -> None:
             if not created:
+                release()
                 task.complete(ExecutionHandle(self, eid, created=False))
                 return
             if self.faults is not None:
@@ -378,23 +382,31 @@ class DurableRuntime:
             live.ctx = reg.codec.decode(orjson.loads(encoded))
 
             def install() -> None:
-                self.engine.live[eid] = live
-                self.engine.emit(DurableEventKind.STARTED, live, record)
-                self.engine.arm_expiry(live)
-                self.engine.start_session(live)
+                try:
+                    self.engine.live[eid] = live
+                    self.engine.emit(DurableEventKind.STARTED, live, record)
+                    self.engine.arm_expiry(live)
+                    self.engine.start_session(live)
+                finally:
+                    release()
 
             try:
                 self.dispatcher.call_soon(install)
             except PhronomyError as exc:
+                release()
                 task.fail(exc)
                 return
             task.complete(ExecutionHandle(self, eid))
+
+        def failed(error: BaseException) -> None:
+            release()
+            task.fail(error)
 
         def read_back(error: BaseException) -> None:  # off the store's writer thread
             try:
                 created = start_outcome(self.store, commit, error)
             except BaseException as exc:  # noqa: BLE001 - the caller's task says why
-                task.fail(exc)
+                failed(exc)
                 return
             started(created)
 
@@ -405,9 +417,13 @@ class DurableRuntime:
             elif isinstance(error, OutcomeUnknownError | ConflictError):
                 threading.Thread(target=read_back, args=(error,), daemon=True).start()
             else:
-                task.fail(error)
+                failed(error)
 
-        self.store.submit(commit).add_done_callback(committed)
+        try:
+            self.store.submit(commit).add_done_callback(committed)
+        except BaseException:
+            release()
+            raise
         return task
 
     def handle(self, execution_id: str) -> ExecutionHandle:
@@ -849,14 +865,32 @@ class DurableRuntime:
         if self._closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
 
+    def hold(self) -> Callable[[], None]:
+        """Count work on its way to start an execution here — a start being committed,
+        or an application's queued start (an agent's handoff) — so that
+        :meth:`wait_at_rest` and :meth:`close` wait for it. Returns the release
+        function (idempotent; any thread)."""
+        with self._holds_lock:
+            self._holds += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._holds_lock:
+                if not released:
+                    released = True
+                    self._holds -= 1
+
+        return release
+
     def wait_at_rest(self, timeout_seconds: float) -> bool:
         """Wait up to ``timeout_seconds`` until no execution runs a session or waits
-        for a commit here (they all wait, are parked or finished); True when so. Any
-        thread but the loop."""
+        for a commit here (they all wait, are parked or finished) and no start is on
+        its way (:meth:`hold`); True when so. Any thread but the loop."""
         deadline = time.monotonic() + timeout_seconds
         while True:
             try:
-                if self.dispatcher.call(self.engine.at_rest).result(
+                if self._holds == 0 and self.dispatcher.call(self.engine.at_rest).result(
                     max(0.0, deadline - time.monotonic())
                 ):
                     return True

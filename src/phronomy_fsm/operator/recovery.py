@@ -17,6 +17,7 @@ from typing import Any
 from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalKind, SignalRecord
+from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.operator.actions import awaited_events, execution_owner, recovery_request
 from phronomy_fsm.operator.agents import agent_view
 from phronomy_fsm.operator.views import ApprovalView, RecoveredExecution, StoreRecoveryReport
@@ -156,12 +157,19 @@ def recover_store(
     if wait_seconds < 0:
         raise ValueError("wait_seconds must not be negative")
     wake = threading.Event()
+    started_here: list[str] = []  # executions the app started during the run (handoffs)
+
+    def listen(event: DurableEvent) -> None:
+        if event.kind is DurableEventKind.STARTED:
+            started_here.append(event.execution_id)
+        wake.set()
+
     facts = {m.name: MachineFacts(m.table, m.final_status) for m in app.machines}
     runtime = DurableRuntime(
         store,
         machines=app.machines,
         clock=clock,
-        listeners=[lambda _event: wake.set(), *app.listeners],
+        listeners=[listen, *app.listeners],
         name="phronomy-operator",
         faults=faults,
     )
@@ -180,12 +188,15 @@ def recover_store(
             on_progress=on_progress,
             clock=clock,
         )
+        # what the app started meanwhile (a handoff nobody started) rests here too
+        if wait_for is None:
+            runtime.wait_at_rest(max(0.0, started + wait_seconds - time.monotonic()))
         waited = time.monotonic() - started
     finally:
         detach()
         runtime.close(timeout_seconds=min(10.0, max(1.0, wait_seconds)))
     ids = list(claimed) + [eid for eid, _worker in found.owned_elsewhere if eid not in claimed]
-    ids += [eid for eid in watched if eid not in ids]
+    ids += [eid for eid in [*watched, *started_here] if eid not in ids]
     db = store.path if db_path is None else db_path
     entries = []
     for eid in ids:
