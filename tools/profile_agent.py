@@ -12,7 +12,8 @@ main thread has its own. The profiles are merged and printed:
 
 * the share of CPU per area of the code (self time of every function, summed by where it
   lives: store, durable engine, dispatcher/runtime, agent, json/encoding,
-  threading/locks, other);
+  threading/locks, other; a built-in such as ``list.append`` counts in the area of the
+  caller that spent most time in it);
 * the top functions by total (self) time and by cumulative time.
 
 The clock is each thread's CPU time (``time.thread_time``) unless ``--wall``: time a
@@ -79,16 +80,28 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ),
     ),
 )
-OTHER = "other (stdlib, builtins)"
+OTHER = "other (stdlib, libraries)"
 
 
-def area_of(func: tuple[str, int, str]) -> str:
-    """The area of a ``pstats`` function key ``(file, line, name)``."""
+def area_of(func: tuple[str, int, str], raw: dict[Any, Any] | None = None, depth: int = 0) -> str:
+    """The area of a ``pstats`` function key ``(file, line, name)``.
+
+    A built-in (file ``~``) or generated function (no file, or ``<...>``) that no area
+    names — ``list.append``, ``str.encode``, a ``<dictcomp>`` — is put in the area of
+    the caller that spent most time in it (``raw``: ``pstats.Stats.stats``), so that a
+    loop's built-ins count where the loop is.
+    """
     filename, _line, name = func
+    anonymous = filename in ("~", "") or filename.startswith("<")
     where = name if filename == "~" else filename.replace(os.sep, "/")
     for area, needles in AREAS:
         if any(needle in where for needle in needles):
             return area
+    if anonymous and raw is not None and depth < 5 and func in raw:
+        callers = raw[func][4]
+        if callers:
+            caller = max(callers.items(), key=lambda kv: kv[1][2])[0]
+            return area_of(caller, raw, depth + 1)
     return OTHER
 
 
@@ -142,15 +155,16 @@ def summarise(stats: pstats.Stats, top: int) -> dict[str, Any]:
     raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
     total = sum(tt for (_cc, _nc, tt, _ct, _callers) in raw.values()) or 1e-12
     areas: dict[str, float] = {}
+    area = {func: area_of(func, raw) for func in raw}
     for func, (_cc, _nc, tt, _ct, _callers) in raw.items():
-        areas[area_of(func)] = areas.get(area_of(func), 0.0) + tt
+        areas[area[func]] = areas.get(area[func], 0.0) + tt
 
     def rows(key: int) -> list[dict[str, Any]]:
         ordered = sorted(raw.items(), key=lambda kv: kv[1][key], reverse=True)[:top]
         return [
             {
                 "function": label(func),
-                "area": area_of(func),
+                "area": area[func],
                 "calls": nc,
                 "tottime": round(tt, 4),
                 "cumtime": round(ct, 4),
