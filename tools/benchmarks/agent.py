@@ -395,8 +395,6 @@ def run_dbos(directory: str, runs: int, concurrency: int) -> tuple[Measure, dict
 def commit_latency_floor(directory: str, commits: int = 300) -> float:
     """Mean seconds of one FULL commit of the store's own barrier
     statements on a bare sqlite3 connection (no Python layer)."""
-    from pathlib import Path
-
     from benchmarks.store import _Ceiling
 
     ceiling = _Ceiling(Path(directory) / f"ceiling-{time.monotonic_ns()}", 1)
