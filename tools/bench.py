@@ -4,8 +4,9 @@
 Each benchmark lives in ``tools/benchmarks/<name>.py`` and exposes ``add_arguments(parser)``
 (optional) and ``run(args) -> dict``. Peers are measured side by side in the same process
 and run, interleaved where it matters, and results are reported as raw figures plus the
-ratios the targets in ``../shared/design/PERFORMANCE.md`` are stated in. Nothing here is
-a timed assertion: CI never fails on speed.
+ratios the targets in ``docs/performance.md`` are stated in (a subprocess is used where a
+peer cannot share the process: DBOS). Nothing here is a timed assertion: CI never fails
+on speed. ``tools/profile_agent.py`` profiles the agent benchmark's phronomy_fsm side.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def available() -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse ``NAME [--json] [options]``, run that benchmark, print its result."""
     names = available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="name", required=True, metavar="NAME", help=", ".join(names))
