@@ -47,7 +47,7 @@ def _import_transitions() -> Any:
     except ImportError as exc:
         raise MissingDependencyError(
             "the 'transitions' package is needed to build a transitions.Machine; install it with "
-            "pip install 'phronomy-fsm[interop]'",
+            "pip install 'phronomy-fsm[interop]' (from a clone: pip install -e '.[interop]')",
             package="transitions",
             extra="interop",
         ) from exc

@@ -238,6 +238,11 @@ def test_an_at_most_once_tool_in_flight_parks_its_call_for_an_operator(db: Path)
         assert event.subject["type"] == "tool_invocation"
         assert (event.subject["tool_name"], event.subject["arguments"]) == ("act", {"q": "x"})
         assert event.parent_execution_id is not None
+        # the agent's execution waits only for a child that waits for an operator:
+        # nothing moves, so the runtime rests (recover and close do not wait it out)
+        assert runtime.durable.is_live(event.parent_execution_id)
+        assert runtime.durable.wait_at_rest(10)
+        assert runtime.dispatcher.call(runtime.durable.engine.at_rest).result(5)
         result = agent.resolve(
             key,
             expected_revision=event.revision,

@@ -415,6 +415,9 @@ def test_the_console_command_serves_and_refuses_unsafe_settings(populated_sqlite
         assert len(generated) >= 24
         with signed_in(url.group(1).rstrip("/"), generated) as client:
             assert "order-a" in client.get("/").text
+        proc.terminate()  # SIGTERM: a requested stop, exit 0 (docs/console.md)
+        assert proc.wait(timeout=20) == 0
     finally:
-        proc.terminate()
-        proc.wait(timeout=20)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)

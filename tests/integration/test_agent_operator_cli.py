@@ -304,3 +304,39 @@ def test_approve_decides_item_by_item(waiting_demo: tuple[Path, str, str]) -> No
     rejected = "The call to issue_refund was rejected and did not run."
     assert rejected in [m["text"] for m in stored["agent"]["messages"]]
     assert not db.with_name(db.stem + "-refunds.jsonl").exists()  # nothing was refunded
+
+
+def test_a_parked_tool_call_names_its_agent_execution_as_waiting_for_it(
+    waiting_demo: tuple[Path, str, str],
+) -> None:
+    """The agent's execution of a tool call parked for an operator waits for that
+    child (not for ``recover``), and ``recover`` does not wait out its deadline for it:
+    the agent's execution rests as long as its only child waits for an operator."""
+    db, execution, request = waiting_demo
+    assert run("approve", execution, "--request", request, "--db", str(db)).exit_code == 0
+    killed = run_process(
+        "demo", "--db", str(db), "--resume", "--crash-at", "offload:execute_tool:after"
+    )
+    assert killed.returncode == -signal.SIGKILL
+    recovered = run_process("recover", "--db", str(db), "--app", APP, "--wait-seconds", "100")
+    assert recovered.returncode == 3, (recovered.stdout, recovered.stderr)
+    [headline] = [line for line in recovered.stdout.splitlines() if line.startswith("recovered ")]
+    seconds = float(headline.split(" in ")[1].split(" s")[0])
+    assert seconds < 100  # it returned because everything rests, not at its deadline
+
+    listed = json.loads(run("executions", "list", "--db", str(db), "--json").stdout)
+    [tool_call] = [r for r in listed if r["needs_operator"]]
+    assert tool_call["machine"] == "tool_call" and tool_call["waits_for"] == "operator"
+    [parent] = [r for r in listed if r["execution_id"] == execution]
+    assert parent["status"] == "running"
+    assert (parent["waits_for"], parent["parked_children"]) == (
+        "child",
+        [tool_call["execution_id"]],
+    )
+    text = run("executions", "list", "--db", str(db)).stdout.splitlines()
+    assert (
+        f"{execution} waits for its child {tool_call['execution_id']}, which waits for an "
+        f"operator: phronomy-fsm executions show {tool_call['execution_id']} --db {db} "
+        "prints the resolve command(s)"
+    ) in text
+    assert not any("running with no live worker" in line for line in text)

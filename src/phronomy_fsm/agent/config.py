@@ -29,7 +29,7 @@ Listener = Callable[[AgentEvent], None]
 TextFilter = Callable[[str], str]
 
 
-class ListenerErrorPolicy(str, enum.Enum):
+class ListenerErrorPolicy(enum.StrEnum):
     """What a raising event listener does to its execution: ``report`` (log it; the
     execution goes on) or ``fail_task`` (the execution ends ``failed`` with
     StreamCallbackError)."""
@@ -38,7 +38,7 @@ class ListenerErrorPolicy(str, enum.Enum):
     FAIL_TASK = "fail_task"
 
 
-class LLMResend(str, enum.Enum):
+class LLMResend(enum.StrEnum):
     """What recovery does with an LLM call a crash left unanswered
     (``docs/agent.md``, "Re-send policies"): ``ask_operator`` (the default: the
     execution waits in ``recovery_required`` until an operator answers — the call may

@@ -25,7 +25,7 @@ import attrs
 JSON = Any
 
 
-class ToolCallStatus(str, enum.Enum):
+class ToolCallStatus(enum.StrEnum):
     """Where one tool call of the current LLM answer stands.
 
     ``pending`` (not authorized yet), ``invalid`` (unknown tool or bad arguments: the
@@ -54,7 +54,7 @@ SETTLED = frozenset(
 )
 
 
-class Outcome(str, enum.Enum):
+class Outcome(enum.StrEnum):
     """How an agent execution ends (the final state of ``agent_session``)."""
 
     COMPLETED = "completed"

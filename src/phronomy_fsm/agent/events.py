@@ -26,7 +26,7 @@ import attrs
 from phronomy_fsm.agent.types import Usage
 
 
-class EventType(str, enum.Enum):
+class EventType(enum.StrEnum):
     """The type of an :class:`AgentEvent` (its class says the same)."""
 
     TOKEN = "token"
@@ -41,7 +41,7 @@ class EventType(str, enum.Enum):
     CANCELLED = "cancelled"
 
 
-class AgentStatus(str, enum.Enum):
+class AgentStatus(enum.StrEnum):
     """How an agent execution ended, as its caller sees it: ``completed``,
     ``rejected`` (a tool call was rejected; an answer, not an error) and
     ``handed_off`` return an :class:`AgentResult`; ``failed``, ``blocked`` and

@@ -65,7 +65,7 @@ class ToolContext:
         return self.tool_invocation_id
 
 
-class Authorization(str, enum.Enum):
+class Authorization(enum.StrEnum):
     """An approval policy's decision for one tool call (``docs/agent.md``, "Approval")."""
 
     ALLOW = "allow"

@@ -45,6 +45,13 @@ def subject_lines(request: operator.RecoveryRequest) -> list[str]:
     ]
 
 
+#: What ``--app MODULE:FACTORY`` stands for, printed where the CLI suggests it.
+APP_HINT = (
+    "(MODULE:FACTORY: your application's factory, factory(db_path) -> DurableApp; for "
+    "agents an agent_app, e.g. phronomy_fsm.demo:create_app for the demo's store)"
+)
+
+
 def owner_line(owner: operator.WorkerLease | None, db: str, finished: bool) -> str:
     """Who runs the execution, and what moves it when nobody does."""
     if finished:
@@ -52,7 +59,7 @@ def owner_line(owner: operator.WorkerLease | None, db: str, finished: bool) -> s
     if owner is None:
         return (
             "owner: none (never claimed); nothing moves until "
-            f"phronomy-fsm recover --db {db} --app MODULE:FACTORY"
+            f"phronomy-fsm recover --db {db} --app MODULE:FACTORY {APP_HINT}"
         )
     where = "" if owner.host is None else f" (host {owner.host}, pid {owner.pid})"
     if owner.is_live:
@@ -60,7 +67,7 @@ def owner_line(owner: operator.WorkerLease | None, db: str, finished: bool) -> s
     why = "its process is gone" if owner.process_gone else "its lease has ended"
     return (
         f"owner: none live (last worker {owner.worker_id}{where}: {why}); nothing moves until "
-        f"phronomy-fsm recover --db {db} --app MODULE:FACTORY"
+        f"phronomy-fsm recover --db {db} --app MODULE:FACTORY {APP_HINT}"
     )
 
 
@@ -261,6 +268,7 @@ def echo_receipt(
             "  no process runs it now; applied when it is recovered: "
             f"phronomy-fsm recover --db {db} --app MODULE:FACTORY (or pass --app here)"
         )
+        echo(f"  {APP_HINT}")
 
 
 __all__ = [

@@ -75,7 +75,10 @@ def console(
     try:
         from phronomy_fsm import console as web
     except ImportError as exc:
-        fail(f"the console needs its extra: pip install 'phronomy-fsm[console]' ({exc})")
+        fail(
+            "the console needs its extra: pip install 'phronomy-fsm[console]' "
+            f"(from a clone: pip install -e '.[console]'; {exc})"
+        )
     try:
         prepared = web.prepare_console(
             db, host=host, read_only=read_only, token=token, allow_remote=allow_remote

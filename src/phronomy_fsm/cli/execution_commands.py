@@ -23,7 +23,7 @@ from phronomy_fsm.cli._common import (
     format_time,
     open_store,
 )
-from phronomy_fsm.cli._format import echo_detail
+from phronomy_fsm.cli._format import APP_HINT, echo_detail
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import NotFoundError
 
@@ -146,12 +146,20 @@ def list_command(
                 f"{count} {what}: phronomy-fsm executions show ID --db {db} prints the "
                 f"{_ANSWERED_BY[kind]} command(s)"
             )
+    for e in page.executions:
+        if e.waits_for == operator.WAITS_FOR_CHILD:
+            echo(
+                f"{e.execution_id} waits for its child {', '.join(e.parked_children)}, which "
+                f"waits for an operator: phronomy-fsm executions show "
+                f"{e.parked_children[0]} --db {db} prints the resolve command(s)"
+            )
     stalled = sum(1 for e in page.executions if e.waits_for == operator.WAITS_FOR_RECOVER)
     if stalled:
         echo(
             f"{stalled} running with no live worker: phronomy-fsm recover --db {db} --app "
             "MODULE:FACTORY resumes them (and says which need an operator)"
         )
+        echo(APP_HINT)
 
 
 @executions.command("show")

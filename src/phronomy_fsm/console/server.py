@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 import attrs
 from starlette.applications import Starlette
@@ -125,6 +126,16 @@ def serve_console(
     """
     import uvicorn
 
+    class _ConsoleServer(uvicorn.Server):
+        """uvicorn's server, except that a stop asked by SIGINT or SIGTERM ends the
+        command normally (exit 0) instead of being raised again after the shutdown."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
     config = uvicorn.Config(
         prepared.app,
         log_level=log_level,
@@ -133,7 +144,7 @@ def serve_console(
         server_header=False,
         lifespan="on",
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    _ConsoleServer(config).run(sockets=[sock])
 
 
 __all__ = ["DEFAULT_PORT", "PreparedConsole", "bind_socket", "prepare_console", "serve_console"]

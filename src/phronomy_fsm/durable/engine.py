@@ -1319,10 +1319,36 @@ class Engine:
     # ------------------------------------------------------------------ shutdown
 
     def at_rest(self) -> bool:
-        """True when no execution runs a session or waits for a commit."""
-        return self.commits_in_flight == 0 and all(
-            live.session_id is None for live in self.live.values()
-        )
+        """True when nothing moves here: no commit is in flight, and every live
+        execution has no session (it waits durably, is parked or finished) or its
+        session stands in an external state with no work in flight and no signal it
+        could take now — it waits for a signal or for its children, which are live
+        executions of their own (``docs/operations.md``, "Recovering a store: recover")."""
+        if self.commits_in_flight:
+            return False
+        dispatcher = self.rt.dispatcher
+        for live in self.live.values():
+            sid = live.session_id
+            if sid is None:
+                continue
+            if live.signal_in_flight or live.halting is not None or live.committing:
+                return False
+            if dispatcher.in_flight(live.execution_id):
+                return False
+            state = dispatcher.session_state(sid)
+            node = live.reg.binding.nodes.get(state) if state is not None else None
+            if node is None or node.kind in (AUTO, WAIT, FINAL):
+                return False
+            if node.offload is not None or node.barrier is not None:
+                return False  # its work's outcome is on its way
+            handled = live.reg.facts.handled.get(state, frozenset())
+            if any(
+                s.kind in (SignalKind.EVENT, SignalKind.CHILD, SignalKind.CANCEL)
+                and (s.kind is SignalKind.CANCEL or s.event in handled)
+                for s in live.pending
+            ):
+                return False
+        return True
 
     def detach_all(self) -> None:
         """The runtime is closing: fail every waiter with RuntimeClosedError (the

@@ -26,7 +26,7 @@ from phronomy_fsm.durable.codec import make_converter, record_from_json, record_
 JSON = Any
 
 
-class ExecutionStatus(str, enum.Enum):
+class ExecutionStatus(enum.StrEnum):
     """Durable status of an execution (``docs/semantics.md`` "Statuses").
 
     - ``running``: the machine is moving (its last commit was a start, a barrier or a
@@ -54,7 +54,7 @@ FINISHED_STATUSES = frozenset(
 )
 
 
-class DurablePoint(str, enum.Enum):
+class DurablePoint(enum.StrEnum):
     """How recovery resumes an execution from its last commit.
 
     - ``start``: revision 0; enter the initial state as if new;
@@ -70,7 +70,7 @@ class DurablePoint(str, enum.Enum):
     FINAL = "final"
 
 
-class EffectKind(str, enum.Enum):
+class EffectKind(enum.StrEnum):
     """What may happen to an effect whose outcome a crash left unknown
     (``docs/semantics.md`` "Effects")."""
 
@@ -79,7 +79,7 @@ class EffectKind(str, enum.Enum):
     AT_MOST_ONCE = "at_most_once"
 
 
-class ResolutionOutcome(str, enum.Enum):
+class ResolutionOutcome(enum.StrEnum):
     """What an operator says about an effect whose outcome is unknown.
 
     ``succeeded`` (with its result: the effect's completed event gets it),
@@ -94,7 +94,7 @@ class ResolutionOutcome(str, enum.Enum):
     RETRY = "retry"
 
 
-class SignalKind(str, enum.Enum):
+class SignalKind(enum.StrEnum):
     """What a signal asks for: an ``event`` of the machine, an operator ``resolution``,
     a ``cancel``, or a ``child`` execution's completion for its parent."""
 

@@ -137,7 +137,7 @@ class ExecutionResult:
         )
 
 
-class DurableEventKind(str, enum.Enum):
+class DurableEventKind(enum.StrEnum):
     """What a :class:`DurableEvent` reports."""
 
     STARTED = "started"

@@ -14,6 +14,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import attrs
+
 from phronomy_fsm.agent import approvals
 from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
@@ -100,11 +102,19 @@ def list_executions(
     )
     leases = _worker_leases(store, clock)
     expiry = {w.worker_id: expires for w, _hb, expires in store.list_workers()}
+    parked: dict[str, list[str]] = {}  # parent -> its children waiting for an operator
+    for child in store.execution_rows(status=ExecutionStatus.RECOVERY_REQUIRED.value):
+        if child["parent_execution_id"] is not None:
+            parked.setdefault(child["parent_execution_id"], []).append(child["execution_id"])
     summaries = []
     for row in rows:
         owner = row["owner_id"]
         live = owner is not None and leases(owner, expiry.get(owner)).is_live
-        summaries.append(_summary(row, has_live_owner=live))
+        summary = _summary(row, has_live_owner=live)
+        children = parked.get(summary.execution_id)
+        if children:
+            summary = attrs.evolve(summary, parked_children=tuple(children))
+        summaries.append(summary)
     return ExecutionPage(tuple(summaries), dict(counts), total, offset, limit)
 
 

@@ -33,11 +33,13 @@ AGENT_MACHINE = "agent_session"
 TOOL_CALL_MACHINE = "tool_call"
 #: Who an execution waits for (:attr:`ExecutionSummary.waits_for`): an operator's
 #: resolution, a person's approval (agents), a signal (a wait state of any machine), or
-#: a recovery (running with no live worker).
+#: a recovery (running with no live worker), or a child that waits for an operator
+#: (an agent execution whose tool call is parked: answer the child).
 WAITS_FOR_OPERATOR = "operator"
 WAITS_FOR_APPROVAL = "approval"
 WAITS_FOR_SIGNAL = "signal"
 WAITS_FOR_RECOVER = "recover"
+WAITS_FOR_CHILD = "child"
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -107,6 +109,7 @@ class ExecutionSummary:
     owner_id: str | None = None
     deadline_at: datetime | None = None
     has_live_owner: bool = False
+    parked_children: tuple[str, ...] = ()
 
     @property
     def is_agent(self) -> bool:
@@ -118,13 +121,17 @@ class ExecutionSummary:
         """Who must act before it moves: ``operator`` (``recovery_required``: answer
         with ``resolve``), ``approval`` (an agent execution waiting for a person's
         decision: ``approve``), ``signal`` (a wait state of another machine: ``signal``
-        one of the events it awaits, or its timer), ``recover`` (running, but no live
-        worker runs it: nothing moves until ``phronomy-fsm recover`` or the
-        application's runtime claims it), or ``None``."""
+        one of the events it awaits, or its timer), ``child`` (running, but one of its
+        children — :attr:`parked_children`, an agent's tool call — waits for an
+        operator: ``resolve`` the child), ``recover`` (running, but no live worker runs
+        it: nothing moves until ``phronomy-fsm recover`` or the application's runtime
+        claims it), or ``None``."""
         if self.status == ExecutionStatus.RECOVERY_REQUIRED.value:
             return WAITS_FOR_OPERATOR
         if self.status == ExecutionStatus.WAITING.value:
             return WAITS_FOR_APPROVAL if self.is_agent else WAITS_FOR_SIGNAL
+        if self.status == ExecutionStatus.RUNNING.value and self.parked_children:
+            return WAITS_FOR_CHILD
         if self.status == ExecutionStatus.RUNNING.value and not self.has_live_owner:
             return WAITS_FOR_RECOVER
         return None
@@ -145,6 +152,7 @@ class ExecutionSummary:
             "parent_execution_id": self.parent_execution_id,
             "owner_id": self.owner_id,
             "has_live_owner": self.has_live_owner,
+            "parked_children": list(self.parked_children),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
             "deadline_at": _iso(self.deadline_at),
@@ -576,6 +584,7 @@ __all__ = [
     "AGENT_MACHINE",
     "TOOL_CALL_MACHINE",
     "WAITS_FOR_APPROVAL",
+    "WAITS_FOR_CHILD",
     "WAITS_FOR_OPERATOR",
     "WAITS_FOR_RECOVER",
     "WAITS_FOR_SIGNAL",

@@ -17,7 +17,7 @@ import attrs
 from phronomy_fsm.spec.model import UNKNOWN_LOC, SourceLoc
 
 
-class Severity(str, enum.Enum):
+class Severity(enum.StrEnum):
     """``error`` makes a spec invalid; ``warning`` is reported but does not fail
     ``validate`` unless ``--strict`` is given."""
 

@@ -30,7 +30,7 @@ from phronomy_fsm.table import AT_MOST_ONCE, BARRIER_OUTCOMES, IDEMPOTENT, PURE,
 OFFLOAD_OUTCOMES: tuple[str, ...] = ("completed", "failed")
 
 
-class StateKind(str, enum.Enum):
+class StateKind(enum.StrEnum):
     """How a state behaves on entry (``docs/spec-format.md`` "States").
 
     - ``auto``: runs its entry work, then posts ``state_completed`` to itself through
@@ -47,7 +47,7 @@ class StateKind(str, enum.Enum):
     FINAL = "final"
 
 
-class UnhandledPolicy(str, enum.Enum):
+class UnhandledPolicy(enum.StrEnum):
     """What the dispatcher does with an event that arrives in a state declaring no
     transition for it: ``error`` ends the session with ``UndeclaredEventError``;
     ``ignore`` drops it (for notifications that may arrive in any state, like the
@@ -57,7 +57,7 @@ class UnhandledPolicy(str, enum.Enum):
     IGNORE = "ignore"
 
 
-class EffectKind(str, enum.Enum):
+class EffectKind(enum.StrEnum):
     """What an offload's work does to the world, and so what recovery may do with it
     when its outcome was lost (``docs/spec-format.md`` "Effects").
 

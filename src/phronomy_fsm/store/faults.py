@@ -53,7 +53,7 @@ from phronomy_fsm.errors import OutcomeUnknownError, StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
 
 
-class FaultKind(str, enum.Enum):
+class FaultKind(enum.StrEnum):
     """How a selected commit fails (module docstring)."""
 
     FAIL_BEFORE = "fail_before"

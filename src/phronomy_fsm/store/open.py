@@ -37,7 +37,7 @@ def open_store(target: str | os.PathLike[str], **options: Any) -> Any:
 
             raise ConfigurationError(
                 "a PostgreSQL store needs psycopg 3 and psycopg-pool: "
-                "pip install 'phronomy-fsm[postgres]'"
+                "pip install 'phronomy-fsm[postgres]' (from a clone: pip install -e '.[postgres]')"
             ) from exc
         return PostgresStore(os.fspath(target), **options)
     from phronomy_fsm.store.sqlite import SqliteBarrierStore

@@ -164,7 +164,7 @@ class ExecutionTracer:
             from opentelemetry import trace
         except ImportError as exc:
             raise ConfigurationError(
-                "tracing needs OpenTelemetry: pip install 'phronomy-fsm[otel]'"
+                "tracing needs OpenTelemetry: pip install 'phronomy-fsm[otel]' (from a clone: pip install -e '.[otel]')"
             ) from exc
         from phronomy_fsm import __version__
 
