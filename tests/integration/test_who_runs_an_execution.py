@@ -203,7 +203,8 @@ def test_a_killed_workers_tool_call_is_taken_over_and_goes_to_an_operator(
     # nothing moves until someone recovers them, and the listing says so
     table = cli("executions", "list", "--db", str(db)).stdout.splitlines()
     assert [line.split()[-1] for line in table[1:3]] == ["recover", "recover"]
-    assert table[-1].startswith("2 running with no live worker: phronomy-fsm recover --db ")
+    assert table[-2].startswith("2 running with no live worker: phronomy-fsm recover --db ")
+    assert "phronomy_fsm.demo:create_app" in table[-1]  # what MODULE:FACTORY stands for
     recovered = cli("recover", "--db", str(db), "--app", APP)
     assert recovered.returncode == 3, (recovered.stdout, recovered.stderr)
     assert "recovered 2 execution(s)" in recovered.stdout
