@@ -35,7 +35,7 @@ from phronomy_fsm.runtime.faults import FaultPlan
 
 
 def _print_report(report: object, db: str) -> None:
-    from phronomy_fsm.demo import DemoReport
+    from phronomy_fsm.demo import DemoReport, ledger_path
 
     assert isinstance(report, DemoReport)
     detail = report.detail
@@ -53,6 +53,10 @@ def _print_report(report: object, db: str) -> None:
             echo(f"execution {parked.record.execution_id} ({parked.record.machine}):")
             for line in subject_lines(parked.recovery):
                 echo(line)
+        echo(
+            f"the demo's refunds are recorded in {ledger_path(db)}: look for the idempotency "
+            "key there to know whether the refund happened"
+        )
         echo(f"then: phronomy-fsm demo --resume --db {db}")
         sys.exit(EXIT_NEEDS_OPERATOR)
     approval = None if agent is None else agent.approval

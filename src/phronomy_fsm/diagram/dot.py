@@ -419,7 +419,7 @@ def _dot_legend(diagram: Diagram, with_highlight: bool) -> graphviz.Digraph:
         ),
         (
             "wait",
-            ["wait state", "halts durably until approve/resolve"],
+            ["wait state", "halts durably until a signal (an approval) or its timer"],
             dict(KIND_STYLE[StateKind.WAIT]),
         ),
         ("final", ["final state", "the session ends"], dict(KIND_STYLE[StateKind.FINAL])),
