@@ -64,7 +64,9 @@ def test_agents_are_listed_with_who_they_wait_for(agents_populated: str, serve: 
             "operator needed" in rows[tool_call]
             and f"child of {BILLING_EXECUTION}" in rows[tool_call]
         )
-        assert "no live worker" in rows[BILLING_EXECUTION]
+        # its only tool call waits for an operator: it waits for that child
+        assert "child needs operator" in rows[BILLING_EXECUTION]
+        assert tool_call in rows[BILLING_EXECUTION]  # named in the badge's title
         assert "status-completed" in rows[FAQ_EXECUTION]
         mine = client.get("/", params={"agent": "support"}).text
         assert re.findall(r'data-execution="([^"]+)"', mine) == [SUPPORT_EXECUTION]

@@ -340,3 +340,16 @@ def test_a_parked_tool_call_names_its_agent_execution_as_waiting_for_it(
         "prints the resolve command(s)"
     ) in text
     assert not any("running with no live worker" in line for line in text)
+
+
+def test_a_streamed_token_cannot_be_signalled_by_hand(
+    waiting_demo: tuple[Path, str, str],
+) -> None:
+    """``llm_stream_chunk`` is posted by the provider's stream in the running process:
+    a hand-made one is refused and writes nothing."""
+    db, execution, _request = waiting_demo
+    before = snapshot(db)
+    refused = run("signal", execution, "llm_stream_chunk", "--payload", "42", "--db", str(db))
+    assert refused.exit_code == 1
+    assert "'llm_stream_chunk' is not sent by hand" in refused.stderr, refused.stderr
+    assert snapshot(db) == before

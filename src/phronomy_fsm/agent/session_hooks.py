@@ -201,7 +201,16 @@ class AgentSessionHooks(agent_session.Hooks):
         return work
 
     def deliver_token(self, ctx: SessionContext, payload: TokenChunk) -> None:
-        """A streamed token of the current call → a :class:`Token` event."""
+        """A streamed token of the current call → a :class:`Token` event. Only the
+        provider's stream posts them, in process; anything else (a durable signal sent
+        by hand carries JSON, not a :class:`TokenChunk`) is ignored."""
+        if not isinstance(payload, TokenChunk):
+            log.warning(
+                "execution %s: ignored an %s event that is not a streamed token",
+                ctx.execution_id,
+                agent_session.Event.LLM_STREAM_CHUNK.value,
+            )
+            return
         if payload.llm_call_id == ctx.pending_llm_call_id:
             self.directory.emit(
                 ctx.agent_id, Token(ctx.execution_id, payload.content, payload.llm_call_id)

@@ -127,6 +127,7 @@ def list_model(page: ExecutionPage, query: ListQuery) -> dict[str, Any]:
             "parent": visible(e.parent_execution_id) if e.parent_execution_id else "",
             "needs_operator": e.needs_operator,
             "waits_for": e.waits_for or "",
+            "parked_children": [visible(c) for c in e.parked_children],
             "deadline": format_time(e.deadline_at) if e.deadline_at and e.active else "",
         }
         for e in page.executions

@@ -226,6 +226,9 @@ class _Driver:
     def step(self, session: Session, source: str, target: str) -> None:
         self.engine.step(self.live, session, source, target)
 
+    def may_start_effect(self) -> BaseException | None:
+        return self.engine.rt.lease_error(self.live.execution_id)
+
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
         self.engine.emit(
             DurableEventKind.EFFECT_FINISHED,

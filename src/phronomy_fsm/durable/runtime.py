@@ -60,6 +60,7 @@ from phronomy_fsm.durable.types import (
 from phronomy_fsm.errors import (
     ConflictError,
     DurableError,
+    LeaseLostError,
     NotFoundError,
     OutcomeUnknownError,
     PhronomyError,
@@ -197,7 +198,12 @@ class DurableRuntime:
         self._last_seq = 0
         for machine in machines:
             self.register(machine)
+        registered = time.monotonic()
         store.register_worker(self.worker, self.lease_seconds)
+        #: until when (time.monotonic) the lease surely holds and no execution live here
+        #: has been claimed by another worker: measured from before the last renewal
+        #: whose ownership check was applied (see lease_error)
+        self._lease_valid_until = registered + self.lease_seconds
         self._last_seq = store.last_signal_seq()
         add_listener = getattr(store, "add_listener", None)
         if callable(add_listener):  # NotifyingStore: wake the watcher at once
@@ -824,18 +830,25 @@ class DurableRuntime:
         renew_every = self.lease_seconds / 3
         next_renewal = time.monotonic() + renew_every
         while True:
-            self._wake_watcher.wait(self.poll_seconds)  # a store notification ends it early
+            # a store notification ends the wait early; a renewal never waits for a poll
+            pause = min(self.poll_seconds, max(0.0, next_renewal - time.monotonic()))
+            self._wake_watcher.wait(pause)
             self._wake_watcher.clear()
             if self._stop.is_set():
                 return
             if time.monotonic() >= next_renewal:
                 next_renewal = time.monotonic() + renew_every
+                asked_at = time.monotonic()
                 try:
                     if not self.store.renew_lease(self.worker_id, self.lease_seconds):
                         self.store.register_worker(self.worker, self.lease_seconds)
                     self._verify_ownership()
                 except PhronomyError as exc:
                     log.warning("worker %s: lease renewal failed: %r", self.worker_id, exc)
+                else:
+                    # executions claimed by others meanwhile were let go on the loop
+                    # (their queued effects cancelled): effects may start again
+                    self._lease_valid_until = asked_at + self.lease_seconds
             try:
                 signals = self.store.signals_after(self._last_seq)
             except PhronomyError as exc:
@@ -857,13 +870,31 @@ class DurableRuntime:
         if not asked:
             return
         stored = self.store.execution_fences(list(asked))
-        self.dispatcher.call_soon(self.engine.check_ownership, stored, asked)
+        self.dispatcher.call(self.engine.check_ownership, stored, asked).result(5)
 
     # ------------------------------------------------------------------ lifecycle
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
+
+    def lease_error(self, execution_id: str) -> BaseException | None:
+        """Whether a non-pure effect of ``execution_id`` may start now (any thread):
+        ``None`` while this worker's lease surely holds — renewed, and the ownership
+        of its live executions checked, less than a lease ago by this process's
+        monotonic clock — else a :class:`LeaseLostError`: the worker may have been
+        paused or cut off past its lease, another worker may own the execution, so
+        the effect must not start (``docs/scale-out.md``, "Leases and fencing")."""
+        if time.monotonic() < self._lease_valid_until:
+            return None
+        return LeaseLostError(
+            f"execution {execution_id}: the effect did not start: worker {self.worker_id} "
+            "has not renewed its lease (and checked what it owns) for longer than the lease "
+            f"({self.lease_seconds:g} s): it may have been paused or cut off, and another "
+            "worker may own the execution",
+            execution_id=execution_id,
+            owner_id=self.worker_id,
+        )
 
     def hold(self) -> Callable[[], None]:
         """Count work on its way to start an execution here — a start being committed,

@@ -53,6 +53,9 @@ _NOT_SIGNALLED = {
     "(it is checked against the pending request)",
     agent_session.Event.TOOL_FINISHED.value: "a tool call's own execution sends it when it "
     "finishes; answer a tool call that waits for an operator with phronomy-fsm resolve",
+    agent_session.Event.LLM_STREAM_CHUNK.value: "the provider's stream posts it in the "
+    "running process; an LLM call that waits for an operator is answered with "
+    "phronomy-fsm resolve",
 }
 
 

@@ -739,14 +739,19 @@ class Dispatcher(EventLoop):
         post = self._post
         returned = self._offload_returned
         token = None
+        gate = None
         if s.driver is not None:  # a durable execution's work can be told to stop
             token = s.token = CancellationToken()
+            if effect is not None:  # not pure: it starts only while the worker may run it
+                gate = s.driver.may_start_effect
         try:
             op = self.pool.submit(
                 work,
                 OffloadContext(self, authority, effect, token),
                 name=spec.name,
                 on_full="raise",
+                cancellation_token=token,
+                gate=gate,
             )
         except BackpressureError as exc:
             self.stats.backpressure += 1

@@ -177,7 +177,13 @@ class OffloadPool:
         self._clock = clock
         self._name = name
         self._queue: queue.SimpleQueue[
-            tuple[Operation, Callable[..., Any], tuple[Any, ...]] | None
+            tuple[
+                Operation,
+                Callable[..., Any],
+                tuple[Any, ...],
+                Callable[[], BaseException | None] | None,
+            ]
+            | None
         ] = queue.SimpleQueue()
         self._capacity = max_workers + queue_size
         self._outstanding = 0  # queued + running, guarded by _lock
@@ -207,6 +213,7 @@ class OffloadPool:
         full_timeout_seconds: float | None = None,
         timeout_seconds: float | None = None,
         cancellation_token: CancellationToken | None = None,
+        gate: Callable[[], BaseException | None] | None = None,
     ) -> Operation:
         """Queue ``fn(*args)`` to run on a worker; return its :class:`Operation`.
 
@@ -215,7 +222,11 @@ class OffloadPool:
                 queue are full) or ``"wait"`` (block up to ``full_timeout_seconds``,
                 then raise BackpressureError). Loop threads must use ``"raise"``.
             timeout_seconds: settle as ``timed_out`` this long after submission.
-            cancellation_token: cancelling it cancels the operation.
+            cancellation_token: cancelling it cancels the operation (queued: it never
+                runs; running: its late result is discarded).
+            gate: called on the worker thread just before the work would start; an
+                error it returns fails the operation with that error without running
+                the work (a durable effect whose worker may have lost its lease).
 
         Raises:
             BackpressureError: no capacity (see ``on_full``).
@@ -270,7 +281,7 @@ class OffloadPool:
             cancellation_token.on_cancel(
                 lambda error: op.cancel(error.reason, timed_out=error.timed_out)
             )
-        self._queue.put((op, fn, args))
+        self._queue.put((op, fn, args, gate))
         return op
 
     # --- workers ------------------------------------------------------------------
@@ -281,7 +292,16 @@ class OffloadPool:
             item = get()
             if item is None:
                 return
-            op, fn, args = item
+            op, fn, args, gate = item
+            refused = gate() if gate is not None and not op.settled else None
+            if refused is not None:  # the gate says it must not start: it fails unrun
+                op.returned = (None, refused)
+                with self._lock:
+                    self._queued -= 1
+                    self._release_slot()
+                op._mark_physical()
+                op._settle(FAILED, None, refused)
+                continue
             with op._lock:
                 never_ran = op.settled
                 if not never_ran:

@@ -122,6 +122,12 @@ class SessionDriver(Protocol):
         """Called after every transition the session takes."""
         ...
 
+    def may_start_effect(self) -> BaseException | None:
+        """Called on a pool thread just before a non-pure effect's work starts:
+        ``None`` to let it start, or the error to fail it with, unrun (the worker may
+        have lost its lease while the work waited in the queue)."""
+        ...
+
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
         """An effect's work returned (``value``) or raised (``error``), whether or
         not its result is still authoritative (observation only)."""
