@@ -227,7 +227,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._writer: sqlite3.Connection | None = None
         self._wcur: sqlite3.Cursor | None = None
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[tuple[sqlite3.Connection, threading.RLock]] = []
         self._readers_lock = threading.Lock()
         self._closed = False
         self._fault_hook: FaultHook | None = None
@@ -647,11 +647,12 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             self._reset_writer()
         with self._readers_lock:
             readers, self._readers = self._readers, []
-        for conn in readers:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
+        for conn, in_use in readers:
+            with in_use:  # a read in progress on another thread finishes first
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
 
     def __enter__(self) -> Self:
         """Use the store as a context manager; :meth:`close` on exit."""
