@@ -363,12 +363,25 @@ class _Slow(Exception):
     """The fast unstructure function met something it leaves to cattrs."""
 
 
+#: Stored texts of recent UTC datetimes: an execution's ``created_at`` (and a wait's
+#: deadline) is written again at every commit, and a datetime caches its hash, so a
+#: hit costs ~0.03 us against ~0.9 us for ``isoformat``. Bounded: cleared when full.
+_STAMPS: dict[datetime, str] = {}
+_STAMPS_MAX = 1024
+
+
 def _utc_stamp(value: Any) -> str:
     """The stored text of an aware UTC datetime (the common case); anything else
     raises :class:`_Slow` so the checking hook decides."""
     if type(value) is not datetime or value.tzinfo is not UTC:
         raise _Slow
-    return value.isoformat(timespec="microseconds")
+    stamp = _STAMPS.get(value)
+    if stamp is None:
+        stamp = value.isoformat(timespec="microseconds")
+        if len(_STAMPS) >= _STAMPS_MAX:
+            _STAMPS.clear()
+        _STAMPS[value] = stamp
+    return stamp
 
 
 def _fast_data(value: Any) -> Any:
