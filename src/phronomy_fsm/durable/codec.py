@@ -464,9 +464,18 @@ def record_to_json(unstructure: Any, record: Any) -> str:
     Raises:
         SerializationError: a field is not storable (the message names it).
     """
+    return record_to_json_bytes(unstructure, record).decode("utf-8")
+
+
+def record_to_json_bytes(unstructure: Any, record: Any) -> bytes:
+    """Canonical JSON of ``record`` as UTF-8 bytes (see :func:`record_to_json`).
+
+    Raises:
+        SerializationError: a field is not storable (the message names it).
+    """
     try:
         data = unstructure(record)
-        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS).decode("utf-8")
+        return orjson.dumps(data, default=_default, option=_ORJSON_OPTIONS)
     except SerializationError:
         raise
     except (TypeError, ValueError, AttributeError, orjson.JSONEncodeError) as exc:
@@ -506,5 +515,6 @@ __all__ = [
     "make_converter",
     "record_from_json",
     "record_to_json",
+    "record_to_json_bytes",
     "utc_now",
 ]

@@ -26,7 +26,13 @@ from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
-from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, ExecutionRecord, to_json
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurableReceipt,
+    ExecutionRecord,
+    to_json,
+    to_json_bytes,
+)
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
@@ -111,8 +117,9 @@ class PreparedDurable:
     def __init__(self, commit: DurableCommit) -> None:
         self.commit = commit
         ex = commit.execution
-        body = self.body = to_json(ex)
-        self.digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        raw = to_json_bytes(ex)
+        self.body = raw.decode("utf-8")
+        self.digest = hashlib.sha256(raw).hexdigest()
         self.future: Any = None
         if commit.children or commit.send_signals or commit.journal:
             self.children = [(child, to_json(child)) for child in commit.children]

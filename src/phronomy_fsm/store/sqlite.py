@@ -476,7 +476,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             try:
                 if hook is not None:
                     hook("commit", (commit,))
-                self._crash_point(f"barrier:{commit.barrier}:during")
+                if self.faults is not None:
+                    self._crash_point(f"barrier:{commit.barrier}:during")
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
@@ -621,8 +622,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 try:
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
-                    for i in ok:
-                        self._crash_point(f"barrier:{live[i].commit.barrier}:during")
+                    if self.faults is not None:
+                        for i in ok:
+                            self._crash_point(f"barrier:{live[i].commit.barrier}:during")
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
