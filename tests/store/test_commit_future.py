@@ -51,6 +51,8 @@ def test_waiting_times_out_without_settling():
         future.result(timeout=0.01)
     with pytest.raises(TimeoutError):
         future.exception(timeout=0)
+    with pytest.raises(TimeoutError):
+        future.result(timeout=-1)  # as Future: a negative timeout does not wait
     future.set_result(1)
     assert future.result(timeout=0) == 1
 

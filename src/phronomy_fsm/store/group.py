@@ -92,7 +92,13 @@ class CommitFuture(Future[T]):
     def _wait_done(self, timeout: float | None) -> None:
         if self._state in _DONE:
             return
-        if self._settled.acquire(True, -1 if timeout is None else timeout):
+        if timeout is None:
+            acquired = self._settled.acquire()
+        elif timeout > 0:
+            acquired = self._settled.acquire(True, timeout)
+        else:  # as Future: zero or a negative timeout does not wait
+            acquired = self._settled.acquire(False)
+        if acquired:
             self._settled.release()  # let the next waiter through
         elif self._state not in _DONE:
             raise TimeoutError()

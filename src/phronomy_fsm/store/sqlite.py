@@ -74,8 +74,8 @@ _Item = tuple[DurableCommit, "CommitFuture[DurableReceipt]"]
 _SYNCHRONOUS = ("FULL", "NORMAL")
 
 #: Largest ``group_max_batch``: a batch's multi-row UPDATE binds
-#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit, which must
-#: stay under SQLite's default limit of 32,766.
+#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit (one more
+#: on the one-statement path), which must stay under SQLite's default limit of 32,766.
 MAX_GROUP_BATCH = 1000
 
 #: Frames the WAL is grown to before the first FULL commit: SQLite's default
