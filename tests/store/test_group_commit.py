@@ -356,3 +356,21 @@ def test_the_largest_batch_commits_in_one_transaction(store_factory):
     futures = [store.submit(step(ex)) for ex in executions]
     assert {f.result(timeout=120).revision for f in futures} == {1}
     assert store._group.batches == batches + 1
+
+
+def test_a_fault_plan_sees_each_commits_during_point_before_the_one_statement(store_factory):
+    """The crash harness's plans run on the one-statement path too: every commit's
+    ``barrier:<name>:during`` is hit before the statement (a kill there leaves nothing
+    written, as inside the transaction of the other path)."""
+    from phronomy_fsm.runtime.faults import FaultPlan
+
+    reached: list[str] = []
+    store = _full_batch_store(store_factory, 3, faults=FaultPlan(None, trace=reached.append))
+    executions = _executions(store, 3)
+    reached.clear()
+    statements: list[str] = []
+    store._writer.set_trace_callback(statements.append)
+    commits = [step(ex, barrier=f"b{i}") for i, ex in enumerate(executions)]
+    assert _outcomes([store.submit(c) for c in commits]) == [1, 1, 1]
+    assert reached == ["barrier:b0:during", "barrier:b1:during", "barrier:b2:during"]
+    assert _kinds(statements) == ["UPDATE executions"]

@@ -525,9 +525,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
     def _flush_batch(self, batch: list[_Item]) -> None:
         """Commit one group-commit batch and settle every future only after its COMMIT
         returned: as one all-or-nothing statement when every commit only moves its own
-        execution (:meth:`_flush_one_statement`), else (or when that statement was
-        refused) in one transaction, each multi-statement commit in its own
-        savepoint."""
+        execution and no fault hook is installed (:meth:`_flush_one_statement`), else
+        (or when that statement was refused) in one transaction, each multi-statement
+        commit in its own savepoint."""
         live: list[PreparedDurable] = []
         for commit, future in batch:
             if not future.set_running_or_notify_cancel():
@@ -547,12 +547,14 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         if not live:
             return
         hook = self._fault_hook
-        if hook is None and self.faults is None and is_single_run(live):
+        if hook is None and is_single_run(live):
             if self._flush_one_statement(live):
                 return
-            self._flush_transaction(live, None, bulk=False)
+            # refused, nothing written: say which commit failed (their crash points
+            # were hit already)
+            self._flush_transaction(live, None, bulk=False, crash_points=False)
             return
-        self._flush_transaction(live, hook, bulk=True)
+        self._flush_transaction(live, hook, bulk=True, crash_points=True)
 
     def _flush_one_statement(self, live: list[PreparedDurable]) -> bool:
         """Commit ``live`` with :func:`~phronomy_fsm.store._commit.apply_run_autocommit`
@@ -570,6 +572,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 results = [self._copy_failure(failure, exc) for _ in live]
             else:
                 try:
+                    if self.faults is not None:  # a kill here leaves nothing written, as
+                        for p in live:  # inside the transaction of the other path
+                            self._crash_point(f"barrier:{p.commit.barrier}:during")
                     if not apply_run_autocommit(cur, live, now_ms):
                         return False
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
@@ -600,9 +605,12 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             f"group commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
         )
 
-    def _flush_transaction(self, live: list[PreparedDurable], hook: Any, *, bulk: bool) -> None:
+    def _flush_transaction(
+        self, live: list[PreparedDurable], hook: Any, *, bulk: bool, crash_points: bool
+    ) -> None:
         """Commit ``live`` in one ``BEGIN IMMEDIATE`` transaction
-        (:func:`~phronomy_fsm.store._commit.apply_batch`) and settle every future."""
+        (:func:`~phronomy_fsm.store._commit.apply_batch`) and settle every future;
+        ``crash_points``: hit each commit's ``barrier:<name>:during`` before COMMIT."""
         results: list[Any] = [None] * len(live)
         ok: list[int] = []
         with self._write_lock:
@@ -622,7 +630,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 try:
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
-                    if self.faults is not None:
+                    if self.faults is not None and crash_points:
                         for i in ok:
                             self._crash_point(f"barrier:{live[i].commit.barrier}:during")
                     cur.execute("COMMIT")
