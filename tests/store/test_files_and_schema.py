@@ -491,3 +491,30 @@ def test_a_clock_that_stepped_back_does_not_break_the_migrated_chain(tmp_path):
             "SELECT e.revision = b.revision FROM executions e JOIN barriers b"
             " ON b.seq = e.last_barrier_seq WHERE e.execution_id = 'ex-1'"
         ).fetchone() == (1,)
+
+
+def test_close_waits_for_a_read_in_progress_on_another_thread(tmp_path):
+    """close() never closes a reader connection another thread is stepping (that
+    crashed the interpreter): the read finishes with its rows, close() returns, and a
+    later read is a clean StorageError."""
+    store = SqliteBarrierStore(tmp_path / "s.db", wal_prewarm_frames=0)
+    admit(store, "ex-1")
+    inside, release = threading.Event(), threading.Event()
+    rows: list[object] = []
+
+    def reader() -> None:
+        with store._reading("test") as conn:
+            conn.create_function("hold", 0, lambda: (inside.set(), release.wait(30))[1])
+            rows.extend(conn.execute("SELECT hold(), execution_id FROM executions").fetchall())
+
+    read = threading.Thread(target=reader)
+    read.start()
+    assert inside.wait(30)
+    close = threading.Thread(target=store.close)
+    close.start()
+    release.set()
+    read.join(30)
+    close.join(30)
+    assert rows == [(1, "ex-1")] and not close.is_alive()
+    with pytest.raises(StorageError):
+        store.load_record("ex-1")

@@ -14,7 +14,7 @@ from phronomy_fsm.errors import ConflictError, OutcomeUnknownError, StorageError
 from phronomy_fsm.store import FaultInjectingStore, FaultKind
 from phronomy_fsm.table import NOT_COMMITTED
 
-from .helpers import T0, admit, create, finish, journal, signal, step
+from .helpers import T0, admit, create, finish, journal, new_execution, signal, step
 
 
 def _executions(store: Any, count: int) -> list[Any]:
@@ -225,54 +225,98 @@ def _kinds(statements: list[str]) -> list[str]:
     return list(dict.fromkeys(map(kind, statements)))
 
 
-def test_one_statement_commits_share_one_multi_row_update(store_factory):
-    """Commits that only move their execution are applied by one multi-row UPDATE (in
-    a savepoint, replayed one by one if any is refused); a commit with journal entries
-    gets a savepoint of its own."""
-    from phronomy_fsm.store import _commit
-
-    runs: list[tuple[int, bool]] = []
-    original = _commit._apply_run
-
-    def spy(cur: Any, run: list[Any], now_ms: int) -> bool:
-        applied = original(cur, run, now_ms)
-        runs.append((len(run), applied))
-        return applied
-
+def test_a_batch_of_plain_moves_is_one_statement_and_its_own_transaction(store_factory):
+    """Commits that only move their own execution are committed by one multi-row
+    UPDATE run outside any transaction (SQLite commits it by itself: BEGIN, the
+    statement and COMMIT in one call); a batch with a commit of several statements
+    takes the transaction path, that commit in a savepoint of its own and the other
+    commits in one multi-row UPDATE inside a savepoint."""
     store = _full_batch_store(store_factory, 4)
     executions = _executions(store, 4)
     statements: list[str] = []
     store._writer.set_trace_callback(statements.append)
-    try:
-        _commit._apply_run = spy  # type: ignore[assignment]
-        plain = [f.result(timeout=60) for f in [store.submit(step(ex)) for ex in executions]]
-        assert [r.revision for r in plain] == [1] * 4 and runs == [(4, True)]
-        assert _kinds(statements) == [
-            "BEGIN IMMEDIATE",
-            "SAVEPOINT run",
-            "UPDATE executions",
-            "RELEASE run",
-            "COMMIT",
-        ]
-        statements.clear()
-        moved = [store.load_record(ex.execution_id) for ex in executions]
-        commits = [step(moved[0], journal=journal(1)), *(step(ex) for ex in moved[1:])]
-        receipts = [f.result(timeout=60) for f in [store.submit(c) for c in commits]]
-        assert [r.revision for r in receipts] == [2] * 4 and runs[1:] == [(3, True)]
-        assert _kinds(statements) == [
-            "BEGIN IMMEDIATE",
-            "SAVEPOINT barrier",
-            "UPDATE executions",
-            "INSERT INTO execution_journal",
-            "RELEASE barrier",
-            "SAVEPOINT run",
-            "RELEASE run",
-            "COMMIT",
-        ]
-    finally:
-        _commit._apply_run = original  # type: ignore[assignment]
+    plain = [f.result(timeout=60) for f in [store.submit(step(ex)) for ex in executions]]
+    assert [r.revision for r in plain] == [1] * 4
+    assert _kinds(statements) == ["UPDATE executions"]
+    assert not store._writer.in_transaction
+    statements.clear()
+    moved = [store.load_record(ex.execution_id) for ex in executions]
+    commits = [step(moved[0], journal=journal(1)), *(step(ex) for ex in moved[1:])]
+    receipts = [f.result(timeout=60) for f in [store.submit(c) for c in commits]]
+    assert [r.revision for r in receipts] == [2] * 4
+    assert _kinds(statements) == [
+        "BEGIN IMMEDIATE",
+        "SAVEPOINT barrier",
+        "UPDATE executions",
+        "INSERT INTO execution_journal",
+        "RELEASE barrier",
+        "SAVEPOINT run",
+        "RELEASE run",
+        "COMMIT",
+    ]
     assert len(store.journal_entries(moved[0].execution_id)) == 1
     assert all(store.barrier_log(ex.execution_id)[-1].revision == 2 for ex in executions)
+
+
+def test_a_refused_move_writes_nothing_of_the_statement_then_fails_alone(store_factory):
+    """A stale commit or a missing execution makes the one statement write nothing
+    (the refused row aborts it; a missing one matches none); the batch is then applied
+    commit by commit in one transaction, and only the refused commits fail."""
+    store = _full_batch_store(store_factory, 4)
+    a, b, c = _executions(store, 3)
+    store.commit(step(b, state="moved_on"))  # b is now at revision 1
+    statements: list[str] = []
+    store._writer.set_trace_callback(statements.append)
+    ghost = step(new_execution("ghost"))  # never created
+    outcomes = _outcomes([store.submit(x) for x in (step(a), step(b), ghost, step(c))])
+    assert outcomes == [1, "ConflictError", "NotFoundError", 1]
+    assert _kinds(statements) == [
+        "UPDATE executions",  # the one statement, refused whole
+        "BEGIN IMMEDIATE",
+        "SELECT revision,",  # why each refused compare-and-set failed
+        "COMMIT",
+    ]
+    assert "SAVEPOINT run" not in statements
+    assert [len(store.barrier_log(x.execution_id)) for x in (a, b, c)] == [2, 2, 2]
+    assert store.load_record(b.execution_id).state == "moved_on"
+
+
+def test_one_statement_failures_are_typed_for_every_commit_of_it(store_factory, monkeypatch):
+    """On the one-statement path a busy database writes nothing (StorageError,
+    busy); any other failure may have happened after the statement's COMMIT, so every
+    commit of the batch gets OutcomeUnknownError and the writer connection is
+    replaced."""
+    import sqlite3
+
+    from phronomy_fsm.store import sqlite as sqlite_module
+
+    store = _full_batch_store(store_factory, 2, busy_timeout_seconds=0.05)
+    executions = _executions(store, 2)
+    holder = sqlite3.connect(store.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        futures = [store.submit(step(ex)) for ex in executions]
+        for f in futures:
+            with pytest.raises(StorageError) as info:
+                f.result(timeout=60)
+            assert info.value.busy and not isinstance(info.value, OutcomeUnknownError)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert [store.load_record(ex.execution_id).revision for ex in executions] == [0, 0]
+
+    def io_error(*_: Any) -> bool:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(sqlite_module, "apply_run_autocommit", io_error)
+    writer = store._writer
+    commits = [step(ex) for ex in executions]
+    for c, f in zip(commits, [store.submit(c) for c in commits]):
+        with pytest.raises(OutcomeUnknownError) as unknown:
+            f.result(timeout=60)
+        assert unknown.value.intended is c
+        assert store.reconcile(c) == NOT_COMMITTED
+    assert store._writer is not writer
 
 
 def test_fenced_commits_in_one_batch_are_checked_one_by_one(store_factory):
@@ -312,3 +356,21 @@ def test_the_largest_batch_commits_in_one_transaction(store_factory):
     futures = [store.submit(step(ex)) for ex in executions]
     assert {f.result(timeout=120).revision for f in futures} == {1}
     assert store._group.batches == batches + 1
+
+
+def test_a_fault_plan_sees_each_commits_during_point_before_the_one_statement(store_factory):
+    """The crash harness's plans run on the one-statement path too: every commit's
+    ``barrier:<name>:during`` is hit before the statement (a kill there leaves nothing
+    written, as inside the transaction of the other path)."""
+    from phronomy_fsm.runtime.faults import FaultPlan
+
+    reached: list[str] = []
+    store = _full_batch_store(store_factory, 3, faults=FaultPlan(None, trace=reached.append))
+    executions = _executions(store, 3)
+    reached.clear()
+    statements: list[str] = []
+    store._writer.set_trace_callback(statements.append)
+    commits = [step(ex, barrier=f"b{i}") for i, ex in enumerate(executions)]
+    assert _outcomes([store.submit(c) for c in commits]) == [1, 1, 1]
+    assert reached == ["barrier:b0:during", "barrier:b1:during", "barrier:b2:during"]
+    assert _kinds(statements) == ["UPDATE executions"]

@@ -21,7 +21,12 @@ from typing import Any
 
 import attrs
 
-from phronomy_fsm.durable.codec import make_converter, record_from_json, record_to_json
+from phronomy_fsm.durable.codec import (
+    make_converter,
+    record_from_json,
+    record_to_json,
+    record_to_json_bytes,
+)
 
 JSON = Any
 
@@ -405,6 +410,16 @@ def to_json(record: Any) -> str:
     return record_to_json(_UNSTRUCTURE[type(record)], record)
 
 
+def to_json_bytes(record: Any) -> bytes:
+    """Canonical JSON of a durable record as UTF-8 bytes (what :func:`to_json`
+    returns, encoded).
+
+    Raises:
+        SerializationError: a field is not storable (the message names it).
+    """
+    return record_to_json_bytes(_UNSTRUCTURE[type(record)], record)
+
+
 def from_json(cls: type[Any], text: str | bytes) -> Any:
     """Decode canonical JSON text into the record class ``cls``.
 
@@ -442,5 +457,6 @@ __all__ = [
     "WorkerRecord",
     "from_json",
     "to_json",
+    "to_json_bytes",
     "unstructure",
 ]

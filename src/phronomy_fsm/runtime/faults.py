@@ -10,7 +10,9 @@ costs one ``is None`` test.
 Crash points (``docs/operations.md``, "The crash-injection matrix"):
 
 - ``barrier:<name>:before`` — a barrier's commit is built, not yet submitted;
-- ``barrier:<name>:during`` — inside the store transaction, before COMMIT;
+- ``barrier:<name>:during`` — inside the store transaction, before COMMIT (for a
+  group commit the SQLite store applies as one statement that is its own transaction:
+  just before that statement; either way a kill there leaves nothing of it written);
 - ``barrier:<name>:after`` — the commit returned; its outcome is not yet applied;
 - ``offload:<hook>:after`` — offloaded work returned; its result is not yet applied;
 - ``effect:<hook>:before`` — an effect is about to start (its idempotency key known).

@@ -26,7 +26,13 @@ from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
-from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, ExecutionRecord, to_json
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurableReceipt,
+    ExecutionRecord,
+    to_json,
+    to_json_bytes,
+)
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
@@ -55,6 +61,7 @@ UPDATE_EXECUTION = (
 #: Appended to :data:`UPDATE_EXECUTION` for a fenced commit (four ``?``: worker id,
 #: token, worker id, commit time).
 FENCED = f" AND owner_id=? AND fence=? AND {LEASE_OK}"
+UPDATE_EXECUTION_FENCED = UPDATE_EXECUTION + FENCED
 
 INSERT_SIGNAL = (
     "INSERT INTO signals(signal_id, execution_id, kind, event, body, created_epoch_ms)"
@@ -78,8 +85,8 @@ def _insert_journal_sql(rows: int) -> str:
 
 
 class PreparedDurable:
-    """A :class:`DurableCommit` with every body encoded and its parameters built, made
-    on the caller's thread before the write lock is taken.
+    """A :class:`DurableCommit` with every body encoded and its parameters built before
+    the write lock is taken (on the caller's thread for ``commit()`` and ``submit()``).
 
     Attributes:
         commit: the commit.
@@ -87,45 +94,57 @@ class PreparedDurable:
         children / signals: ``(record, canonical JSON)`` of each child and signal sent.
         journal: the ``execution_journal`` rows
             ``(execution_id, revision, position, kind, body)``.
+        is_one_statement: True when the commit is a single UPDATE (nothing but the
+            execution moves): atomic on its own, so a batch needs no savepoint around
+            it, and a run of them shares one multi-row statement.
         future: the group-commit future (``None`` on the direct path).
 
     Raises:
         SerializationError: a record is not storable (the message names the field).
     """
 
-    __slots__ = ("body", "children", "commit", "digest", "future", "journal", "signals")
+    __slots__ = (
+        "body",
+        "children",
+        "commit",
+        "digest",
+        "future",
+        "is_one_statement",
+        "journal",
+        "signals",
+    )
 
     def __init__(self, commit: DurableCommit) -> None:
         self.commit = commit
-        self.body = to_json(commit.execution)
-        self.digest = hashlib.sha256(self.body.encode("utf-8")).hexdigest()
-        self.children = [(child, to_json(child)) for child in commit.children]
-        self.signals = [(s, to_json(s)) for s in commit.send_signals]
         ex = commit.execution
-        self.journal = [
-            (
-                ex.execution_id,
-                ex.revision,
-                i,
-                e.kind,
-                to_json(e.__class__(e.kind, e.data, ex.revision, i)),
-            )
-            for i, e in enumerate(commit.journal)
-        ]
+        raw = to_json_bytes(ex)
+        self.body = raw.decode("utf-8")
+        self.digest = hashlib.sha256(raw).hexdigest()
         self.future: Any = None
+        if commit.children or commit.send_signals or commit.journal:
+            self.children = [(child, to_json(child)) for child in commit.children]
+            self.signals = [(s, to_json(s)) for s in commit.send_signals]
+            self.journal = [
+                (
+                    ex.execution_id,
+                    ex.revision,
+                    i,
+                    e.kind,
+                    to_json(e.__class__(e.kind, e.data, ex.revision, i)),
+                )
+                for i, e in enumerate(commit.journal)
+            ]
+            self.is_one_statement = False
+        else:
+            self.children = self.signals = self.journal = _NONE
+            self.is_one_statement = (
+                commit.expected_revision is not None and not commit.consume_signals
+            )
 
-    @property
-    def is_one_statement(self) -> bool:
-        """True when the commit is a single UPDATE (nothing but the execution moves):
-        atomic on its own, so a batch needs no savepoint around it."""
-        c = self.commit
-        return (
-            c.expected_revision is not None
-            and not c.consume_signals
-            and not self.children
-            and not self.signals
-            and not self.journal
-        )
+
+#: The shared empty list of a commit that adds no child, signal or journal entry
+#: (never mutated).
+_NONE: list[Any] = []
 
 
 def _insert_execution(
@@ -225,7 +244,7 @@ def apply_durable(
             ex.machine,
         ]
         if fence is not None:
-            sql += FENCED
+            sql = UPDATE_EXECUTION_FENCED
             params += [fence.worker_id, fence.token, fence.worker_id, now_ms]
         try:
             cur.execute(sql, params)
@@ -446,12 +465,82 @@ def _apply_run(cur: sqlite3.Cursor, run: list[PreparedDurable], now_ms: int) -> 
     return applied
 
 
+@functools.cache
+def autocommit_update_sql(rows: int) -> str:
+    """One ``UPDATE ... FROM (VALUES ...)`` that applies ``rows`` one-statement commits
+    of distinct executions **all or nothing**, so it can run as its own transaction
+    (SQLite's autocommit: the statement takes the write lock, writes, and commits —
+    with the fsync at ``synchronous=FULL`` — in one call).
+
+    Each row keeps the compare-and-set and fence check of :func:`bulk_update_sql`,
+    but a row that fails it sets ``revision`` to NULL, which the column's NOT NULL
+    constraint refuses: the statement aborts and nothing of it is written. A missing
+    execution cannot fail its row (it has none), so the statement also counts the
+    executions named and updates nothing unless all of them exist. Parameters: the
+    commit time, then per row :func:`bulk_row`, then every row's execution id again.
+    """
+    marks = ",".join("?" * rows)
+    return (
+        "UPDATE executions SET revision=CASE WHEN executions.revision=v.column10"
+        " AND executions.machine=v.column11 AND executions.active=1"
+        " AND (v.column12 IS NULL OR (executions.owner_id=v.column12"
+        " AND executions.fence=v.column13 AND EXISTS (SELECT 1 FROM workers w"
+        " WHERE w.worker_id=v.column12 AND w.lease_expires_epoch_ms >= ?1)))"
+        " THEN v.column2 END,"
+        " status=v.column3, state=v.column4, active=v.column5, body=v.column6,"
+        " updated_epoch_ms=?1, deadline_epoch_ms=v.column7, last_barrier=v.column8,"
+        " last_digest=v.column9"
+        f" FROM (VALUES {_values(BULK_WIDTH, rows)}) AS v"
+        " WHERE executions.execution_id=v.column1"
+        f" AND (SELECT count(*) FROM executions e WHERE e.execution_id IN ({marks})) = {rows}"
+    )
+
+
+def is_single_run(batch: list[PreparedDurable]) -> bool:
+    """True when every commit of ``batch`` is a one-statement commit of its own
+    execution (no two of the same execution): :func:`apply_run_autocommit` can apply
+    the whole batch."""
+    return _run_end(batch, 0) == len(batch)
+
+
+def apply_run_autocommit(cur: sqlite3.Cursor, run: list[PreparedDurable], now_ms: int) -> bool:
+    """Apply ``run`` (see :func:`is_single_run`) as one statement **outside** any
+    transaction: the statement is its own transaction, committed (and at FULL
+    fsynced) before this returns True. False means a commit of the run was refused
+    (a compare-and-set or fence check failed, or an execution does not exist) and
+    **nothing** was written: apply the run in a transaction to say which.
+
+    Raises:
+        sqlite3.Error: any other failure. The statement includes its COMMIT, so
+            except for ``SQLITE_BUSY`` (the write lock was never taken) the caller
+            cannot tell whether it committed.
+    """
+    params: list[Any] = [now_ms]
+    for p in run:
+        params.extend(bulk_row(p))
+    for p in run:
+        params.append(p.commit.execution.execution_id)
+    try:
+        cur.execute(autocommit_update_sql(len(run)), params)
+    except sqlite3.IntegrityError:
+        return False  # a refused row aborted the statement (and its transaction)
+    if cur.rowcount == len(run):
+        return True
+    if cur.rowcount == 0:
+        return False  # an execution named does not exist: nothing matched
+    raise sqlite3.DatabaseError(  # impossible by construction: fail as outcome unknown
+        f"the one-statement batch updated {cur.rowcount} of {len(run)} executions"
+    )
+
+
 def apply_batch(
     cur: sqlite3.Cursor,
     batch: list[PreparedDurable],
     now_ms: int,
     committed_at: datetime,
     hook: Any,
+    *,
+    bulk: bool = True,
 ) -> tuple[list[Any], list[int]]:
     """Apply a group-commit batch, in submission order, inside the open transaction.
 
@@ -464,7 +553,8 @@ def apply_batch(
     commit of several statements inside its own savepoint, so a refused commit fails
     only itself; a one-statement commit is atomic alone. ``hook`` (the store's fault
     seam) is called with ``("write", (commit,))`` before each commit's statements and
-    disables the multi-row path.
+    disables the multi-row path; so does ``bulk=False`` (used after
+    :func:`apply_run_autocommit` was refused: one of the run is known to fail).
 
     Returns:
         ``(results, ok)``: per commit a DurableReceipt or the typed refusal, and the
@@ -478,7 +568,7 @@ def apply_batch(
     i = 0
     count = len(batch)
     while i < count:
-        j = _run_end(batch, i) if hook is None else i
+        j = _run_end(batch, i) if hook is None and bulk else i
         if j - i > 1 and _apply_run(cur, batch[i:j], now_ms):
             for k in range(i, j):
                 ex = batch[k].commit.execution
@@ -511,8 +601,11 @@ __all__ = [
     "PreparedDurable",
     "apply_batch",
     "apply_durable",
+    "apply_run_autocommit",
+    "autocommit_update_sql",
     "bulk_row",
     "bulk_update_sql",
     "classify_insert",
     "classify_update",
+    "is_single_run",
 ]

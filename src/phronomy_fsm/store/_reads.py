@@ -85,7 +85,7 @@ class SqliteReads:
     _uri: str
     _closed: bool
     _local: threading.local
-    _readers: list[sqlite3.Connection]
+    _readers: list[tuple[sqlite3.Connection, threading.RLock]]
     _readers_lock: threading.Lock
 
     def _connect(self, uri: str) -> sqlite3.Connection:  # provided by the store
@@ -94,17 +94,20 @@ class SqliteReads:
     def _commit_time(self) -> tuple[int, datetime]:  # provided by the store
         raise NotImplementedError
 
-    def _reader(self) -> sqlite3.Connection:
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
+    def _reader(self) -> tuple[sqlite3.Connection, threading.RLock]:
+        """This thread's reader connection and the lock held while it is in use
+        (:meth:`close` takes it before closing the connection: closing a connection
+        another thread is stepping crashes the interpreter)."""
+        pair = getattr(self._local, "reader", None)
+        if pair is None:
             if self._closed:
                 raise StorageError(f"the store {self.path} is closed", path=self.path)
             conn = self._connect(self._uri)
             conn.execute("PRAGMA query_only=1")
-            self._local.conn = conn
+            pair = self._local.reader = (conn, threading.RLock())
             with self._readers_lock:
-                self._readers.append(conn)
-        return conn
+                self._readers.append(pair)
+        return pair  # type: ignore[no-any-return]
 
     @contextmanager
     def _reading(self, operation: str, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
@@ -113,14 +116,15 @@ class SqliteReads:
         if self._closed:
             raise StorageError(f"the store {self.path} is closed", path=self.path)
         try:
-            conn = self._reader()
-            if snapshot:
-                conn.execute("BEGIN")
-            try:
-                yield conn
-            finally:
-                if snapshot and conn.in_transaction:
-                    conn.execute("COMMIT")
+            conn, in_use = self._reader()
+            with in_use:
+                if snapshot:
+                    conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    if snapshot and conn.in_transaction:
+                        conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise storage_error(exc, operation=operation, path=self.path) from exc
 

@@ -33,6 +33,12 @@ def is_busy(exc: BaseException) -> bool:
     return "database is locked" in str(exc) or "database table is locked" in str(exc)
 
 
+def nothing_written(exc: BaseException) -> bool:
+    """True when a write statement that failed with ``exc`` cannot have written
+    anything: it never got the write lock (busy), or the database is read-only."""
+    return is_busy(exc) or error_name(exc).startswith("SQLITE_READONLY")
+
+
 def storage_error(exc: BaseException, *, operation: str, path: str) -> StorageError:
     """Build the :class:`StorageError` for a ``sqlite3`` failure during ``operation``.
 

@@ -47,11 +47,17 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store import schema
-from phronomy_fsm.store._commit import PreparedDurable, apply_batch, apply_durable
+from phronomy_fsm.store._commit import (
+    PreparedDurable,
+    apply_batch,
+    apply_durable,
+    apply_run_autocommit,
+    is_single_run,
+)
 from phronomy_fsm.store._reads import SqliteReads
-from phronomy_fsm.store._sqlerrors import storage_error
+from phronomy_fsm.store._sqlerrors import nothing_written, storage_error
 from phronomy_fsm.store._writes import SqliteWrites
-from phronomy_fsm.store.group import GroupCommitWriter
+from phronomy_fsm.store.group import CommitFuture, GroupCommitWriter
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.compact import CompactReport
@@ -63,13 +69,13 @@ if TYPE_CHECKING:
 FaultHook = Callable[[str, tuple[DurableCommit, ...]], None]
 
 #: One queued group commit: the commit and the future its caller waits on.
-_Item = tuple[DurableCommit, "Future[DurableReceipt]"]
+_Item = tuple[DurableCommit, "CommitFuture[DurableReceipt]"]
 
 _SYNCHRONOUS = ("FULL", "NORMAL")
 
 #: Largest ``group_max_batch``: a batch's multi-row UPDATE binds
-#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit, which must
-#: stay under SQLite's default limit of 32,766.
+#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit (one more
+#: on the one-statement path), which must stay under SQLite's default limit of 32,766.
 MAX_GROUP_BATCH = 1000
 
 #: Frames the WAL is grown to before the first FULL commit: SQLite's default
@@ -227,7 +233,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._writer: sqlite3.Connection | None = None
         self._wcur: sqlite3.Cursor | None = None
         self._local = threading.local()
-        self._readers: list[sqlite3.Connection] = []
+        self._readers: list[tuple[sqlite3.Connection, threading.RLock]] = []
         self._readers_lock = threading.Lock()
         self._closed = False
         self._fault_hook: FaultHook | None = None
@@ -470,7 +476,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             try:
                 if hook is not None:
                     hook("commit", (commit,))
-                self._crash_point(f"barrier:{commit.barrier}:during")
+                if self.faults is not None:
+                    self._crash_point(f"barrier:{commit.barrier}:during")
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
@@ -487,19 +494,20 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         """Queue ``commit`` for group commit: the writer thread commits every queued
         commit (up to ``group_max_batch``) in one transaction, each in its own
         savepoint when it has several statements, so a refused commit fails only
-        itself.
+        itself (``docs/store.md``, "Group commit").
 
         Returns:
-            A future set only after the batch's COMMIT returned, with the receipt or
-            the typed error :meth:`commit` would raise (encoding happens on the writer
-            thread: a SerializationError comes back in the future). A failing COMMIT
-            fails every commit of that batch with OutcomeUnknownError.
+            A future (a :class:`~phronomy_fsm.store.group.CommitFuture`) set only
+            after the batch's COMMIT returned, with the receipt or the typed error
+            :meth:`commit` would raise (encoding happens on the writer thread: a
+            SerializationError comes back in the future). A failing COMMIT fails every
+            commit of that batch with OutcomeUnknownError.
 
         Durability: the future resolves only once the batch is durable.
         Concurrency: any thread. Cancelling the future before the writer takes it
         withdraws the commit (never written); afterwards it cannot be cancelled.
         """
-        future: Future[DurableReceipt] = Future()
+        future: CommitFuture[DurableReceipt] = CommitFuture()
         try:
             self._group.put((commit, future))
         except StorageError as exc:
@@ -515,8 +523,11 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             future.set_exception(exc)
 
     def _flush_batch(self, batch: list[_Item]) -> None:
-        """Commit one group-commit batch: one transaction, each multi-statement commit
-        in its own savepoint; settle every future only after COMMIT returned."""
+        """Commit one group-commit batch and settle every future only after its COMMIT
+        returned: as one all-or-nothing statement when every commit only moves its own
+        execution and no fault hook is installed (:meth:`_flush_one_statement`), else
+        (or when that statement was refused) in one transaction, each multi-statement
+        commit in its own savepoint."""
         live: list[PreparedDurable] = []
         for commit, future in batch:
             if not future.set_running_or_notify_cancel():
@@ -536,6 +547,70 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         if not live:
             return
         hook = self._fault_hook
+        if hook is None and is_single_run(live):
+            if self._flush_one_statement(live):
+                return
+            # refused, nothing written: say which commit failed (their crash points
+            # were hit already)
+            self._flush_transaction(live, None, bulk=False, crash_points=False)
+            return
+        self._flush_transaction(live, hook, bulk=True, crash_points=True)
+
+    def _flush_one_statement(self, live: list[PreparedDurable]) -> bool:
+        """Commit ``live`` with :func:`~phronomy_fsm.store._commit.apply_run_autocommit`
+        (BEGIN, the multi-row UPDATE and COMMIT in one SQLite call, so the writer gives
+        up the GIL once per batch instead of at every statement) and settle it.
+        Returns False, having written nothing and settled nothing, when a commit of
+        it was refused."""
+        results: list[Any]
+        with self._write_lock:
+            try:
+                cur = self._writer_cursor()
+                now_ms, committed_at = self._commit_time()
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
+                failure = self._failure(exc, "commit")
+                results = [self._copy_failure(failure, exc) for _ in live]
+            else:
+                try:
+                    if self.faults is not None:  # a kill here leaves nothing written, as
+                        for p in live:  # inside the transaction of the other path
+                            self._crash_point(f"barrier:{p.commit.barrier}:during")
+                    if not apply_run_autocommit(cur, live, now_ms):
+                        return False
+                except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
+                    self._rollback_quietly()
+                    if isinstance(exc, sqlite3.Error) and nothing_written(exc):
+                        failure = self._failure(exc, "commit")
+                        results = [self._copy_failure(failure, exc) for _ in live]
+                    else:  # the statement includes its COMMIT: it may have committed
+                        self._reset_writer()
+                        results = [self._unknown(exc, p.commit, lost=False) for p in live]
+                else:
+                    results = [
+                        DurableReceipt(ex.execution_id, ex.revision, (), committed_at)
+                        for ex in (p.commit.execution for p in live)
+                    ]
+        for p, result in zip(live, results):
+            if isinstance(result, BaseException):
+                p.future.set_exception(result)
+            else:
+                p.future.set_result(result)
+        return True
+
+    def _copy_failure(self, failure: BaseException, exc: BaseException) -> BaseException:
+        """One instance of a batch-wide failure per caller (typed)."""
+        if isinstance(failure, PhronomyError):
+            return copy.copy(failure)
+        return StorageError(
+            f"group commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
+        )
+
+    def _flush_transaction(
+        self, live: list[PreparedDurable], hook: Any, *, bulk: bool, crash_points: bool
+    ) -> None:
+        """Commit ``live`` in one ``BEGIN IMMEDIATE`` transaction
+        (:func:`~phronomy_fsm.store._commit.apply_batch`) and settle every future;
+        ``crash_points``: hit each commit's ``barrier:<name>:during`` before COMMIT."""
         results: list[Any] = [None] * len(live)
         ok: list[int] = []
         with self._write_lock:
@@ -543,26 +618,21 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 cur = self._writer_cursor()
                 cur.execute("BEGIN IMMEDIATE")
                 now_ms, committed_at = self._commit_time()
-                results, ok = apply_batch(cur, live, now_ms, committed_at, hook)
+                results, ok = apply_batch(cur, live, now_ms, committed_at, hook, bulk=bulk)
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
+                failure = self._failure(exc, "commit")
                 for i in range(len(live)):
                     if i in ok or results[i] is None:
-                        failure = self._failure(exc, "commit")
-                        if isinstance(failure, PhronomyError):
-                            results[i] = copy.copy(failure)  # one instance per caller
-                        else:
-                            results[i] = StorageError(
-                                f"group commit failed before COMMIT: {type(exc).__name__}: {exc}",
-                                path=self.path,
-                            )
+                        results[i] = self._copy_failure(failure, exc)
                 ok = []
             if ok:
                 try:
                     if hook is not None:
                         hook("commit", tuple(live[i].commit for i in ok))
-                    for i in ok:
-                        self._crash_point(f"barrier:{live[i].commit.barrier}:during")
+                    if self.faults is not None and crash_points:
+                        for i in ok:
+                            self._crash_point(f"barrier:{live[i].commit.barrier}:during")
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
@@ -647,11 +717,12 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             self._reset_writer()
         with self._readers_lock:
             readers, self._readers = self._readers, []
-        for conn in readers:
-            try:
-                conn.close()
-            except sqlite3.Error:
-                pass
+        for conn, in_use in readers:
+            with in_use:  # a read in progress on another thread finishes first
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
 
     def __enter__(self) -> Self:
         """Use the store as a context manager; :meth:`close` on exit."""
