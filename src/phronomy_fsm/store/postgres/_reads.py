@@ -410,8 +410,10 @@ class PostgresReads:
 
         def run(cur: Any) -> None:
             cur.execute(
+                # the server's clock read once: the lease is exactly lease_seconds long
                 "INSERT INTO workers(worker_id, body, heartbeat_epoch_ms, lease_expires_epoch_ms)"
-                f" VALUES (%s, %s, {NOW_MS}, {NOW_MS} + %s) ON CONFLICT (worker_id) DO UPDATE"
+                f" SELECT %s, %s, now_ms, now_ms + %s FROM (SELECT {NOW_MS} AS now_ms) AS clock"
+                " ON CONFLICT (worker_id) DO UPDATE"
                 " SET body = excluded.body, heartbeat_epoch_ms = excluded.heartbeat_epoch_ms,"
                 " lease_expires_epoch_ms = excluded.lease_expires_epoch_ms",
                 (worker.worker_id, body, ms),
@@ -425,8 +427,9 @@ class PostgresReads:
 
         def run(cur: Any) -> bool:
             cur.execute(
-                f"UPDATE workers SET heartbeat_epoch_ms = {NOW_MS},"
-                f" lease_expires_epoch_ms = {NOW_MS} + %s WHERE worker_id = %s",
+                "UPDATE workers SET heartbeat_epoch_ms = clock.now_ms,"
+                " lease_expires_epoch_ms = clock.now_ms + %s"
+                f" FROM (SELECT {NOW_MS} AS now_ms) AS clock WHERE worker_id = %s",
                 (ms, worker_id),
             )
             return bool(cur.rowcount == 1)
