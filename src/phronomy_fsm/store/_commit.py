@@ -36,11 +36,10 @@ from phronomy_fsm.durable.records import (
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
-    ExecutionFinishedError,
     LeaseLostError,
-    NotFoundError,
     PhronomyError,
 )
+from phronomy_fsm.store.refusals import REFUSAL_COLUMNS, update_refusal
 
 #: The owner's lease is still valid (two ``?``: the worker id, the commit time in ms).
 LEASE_OK = (
@@ -332,52 +331,13 @@ def classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
 
 
 def classify_update(cur: sqlite3.Cursor, commit: DurableCommit, now_ms: int) -> PhronomyError:
-    """Why the compare-and-set matched no row: NotFoundError (no such execution),
-    ConflictError (another machine, another revision), ExecutionFinishedError (it has
-    finished), LeaseLostError (another owner or token, or the lease has passed)."""
-    ex = commit.execution
+    """Why the compare-and-set matched no row (:func:`~phronomy_fsm.store.refusals.update_refusal`
+    of the execution's row read back)."""
     row = cur.execute(
-        "SELECT revision, machine, active, status, owner_id, fence FROM executions"
-        " WHERE execution_id=?",
-        (ex.execution_id,),
+        f"SELECT {REFUSAL_COLUMNS} FROM executions WHERE execution_id=?",
+        (commit.execution.execution_id,),
     ).fetchone()
-    if row is None:
-        return NotFoundError(
-            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
-        )
-    revision, machine, active, status, owner, token = row
-    if machine != ex.machine:
-        return ConflictError(
-            f"execution {ex.execution_id} runs machine {machine}, not {ex.machine}",
-            execution_id=ex.execution_id,
-        )
-    if not active:
-        return ExecutionFinishedError(
-            f"execution {ex.execution_id} has finished ({status}); nothing more is committed",
-            execution_id=ex.execution_id,
-            status=status,
-        )
-    if revision != commit.expected_revision:
-        return ConflictError(
-            f"execution {ex.execution_id} is at revision {revision}, not the expected "
-            f"{commit.expected_revision}; reload it and decide again",
-            execution_id=ex.execution_id,
-            expected_revision=commit.expected_revision,
-            stored_revision=revision,
-        )
-    fence = commit.fence
-    if fence is not None and (owner != fence.worker_id or token != fence.token):
-        return LeaseLostError(
-            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
-            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
-            execution_id=ex.execution_id,
-            owner_id=owner,
-        )
-    return LeaseLostError(
-        f"execution {ex.execution_id}: the lease of worker "
-        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
-        execution_id=ex.execution_id,
-    )
+    return update_refusal(commit, row)
 
 
 def _values(width: int, rows: int) -> str:

@@ -25,12 +25,11 @@ from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, Executio
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
-    ExecutionFinishedError,
     LeaseLostError,
-    NotFoundError,
     PhronomyError,
 )
 from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+from phronomy_fsm.store.refusals import REFUSAL_COLUMNS, update_refusal
 
 _LEASE_OK = (
     "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = %(worker)s"
@@ -272,51 +271,13 @@ def _classify_insert(cur: Any, ex: ExecutionRecord, fenced: bool) -> PhronomyErr
 
 
 def _classify_update(cur: Any, commit: DurableCommit) -> PhronomyError:
-    """Why the compare-and-set matched no row."""
-    ex = commit.execution
+    """Why the compare-and-set matched no row (:func:`~phronomy_fsm.store.refusals.update_refusal`
+    of the execution's row read back)."""
     cur.execute(
-        "SELECT revision, machine, active, status, owner_id, fence FROM executions"
-        " WHERE execution_id = %s",
-        (ex.execution_id,),
+        f"SELECT {REFUSAL_COLUMNS} FROM executions WHERE execution_id = %s",
+        (commit.execution.execution_id,),
     )
-    row = cur.fetchone()
-    if row is None:
-        return NotFoundError(
-            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
-        )
-    revision, machine, active, status, owner, token = row
-    if machine != ex.machine:
-        return ConflictError(
-            f"execution {ex.execution_id} runs machine {machine}, not {ex.machine}",
-            execution_id=ex.execution_id,
-        )
-    if not active:
-        return ExecutionFinishedError(
-            f"execution {ex.execution_id} has finished ({status}); nothing more is committed",
-            execution_id=ex.execution_id,
-            status=status,
-        )
-    if revision != commit.expected_revision:
-        return ConflictError(
-            f"execution {ex.execution_id} is at revision {revision}, not the expected "
-            f"{commit.expected_revision}; reload it and decide again",
-            execution_id=ex.execution_id,
-            expected_revision=commit.expected_revision,
-            stored_revision=revision,
-        )
-    fence = commit.fence
-    if fence is not None and (owner != fence.worker_id or token != fence.token):
-        return LeaseLostError(
-            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
-            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
-            execution_id=ex.execution_id,
-            owner_id=owner,
-        )
-    return LeaseLostError(
-        f"execution {ex.execution_id}: the lease of worker "
-        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
-        execution_id=ex.execution_id,
-    )
+    return update_refusal(commit, cur.fetchone())
 
 
 __all__ = [

@@ -1,0 +1,70 @@
+"""Why a barrier's compare-and-set matched no row, the same for every backend.
+
+Both stores (SQLite and PostgreSQL) read the execution's row back after a fenced UPDATE
+that changed nothing, and turn it into the typed refusal the engine acts on
+(``docs/store.md``, "Error taxonomy — what each means for the caller"). The reading is the backend's; the decision is here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from phronomy_fsm.durable.records import DurableCommit
+from phronomy_fsm.errors import (
+    ConflictError,
+    ExecutionFinishedError,
+    LeaseLostError,
+    NotFoundError,
+    PhronomyError,
+)
+
+#: The columns :func:`update_refusal` reads, in order.
+REFUSAL_COLUMNS = "revision, machine, active, status, owner_id, fence"
+
+
+def update_refusal(commit: DurableCommit, row: tuple[Any, ...] | None) -> PhronomyError:
+    """The refusal of ``commit`` given its execution's stored row (``REFUSAL_COLUMNS``,
+    or ``None`` when there is no such execution): NotFoundError, ConflictError (another
+    machine, another revision), ExecutionFinishedError (it has finished) or
+    LeaseLostError (another owner or token, or the lease has passed)."""
+    ex = commit.execution
+    if row is None:
+        return NotFoundError(
+            f"execution {ex.execution_id} does not exist", execution_id=ex.execution_id
+        )
+    revision, machine, active, status, owner, token = row
+    if machine != ex.machine:
+        return ConflictError(
+            f"execution {ex.execution_id} runs machine {machine}, not {ex.machine}",
+            execution_id=ex.execution_id,
+        )
+    if not active:
+        return ExecutionFinishedError(
+            f"execution {ex.execution_id} has finished ({status}); nothing more is committed",
+            execution_id=ex.execution_id,
+            status=status,
+        )
+    if revision != commit.expected_revision:
+        return ConflictError(
+            f"execution {ex.execution_id} is at revision {revision}, not the expected "
+            f"{commit.expected_revision}; reload it and decide again",
+            execution_id=ex.execution_id,
+            expected_revision=commit.expected_revision,
+            stored_revision=revision,
+        )
+    fence = commit.fence
+    if fence is not None and (owner != fence.worker_id or token != fence.token):
+        return LeaseLostError(
+            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
+            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
+            execution_id=ex.execution_id,
+            owner_id=owner,
+        )
+    return LeaseLostError(
+        f"execution {ex.execution_id}: the lease of worker "
+        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
+        execution_id=ex.execution_id,
+    )
+
+
+__all__ = ["REFUSAL_COLUMNS", "update_refusal"]
