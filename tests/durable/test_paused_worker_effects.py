@@ -92,7 +92,8 @@ def test_a_paused_worker_starts_no_queued_effect_after_its_lease(tmp_path: Path)
 
         def announced() -> bool:
             return all(
-                any(entry.barrier == "charge" for entry in store.barrier_log(eid)) for eid in ("q1", "q2")
+                any(entry.barrier == "charge" for entry in store.barrier_log(eid))
+                for eid in ("q1", "q2")
             )
 
         _wait_for(announced, 30, "both charges to be announced")
