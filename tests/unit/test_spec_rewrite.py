@@ -141,3 +141,45 @@ def test_the_frozen_copy_is_what_it_claims() -> None:
         frozen = _before(machine)
         assert frozen["machine"] == machine and "spec_sha256" not in frozen
         assert {"states", "events", "transitions", "initial"} <= set(frozen)
+
+
+def _shipped(path: Any) -> dict[str, Any]:
+    result = check_spec_file(path)
+    assert result.ok and result.spec is not None, [i.render() for i in result.issues]
+    return _plain(lower(result.spec))  # type: ignore[no-any-return]
+
+
+def test_the_shipped_agent_session_grouped_lowers_to_the_flat_version_2() -> None:
+    # version 3 of fsm_specs/agent_session.yaml only groups the states of version 2
+    # (kept as tests/fixtures/specs/agent_session_v2.yaml) into two compound states, so
+    # that its diagram is drawn in clusters: the machine that runs must not change
+    flat = _shipped(FIXTURES / "agent_session_v2.yaml")
+    grouped = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
+    assert candidates(grouped) == candidates(flat)
+    assert [s["name"] for s in grouped["states"]] == [s["name"] for s in flat["states"]]
+    for key in ("events", "initial", "guards", "actions", "offload_hooks", "barriers"):
+        assert grouped[key] == flat[key], key
+    for before, after in zip(flat["states"], grouped["states"], strict=True):
+        assert {k: v for k, v in after.items() if k != "parent"} == {
+            k: v for k, v in before.items() if k != "parent"
+        }
+    assert {s["name"]: s.get("parent") for s in grouped["states"] if s.get("parent")} == {
+        **dict.fromkeys(
+            ["filtering_input", "preparing", "calling_llm", "evaluating_response"], "llm_turn"
+        ),
+        **dict.fromkeys(
+            [
+                "authorizing_tools",
+                "evaluating_tools",
+                "awaiting_approval",
+                "dispatching_tools",
+                "running_tools",
+                "recording_tool_results",
+                "preparing_llm_call",
+            ],
+            "using_tools",
+        ),
+    }
+    # executions started under version 2 run on unchanged (nothing is renamed)
+    assert flat["version"] == 2 and grouped["version"] == 3
+    assert grouped["migrations"] == [{"from_version": 2, "from_sha256": None, "rename_states": []}]

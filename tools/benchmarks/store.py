@@ -41,7 +41,7 @@ mode in every round; ``ratios`` divide the medians (as the targets are stated);
 mean of the fsync rates measured just before and after it, which is far less sensitive
 to a shared disk whose speed drifts during the run.
 
-Targets (``../shared/design/PERFORMANCE.md``): single_full ≥ 0.9× the
+Targets (``docs/performance.md``, "Targets"): single_full ≥ 0.9× the
 ``sqlite_ceiling`` single_full of the same run, group_full_64/fsync ≥ 5 (where the
 time goes, and the floor of the thread-per-caller driver: ``docs/store.md``,
 "Performance"). Nothing here asserts speed.

@@ -105,7 +105,10 @@ def check_approval(
             execution_id=eid,
             reason="finished",
         )
-    if record.status is not ExecutionStatus.WAITING or record.state != "awaiting_approval":
+    if (
+        record.status is not ExecutionStatus.WAITING
+        or record.state != agent_session.State.AWAITING_APPROVAL
+    ):
         raise ApprovalError(
             f"execution {eid} is not waiting for approval (status {record.status.value}, "
             f"state {record.state})",

@@ -54,12 +54,13 @@ from phronomy_fsm.errors import (
     StreamCallbackError,
 )
 from phronomy_fsm.errors import Cancelled as CancelledError
+from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.runtime.tasks import Task
 
 log = logging.getLogger("phronomy_fsm.agent")
 
-SESSION = "agent_session"
-TOOL_CALL = "tool_call"
+SESSION = agent_session.MACHINE
+TOOL_CALL = tool_call.MACHINE
 
 Sink = Callable[[AgentEvent | None], None]
 
@@ -270,7 +271,7 @@ class AgentDirectory:
 
     def _waiting(self, record: ExecutionRecord) -> None:
         ctx = json_data(record.context)
-        if record.state != "awaiting_approval" or not isinstance(ctx, dict):
+        if record.state != agent_session.State.AWAITING_APPROVAL or not isinstance(ctx, dict):
             return
         approval = ctx.get("approval") or {}
         tools = {t["tool_invocation_id"]: t for t in ctx.get("tools", [])}

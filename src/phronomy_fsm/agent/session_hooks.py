@@ -37,7 +37,7 @@ from phronomy_fsm.agent.ids import handoff_target_execution_id, new_id, tool_inv
 from phronomy_fsm.agent.providers import check_response
 from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_authorization
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
-from phronomy_fsm.durable.records import EffectKind
+from phronomy_fsm.durable.records import EffectKind, ExecutionStatus
 from phronomy_fsm.durable.types import BarrierRecords, ChildStart
 from phronomy_fsm.errors import Cancelled, ConfigurationError, ContentBlockedError, LLMError
 from phronomy_fsm.generated import agent_session, tool_call
@@ -177,7 +177,7 @@ class AgentSessionHooks(agent_session.Hooks):
                 token.raise_if_cancelled()
 
             def on_token(text: str) -> None:
-                octx.emit("llm_stream_chunk", TokenChunk(call_id, text))
+                octx.emit(agent_session.Event.LLM_STREAM_CHUNK.value, TokenChunk(call_id, text))
 
             try:
                 response = provider.complete(
@@ -514,7 +514,7 @@ class AgentSessionHooks(agent_session.Hooks):
         raw = payload.get("context")
         child: dict[str, Any] = raw if isinstance(raw, dict) else {}
         status = payload.get("status")
-        if status == "completed":
+        if status == ExecutionStatus.COMPLETED:
             call.status = ToolCallStatus.COMPLETED
             call.result = child.get("result")
             call.content = child.get("content")

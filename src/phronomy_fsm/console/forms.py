@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import orjson
 
+from phronomy_fsm.durable.records import ResolutionOutcome
 from phronomy_fsm.errors import PhronomyError
 
 #: Executions per page of the list unless the query says otherwise; the most it shows.
@@ -193,8 +194,14 @@ def parse_resolve_form(fields: Mapping[str, Any]) -> ResolveForm:
     read for ``succeeded`` —, ``error`` text — only read for ``failed`` —,
     ``subject``, ``expected_revision``, ``signal_id``). Raises FormError."""
     outcome = _text(fields, "outcome").strip()
-    result = _json(fields, "result", "the result") if outcome == "succeeded" else None
-    error = _text(fields, "error", required=False).strip() if outcome == "failed" else None
+    result = (
+        _json(fields, "result", "the result") if outcome == ResolutionOutcome.SUCCEEDED else None
+    )
+    error = (
+        _text(fields, "error", required=False).strip()
+        if outcome == ResolutionOutcome.FAILED
+        else None
+    )
     return ResolveForm(
         execution_id=_text(fields, "execution_id"),
         outcome=outcome,

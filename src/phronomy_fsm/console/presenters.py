@@ -33,6 +33,7 @@ import orjson
 
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.records import ExecutionStatus
+from phronomy_fsm.generated import agent_session
 from phronomy_fsm.operator import (
     AGENT_MACHINE,
     TOOL_CALL_MACHINE,
@@ -266,7 +267,7 @@ def _pending_decision(detail: ExecutionDetail, request_id: str) -> str | None:
         payload = signal.payload if isinstance(signal.payload, dict) else {}
         if (
             signal.consumed_revision is None
-            and signal.event == "approval_decided"
+            and signal.event == agent_session.Event.APPROVAL_DECIDED
             and payload.get("request_id") == request_id
         ):
             decisions = payload.get("decisions")

@@ -20,7 +20,7 @@ from phronomy_fsm.agent import approvals
 from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
-from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
+from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, ResolutionOutcome
 from phronomy_fsm.errors import ResolutionError
 from phronomy_fsm.operator import agents
 from phronomy_fsm.operator.views import (
@@ -265,9 +265,9 @@ def recovery_request(
     commands = []
     for outcome in info.allowed_outcomes:
         words = [*base, "--outcome", outcome]
-        if outcome == "succeeded":
+        if outcome == ResolutionOutcome.SUCCEEDED:
             words += ["--result", placeholder]
-        elif outcome == "failed":
+        elif outcome == ResolutionOutcome.FAILED:
             words += ["--error", ERROR_PLACEHOLDER]
         commands.append(shlex.join(words))
     return RecoveryRequest(

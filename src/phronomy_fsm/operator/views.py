@@ -26,11 +26,12 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     to_json,
 )
+from phronomy_fsm.generated import agent_session, tool_call
 
 #: The machine of an agent's executions (their exclusive key is the agent id).
-AGENT_MACHINE = "agent_session"
+AGENT_MACHINE = agent_session.MACHINE
 #: The machine of an agent's tool calls (child executions of an ``agent_session``).
-TOOL_CALL_MACHINE = "tool_call"
+TOOL_CALL_MACHINE = tool_call.MACHINE
 #: Who an execution waits for (:attr:`ExecutionSummary.waits_for`): an operator's
 #: resolution, a person's approval (agents), a signal (a wait state of any machine), or
 #: a recovery (running with no live worker), or a child that waits for an operator
