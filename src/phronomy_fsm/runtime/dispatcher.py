@@ -125,6 +125,8 @@ class Dispatcher(EventLoop):
         self._ids = itertools.count(1)
         self._op_ids = itertools.count(1)
         self._observers: list[Callable[[StepRecord], None]] = []
+        #: (machine, hook kind, name) of hooks that returned the wrong type (logged once)
+        self._misreturned: set[tuple[str, str, str | None]] = set()
         self._in_flight: dict[Any, int] = {}
         self._quiescence: dict[Any, list[Callable[[], object]]] = {}
         self._wait_for_sessions = True
@@ -397,7 +399,9 @@ class Dispatcher(EventLoop):
                 action = row.action  # type: ignore[union-attr]
                 if action is not None:
                     try:
-                        action(s.ctx, payload)
+                        value = action(s.ctx, payload)
+                        if value is not None:
+                            self._returned(s, "action", row.action_names[0], value)  # type: ignore[union-attr]
                     except HOOK_ERRORS as exc:
                         self._hook_failed(
                             s, exc, f"the action of transition {row.index} ({row.action_names[0]})"
@@ -483,7 +487,12 @@ class Dispatcher(EventLoop):
                 ctx = s.ctx
                 for row in cand:  # type: ignore[union-attr]
                     guard = row.guard
-                    if guard is None or bool(guard(ctx, payload)) is not row.negated:
+                    if guard is None:
+                        break
+                    value = guard(ctx, payload)
+                    if value.__class__ is not bool:
+                        self._returned(s, "guard", row.guard_name, value)
+                    if bool(value) is not row.negated:
                         break
                 else:
                     self.stats.noops += 1
@@ -501,8 +510,10 @@ class Dispatcher(EventLoop):
         if row.actions:
             ctx = s.ctx
             try:
-                for action in row.actions:
-                    action(ctx, payload)
+                for i, action in enumerate(row.actions):
+                    value = action(ctx, payload)
+                    if value is not None:
+                        self._returned(s, "action", row.action_names[i], value)
             except HOOK_ERRORS as exc:
                 self._hook_failed(
                     s, exc, f"an action of transition {row.index} ({', '.join(row.action_names)})"
@@ -538,6 +549,36 @@ class Dispatcher(EventLoop):
             return
         self._enter(s, target, row, payload)  # type: ignore[arg-type]
 
+    def _returned(self, s: Session, kind: str, name: str | None, value: Any) -> None:
+        """A guard returned something other than a bool (it is still read as its truth
+        value), or an action returned a value (ignored): log it once per hook and
+        machine, naming the hook and the value (docs/runtime.md, "Hooks")."""
+        key = (s.binding.machine, kind, name)
+        if key in self._misreturned:
+            return
+        self._misreturned.add(key)
+        if kind == "guard":
+            log.warning(
+                "%s: machine %r: guard %r returned %s %s, not a bool; its truth value is used "
+                "(return True or False)",
+                self.name,
+                s.binding.machine,
+                name,
+                type(value).__name__,
+                shown(value),
+            )
+        else:
+            log.warning(
+                "%s: machine %r: %s %r returned %s %s, which is ignored (an action changes "
+                "the context and returns None)",
+                self.name,
+                s.binding.machine,
+                kind,
+                name,
+                type(value).__name__,
+                shown(value),
+            )
+
     def _step_limit(self, s: Session) -> None:
         self._end(
             s,
@@ -554,8 +595,10 @@ class Dispatcher(EventLoop):
         if node.entry:
             ctx = s.ctx
             try:
-                for action in node.entry:
-                    action(ctx, payload)
+                for i, action in enumerate(node.entry):
+                    value = action(ctx, payload)
+                    if value is not None:
+                        self._returned(s, "entry action", node.entry_names[i], value)
             except HOOK_ERRORS as exc:
                 self._hook_failed(
                     s,
