@@ -23,6 +23,7 @@ from phronomy_fsm.table import (
     STATE_COMPLETED,
     WAIT,
     BarrierRow,
+    CompoundRow,
     EventRow,
     MachineTable,
     MigrationRow,
@@ -230,6 +231,7 @@ def table_from_json(data: Mapping[str, Any]) -> MachineTable:
             t,
             sources=_strings,
             actions=_strings,
+            declared_on=_strings,
             offload=_opt(OffloadRow),
             barrier=_opt(BarrierRow),
         )
@@ -243,10 +245,12 @@ def table_from_json(data: Mapping[str, Any]) -> MachineTable:
         )
         for m in _iter_rows(data.get("migrations"))
     )
+    compounds = tuple(_build(CompoundRow, c) for c in _iter_rows(data.get("compounds")))
     return _build(
         MachineTable,
         data,
         states=lambda _: states,
+        compounds=lambda _: compounds,
         events=lambda _: events,
         transitions=lambda _: transitions,
         migrations=lambda _: migrations,
