@@ -68,6 +68,7 @@ def test_a_partial_decision_is_refused_and_nothing_runs(
             wait_seconds=10,
         )
     assert second in str(refused.value)
+    assert refused.value.reason == "partial_decisions"
     _unchanged(store, event.execution_id, revision)
     assert log == [] and not task.done()
     # deciding every item works: the named one runs, the rejected one does not

@@ -59,12 +59,23 @@ def test_workers_survive_a_server_restart_mid_run(own_server, tmp_path: Path):
 
 def test_a_commit_whose_response_was_lost_is_reconciled_by_reading_back(own_server):
     dsn = own_server.create_database("lost")
-    with PostgresStore(dsn, reconnect_seconds=60) as store:
+    with PostgresStore(dsn) as store:
         commit(store, create("e1"))
+    with psycopg.connect(own_server.dsn, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody_there'")
+        admin.execute("SELECT pg_reload_conf()")
+
+    def reloaded() -> bool:
+        # the reload reaches the server's processes asynchronously: a store connected
+        # too early could COMMIT without waiting for the standby (a flaky test); new
+        # connections made once the postmaster has the setting all have it
+        with psycopg.connect(dsn, autocommit=True) as probe:
+            row = probe.execute("SHOW synchronous_standby_names").fetchone()
+        return row is not None and row[0] == "nobody_there"
+
+    scale_harness.wait_for(reloaded, 30, "the server to reload its configuration")
+    with PostgresStore(dsn, reconnect_seconds=60) as store:
         intended = step(store.load_record("e1"), "charge")
-        with psycopg.connect(own_server.dsn, autocommit=True) as admin:
-            admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody_there'")
-            admin.execute("SELECT pg_reload_conf()")
         future = store.submit(intended)
         with psycopg.connect(own_server.dsn, autocommit=True) as admin:
             scale_harness.wait_for(

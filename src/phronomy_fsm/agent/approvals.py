@@ -45,7 +45,9 @@ def check_decision_types(
             execution_id=execution_id,
         )
     if not isinstance(approved, bool):
-        raise ApprovalError(f"approved must be True or False, got {approved!r}")
+        raise ApprovalError(
+            f"approved must be True or False, got {approved!r}", reason="bad_arguments"
+        )
     if decisions is None:
         return None
     if not (
@@ -56,6 +58,7 @@ def check_decision_types(
             "decisions must map the tool_invocation_id of every item of the approval "
             f"request to True (run it) or False (reject it), got {decisions!r}",
             execution_id=execution_id,
+            reason="bad_arguments",
         )
     return dict(decisions)
 
@@ -73,7 +76,8 @@ def check_approval(
             not waiting for approval
             (``reason`` ``not_waiting``); the request was already decided
             (``already_decided``); another request is pending (``other_request``); or
-            ``decisions`` leaves an item out or names one not in the request.
+            ``decisions`` leaves an item out or names one not in the request
+            (``partial_decisions``).
     """
     eid = record.execution_id
     if record.machine != agent_session.MACHINE:
@@ -137,6 +141,7 @@ def check_approval(
                 f"exactly once ({'; '.join(problems)}); an item nobody decided is never "
                 "approved",
                 execution_id=eid,
+                reason="partial_decisions",
             )
 
 
