@@ -38,7 +38,7 @@ from phronomy_fsm.errors import PhronomyError
     type=click.IntRange(min=1),
     default=16,
     show_default=True,
-    help="Most executions this worker holds at once (running, waiting or parked).",
+    help="Most executions this worker runs at once (waiting or parked ones do not count).",
 )
 @click.option(
     "--lease-seconds",

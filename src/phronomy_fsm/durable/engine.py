@@ -1321,6 +1321,15 @@ class Engine:
 
     # ------------------------------------------------------------------ shutdown
 
+    def running_count(self) -> int:
+        """How many live executions are running here: with a session or a commit in
+        flight. One that waits durably (a person, a timer) or is parked for an
+        operator holds no thread and is not counted (a worker's capacity,
+        ``docs/scale-out.md``, "Running workers"). Loop thread."""
+        return sum(
+            1 for live in self.live.values() if live.session_id is not None or live.committing
+        )
+
     def at_rest(self) -> bool:
         """True when nothing moves here: no commit is in flight, and every live
         execution has no session (it waits durably, is parked or finished) or its

@@ -5,7 +5,8 @@ A :class:`Worker` wraps a :class:`~phronomy_fsm.durable.runtime.DurableRuntime` 
 lease, heartbeat, inbox and fencing) with a **claim loop**: every ``scan_seconds`` — and
 at once when the store notifies that work appeared (PostgreSQL ``phronomy_work``) or
 when one of its executions finished — it claims runnable executions up to its free
-capacity (``concurrency`` minus the executions it holds) and resumes each by the rules
+capacity (``concurrency`` minus the executions it runs; those waiting for a signal or
+an operator do not count) and resumes each by the rules
 of recovery: a new one enters its initial state, one whose worker died is replayed from
 its last commit, a waiting one waits again, a parked one waits for an operator. Dead
 workers are found two ways: a worker on this host whose process is provably gone is
@@ -44,7 +45,8 @@ class Worker:
         store: an :class:`~phronomy_fsm.durable.ports.ExecutionStore` (any backend;
             PostgreSQL for several hosts).
         app: the :class:`~phronomy_fsm.durable.app.DurableApp` whose machines it runs.
-        concurrency: most executions held at once (running, waiting or parked; ≥ 1).
+        concurrency: most executions running at once (≥ 1); executions waiting durably
+            or parked for an operator stay held without counting.
         lease_seconds: the worker's lease (heartbeat every third of it).
         scan_seconds: how often it looks for runnable executions without being told
             (default: a quarter of the lease).
@@ -125,6 +127,18 @@ class Worker:
             self._wake.set()
 
     @property
+    def running(self) -> int:
+        """How many of the executions it holds are running now — the ones its
+        ``concurrency`` limits: an execution waiting durably (for a person, a timer) or
+        parked for an operator is held but not counted, so waiting work never keeps a
+        worker from claiming new work (counted on the loop thread)."""
+        runtime = self.runtime
+        try:
+            return int(runtime.dispatcher.call(runtime.engine.running_count).result(10))
+        except PhronomyError:
+            return 0
+
+    @property
     def held(self) -> int:
         """How many executions this worker holds now (live in its engine; counted on
         the loop thread, after every install queued so far)."""
@@ -142,7 +156,7 @@ class Worker:
         Raises StorageError."""
         if self.probe_processes:
             self.runtime.retire_dead_workers()
-        free = self.concurrency - self.held
+        free = self.concurrency - self.running
         if free <= 0:
             return []
         claimed = self.runtime.claim(free, accept=self.app.accept)
@@ -176,7 +190,7 @@ class Worker:
                 except PhronomyError as exc:
                     log.warning("worker %s: claim scan failed: %s", self.worker_id, exc)
                     claimed = []
-                if claimed and self.held < self.concurrency:
+                if claimed and self.running < self.concurrency:
                     continue  # there may be more: look again at once
                 self._wake.wait(self.scan_seconds)
                 self._wake.clear()
