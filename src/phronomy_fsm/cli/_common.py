@@ -16,14 +16,11 @@ import unicodedata
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
 
 from phronomy_fsm.errors import PhronomyError
-
-if TYPE_CHECKING:
-    from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
 EXIT_FAILED = 1  #: invalid input, a refused operation or a failed check
 EXIT_NEEDS_OPERATOR = 3  #: an execution waits in recovery_required for an operator
@@ -37,7 +34,7 @@ db_option = click.option(
     "db",
     required=True,
     type=click.Path(readable=False),
-    help="Path of the SQLite store file.",
+    help="The store: a SQLite file path, or a PostgreSQL DSN (postgresql://...).",
 )
 #: ``--app MODULE:FACTORY``: the application factory of ``recover``.
 app_option = click.option(
@@ -188,16 +185,32 @@ def require_store_file(db: str) -> None:
 
 
 @contextmanager
-def open_store(db: str, *, read_only: bool = False) -> Iterator[SqliteBarrierStore]:
-    """Open ``db`` (which must exist) for the block and close it after; a library,
-    OS or value error raised opening it or inside the block exits 1 with its message."""
+def open_store(
+    db: str, *, read_only: bool = False, sqlite_only: str | None = None
+) -> Iterator[Any]:
+    """Open ``db`` — a SQLite file, which must exist, or a PostgreSQL DSN
+    (``postgresql://...``; ``docs/scale-out.md``) — for the block and close it after; a
+    library, OS or value error raised opening it or inside the block exits 1 with its
+    message. ``sqlite_only`` names a command that works on SQLite files only: a DSN is
+    then refused (exit 1) before anything is opened."""
+    from phronomy_fsm.store.open import is_postgres_dsn
+    from phronomy_fsm.store.open import open_store as open_any
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
-    require_store_file(db)
-    try:
-        store = SqliteBarrierStore(db, read_only=read_only)
-    except (PhronomyError, OSError, ValueError) as exc:
-        fail(str(exc))
+    store: Any
+    if is_postgres_dsn(db):
+        if sqlite_only is not None:
+            fail(f"{sqlite_only} works on SQLite store files only, not on a PostgreSQL database")
+        try:
+            store = open_any(db, read_only=read_only)
+        except (PhronomyError, OSError, ValueError) as exc:
+            fail(str(exc))
+    else:
+        require_store_file(db)
+        try:
+            store = SqliteBarrierStore(db, read_only=read_only)
+        except (PhronomyError, OSError, ValueError) as exc:
+            fail(str(exc))
     try:
         yield store
     except (PhronomyError, OSError, ValueError) as exc:

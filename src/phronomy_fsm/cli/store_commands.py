@@ -45,7 +45,7 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
     removed: active executions, finished ones whose parent is active or that have an
     active child, and handoffs not started yet. Then the WAL is checkpointed
     (TRUNCATE). See docs/store.md "Compaction"."""
-    with open_store(db, read_only=False) as store:
+    with open_store(db, read_only=False, sqlite_only="store compact") as store:
         report = store.compact(older_than_days=older_than_days, archive_path=archive)
     if as_json:
         emit_json(report.to_dict())

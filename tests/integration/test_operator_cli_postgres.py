@@ -1,0 +1,61 @@
+"""The operator commands take a PostgreSQL DSN as ``--db`` as well as a SQLite file
+(docs/scale-out.md, "What an operator does"): list, show and signal an execution on the
+server the harness starts; a command made for SQLite files only refuses a DSN with exit
+1 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner
+
+from phronomy_fsm.cli import main
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime
+from phronomy_fsm.store.open import open_store
+from tests.durable.order_app import Order, order_machine
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args))
+
+
+def test_list_show_and_signal_an_execution_on_postgresql(tmp_path: Path, postgres: Any) -> None:
+    dsn = postgres.database("cli")
+    waiting = threading.Event()
+    runtime = DurableRuntime(
+        open_store(dsn),
+        machines=[order_machine(tmp_path / "ledger.jsonl")],
+        listeners=[lambda e: e.kind is DurableEventKind.WAITING and waiting.set()],
+        own_store=True,
+    )
+    try:
+        runtime.start("order_flow", Order("pg-1", 1000), execution_id="pg-1")
+        assert waiting.wait(30)
+    finally:
+        runtime.close(timeout_seconds=5)
+
+    listed = run("executions", "list", "--db", dsn, "--json")
+    assert listed.exit_code == 0, listed.output
+    [row] = json.loads(listed.stdout)
+    assert (row["execution_id"], row["status"], row["state"]) == (
+        "pg-1",
+        "waiting",
+        "awaiting_approval",
+    )
+    shown = run("executions", "show", "pg-1", "--db", dsn, "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["revision"] == row["revision"]
+
+    sent = run("signal", "pg-1", "approve", "--db", dsn, "--payload", '{"by": "ops"}')
+    assert sent.exit_code == 0, sent.output
+    refused = run("store", "compact", "--db", dsn, "--older-than-days", "1")
+    assert refused.exit_code == 1
+    assert "SQLite store files only" in refused.output
+
+    with open_store(dsn) as store:  # what the commands wrote, read back
+        [signal] = store.list_signals("pg-1")
+        assert (signal.event, signal.payload, signal.sender) == ("approve", {"by": "ops"}, "cli")
+        assert store.load_record("pg-1").revision == row["revision"]
