@@ -302,6 +302,13 @@ class Dispatcher(EventLoop):
 
     # ---- loop-thread queries -------------------------------------------------
 
+    def session_serial(self, session_id: int) -> int | None:
+        """The entry serial of a live session (it rises each time the session enters a
+        state), or None when it is not live. Any thread: a best-effort read without the
+        loop's ordering (``WorkContext.is_stale`` uses it as a hint)."""
+        s = self._sessions.get(session_id)
+        return None if s is None else s.serial
+
     def session_state(self, session_id: int) -> str | None:
         """The current state of a live session, or None. Loop thread only."""
         self._assert_loop()

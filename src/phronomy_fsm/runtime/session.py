@@ -235,5 +235,5 @@ class OffloadContext:
     def is_stale(self) -> bool:
         """A best-effort hint: the session has left the state this work was started
         in (read without the loop's ordering guarantees)."""
-        s = self._dispatcher._sessions.get(self.authority.session_id)
-        return s is None or s.serial != self.authority.entry_serial
+        serial = self._dispatcher.session_serial(self.authority.session_id)
+        return serial is None or serial != self.authority.entry_serial

@@ -5,7 +5,7 @@ execution's inbox (checked against the execution in the same transaction), closi
 signals without applying them, workers and their leases, claims of executions (the
 fencing token rises by one), and the registries of agent ids and compiled machines.
 Each is one ``BEGIN IMMEDIATE`` transaction through the store's
-``_write_transaction`` (a failing COMMIT is reported as StorageError: every one of
+``maintenance_transaction`` (a failing COMMIT is reported as StorageError: every one of
 these writes is idempotent or re-checked, so a retry is safe). Mixed into
 :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`. Semantics:
 ``docs/semantics.md`` ("Signals", "Leases and fencing"); schema: ``docs/store.md``.
@@ -28,7 +28,7 @@ class SqliteWrites:
 
     path: str
 
-    def _write_transaction(self, operation: str) -> Any:  # provided by the store
+    def maintenance_transaction(self, operation: str) -> Any:  # provided by the store
         raise NotImplementedError
 
     def _commit_time(self) -> tuple[int, datetime]:  # provided by the store
@@ -50,7 +50,7 @@ class SqliteWrites:
         """
         body = to_json(signal)
         now_ms, _ = self._commit_time()
-        with self._write_transaction("send_signal") as cur:
+        with self.maintenance_transaction("send_signal") as cur:
             existing = cur.execute(
                 f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
             ).fetchone()
@@ -101,7 +101,7 @@ class SqliteWrites:
         if not seqs:
             return 0
         marks = ",".join("?" * len(seqs))
-        with self._write_transaction("close_signals") as cur:
+        with self.maintenance_transaction("close_signals") as cur:
             cur.execute(
                 f"UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
                 f" WHERE execution_id = ?), outcome = ? WHERE execution_id = ?"
@@ -117,7 +117,7 @@ class SqliteWrites:
         ``lease_seconds`` from now on the store's clock (the database's time is the
         one every worker's lease is measured against)."""
         now_ms, _ = self._commit_time()
-        with self._write_transaction("register_worker") as cur:
+        with self.maintenance_transaction("register_worker") as cur:
             cur.execute(
                 "INSERT INTO workers(worker_id, body, heartbeat_epoch_ms, lease_expires_epoch_ms)"
                 " VALUES (?,?,?,?) ON CONFLICT(worker_id) DO UPDATE SET body=excluded.body,"
@@ -131,7 +131,7 @@ class SqliteWrites:
         clock). Returns False when the worker row is gone (retired, or removed by an
         operator): the worker must register again."""
         now_ms, _ = self._commit_time()
-        with self._write_transaction("renew_lease") as cur:
+        with self.maintenance_transaction("renew_lease") as cur:
             cur.execute(
                 "UPDATE workers SET heartbeat_epoch_ms=?, lease_expires_epoch_ms=? WHERE worker_id=?",
                 (now_ms, now_ms + int(lease_seconds * 1000), worker_id),
@@ -140,7 +140,7 @@ class SqliteWrites:
 
     def retire_worker(self, worker_id: str) -> None:
         """End a worker's lease at once (its executions become claimable)."""
-        with self._write_transaction("retire_worker") as cur:
+        with self.maintenance_transaction("retire_worker") as cur:
             cur.execute(
                 "UPDATE workers SET lease_expires_epoch_ms=0 WHERE worker_id=?", (worker_id,)
             )
@@ -151,7 +151,7 @@ class SqliteWrites:
         Returns the new token, or ``None`` when a live worker owns it, it is not
         active, or ``worker_id``'s own lease is not valid."""
         now_ms, _ = self._commit_time()
-        with self._write_transaction("claim_execution") as cur:
+        with self.maintenance_transaction("claim_execution") as cur:
             row = cur.execute(
                 "UPDATE executions SET owner_id=?, fence=fence+1 WHERE execution_id=? AND active=1"
                 " AND (owner_id IS NULL OR owner_id=? OR NOT EXISTS (SELECT 1 FROM workers o"
@@ -173,7 +173,7 @@ class SqliteWrites:
         now_ms, _ = self._commit_time()
         marks = ",".join("?" * len(machines))
         claimed: list[tuple[str, str, int]] = []
-        with self._write_transaction("claim_executions") as cur:
+        with self.maintenance_transaction("claim_executions") as cur:
             rows = cur.execute(
                 f"SELECT execution_id, machine FROM executions e WHERE active=1"
                 f" AND machine IN ({marks}) AND (owner_id IS NULL OR NOT EXISTS (SELECT 1"
@@ -196,7 +196,7 @@ class SqliteWrites:
         """Record agent ``agent_id``; False when it exists already (nothing written).
         Raises StorageError."""
         now_ms, _ = self._commit_time()
-        with self._write_transaction("register_agent") as cur:
+        with self.maintenance_transaction("register_agent") as cur:
             row = cur.execute(
                 "INSERT INTO agents(agent_id, created_epoch_ms, body) VALUES (?, ?, '{}')"
                 " ON CONFLICT(agent_id) DO NOTHING RETURNING agent_id",
@@ -206,7 +206,7 @@ class SqliteWrites:
 
     def register_machine(self, record: MachineRecord) -> None:
         """Keep a machine's compiled table (once per spec sha256; idempotent)."""
-        with self._write_transaction("register_machine") as cur:
+        with self.maintenance_transaction("register_machine") as cur:
             cur.execute(
                 "INSERT INTO machines(machine, spec_sha256, body, registered_epoch_ms)"
                 " VALUES (?,?,?,?) ON CONFLICT DO NOTHING",

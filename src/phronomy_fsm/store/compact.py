@@ -215,7 +215,7 @@ def compact_store(
     cutoff = now - timedelta(days=older_than_days)
     cutoff_ms = datetime_to_epoch_ms(cutoff)
     kept = (_PARENT_ACTIVE, _CHILD_ACTIVE, _PENDING_HANDOFF)
-    with store._reading("compact", snapshot=True) as conn:
+    with store.snapshot("compact") as conn:
         candidates = conn.execute(
             f"SELECT execution_id, revision FROM executions e WHERE {_OLD_AND_FINISHED}"
             + "".join(f" AND NOT ({condition})" for condition in kept)
@@ -232,7 +232,7 @@ def compact_store(
             chunk = candidates[start : start + CHUNK]
             if archive is not None:
                 archived += _archive_chunk(store, archive, [eid for eid, _ in chunk])
-            with store._write_transaction("compact") as cur:
+            with store.maintenance_transaction("compact") as cur:
                 for eid, revision in chunk:
                     seqs = cur.execute(f"{BARRIER_CHAIN} SELECT seq FROM chain", (eid,)).fetchall()
                     cur.execute(
@@ -283,7 +283,7 @@ def _archive_chunk(
     from one snapshot of the store); returns how many executions were copied."""
     marks = ",".join("?" * len(ids))
     rows: dict[str, list[dict[str, Any]]] = {}
-    with store._reading("compact (archive)", snapshot=True) as conn:
+    with store.snapshot("compact (archive)") as conn:
         for table in ("executions", "execution_journal", "signals"):
             columns = ARCHIVE_TABLES[table][0]
             rows[table] = _dicts(

@@ -390,7 +390,9 @@ def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
 
 
 #: Migration names this code knows, in order.
-KNOWN_MIGRATIONS = tuple(m.name for m in MIGRATIONS._migrations)
+KNOWN_MIGRATIONS = tuple(  # every migration is pending on an empty database
+    m.name for m in MIGRATIONS.pending(sqlite_utils.Database(memory=True))
+)
 
 
 def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:

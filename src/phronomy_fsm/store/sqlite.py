@@ -681,10 +681,12 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         )
 
     @contextmanager
-    def _write_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:
-        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the writer for maintenance work; any
-        failure rolls back and raises StorageError (maintenance is idempotent, so a
-        COMMIT failure is reported as StorageError, not outcome unknown)."""
+    def maintenance_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` on the writer for the writes outside an
+        execution's commit (the inbox, leases, registries, compaction); any failure
+        rolls back and raises StorageError (each of those writes is idempotent or
+        re-checked, so a COMMIT failure is reported as StorageError, not outcome
+        unknown). Never for an execution's commits (``submit``/``commit``)."""
         with self._write_lock:
             try:
                 cur = self._writer_cursor()
@@ -694,6 +696,14 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, operation)
+
+    @contextmanager
+    def snapshot(self, operation: str) -> Iterator[sqlite3.Connection]:
+        """A reader connection inside one read transaction for the block (a consistent
+        snapshot while commits go on; maintenance: compaction, archives). Raises
+        StorageError, named after ``operation``."""
+        with self._reading(operation, snapshot=True) as conn:
+            yield conn
 
     def checkpoint(self, mode: str = "TRUNCATE") -> tuple[int, int, int]:
         """Run ``PRAGMA wal_checkpoint(mode)`` on the writer; returns ``(busy,
