@@ -25,7 +25,9 @@ from phronomy_fsm.errors import (
     NotFoundError,
     SignalRefusedError,
 )
+from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.runtime.clock import ManualClock
+from phronomy_fsm.store.open import open_store
 
 from .batch_app import Batch, batch_machines
 from .conftest import ROOT
@@ -146,6 +148,37 @@ def test_cancel_finishes_a_waiting_execution_and_drops_what_it_had_not_taken(
         "charge_card",
         "send_email",
     ]
+
+
+def test_a_cancel_recorded_before_the_executions_end_wins_over_that_end(
+    tmp_path, store_target, open_runtime
+):
+    # the cancel is recorded by another process (a store of its own) and this runtime
+    # is not told (its inbox poll is an hour away); then a person's rejection makes the
+    # execution end by itself: the store refuses that end, and it ends cancelled
+    runtime, events = open_runtime([_order(tmp_path)], poll_seconds=3600)
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    with open_store(store_target) as elsewhere:
+        cancel = request_cancel(elsewhere, "o", reason="the customer cancelled", sender="cli")
+    runtime.signal("o", "reject", {"by": "a person"})
+    result = runtime.handle("o").result(15)
+    assert result.status is ExecutionStatus.CANCELLED
+    assert result.error.message == "the customer cancelled"
+    log = [b.barrier for b in runtime.store.barrier_log("o")]
+    assert log[-1] == "@cancel" and "@final" not in log  # the refused end wrote nothing
+    [stored] = [s for s in runtime.store.list_signals("o") if s.seq == cancel.seq]
+    assert stored.consumed_revision == runtime.store.load_record("o").revision
+
+
+def test_a_cancel_that_arrives_after_the_end_is_refused(tmp_path, open_runtime):
+    runtime, events = open_runtime([_order(tmp_path)])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    runtime.signal("o", "reject", {"by": "a person"})
+    assert runtime.handle("o").result(10).status is ExecutionStatus.FAILED  # rejected
+    with pytest.raises(ExecutionFinishedError):
+        runtime.cancel("o")
 
 
 def test_a_barrier_starts_child_executions_and_the_parent_hears_each_finish(tmp_path, open_runtime):

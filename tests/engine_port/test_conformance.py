@@ -17,6 +17,7 @@ from phronomy_fsm.durable.records import (
     Fence,
     JournalEntry,
     MachineRecord,
+    SignalKind,
     to_json,
 )
 from phronomy_fsm.errors import (
@@ -180,6 +181,47 @@ def test_signals_that_are_not_pending_refuse_the_whole_commit(store):
     refused(store, c, ConflictError, "not all pending", "e1")
     c = step(store.load_record("e1"), commit_options={"consume_signals": (sent.seq + 999,)})
     refused(store, c, ConflictError, "not all pending", "e1")
+
+
+def test_a_waiting_cancel_refuses_a_commit_that_ends_the_execution_by_itself(store):
+    commit(store, create("e1"))
+    cancel = store.send_signal(signal("e1", "c-1", kind=SignalKind.CANCEL, event=None))
+    ending = step(store.load_record("e1"), "@final", status=ExecutionStatus.COMPLETED)
+    before = snapshot(store, "e1")
+    with pytest.raises(ConflictError, match="cancel request") as refusal:
+        commit(store, ending)
+    assert refusal.value.reason == "cancel_pending"
+    assert refusal.value.signal_seqs == (cancel.seq,)
+    assert snapshot(store, "e1") == before  # nothing of it was written
+    # a commit that keeps the execution active is not refused, nor is the cancel's own
+    commit(store, step(store.load_record("e1"), "b"))
+    commit(
+        store,
+        step(
+            store.load_record("e1"),
+            "@cancel",
+            status=ExecutionStatus.CANCELLED,
+            commit_options={"consume_signals": (cancel.seq,)},
+        ),
+    )
+    assert store.load_record("e1").status is ExecutionStatus.CANCELLED
+
+
+def test_an_end_that_consumes_the_cancel_or_follows_a_closed_one_is_not_refused(store):
+    commit(store, create("e1"))
+    cancel = store.send_signal(signal("e1", "c-1", kind=SignalKind.CANCEL, event=None))
+    assert store.close_signals("e1", [cancel.seq], "dropped: test") == 1
+    commit(store, step(store.load_record("e1"), "@final", status=ExecutionStatus.FAILED))
+    commit(store, create("e2"))
+    cancel = store.send_signal(signal("e2", "c-2", kind=SignalKind.CANCEL, event=None))
+    ending = step(
+        store.load_record("e2"),
+        "@resolution",
+        status=ExecutionStatus.FAILED,
+        commit_options={"consume_signals": (cancel.seq,)},
+    )
+    commit(store, ending)
+    assert store.load_record("e2").status is ExecutionStatus.FAILED
 
 
 def test_a_child_that_exists_refuses_the_parents_commit(store):

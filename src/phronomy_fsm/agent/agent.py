@@ -491,8 +491,8 @@ class Agent:
         """Cancel the agent's active execution (or ``execution_id``): durably
         requested at once — in-flight work is told to stop (an LLM read is
         interrupted) and its results are ignored; the execution ends ``cancelled``
-        once nothing of it runs any more, its tool calls cancelled with it — unless it
-        was already committing its own end, which then stands (``docs/agent.md``,
+        once nothing of it runs any more, its tool calls cancelled with it: once this
+        returns True the execution cannot end otherwise (``docs/agent.md``,
         "Cancellation and timeouts"). Returns False when there was nothing to cancel
         (no active execution, or it finished).
 

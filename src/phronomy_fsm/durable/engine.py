@@ -773,6 +773,9 @@ class Engine:
                     on_receipt(outcome.value)
                 on_committed()
                 return
+            if getattr(outcome.error, "reason", None) == "cancel_pending":
+                self.cancel_instead(live, barrier)
+                return
             log.warning(
                 "execution %s: commit %s %s (%r); recovering it from the store",
                 live.execution_id,
@@ -1095,6 +1098,28 @@ class Engine:
         )
 
     # ------------------------------------------------------------------ cancel
+
+    def cancel_instead(self, live: LiveExecution, barrier: str) -> None:
+        """The store refused the commit ``barrier`` that would have ended the execution
+        because a cancel request waits in its inbox (recorded before that end): read
+        the inbox and apply the cancel, so the execution ends cancelled as its caller
+        was told (``docs/semantics.md``, "Cancel"). Should the request be gone by then,
+        recover the execution from the store as after any refused commit."""
+
+        def arrived(signals: list[SignalRecord] | None) -> None:
+            if self.live.get(live.execution_id) is not live or live.record.is_finished:
+                return
+            if signals and any(s.kind is SignalKind.CANCEL for s in signals):
+                log.info(
+                    "execution %s: a cancel request came before its end (%s); cancelling",
+                    live.execution_id,
+                    barrier,
+                )
+                self.add_signals(live, signals)
+                return
+            self.recover_from_store(live, f"commit {barrier} refused for a cancel not found")
+
+        self.rt.refresh_signals(live, on_read=arrived)
 
     def cancel(self, live: LiveExecution, signal: SignalRecord) -> None:
         """Cancel: stop the session at once (results of work in flight become stale),

@@ -591,9 +591,14 @@ class DurableRuntime:
             if live is not None:
                 self.engine.add_signals(live, items)
 
-    def refresh_signals(self, live: LiveExecution) -> None:
+    def refresh_signals(
+        self,
+        live: LiveExecution,
+        on_read: Callable[[list[SignalRecord] | None], None] | None = None,
+    ) -> None:
         """Read ``live``'s pending signals from the store (off the loop), then queue
-        them (loop thread)."""
+        them (loop thread) — or, with ``on_read``, hand them to it on the loop thread
+        (``None`` when the read failed)."""
         execution_id = live.execution_id
 
         def read() -> None:
@@ -601,8 +606,14 @@ class DurableRuntime:
                 signals = self.store.pending_signals(execution_id)
             except PhronomyError as exc:
                 log.warning("execution %s: could not read its inbox: %r", execution_id, exc)
+                if on_read is not None and not self._closed:
+                    self.dispatcher.call_soon(on_read, None)
                 return
-            if signals and not self._closed:
+            if self._closed:
+                return
+            if on_read is not None:
+                self.dispatcher.call_soon(on_read, signals)
+            elif signals:
                 self.dispatcher.call_soon(self._signals_arrived, signals)
 
         threading.Thread(target=read, name=f"{self.name}-inbox", daemon=True).start()

@@ -30,6 +30,7 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    SignalKind,
     to_json,
     to_json_bytes,
 )
@@ -39,7 +40,12 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     PhronomyError,
 )
-from phronomy_fsm.store.refusals import REFUSAL_COLUMNS, update_refusal
+from phronomy_fsm.store.refusals import (
+    REFUSAL_COLUMNS,
+    cancel_pending_error,
+    ends_unless_cancelled,
+    update_refusal,
+)
 
 #: The owner's lease is still valid (two ``?``: the worker id, the commit time in ms).
 LEASE_OK = (
@@ -137,7 +143,9 @@ class PreparedDurable:
         else:
             self.children = self.signals = self.journal = _NONE
             self.is_one_statement = (
-                commit.expected_revision is not None and not commit.consume_signals
+                commit.expected_revision is not None
+                and not commit.consume_signals
+                and not ends_unless_cancelled(commit)
             )
 
 
@@ -251,6 +259,19 @@ def apply_durable(
             raise classify_insert(cur, ex) from None
         if cur.rowcount != 1:
             raise classify_update(cur, commit, now_ms)
+        if ends_unless_cancelled(commit):
+            taken = set(commit.consume_signals)
+            pending = [
+                seq
+                for (seq,) in cur.execute(
+                    "SELECT seq FROM signals WHERE execution_id=? AND kind=?"
+                    " AND consumed_revision IS NULL ORDER BY seq",
+                    (ex.execution_id, SignalKind.CANCEL.value),
+                )
+                if seq not in taken
+            ]
+            if pending:
+                raise cancel_pending_error(ex.execution_id, pending)
     if commit.consume_signals:
         seqs = sorted(set(commit.consume_signals))
         marks = ",".join("?" * len(seqs))

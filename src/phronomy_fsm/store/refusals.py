@@ -1,4 +1,5 @@
-"""Why a barrier's compare-and-set matched no row, the same for every backend.
+"""Why a barrier's compare-and-set matched no row, and when a commit that would end an
+execution is refused because a cancel waits for it — the same for every backend.
 
 Both stores (SQLite and PostgreSQL) read the execution's row back after a fenced UPDATE
 that changed nothing, and turn it into the typed refusal the engine acts on
@@ -68,3 +69,29 @@ def update_refusal(commit: DurableCommit, row: tuple[Any, ...] | None) -> Phrono
 
 
 __all__ = ["REFUSAL_COLUMNS", "update_refusal"]
+
+
+def ends_unless_cancelled(commit: DurableCommit) -> bool:
+    """True for a commit that finishes an execution by its own end (``@final``, an
+    operator's answer that ends it): it is refused while a cancel request for the
+    execution waits in its inbox, so a cancel recorded before the execution's end is
+    never dropped by it (``docs/semantics.md``, "Cancel"). A ``@cancel`` commit, a
+    start and commits that leave the execution active are not."""
+    return (
+        commit.expected_revision is not None
+        and not commit.execution.is_active
+        and commit.barrier != "@cancel"
+    )
+
+
+def cancel_pending_error(execution_id: str, seqs: list[int]) -> ConflictError:
+    """The refusal of a commit that would end ``execution_id`` while the cancel
+    requests ``seqs`` wait in its inbox (``reason`` ``cancel_pending``): the caller
+    reads the inbox and cancels instead."""
+    return ConflictError(
+        f"execution {execution_id}: a cancel request (signal {seqs[0]}) waits in its inbox; "
+        "it ends cancelled, not by this commit: read the inbox and apply the cancel",
+        execution_id=execution_id,
+        reason="cancel_pending",
+        signal_seqs=tuple(seqs),
+    )

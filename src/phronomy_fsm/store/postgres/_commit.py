@@ -21,7 +21,13 @@ import hashlib
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
-from phronomy_fsm.durable.records import DurableCommit, DurableReceipt, ExecutionRecord, to_json
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurableReceipt,
+    ExecutionRecord,
+    SignalKind,
+    to_json,
+)
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
@@ -29,7 +35,12 @@ from phronomy_fsm.errors import (
     PhronomyError,
 )
 from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
-from phronomy_fsm.store.refusals import REFUSAL_COLUMNS, update_refusal
+from phronomy_fsm.store.refusals import (
+    REFUSAL_COLUMNS,
+    cancel_pending_error,
+    ends_unless_cancelled,
+    update_refusal,
+)
 
 _LEASE_OK = (
     "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = %(worker)s"
@@ -109,7 +120,13 @@ class PreparedCommit:
     def simple(self) -> bool:
         """True when the commit is one statement (nothing to undo after it)."""
         c = self.commit
-        return not (c.consume_signals or c.children or c.send_signals or c.journal)
+        return not (
+            c.consume_signals
+            or c.children
+            or c.send_signals
+            or c.journal
+            or ends_unless_cancelled(c)
+        )
 
 
 def _execution_params(
@@ -181,6 +198,19 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
         row = cur.fetchone()
         if row is None:
             raise _classify_update(cur, commit)
+        if ends_unless_cancelled(commit):
+            # the UPDATE holds the execution's row: a cancel sent meanwhile (its insert
+            # reads the row FOR SHARE) is either committed and seen here, or waits and
+            # then finds the execution finished
+            cur.execute(
+                "SELECT seq FROM signals WHERE execution_id = %s AND kind = %s"
+                " AND consumed_revision IS NULL ORDER BY seq",
+                (ex.execution_id, SignalKind.CANCEL.value),
+            )
+            taken = set(commit.consume_signals)
+            pending = [int(seq) for (seq,) in cur.fetchall() if int(seq) not in taken]
+            if pending:
+                raise cancel_pending_error(ex.execution_id, pending)
     committed_ms = int(row[0])
     if commit.consume_signals:
         seqs = sorted(set(commit.consume_signals))
