@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.errors import (
     AgentBusyError,
     ContextSerializationError,
@@ -25,7 +26,6 @@ from phronomy_fsm.errors import (
     NotFoundError,
     SignalRefusedError,
 )
-from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.runtime.clock import ManualClock
 from phronomy_fsm.store.open import open_store
 
