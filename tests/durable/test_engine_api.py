@@ -27,7 +27,7 @@ from phronomy_fsm.errors import (
     SignalRefusedError,
 )
 from phronomy_fsm.runtime.clock import ManualClock
-from phronomy_fsm.store.open import open_store
+from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .batch_app import Batch, batch_machines
 from .conftest import ROOT
@@ -154,9 +154,11 @@ def test_a_cancel_recorded_before_the_executions_end_wins_over_that_end(
     tmp_path, store_target, open_runtime
 ):
     # the cancel is recorded by another process (a store of its own) and this runtime
-    # is not told (its inbox poll is an hour away); then a person's rejection makes the
-    # execution end by itself: the store refuses that end, and it ends cancelled
-    runtime, events = open_runtime([_order(tmp_path)], poll_seconds=3600)
+    # is not told (its inbox poll is an hour away, PostgreSQL's notifications are off);
+    # then a person's rejection makes the execution end by itself: the store refuses
+    # that end, and it ends cancelled
+    quiet = {"notifications": False} if is_postgres_dsn(store_target) else {}
+    runtime, events = open_runtime([_order(tmp_path)], poll_seconds=3600, store_options=quiet)
     runtime.start("order_flow", Order("o", 1), execution_id="o")
     events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
     with open_store(store_target) as elsewhere:
