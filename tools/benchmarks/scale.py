@@ -22,6 +22,11 @@ run of this command on a PostgreSQL server it starts itself (or
 - ``zombie_commits_accepted``: a worker paused with SIGSTOP for twice its lease while
   another takes its executions over, then resumed: commits accepted from it afterwards.
 
+Its files (the SQLite database, the workers' logs and the data directory of the server
+it starts) are in a hidden folder of ``PHRONOMY_BENCH_DIR`` or of the current directory,
+removed at the end (``benchmarks.bench_folder``), so the disk measured is the one you
+run from.
+
 Nothing is asserted: targets are in ``docs/scale-out.md``.
 """
 
@@ -33,10 +38,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks import bench_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -332,13 +338,21 @@ class _Bench:
 
 def run(args: Any) -> dict[str, Any]:
     """Run every part (module docstring); returns the JSON report."""
+    with bench_folder(".bench-scale-") as directory:
+        folder = Path(directory)
+        # As root the server runs as user postgres, who must get through this folder to
+        # the data directory made (and given to it) inside; listing it stays private.
+        folder.chmod(0o711)
+        return _run_in(args, folder)
+
+
+def _run_in(args: Any, folder: Path) -> dict[str, Any]:
     from phronomy_fsm.store.postgres.server import LocalPostgres, server_from_environment
 
-    folder = Path(tempfile.mkdtemp(prefix="phronomy-scale-"))
     admin = server_from_environment()
     server = None
     if admin is None:
-        server = LocalPostgres(settings={"max_connections": "300"}).start()
+        server = LocalPostgres(settings={"max_connections": "300"}, base_dir=folder).start()
         admin = server.dsn
     try:
         bench = _Bench(args, admin, folder)
