@@ -253,16 +253,20 @@ class _Bench:
 
         times = []
         extra = {} if probe else {"PHRONOMY_WORKER_PROBE_PROCESSES": "0"}
+        held = 8
+        # Room for all of them at once whatever --concurrency says: the victim holds every
+        # one when killed, and the survivor takes every one over.
+        room = max(self.args.concurrency, held)
         for trial in range(self.args.takeover_trials):
             dsn = self.database(f"takeover{'p' if probe else 'l'}{trial}")
             env = {**extra, "SCALE_LLM_SECONDS": "0.5"}  # long steps: still held when killed
             with PostgresStore(dsn) as store:
-                victim = self.workers(dsn, 1, f"victim{trial}", extra_env=env)[0]
+                victim = self.workers(dsn, 1, f"victim{trial}", extra_env=env, concurrency=room)[0]
                 survivor = []
                 try:
                     self.wait_workers(store, 1)
                     app = create_app(dsn)
-                    ids = self.submit(store, app, "t", 8)
+                    ids = self.submit(store, app, "t", held)
                     scale_harness.wait_for(
                         lambda ids=ids: all(
                             o for o, _f, _a in store.execution_fences(ids).values()
@@ -270,7 +274,9 @@ class _Bench:
                         30,
                         "the victim to hold them",
                     )
-                    survivor = self.workers(dsn, 1, f"survivor{trial}", extra_env=env)
+                    survivor = self.workers(
+                        dsn, 1, f"survivor{trial}", extra_env=env, concurrency=room
+                    )
                     self.wait_workers(store, 2)
                     victim_id = next(o for o, _f, _a in store.execution_fences(ids).values())
                     victim.send_signal(signal.SIGKILL)
@@ -298,13 +304,15 @@ class _Bench:
 
         dsn = self.database("zombie")
         env = {"SCALE_LLM_SECONDS": "0.3", "PHRONOMY_WORKER_PROBE_PROCESSES": "0"}
+        held = 16
+        room = max(self.args.concurrency, held)  # the zombie holds every one when paused
         with PostgresStore(dsn) as store:
-            zombie = self.workers(dsn, 1, "zombie", extra_env=env)[0]
+            zombie = self.workers(dsn, 1, "zombie", extra_env=env, concurrency=room)[0]
             others = []
             try:
                 self.wait_workers(store, 1)
                 app = create_app(dsn)
-                ids = self.submit(store, app, "z", 16)
+                ids = self.submit(store, app, "z", held)
                 scale_harness.wait_for(
                     lambda: all(o for o, _f, _a in store.execution_fences(ids).values()),
                     30,
@@ -312,7 +320,7 @@ class _Bench:
                 )
                 zombie_id = next(o for o, _f, _a in store.execution_fences(ids).values())
                 zombie.send_signal(signal.SIGSTOP)
-                others = self.workers(dsn, 1, "heir", extra_env=env)
+                others = self.workers(dsn, 1, "heir", extra_env=env, concurrency=room)
                 time.sleep(2 * self.args.lease_seconds)  # the pause itself is the fault
                 zombie.send_signal(signal.SIGCONT)
                 statuses = scale_harness.drive(store, app, ids, 120)
