@@ -32,7 +32,6 @@ import json
 import os
 import pstats
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -195,11 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
 
+    from benchmarks import bench_folder
     from benchmarks.agent import run_phronomy
 
-    with tempfile.TemporaryDirectory(
-        dir=os.environ.get("PHRONOMY_BENCH_DIR") or os.getcwd(), prefix=".profile-"
-    ) as directory:
+    with bench_folder(".profile-") as directory:
         plain = run_phronomy(directory, args.runs, args.concurrency)
         profiles = ThreadProfiles(time.perf_counter if args.wall else time.thread_time)
         profiles.start()

@@ -57,11 +57,12 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Annotated, Any, NamedTuple, TypedDict
+
+from benchmarks import bench_folder
 
 TOOL_CYCLES = 3
 
@@ -420,9 +421,7 @@ def run(args: Any) -> dict[str, Any]:
     floors: list[float] = []
     barriers = 0
     dbos_pragmas: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(
-        dir=os.environ.get("PHRONOMY_BENCH_DIR") or os.getcwd(), prefix=".bench-"
-    ) as directory:
+    with bench_folder(".bench-") as directory:
         for _ in range(args.rounds):
             concurrencies = sorted({min(args.concurrency, 64), *PHRONOMY_CONCURRENCY})
             c, m = _best({c: run_phronomy(directory, args.runs, c) for c in concurrencies})

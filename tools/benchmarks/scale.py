@@ -22,6 +22,11 @@ run of this command on a PostgreSQL server it starts itself (or
 - ``zombie_commits_accepted``: a worker paused with SIGSTOP for twice its lease while
   another takes its executions over, then resumed: commits accepted from it afterwards.
 
+Its files (the SQLite database, the workers' logs and the data directory of the server
+it starts) are in a hidden folder of ``PHRONOMY_BENCH_DIR`` or of the current directory,
+removed at the end (``benchmarks.bench_folder``), so the disk measured is the one you
+run from.
+
 Nothing is asserted: targets are in ``docs/scale-out.md``.
 """
 
@@ -33,10 +38,11 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks import bench_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -247,16 +253,20 @@ class _Bench:
 
         times = []
         extra = {} if probe else {"PHRONOMY_WORKER_PROBE_PROCESSES": "0"}
+        held = 8
+        # Room for all of them at once whatever --concurrency says: the victim holds every
+        # one when killed, and the survivor takes every one over.
+        room = max(self.args.concurrency, held)
         for trial in range(self.args.takeover_trials):
             dsn = self.database(f"takeover{'p' if probe else 'l'}{trial}")
             env = {**extra, "SCALE_LLM_SECONDS": "0.5"}  # long steps: still held when killed
             with PostgresStore(dsn) as store:
-                victim = self.workers(dsn, 1, f"victim{trial}", extra_env=env)[0]
+                victim = self.workers(dsn, 1, f"victim{trial}", extra_env=env, concurrency=room)[0]
                 survivor = []
                 try:
                     self.wait_workers(store, 1)
                     app = create_app(dsn)
-                    ids = self.submit(store, app, "t", 8)
+                    ids = self.submit(store, app, "t", held)
                     scale_harness.wait_for(
                         lambda ids=ids: all(
                             o for o, _f, _a in store.execution_fences(ids).values()
@@ -264,7 +274,9 @@ class _Bench:
                         30,
                         "the victim to hold them",
                     )
-                    survivor = self.workers(dsn, 1, f"survivor{trial}", extra_env=env)
+                    survivor = self.workers(
+                        dsn, 1, f"survivor{trial}", extra_env=env, concurrency=room
+                    )
                     self.wait_workers(store, 2)
                     victim_id = next(o for o, _f, _a in store.execution_fences(ids).values())
                     victim.send_signal(signal.SIGKILL)
@@ -292,13 +304,15 @@ class _Bench:
 
         dsn = self.database("zombie")
         env = {"SCALE_LLM_SECONDS": "0.3", "PHRONOMY_WORKER_PROBE_PROCESSES": "0"}
+        held = 16
+        room = max(self.args.concurrency, held)  # the zombie holds every one when paused
         with PostgresStore(dsn) as store:
-            zombie = self.workers(dsn, 1, "zombie", extra_env=env)[0]
+            zombie = self.workers(dsn, 1, "zombie", extra_env=env, concurrency=room)[0]
             others = []
             try:
                 self.wait_workers(store, 1)
                 app = create_app(dsn)
-                ids = self.submit(store, app, "z", 16)
+                ids = self.submit(store, app, "z", held)
                 scale_harness.wait_for(
                     lambda: all(o for o, _f, _a in store.execution_fences(ids).values()),
                     30,
@@ -306,7 +320,7 @@ class _Bench:
                 )
                 zombie_id = next(o for o, _f, _a in store.execution_fences(ids).values())
                 zombie.send_signal(signal.SIGSTOP)
-                others = self.workers(dsn, 1, "heir", extra_env=env)
+                others = self.workers(dsn, 1, "heir", extra_env=env, concurrency=room)
                 time.sleep(2 * self.args.lease_seconds)  # the pause itself is the fault
                 zombie.send_signal(signal.SIGCONT)
                 statuses = scale_harness.drive(store, app, ids, 120)
@@ -332,13 +346,21 @@ class _Bench:
 
 def run(args: Any) -> dict[str, Any]:
     """Run every part (module docstring); returns the JSON report."""
+    with bench_folder(".bench-scale-") as directory:
+        folder = Path(directory)
+        # As root the server runs as user postgres, who must get through this folder to
+        # the data directory made (and given to it) inside; listing it stays private.
+        folder.chmod(0o711)
+        return _run_in(args, folder)
+
+
+def _run_in(args: Any, folder: Path) -> dict[str, Any]:
     from phronomy_fsm.store.postgres.server import LocalPostgres, server_from_environment
 
-    folder = Path(tempfile.mkdtemp(prefix="phronomy-scale-"))
     admin = server_from_environment()
     server = None
     if admin is None:
-        server = LocalPostgres(settings={"max_connections": "300"}).start()
+        server = LocalPostgres(settings={"max_connections": "300"}, base_dir=folder).start()
         admin = server.dsn
     try:
         bench = _Bench(args, admin, folder)

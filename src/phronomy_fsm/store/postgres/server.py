@@ -1,10 +1,12 @@
 """A throwaway PostgreSQL server started from the distribution's binaries.
 
 Tests, the crash matrix and the benchmark need a real server; this module starts one in
-a temporary directory (``initdb`` then ``pg_ctl start``) listening on a free loopback
-port, and stops and removes it afterwards. As root the binaries run through
-``runuser -u postgres`` (``initdb`` refuses root); the data directory is given to that
-user. Durability is the production setting: ``fsync=on`` and ``synchronous_commit=on``.
+a temporary directory (``initdb`` then ``pg_ctl start``; in the system's temporary
+folder, or in ``base_dir``) listening on a free loopback port, and stops and removes it
+afterwards. As root the binaries run through ``runuser -u postgres`` (``initdb`` refuses
+root); the temporary directory is given to that user, who must be able to reach it (every
+folder above it searchable by others: ``chmod o+x``). Durability is the production
+setting: ``fsync=on`` and ``synchronous_commit=on``.
 
 Where a server is given instead (the environment variable
 :data:`DSN_ENVIRONMENT_VARIABLE`), :func:`server_from_environment` returns it and
@@ -93,13 +95,17 @@ class LocalPostgres:
         keep: leave the data directory behind on :meth:`stop` (for post-mortems).
         trust_networks: more client networks (CIDR) allowed without a password, e.g.
             the test hosts of network namespaces a test made itself.
+        base_dir: the folder to make the server's temporary directory in (default: the
+            system's temporary folder), e.g. one on the disk being measured. As root,
+            user ``postgres`` must be able to reach it (:meth:`start` checks).
 
     Attributes: ``dsn`` (the ``postgres`` database as superuser ``postgres``, no
     password: trust on loopback only), ``port``, ``data_dir``.
 
     Raises:
         PostgresUnavailable: no binaries.
-        RuntimeError: initdb or the start failed (the message carries the server log).
+        RuntimeError: initdb or the start failed (the message carries the server log),
+            or, as root, user ``postgres`` cannot reach the directory.
     """
 
     def __init__(
@@ -110,13 +116,14 @@ class LocalPostgres:
         settings: dict[str, str] | None = None,
         keep: bool = False,
         trust_networks: tuple[str, ...] = (),
+        base_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         self.bin = find_binaries()
         self.trust_networks = trust_networks
         self.listen = listen
         self.port = port or free_port()
         self.keep = keep
-        self.base = Path(tempfile.mkdtemp(prefix="phronomy-pg-"))
+        self.base = Path(tempfile.mkdtemp(prefix="phronomy-pg-", dir=base_dir))
         self.data_dir = self.base / "data"
         self.log_path = self.base / "server.log"
         self.socket_dir = self.base / "sock"
@@ -171,6 +178,7 @@ class LocalPostgres:
                 owner = pwd.getpwnam("postgres")
                 for path in (self.base, self.socket_dir):
                     os.chown(path, owner.pw_uid, owner.pw_gid)
+                self._check_owner_reaches_base()
             self._run(
                 [
                     str(self.bin / "initdb"),
@@ -197,6 +205,19 @@ class LocalPostgres:
         self._pg_ctl("start", "-w", "-t", "60", "-l", str(self.log_path))
         self.started = True
         return self
+
+    def _check_owner_reaches_base(self) -> None:
+        """As root: user ``postgres`` can write the directory (a folder above it that
+        others may not search, such as a private ``base_dir``, would stop initdb with a
+        bare "Permission denied")."""
+        probe = subprocess.run(
+            self._as_owner(["test", "-w", str(self.base)]), cwd="/", check=False, timeout=30
+        )
+        if probe.returncode != 0:
+            raise RuntimeError(
+                f"user postgres cannot reach {self.base}: every folder above it must be "
+                "searchable by others (chmod o+x), or choose another base_dir"
+            )
 
     def _pg_ctl(self, *args: str) -> None:
         self._run([str(self.bin / "pg_ctl"), "-D", str(self.data_dir), *args])
