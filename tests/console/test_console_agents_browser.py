@@ -52,11 +52,11 @@ def load(target: str, execution_id: str) -> tuple[Any, list[Any]]:
 
 
 def test_an_operator_approves_one_tool_call_and_rejects_another_until_the_agent_completes(
-    agents_sqlite: str, serve: Any, browser: Any, screenshots: Any
+    agents_populated: str, serve: Any, browser: Any, screenshots: Any
 ) -> None:
     page = browser
     ran: list[Any] = []
-    with support_agent(agents_sqlite, ran), serve(agents_sqlite) as served:
+    with support_agent(agents_populated, ran), serve(agents_populated) as served:
         page.goto(served.url + "/")
         expect(page.locator("tr.needs-operator")).to_have_count(1)
         support_row = page.locator(f'tr[data-execution="{SUPPORT_EXECUTION}"]')
@@ -87,7 +87,7 @@ def test_an_operator_approves_one_tool_call_and_rejects_another_until_the_agent_
         )
         screenshots(page, "agent-completed")
 
-    record, signals = load(agents_sqlite, SUPPORT_EXECUTION)
+    record, signals = load(agents_populated, SUPPORT_EXECUTION)
     assert (record.status.value, record.state) == ("completed", "completed")
     [decision] = [s for s in signals if s.event == "approval_decided"]
     assert (decision.sender, decision.outcome, decision.payload["by"]) == (
@@ -100,10 +100,10 @@ def test_an_operator_approves_one_tool_call_and_rejects_another_until_the_agent_
 
 
 def test_a_stale_approval_page_shows_the_conflict_and_the_decision_on_its_way(
-    agents_sqlite: str, serve: Any, browser: Any, screenshots: Any
+    agents_populated: str, serve: Any, browser: Any, screenshots: Any
 ) -> None:
     page = browser
-    with serve(agents_sqlite) as served:
+    with serve(agents_populated) as served:
         page.goto(f"{served.url}/execution?id={SUPPORT_EXECUTION}")
         sign_in_here(page)
         form = page.locator('[data-test="approval-form"]')
@@ -111,7 +111,7 @@ def test_a_stale_approval_page_shows_the_conflict_and_the_decision_on_its_way(
         form.locator('[data-test="item-send_voucher"]').get_by_label("approve").check()
         request_id = form.locator('input[name="request_id"]').input_value()
 
-        store = open_store(agents_sqlite)  # another operator rejects the request first
+        store = open_store(agents_populated)  # another operator rejects the request first
         try:
             operator.approve_execution(
                 store, SUPPORT_EXECUTION, approval_request_id=request_id, approved=False,
@@ -119,7 +119,7 @@ def test_a_stale_approval_page_shows_the_conflict_and_the_decision_on_its_way(
             )  # fmt: skip
         finally:
             store.close()
-        before = snapshot(agents_sqlite)
+        before = snapshot(agents_populated)
         form.get_by_role("button", name="Send these decisions").click()
         error = page.locator('[data-test="error"]')
         expect(error).to_contain_text("conflict: approval request")
@@ -132,23 +132,23 @@ def test_a_stale_approval_page_shows_the_conflict_and_the_decision_on_its_way(
         expect(page.locator('[data-test="approval-form"]')).to_have_count(0)
         expect(page.locator('[data-test="signals"]')).to_contain_text("approval_decided")
         screenshots(page, "conflict")
-        assert snapshot(agents_sqlite) == before
-    _record, signals = load(agents_sqlite, SUPPORT_EXECUTION)
+        assert snapshot(agents_populated) == before
+    _record, signals = load(agents_populated, SUPPORT_EXECUTION)
     assert [s.sender for s in signals] == ["other"]
 
 
 def test_a_parked_tool_call_is_resolved_in_the_browser_and_its_agent_goes_on(
-    agents_sqlite: str, serve: Any, browser: Any, screenshots: Any
+    agents_populated: str, serve: Any, browser: Any, screenshots: Any
 ) -> None:
     page = browser
-    tool_call = tool_call_of(agents_sqlite, BILLING_EXECUTION, "charge_card")
+    tool_call = tool_call_of(agents_populated, BILLING_EXECUTION, "charge_card")
     charged: list[Any] = []
 
     def charge(arguments: Any, context: Any) -> Any:
         charged.append(arguments)  # never called: the operator answers for the lost call
         return {"charged": True}
 
-    with agent_runtime(agents_sqlite) as runtime, serve(agents_sqlite) as served:
+    with agent_runtime(agents_populated) as runtime, serve(agents_populated) as served:
         script = ScriptedProvider(
             [Reply(tool_calls=(("charge_card", CHARGE_ARGUMENTS),)), Reply(content="Paid.")]
         )
@@ -177,5 +177,5 @@ def test_a_parked_tool_call_is_resolved_in_the_browser_and_its_agent_goes_on(
         result = agent.wait(BILLING_EXECUTION, wait_seconds=30)
         assert (result.status.value, result.output) == ("completed", "Paid.")
     assert charged == []
-    record, _signals = load(agents_sqlite, tool_call)
+    record, _signals = load(agents_populated, tool_call)
     assert json_data(record.context)["result"] == {"charged": True, "bank_reference": "B-77"}
