@@ -3,8 +3,8 @@ execution and of its tool calls × how a lost commit response is read back × wh
 operator answers.
 
 For each commit — the spec's ``initial_preparation``, ``tool_dispatch`` and
-``provider_dispatch`` barriers, the engine's commits of an agent execution: ``@wait``
-(approval), ``@final``, ``@cancel``, ``@recovery`` (parking) and
+``provider_dispatch`` barriers, the engine's commits of an agent execution: ``@start``,
+``@wait`` (approval), ``@final``, ``@cancel``, ``@recovery`` (parking) and
 ``@resolution`` (an operator's answer), and the ``@final`` of a ``tool_call`` child
 execution (the commit that carries its ``tool_finished`` signal to the agent's
 execution), after the tool ran or after an operator answered for it — the store's
@@ -104,6 +104,9 @@ SETUPS = {
     "initial_preparation": Setup("initial_preparation", "plain", parks="call_llm"),
     "tool_dispatch": Setup("tool_dispatch", "tool", parks="execute_tool"),
     "provider_dispatch": Setup("provider_dispatch", "tool", parks="call_llm"),
+    # read back in vain, a start used to fail its caller and leave the execution
+    # committed under this worker, run by nobody, the agent busy until a restart
+    "@start": Setup("@start", "plain"),
     "@wait": Setup("@wait", "approval"),
     "@final": Setup("@final", "plain"),
     "@cancel": Setup("@cancel", "cancel"),
