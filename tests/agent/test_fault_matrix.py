@@ -30,7 +30,6 @@ finally that a second ``invoke`` of the same agent completes with that history.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,10 +52,10 @@ from phronomy_fsm.agent import (
 from phronomy_fsm.agent.journal import MESSAGE_KINDS, history
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
-from phronomy_fsm.errors import Cancelled, PhronomyError, StorageError
+from phronomy_fsm.errors import Cancelled, PhronomyError
 from phronomy_fsm.store.open import open_store
 
-from .conftest import assert_stored_conversations_are_legal
+from .conftest import LostResponses, assert_stored_conversations_are_legal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -67,14 +66,9 @@ AGAIN = "and once more"
 OPERATOR_ANSWER = {"content": "the operator's answer", "tool_calls": []}
 OPERATOR_RESULT = {"from": "the operator"}
 OPERATOR_ERROR = "the operator says it failed"
-#: Reads that fail after the lost response, in ``readback_failing``.
-FAILING_READS = 3
 
 READBACKS = ("readback_ok", "readback_failing")
 ANSWERS = ("succeeded", "failed", "not_performed")
-#: The machine of a tool call; a commit named ``tool_call:<barrier>`` is one of a tool
-#: call's own commits, any other name one of the agent execution's.
-TOOL_CALL = "tool_call:"
 
 
 @attrs.frozen
@@ -132,71 +126,6 @@ def matrix() -> Iterator[Any]:
                     yield pytest.param(name, readback, answer, id=f"{name}-{readback}-{answer}")
             else:
                 yield pytest.param(name, readback, None, id=f"{name}-{readback}")
-
-
-class LostResponses:
-    """The faults: for each ``(commit, failing)`` of ``plan``, in order, the next commit
-    of that barrier by an agent execution (by a tool call for ``tool_call:<barrier>``)
-    is written but its response is lost; when ``failing``, reading it back fails too,
-    and so do the next :data:`FAILING_READS` reads of an execution."""
-
-    def __init__(self, store: Any, plan: tuple[tuple[str, bool], ...]) -> None:
-        self.store = store
-        self.plan = list(plan)
-        self.fired: list[str] = []
-        self._unreadable: set[int] = set()
-        self._reads_to_fail = 0
-        self._lock = threading.Lock()
-        self._reconcile = store.reconcile
-        self._load_record = store.load_record
-        store.install_fault_hook(self.hook)
-        store.reconcile = self.reconcile
-        store.load_record = self.load_record
-
-    def hook(self, point: str, commits: tuple[Any, ...]) -> None:
-        if point != "committed":
-            return
-        with self._lock:
-            if not self.plan:
-                return
-            name, failing = self.plan[0]
-            machine, barrier = (
-                ("tool_call", name.removeprefix(TOOL_CALL))
-                if name.startswith(TOOL_CALL)
-                else ("agent_session", name)
-            )
-            commit = next(
-                (c for c in commits if c.barrier == barrier and c.execution.machine == machine),
-                None,
-            )
-            if commit is None:
-                return
-            self.plan.pop(0)
-            self.fired.append(name)
-            if failing:
-                self._unreadable.add(id(commit))
-                self._reads_to_fail = FAILING_READS
-        raise ConnectionResetError("injected: the COMMIT response was lost")
-
-    def reconcile(self, commit: Any) -> str:
-        with self._lock:
-            first = id(commit) in self._unreadable  # its first read-back fails
-            self._unreadable.discard(id(commit))
-        if first or self._read_fails():
-            raise StorageError("injected: the read-back failed")
-        return self._reconcile(commit)  # type: ignore[no-any-return]
-
-    def load_record(self, execution_id: str) -> ExecutionRecord:
-        if self._read_fails():
-            raise StorageError(f"injected: reading {execution_id} failed")
-        return self._load_record(execution_id)  # type: ignore[no-any-return]
-
-    def _read_fails(self) -> bool:
-        """Whether this read fails (one of the :data:`FAILING_READS`)."""
-        with self._lock:
-            failing = self._reads_to_fail > 0
-            self._reads_to_fail -= failing
-        return failing
 
 
 def script(flow: str) -> ScriptedProvider:
