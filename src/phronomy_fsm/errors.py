@@ -374,8 +374,9 @@ class ExecutionDetachedError(AgentClosedError):
     the agent) was closed, or another worker took the execution over, while it was
     waiting for approval, waiting for an operator, or still running. The execution is
     **not** lost: it lives on in the store as of its last commit. The message says how
-    to continue it: load the agent again (``Agent.load``), then approve it
-    (``phronomy-fsm approve``) or resolve it (``phronomy-fsm resolve``). Attribute:
+    to continue it: load the agent again (``Agent.load``) — and, when it (or one of its
+    tool calls) waits for an operator or for an approval, the exact ``phronomy-fsm
+    resolve`` or ``phronomy-fsm approve`` command to answer it. Attribute:
     ``execution_id``. ``docs/agent.md``, "Closing"."""
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from phronomy_fsm.agent import AgentEvent, AgentRuntime, Message, Tool
 from phronomy_fsm.agent.journal import MESSAGE_KINDS
+from phronomy_fsm.durable.records import ExecutionRecord
+from phronomy_fsm.errors import StorageError
 from phronomy_fsm.store import SqliteBarrierStore
 
 
@@ -83,6 +85,82 @@ def make_tool(
         requires_approval=requires_approval,
         effect=effect,
     )
+
+
+#: A commit named ``tool_call:<barrier>`` in a :class:`LostResponses` plan is one of a
+#: tool call's own commits, any other name one of the agent execution's.
+TOOL_CALL = "tool_call:"
+
+
+class LostResponses:
+    """The faults: for each ``(commit, failing)`` of ``plan``, in order, the next commit
+    of that barrier by an agent execution (by a tool call for ``tool_call:<barrier>``)
+    is written but its response is lost (the store's fault seam raises after COMMIT
+    returned); when ``failing``, reading it back fails too, and so do the next
+    ``failing_reads`` reads (of an execution, or read-backs of a commit): the engine
+    then fails closed and recovers the execution from the store once it can read it.
+    ``fired`` lists the commits whose response was lost, in order."""
+
+    def __init__(
+        self, store: Any, plan: tuple[tuple[str, bool], ...], *, failing_reads: int = 3
+    ) -> None:
+        self.store = store
+        self.failing_reads = failing_reads
+        self.plan = list(plan)
+        self.fired: list[str] = []
+        self._unreadable: set[int] = set()
+        self._reads_to_fail = 0
+        self._lock = threading.Lock()
+        self._reconcile = store.reconcile
+        self._load_record = store.load_record
+        store.install_fault_hook(self.hook)
+        store.reconcile = self.reconcile
+        store.load_record = self.load_record
+
+    def hook(self, point: str, commits: tuple[Any, ...]) -> None:
+        if point != "committed":
+            return
+        with self._lock:
+            if not self.plan:
+                return
+            name, failing = self.plan[0]
+            machine, barrier = (
+                ("tool_call", name.removeprefix(TOOL_CALL))
+                if name.startswith(TOOL_CALL)
+                else ("agent_session", name)
+            )
+            commit = next(
+                (c for c in commits if c.barrier == barrier and c.execution.machine == machine),
+                None,
+            )
+            if commit is None:
+                return
+            self.plan.pop(0)
+            self.fired.append(name)
+            if failing:
+                self._unreadable.add(id(commit))
+                self._reads_to_fail = self.failing_reads
+        raise ConnectionResetError("injected: the COMMIT response was lost")
+
+    def reconcile(self, commit: Any) -> str:
+        with self._lock:
+            first = id(commit) in self._unreadable  # its first read-back fails
+            self._unreadable.discard(id(commit))
+        if first or self._read_fails():
+            raise StorageError("injected: the read-back failed")
+        return self._reconcile(commit)  # type: ignore[no-any-return]
+
+    def load_record(self, execution_id: str) -> ExecutionRecord:
+        if self._read_fails():
+            raise StorageError(f"injected: reading {execution_id} failed")
+        return self._load_record(execution_id)  # type: ignore[no-any-return]
+
+    def _read_fails(self) -> bool:
+        """Whether this read fails (one of the ``failing_reads``)."""
+        with self._lock:
+            failing = self._reads_to_fail > 0
+            self._reads_to_fail -= failing
+        return failing
 
 
 def barrier_names(store: Any, execution_id: str) -> list[str]:

@@ -5,25 +5,30 @@ that is not a database, a restart between the approval request and the approval
 from __future__ import annotations
 
 import asyncio
+import shlex
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from phronomy_fsm.agent import Agent, AgentRuntime, AgentStatus, Reply, ScriptedProvider
+from phronomy_fsm.cli import main
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import (
     AgentClosedError,
     AgentExistsError,
     ConfigurationError,
+    EffectNotPerformedError,
+    ExecutionDetachedError,
     NotFoundError,
     StoreError,
     WrongThreadError,
 )
 from phronomy_fsm.store import SqliteBarrierStore
 
-from .conftest import Events, make_tool
+from .conftest import Events, LostResponses, make_tool
 
 
 def test_invoke_async_can_be_awaited(store: Any, runtime: Any) -> None:
@@ -171,8 +176,11 @@ def test_restart_between_approval_request_and_approval(tmp_path: Path, events: E
     task = agent.invoke_async("refund")
     event = events.wait_for("approval_required")
     first.close()  # the process "ends"; the caller's task is process-local
-    with pytest.raises(AgentClosedError, match="lives on in the store"):
+    with pytest.raises(ExecutionDetachedError, match="lives on in the store") as detached:
         task.result(5)
+    # it says how to continue: the exact approve command of the pending request
+    command = f"phronomy-fsm approve {event.execution_id} --request {event.request_id} --db {db}"
+    assert f"`{command}`" in str(detached.value), str(detached.value)
 
     second = AgentRuntime(store)
     again = Events()
@@ -288,3 +296,65 @@ def test_invoke_async_can_be_chained_from_a_done_callback(store: Any, runtime: A
     assert finished.wait(20)
     assert outputs == ["x"] * 5
     assert len(store.list_records(machine="agent_session", status="completed")) == 5
+
+
+@pytest.mark.parametrize("parks", ["llm_call", "tool_call"])
+def test_closing_the_runtime_while_an_execution_waits_for_an_operator_says_how_to_resolve_it(
+    tmp_path: Path, parks: str
+) -> None:
+    """``AgentRuntime.close()`` while the execution (or its tool call) is parked for an
+    operator — a lost commit response read back in vain — fails the pending ``invoke``
+    with ExecutionDetachedError naming the exact ``phronomy-fsm resolve`` command
+    (docs/agent.md, "Closing"); that command, with an outcome filled in, is accepted,
+    and loading the agent again applies it."""
+    db = tmp_path / "close.db"
+    store = SqliteBarrierStore(db)
+    barrier = "initial_preparation" if parks == "llm_call" else "tool_dispatch"
+    LostResponses(store, ((barrier, True),))
+    runtime = AgentRuntime(store)
+    events = Events()
+    log: list[Any] = []
+    tools = [make_tool("act", log=log)]
+    script = [Reply(tool_calls=(("act", {"q": "x"}),)), Reply(content="done")]
+    agent = Agent.create(
+        "a", provider=ScriptedProvider(script), runtime=runtime, tools=tools, on_event=events
+    )
+    task = agent.invoke_async("go")
+    event = events.wait_for("recovery_resolution_required")
+    parked = store.load_record(event.execution_id)
+    assert parked.status is ExecutionStatus.RECOVERY_REQUIRED
+    assert event.subject["type"] == ("llm_call" if parks == "llm_call" else "tool_invocation")
+    assert not task.future.done()  # the caller waits for the operator
+    runtime.close()
+    with pytest.raises(ExecutionDetachedError) as detached:
+        task.result(5)
+    message = str(detached.value)
+    session_id = detached.value.execution_id
+    assert session_id == (event.parent_execution_id or event.execution_id)
+    assert "lives on in the store" in message and "Agent.load" in message
+    command = (
+        f"phronomy-fsm resolve {event.execution_id} --db {store.path} "
+        f"--expected-revision {parked.revision} --outcome"
+    )
+    assert command in message, message
+    store.close()
+
+    # the command works: an operator pastes it with an outcome, a new runtime applies it
+    line = message[message.index(command) :].split("`")[0]
+    words = shlex.split(line)[1:]
+    words[words.index("--outcome") + 1] = "not_performed"
+    cli = CliRunner().invoke(main, [*words, "--wait-seconds", "0"])
+    assert cli.exit_code == 0, cli.output
+    store = SqliteBarrierStore(db)
+    again = AgentRuntime(store)
+    try:
+        reloaded = Agent.load("a", provider=ScriptedProvider(script), runtime=again, tools=tools)
+        if parks == "llm_call":  # an LLM call not performed fails the execution
+            with pytest.raises(EffectNotPerformedError):
+                reloaded.wait(session_id, wait_seconds=10)
+        else:  # a tool call not performed is the error the LLM sees
+            assert reloaded.wait(session_id, wait_seconds=10).output == "done"
+        assert log == []
+    finally:
+        again.close()
+        store.close()

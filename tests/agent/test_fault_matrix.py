@@ -1,11 +1,15 @@
-"""The in-process fault matrix of the agent (issue 14 item 8): every barrier of
-``agent_session`` × how a lost commit response is read back × what an operator answers.
+"""The in-process fault matrix of the agent (issue 14 item 8): every commit of an agent
+execution and of its tool calls × how a lost commit response is read back × what an
+operator answers.
 
-For each barrier — the spec's ``initial_preparation``, ``tool_dispatch`` and
-``provider_dispatch``, and the engine's commits of an agent execution: ``@wait``
-(approval), ``@final``, ``@cancel``, ``@recovery`` (parking) and ``@resolution`` (an
-operator's answer) — the store's COMMIT succeeds but its response is lost (the store's
-fault seam raises after COMMIT returned), and then either
+For each commit — the spec's ``initial_preparation``, ``tool_dispatch`` and
+``provider_dispatch`` barriers, the engine's commits of an agent execution: ``@start``,
+``@wait`` (approval), ``@final``, ``@cancel``, ``@recovery`` (parking) and
+``@resolution`` (an operator's answer), and the ``@final`` of a ``tool_call`` child
+execution (the commit that carries its ``tool_finished`` signal to the agent's
+execution), after the tool ran or after an operator answered for it — the store's
+COMMIT succeeds but its response is lost (the store's fault seam raises after COMMIT
+returned), and then either
 
 - ``readback_ok``: reading the execution back finds the intended record (the barrier
   counts as committed: nothing is asked of anyone), or
@@ -16,15 +20,16 @@ fault seam raises after COMMIT returned), and then either
 The agent runs on a real SQLite store with its own runtime. Where the execution (or one
 of its tool calls) parks in ``recovery_required``, the operator answers ``succeeded``
 (with an LLM answer or a tool result of its own), ``failed`` or ``not_performed`` through
-``Agent.resolve``. The test then reads the stored conversation back — the execution's
-context and its journal — checks what each answer must have produced, that no tool ran
-twice, that the journal holds the conversation exactly once and that the agent's history
-is it; and finally that a second ``invoke`` of the same agent completes with that history.
+``Agent.resolve``; where nothing can park the answer axis is collapsed (one run). The
+test then reads the stored conversation back — the execution's context and its journal —
+checks what each answer must have produced, that no tool ran twice, that the journal
+holds the conversation exactly once and that the agent's history is it, that the
+``RecoveryRequired`` events delivered are exactly the parks the store recorded; and
+finally that a second ``invoke`` of the same agent completes with that history.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +52,10 @@ from phronomy_fsm.agent import (
 from phronomy_fsm.agent.journal import MESSAGE_KINDS, history
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
-from phronomy_fsm.errors import Cancelled, PhronomyError, StorageError
+from phronomy_fsm.errors import Cancelled, PhronomyError
 from phronomy_fsm.store.open import open_store
+
+from .conftest import LostResponses, assert_stored_conversations_are_legal
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -59,105 +66,66 @@ AGAIN = "and once more"
 OPERATOR_ANSWER = {"content": "the operator's answer", "tool_calls": []}
 OPERATOR_RESULT = {"from": "the operator"}
 OPERATOR_ERROR = "the operator says it failed"
-#: Reads that fail after the lost response, in ``readback_failing``.
-FAILING_READS = 3
 
-BARRIERS = (
-    "initial_preparation",
-    "tool_dispatch",
-    "provider_dispatch",
-    "@wait",
-    "@final",
-    "@cancel",
-    "@recovery",
-    "@resolution",
-)
 READBACKS = ("readback_ok", "readback_failing")
 ANSWERS = ("succeeded", "failed", "not_performed")
 
 
 @attrs.frozen
 class Setup:
-    """How one barrier is reached: the ``flow`` (``plain``: one LLM answer; ``tool``: a
-    tool call, then the answer; ``approval``: a tool a person must approve, then the
-    answer; ``cancel``: that, and the caller cancels while it waits), the faults before
-    the one under test (a lost response read back in vain at ``initial_preparation``
-    parks the first LLM call: the way to ``@recovery`` and ``@resolution``), and the
-    effect the operator is asked about when the read-back fails (``None``: recovery
-    resumes the execution without asking)."""
+    """How one commit is reached: the ``commit`` whose response is lost (a barrier of
+    the agent's execution, or ``tool_call:<barrier>`` of its tool call), the ``flow``
+    (``plain``: one LLM answer; ``tool``: a tool call, then the answer; ``approval``: a
+    tool a person must approve, then the answer; ``cancel``: that, and the caller
+    cancels while it waits), the faults before the one under test (a lost response read
+    back in vain at ``initial_preparation`` parks the first LLM call: the way to
+    ``@recovery`` and ``@resolution``; at ``tool_dispatch`` it parks the tool call: the
+    way to a tool call's ``@final`` after an operator's answer), and the effect the
+    operator is asked about when the read-back fails (``None``: recovery resumes the
+    execution without asking)."""
 
+    commit: str
     flow: str
     before: tuple[str, ...] = ()
     parks: str | None = None
 
+    def parked(self, readback: str) -> bool:
+        """Whether the execution (or its tool call) parks for an operator."""
+        return self.parks is not None and (readback == "readback_failing" or bool(self.before))
+
 
 SETUPS = {
-    "initial_preparation": Setup("plain", parks="call_llm"),
-    "tool_dispatch": Setup("tool", parks="execute_tool"),
-    "provider_dispatch": Setup("tool", parks="call_llm"),
-    "@wait": Setup("approval"),
-    "@final": Setup("plain"),
-    "@cancel": Setup("cancel"),
-    "@recovery": Setup("plain", before=("initial_preparation",), parks="call_llm"),
-    "@resolution": Setup("plain", before=("initial_preparation",), parks="call_llm"),
+    "initial_preparation": Setup("initial_preparation", "plain", parks="call_llm"),
+    "tool_dispatch": Setup("tool_dispatch", "tool", parks="execute_tool"),
+    "provider_dispatch": Setup("provider_dispatch", "tool", parks="call_llm"),
+    # read back in vain, a start used to fail its caller and leave the execution
+    # committed under this worker, run by nobody, the agent busy until a restart
+    "@start": Setup("@start", "plain"),
+    "@wait": Setup("@wait", "approval"),
+    "@final": Setup("@final", "plain"),
+    "@cancel": Setup("@cancel", "cancel"),
+    "@recovery": Setup("@recovery", "plain", before=("initial_preparation",), parks="call_llm"),
+    "@resolution": Setup("@resolution", "plain", before=("initial_preparation",), parks="call_llm"),
+    # the tool call's @final carries tool_finished to the agent's execution: after the
+    # tool ran (nothing parks: the finished tool call is read back), and after an
+    # operator answered for the tool call a lost tool_dispatch response parked
+    "tool_call:@final": Setup("tool_call:@final", "tool"),
+    "tool_call:@final-answered": Setup(
+        "tool_call:@final", "tool", before=("tool_dispatch",), parks="execute_tool"
+    ),
 }
 
 
-class LostResponses:
-    """The faults: for each ``(barrier, failing)`` of ``plan``, in order, the next commit
-    of that barrier by an agent execution is written but its response is lost; when
-    ``failing``, reading it back fails too, and so do the next :data:`FAILING_READS`
-    reads of an execution."""
-
-    def __init__(self, store: Any, plan: tuple[tuple[str, bool], ...]) -> None:
-        self.store = store
-        self.plan = list(plan)
-        self.fired: list[str] = []
-        self._unreadable: set[int] = set()
-        self._reads_to_fail = 0
-        self._lock = threading.Lock()
-        self._reconcile = store.reconcile
-        self._load_record = store.load_record
-        store.install_fault_hook(self.hook)
-        store.reconcile = self.reconcile
-        store.load_record = self.load_record
-
-    def hook(self, point: str, commits: tuple[Any, ...]) -> None:
-        if point != "committed":
-            return
-        with self._lock:
-            if not self.plan:
-                return
-            barrier, failing = self.plan[0]
-            commit = next(
-                (
-                    c
-                    for c in commits
-                    if c.barrier == barrier and c.execution.machine == "agent_session"
-                ),
-                None,
-            )
-            if commit is None:
-                return
-            self.plan.pop(0)
-            self.fired.append(barrier)
-            if failing:
-                self._unreadable.add(id(commit))
-                self._reads_to_fail = FAILING_READS
-        raise ConnectionResetError("injected: the COMMIT response was lost")
-
-    def reconcile(self, commit: Any) -> str:
-        if id(commit) in self._unreadable:
-            raise StorageError("injected: the read-back failed")
-        return self._reconcile(commit)  # type: ignore[no-any-return]
-
-    def load_record(self, execution_id: str) -> ExecutionRecord:
-        with self._lock:
-            failing = self._reads_to_fail > 0
-            self._reads_to_fail -= failing
-        if failing:
-            raise StorageError(f"injected: reading {execution_id} failed")
-        return self._load_record(execution_id)  # type: ignore[no-any-return]
+def matrix() -> Iterator[Any]:
+    """The cases: every setup × read-back, × the operator's answers where something
+    parks (``None`` where nothing can: those runs would all be the same)."""
+    for name, setup in SETUPS.items():
+        for readback in READBACKS:
+            if setup.parked(readback):
+                for answer in ANSWERS:
+                    yield pytest.param(name, readback, answer, id=f"{name}-{readback}-{answer}")
+            else:
+                yield pytest.param(name, readback, None, id=f"{name}-{readback}")
 
 
 def script(flow: str) -> ScriptedProvider:
@@ -204,11 +172,11 @@ class Case:
 def make_case(tmp_path: Path) -> Iterator[Any]:
     opened: list[AgentRuntime] = []
 
-    def make(barrier: str, readback: str) -> Case:
+    def make(name: str, readback: str) -> Case:
         store = open_store(str(tmp_path / "agents.db"))
-        setup = SETUPS[barrier]
+        setup = SETUPS[name]
         plan = tuple((b, True) for b in setup.before)
-        fault = LostResponses(store, (*plan, (barrier, readback == "readback_failing")))
+        fault = LostResponses(store, (*plan, (setup.commit, readback == "readback_failing")))
         runtime = AgentRuntime(store, own_store=True, lease_seconds=5.0)
         opened.append(runtime)
         calls: list[str] = []
@@ -271,11 +239,11 @@ def at_rest(case: Case, execution_id: str) -> ExecutionRecord | None:
 
 
 def drive(
-    case: Case, execution_id: str, answer: str, *, cancel: bool
+    case: Case, execution_id: str, answer: str | None, *, cancel: bool
 ) -> tuple[ExecutionRecord, list[str]]:
     """Drive the execution to its end as a person (approving; or the caller cancelling,
-    with ``cancel``) and an operator (answering ``answer``); returns its final record and
-    the effects the operator answered for."""
+    with ``cancel``) and an operator (answering ``answer``; ``None``: nothing may park);
+    returns its final record and the effects the operator answered for."""
     answered: list[str] = []
     while True:
         record = wait_until(lambda: at_rest(case, execution_id))
@@ -289,6 +257,7 @@ def drive(
                 case.agent.approve_async(execution_id, approval_request_id=request[-1].request_id)
         else:  # the operator is told, then answers
             assert record.recovery is not None and record.recovery.subject is not None
+            assert answer is not None, f"{record.execution_id} parked: {record.recovery}"
             eid = record.execution_id
             told = wait_until(lambda eid=eid: case.announced(RecoveryRequired, eid))
             assert told[-1].revision == record.revision
@@ -305,11 +274,11 @@ def drive(
         wait_until(lambda r=record: case.store.load_record(r.execution_id).revision > r.revision)
 
 
-def expected_conversation(barrier: str, parked: bool, answer: str) -> tuple[str, list[Any]]:
+def expected_conversation(name: str, parked: bool, answer: str | None) -> tuple[str, list[Any]]:
     """The outcome and the conversation (``(role, content)``; a tool call as its
     name) the execution must end with."""
     user = ("user", "go")
-    setup = SETUPS[barrier]
+    setup = SETUPS[name]
     if setup.flow == "plain":
         if not parked:
             return "completed", [user, ("assistant", "the plain answer")]
@@ -323,6 +292,7 @@ def expected_conversation(barrier: str, parked: bool, answer: str) -> tuple[str,
     answer_msg = ("assistant", f"the {setup.flow} answer")
     if not parked:
         return "completed", [user, called, ("tool", '{"done": "book"}'), answer_msg]
+    assert answer is not None
     if setup.parks == "execute_tool":
         content = {
             "succeeded": '{"from": "the operator"}',
@@ -343,22 +313,60 @@ def shape(message: dict[str, Any]) -> tuple[str, Any]:
     return (message["role"], message["content"])
 
 
-@pytest.mark.parametrize("answer", ANSWERS)
-@pytest.mark.parametrize("readback", READBACKS)
-@pytest.mark.parametrize("barrier", BARRIERS)
+def parks_recorded(store: Any, execution_id: str) -> list[tuple[str, int]]:
+    """``(execution id, revision)`` of every commit that parked the execution or one of
+    its tool calls in ``recovery_required``, from their barrier logs: what really
+    parked."""
+    ids = [execution_id] + [
+        r.execution_id for r in store.list_records(parent_execution_id=execution_id)
+    ]
+    return sorted(
+        (b.execution_id, b.revision)
+        for eid in ids
+        for b in store.barrier_log(eid)
+        if b.status == ExecutionStatus.RECOVERY_REQUIRED.value
+    )
+
+
+def assert_told_exactly_the_parks(case: Case, execution_id: str, parks: str | None) -> None:
+    """The ``RecoveryRequired`` events delivered are exactly the parks the store
+    recorded (one per park, none when nothing parked), each with a subject in the
+    agent's terms for the effect that parked and the outcomes an operator may give."""
+    recorded = parks_recorded(case.store, execution_id)
+    assert len(recorded) == (0 if parks is None else 1), recorded
+    told = [e for e in list(case.events) if isinstance(e, RecoveryRequired)]
+    assert sorted((e.execution_id, e.revision) for e in told) == recorded, told
+    for event in told:
+        assert event.subject and event.allowed_outcomes, event
+        assert set(event.allowed_outcomes) >= set(ANSWERS), event
+        if parks == "call_llm":
+            assert event.execution_id == execution_id
+            assert event.subject["type"] == "llm_call" and event.subject["llm_call_id"]
+        else:
+            assert event.parent_execution_id == execution_id
+            assert event.subject["type"] == "tool_invocation"
+            assert event.subject["tool_invocation_id"] == event.execution_id
+            assert (event.subject["tool_name"], event.subject["arguments"]) == (
+                "charge",
+                {"item": "book"},
+            )
+
+
+@pytest.mark.parametrize(("name", "readback", "answer"), list(matrix()))
 def test_a_lost_commit_response_at_every_barrier(
-    make_case: Any, barrier: str, readback: str, answer: str
+    make_case: Any, name: str, readback: str, answer: str | None
 ) -> None:
-    setup = SETUPS[barrier]
-    case = make_case(barrier, readback)
+    setup = SETUPS[name]
+    case = make_case(name, readback)
     task = case.agent.invoke_async("go", execution_id="fm-1")
     record, answered = drive(case, "fm-1", answer, cancel=setup.flow == "cancel")
-    assert case.fault.fired == [*setup.before, barrier]
-    parked = setup.parks is not None and (readback == "readback_failing" or bool(setup.before))
+    assert case.fault.fired == [*setup.before, setup.commit]
+    parked = setup.parked(readback)
     assert answered == ([setup.parks] if parked else [])
+    assert_told_exactly_the_parks(case, "fm-1", setup.parks if parked else None)
 
     # the conversation as stored: the context, the journal, the history
-    outcome, conversation = expected_conversation(barrier, parked, answer)
+    outcome, conversation = expected_conversation(name, parked, answer)
     ctx = json_data(record.context)
     assert record.status.value == ("completed" if outcome == "completed" else outcome)
     assert ctx["outcome"] == (None if outcome == "cancelled" else outcome), ctx
@@ -390,6 +398,8 @@ def test_a_lost_commit_response_at_every_barrier(
         *in_history,
         {"role": "user", "content": AGAIN},
     ]
+    assert_told_exactly_the_parks(case, "fm-1", setup.parks if parked else None)
+    assert_stored_conversations_are_legal(case.store, AGENT)
 
 
 @pytest.mark.parametrize("barrier", ["initial_preparation", "tool_dispatch"])

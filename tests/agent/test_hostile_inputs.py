@@ -97,12 +97,16 @@ def test_a_listener_raising_systemexit_does_not_end_the_loop(
         provider=ScriptedProvider([Reply("x")]),
         on_event=listener,
     )
-    loud.invoke_async("go")
+    task = loud.invoke_async("go")
     other = Agent.create(
         "other", store=store, runtime=runtime, provider=ScriptedProvider([Reply("y")])
     )
     assert other.invoke("hi", wait_seconds=20).output == "y"
     assert runtime.dispatcher.lifecycle == "running"
+    # the raising agent's own caller is settled too (the default policy "report": the
+    # execution goes on, its terminal event's raise is only logged)
+    assert task.result(20).output == "x"
+    assert store.load_record(task.result(0).execution_id).status.value == "completed"
 
 
 @pytest.mark.parametrize("bad", [math.inf, 1e10, math.nan, -1, 0, "1", True])

@@ -11,6 +11,7 @@ what happens next. Everything is read back from the store.
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -26,12 +27,15 @@ from phronomy_fsm.agent import (
     Reply,
     ScriptedProvider,
 )
-from phronomy_fsm.agent.types import LLMResponse
+from phronomy_fsm.agent.approvals import send_resolution
+from phronomy_fsm.agent.ids import handoff_target_execution_id
+from phronomy_fsm.agent.types import LLMResponse, ToolCall
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import (
     AgentClosedError,
     EffectFailedError,
     EffectNotPerformedError,
+    ExecutionFailedError,
     ExecutionFinishedError,
     NotFoundError,
     ResolutionError,
@@ -71,12 +75,16 @@ def db(tmp_path: Path) -> Path:
 
 
 def wait_for_status(store: Any, execution_id: str, status: ExecutionStatus) -> Any:
+    record = None
     for _ in range(1000):
-        record = store.load_record(execution_id)
-        if record.status is status:
+        try:
+            record = store.load_record(execution_id)
+        except NotFoundError:  # not started yet
+            record = None
+        if record is not None and record.status is status:
             return record
         threading.Event().wait(0.01)
-    raise AssertionError(f"{execution_id} never reached {status}: {record.status}")
+    raise AssertionError(f"{execution_id} never reached {status}: {record}")
 
 
 def start_and_crash_in_llm_call(db: Path, **options: Any) -> tuple[str, StuckProvider]:
@@ -327,3 +335,110 @@ def test_resolving_an_execution_that_finished_says_so(store: Any, runtime: Any) 
     result = agent.invoke("hi", wait_seconds=10)
     with pytest.raises(ExecutionFinishedError, match="already finished"):
         agent.resolve(result.execution_id, expected_revision=result.revision, outcome="failed")
+
+
+def test_an_operator_answer_with_a_handoff_call_hands_off_like_an_llm_answer(db: Path) -> None:
+    """The operator's ``succeeded`` answer for a parked LLM call is recorded as the
+    call's answer: one that is exactly one handoff call ends the execution
+    ``handed_off`` and starts the target's execution under its derived id, with the
+    call's message — as the same answer from the LLM would (docs/agent.md, "Recovery"
+    and "Handoffs")."""
+    handoffs = {"to_billing": "billing"}
+    call_id, _ = start_and_crash_in_llm_call(db, handoffs=handoffs)
+    store = SqliteBarrierStore(db)
+    runtime = AgentRuntime(store)
+    events = Events()
+    try:
+        billing_provider = ScriptedProvider([Reply(content="billing here")])
+        Agent.create("billing", provider=billing_provider, runtime=runtime)
+        provider = ScriptedProvider([Reply(content="never asked")])
+        agent = Agent.load(
+            "a", provider=provider, runtime=runtime, on_event=events, handoffs=handoffs
+        )
+        event = events.wait_for("recovery_resolution_required")
+        assert event.subject["llm_call_id"] == call_id
+        call = ToolCall("call-h", "to_billing", json.dumps({"message": "invoice question"}))
+        answer = LLMResponse(call_id, None, (call,)).to_json()
+        result = agent.resolve(
+            event.execution_id,
+            expected_revision=event.revision,
+            outcome="succeeded",
+            result=answer,
+            wait_seconds=10,
+        )
+        target_id = handoff_target_execution_id(event.execution_id, "billing")
+        assert result.status is AgentStatus.HANDED_OFF
+        assert result.handoff == {
+            "target_agent_id": "billing",
+            "target_execution_id": target_id,
+            "tool_call_id": "call-h",
+            "arguments": {"message": "invoice question"},
+            "llm_call_id": call_id,
+            "message": "invoice question",
+        }
+        handed_off = events.wait_for("handoff")
+        assert handed_off.handoff == result.handoff
+        record = store.load_record(event.execution_id)
+        assert (record.status, record.state) == (ExecutionStatus.COMPLETED, "handed_off")
+        # the target's execution ran, under its derived id, on the call's message
+        done = wait_for_status(store, target_id, ExecutionStatus.COMPLETED)
+        assert done.exclusive_key == "billing" and done.context["output"] == "billing here"
+        assert billing_provider.requests[0].messages[-1].content == "invoice question"
+        assert [r.execution_id for r in store.list_records(exclusive_key="billing")] == [target_id]
+        assert provider.requests == []  # the LLM call was not sent again
+        # the handoff call is not part of the history (it has no tool result)
+        assert [m.role for m in agent.history()] == ["user"]
+        assert_stored_conversations_are_legal(store, "a")
+    finally:
+        runtime.close()
+        store.close()
+
+
+def test_an_operators_failed_answer_keeps_its_error_text_across_restarts(db: Path) -> None:
+    """The ``failed`` answer is written to the parked execution's inbox while no runtime
+    runs it (as from another process); a new runtime applies it when the agent is
+    loaded; after yet another restart the stored execution still says the operator's
+    words, and so does the error a caller reading it from the store gets."""
+    text = "the gateway's log shows the call failed: ticket OPS-4711"
+    start_and_crash_in_llm_call(db)
+    store = SqliteBarrierStore(db)
+    runtime = AgentRuntime(store)  # parks the execution, then stops
+    events = Events()
+    Agent.load("a", provider=ScriptedProvider([Reply("x")]), runtime=runtime, on_event=events)
+    event = events.wait_for("recovery_resolution_required")
+    parked = wait_for_status(store, event.execution_id, ExecutionStatus.RECOVERY_REQUIRED)
+    runtime.close()
+    # answered with no runtime running it: the answer waits in the inbox
+    send_resolution(
+        store, event.execution_id, expected_revision=parked.revision, outcome="failed", error=text
+    )
+    assert store.load_record(event.execution_id).revision == parked.revision  # not applied
+    store.close()
+
+    for restart in range(2):  # the first applies it, the second only reads it back
+        store = SqliteBarrierStore(db)
+        runtime = AgentRuntime(store)
+        try:
+            provider = ScriptedProvider([Reply(content="later")])
+            agent = Agent.load("a", provider=provider, runtime=runtime)
+            # applied here: the effect's own error (or the stored one, should it have
+            # finished before the wait began); read back: the stored one
+            expected: Any = (
+                (EffectFailedError, ExecutionFailedError) if restart == 0 else ExecutionFailedError
+            )
+            with pytest.raises(expected) as failed:
+                agent.wait(event.execution_id, wait_seconds=10)
+            assert text in str(failed.value)
+            record = store.load_record(event.execution_id)
+            assert (record.status, record.state) == (ExecutionStatus.FAILED, "failed")
+            assert text in record.context["error"]
+            ended = [
+                e.data
+                for e in store.journal_entries(event.execution_id)
+                if e.kind == "execution_failed"
+            ]
+            assert len(ended) == 1 and text in json.dumps(ended[0]), ended
+            assert provider.requests == []
+        finally:
+            runtime.close()
+            store.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,13 @@ from phronomy_fsm.agent.types import LLMResponse
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.operations import request_resolution, send_signal
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalRecord
-from phronomy_fsm.errors import ApprovalError, NotFoundError, ResolutionError, SignalRefusedError
+from phronomy_fsm.errors import (
+    ApprovalError,
+    NotFoundError,
+    PhronomyError,
+    ResolutionError,
+    SignalRefusedError,
+)
 from phronomy_fsm.generated import agent_session
 
 APPROVAL_EVENT = agent_session.Event.APPROVAL_DECIDED.value
@@ -305,12 +312,62 @@ def agent_of(store: Any, execution_id: str) -> tuple[str | None, str]:
     return str(agent_id), record.execution_id
 
 
+def how_to_continue(store: Any, execution_id: str) -> str | None:
+    """What a caller detached from the agent execution ``execution_id`` is told to run
+    to continue it, as the store has it (``docs/agent.md``, "Closing"; the promise of
+    :class:`~phronomy_fsm.errors.ExecutionDetachedError`): when it (or one of its tool
+    calls) is parked for an operator, the exact ``phronomy-fsm resolve`` command with
+    the outcomes it allows; when it waits for approval, the exact ``phronomy-fsm
+    approve`` command of its pending request. ``None`` when it waits for neither, or
+    the store cannot be read (a store read; any thread but the loop)."""
+    try:
+        record = store.load_record(execution_id)
+        parked = [
+            r
+            for r in [record, *store.list_records(parent_execution_id=execution_id)]
+            if r.status is ExecutionStatus.RECOVERY_REQUIRED and r.recovery is not None
+        ]
+    except PhronomyError:
+        return None
+    db = str(getattr(store, "path", "DB"))
+    if parked:
+        commands = []
+        for r in parked:
+            assert r.recovery is not None
+            outcomes = "|".join(str(getattr(o, "value", o)) for o in r.recovery.allowed_outcomes)
+            words = ["phronomy-fsm", "resolve", r.execution_id, "--db", db]
+            words += ["--expected-revision", str(r.revision), "--outcome", f"<{outcomes}>"]
+            commands.append(f"`{shlex.join(words)}`")
+        return (
+            "it waits for an operator's answer: "
+            + " and ".join(commands)
+            + " (succeeded with --result JSON, failed with --error TEXT), then load its "
+            "agent again (Agent.load) to continue it"
+        )
+    ctx = json_data(record.context)
+    approval = (ctx.get("approval") or {}) if isinstance(ctx, dict) else {}
+    request_id = approval.get("request_id")
+    if (
+        record.status is ExecutionStatus.WAITING
+        and record.state == agent_session.State.AWAITING_APPROVAL
+        and isinstance(request_id, str)
+        and not approval.get("decided")
+    ):
+        words = ["phronomy-fsm", "approve", execution_id, "--request", request_id, "--db", db]
+        return (
+            f"it waits for approval of request {request_id}: `{shlex.join(words)}` (add "
+            "--reject to reject it), then load its agent again (Agent.load) to continue it"
+        )
+    return None
+
+
 __all__ = [
     "APPROVAL_EVENT",
     "agent_of",
     "approval_signal_id",
     "check_approval",
     "check_decision_types",
+    "how_to_continue",
     "send_approval",
     "send_resolution",
 ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -186,16 +186,28 @@ class AgentDirectory:
         if not callers:
             self._callers.pop(execution_id, None)
 
-    def detach_all(self, why: str) -> None:
+    def waited_for(self) -> list[str]:
+        """The executions someone waits for (loop thread)."""
+        return list(self._callers)
+
+    def detach_all(self, why: str, hints: Mapping[str, str | None] | None = None) -> None:
         """Fail every caller with ExecutionDetachedError (the runtime closes; the
-        executions live on in the store). Loop thread."""
+        executions live on in the store). ``hints``: by execution, how to continue one
+        that waits for someone (:func:`~phronomy_fsm.agent.approvals.how_to_continue`:
+        the exact ``phronomy-fsm resolve``/``approve`` command the error promises,
+        ``docs/agent.md``, "Closing"). Loop thread."""
         for execution_id in list(self._callers):
+            hint = (hints or {}).get(execution_id)
             self.drop_callers(
                 execution_id,
                 ExecutionDetachedError(
                     f"{why} before execution {execution_id} finished; it lives on in the "
-                    "store: load its agent again (Agent.load) to continue it, or use "
-                    "`phronomy-fsm executions show` to see where it stands",
+                    + (
+                        f"store and {hint}"
+                        if hint
+                        else "store: load its agent again (Agent.load) to continue it, or "
+                        "use `phronomy-fsm executions show` to see where it stands"
+                    ),
                     execution_id=execution_id,
                 ),
             )

@@ -24,6 +24,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Self
 
+from phronomy_fsm.agent.approvals import how_to_continue
 from phronomy_fsm.agent.context import SessionContext, ToolCallContext
 from phronomy_fsm.agent.directory import AgentDirectory, Caller
 from phronomy_fsm.agent.executions import AgentExecutions
@@ -248,7 +249,13 @@ class AgentRuntime:
         self.durable.wait_at_rest(timeout_seconds)  # executions in flight come to rest
         self.executions.close()
         try:
-            self.dispatcher.call(self.directory.detach_all, "the agent runtime closed").result(5)
+            # how to continue the executions callers wait for, read off the loop (the
+            # resolve/approve command of one that waits for someone)
+            waited = self.dispatcher.call(self.directory.waited_for).result(5)
+            hints = {eid: how_to_continue(self.store, eid) for eid in waited}
+            self.dispatcher.call(
+                self.directory.detach_all, "the agent runtime closed", hints
+            ).result(5)
         except PhronomyError:
             pass
         self.durable.close(timeout_seconds=max(0.1, timeout_seconds - (time.monotonic() - started)))

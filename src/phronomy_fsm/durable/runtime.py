@@ -65,6 +65,7 @@ from phronomy_fsm.errors import (
     OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
+    StorageError,
     TaskTimeoutError,
     UnknownMachineError,
 )
@@ -409,12 +410,33 @@ class DurableRuntime:
             task.fail(error)
 
         def read_back(error: BaseException) -> None:  # off the store's writer thread
-            try:
-                created = start_outcome(self.store, commit, error)
-            except BaseException as exc:  # noqa: BLE001 - the caller's task says why
-                failed(exc)
+            """The start's outcome was not proven: read it back with backoff until the
+            store answers (``docs/semantics.md``, "Fail closed": an engine commit whose
+            outcome is not ``committed`` is read back until the store answers). A read
+            that fails proves nothing — failing the task then would leave an execution
+            committed under this worker's name that nobody runs, its exclusive key
+            busy until a restart."""
+            for delay in READBACK_DELAYS + (READBACK_DELAYS[-1],) * 1000:
+                if self._stop.wait(delay):
+                    failed(
+                        RuntimeClosedError(
+                            f"the runtime closed before the start of {eid} was read back; "
+                            "it may have committed: recover() continues it",
+                            execution_id=eid,
+                        )
+                    )
+                    return
+                try:
+                    created = start_outcome(self.store, commit, error)
+                except StorageError as exc:  # the read failed: nothing is proven
+                    log.warning("execution %s: start read-back failed (%r); retrying", eid, exc)
+                    continue
+                except BaseException as exc:  # noqa: BLE001 - the caller's task says why
+                    failed(exc)
+                    return
+                started(created)
                 return
-            started(created)
+            failed(error)
 
         def committed(future: Any) -> None:
             error = future.exception()
