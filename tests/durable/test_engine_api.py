@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus, Machine
 from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.errors import (
     AgentBusyError,
@@ -27,10 +27,11 @@ from phronomy_fsm.errors import (
     SignalRefusedError,
 )
 from phronomy_fsm.runtime.clock import ManualClock
+from phronomy_fsm.store.faults import FaultInjectingStore, FaultKind
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .batch_app import Batch, batch_machines
-from .conftest import ROOT
+from .conftest import ROOT, Recorder
 from .order_app import TABLE, Order, OrderHooks, order_machine, read_ledger
 
 
@@ -171,6 +172,32 @@ def test_a_cancel_recorded_before_the_executions_end_wins_over_that_end(
     assert log[-1] == "@cancel" and "@final" not in log  # the refused end wrote nothing
     [stored] = [s for s in runtime.store.list_signals("o") if s.seq == cancel.seq]
     assert stored.consumed_revision == runtime.store.load_record("o").revision
+
+
+def test_a_cancel_whose_commit_failed_is_applied_before_anything_resumes(
+    tmp_path, store_target, monkeypatch
+):
+    # the @cancel commit fails before it reaches the database; the engine recovers the
+    # execution from the store, where the cancel still waits: it is cancelled again at
+    # once, never replayed from its last barrier (which would park the charge)
+    monkeypatch.setenv("PHRONOMY_TEST_EFFECT_SECONDS", "0.3")
+    store = FaultInjectingStore(open_store(store_target))
+    store.add(FaultKind.FAIL_BEFORE, barrier="@cancel", times=1)
+    events = Recorder()
+    runtime = DurableRuntime(store, machines=[_order(tmp_path)], listeners=[events], own_store=True)
+    try:
+        runtime.start("order_flow", Order("o", 1), execution_id="o")
+        events.wait_for(
+            lambda e: e.kind is DurableEventKind.EFFECT_STARTED and e.execution_id == "o"
+        )
+        runtime.cancel("o", reason="stop")
+        result = runtime.handle("o").result(15)
+        assert result.status is ExecutionStatus.CANCELLED
+        assert [k for k, c in store.injected] == [FaultKind.FAIL_BEFORE]
+        assert [b.barrier for b in store.inner.barrier_log("o")] == ["@start", "charge", "@cancel"]
+        assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == ["charge_card"]
+    finally:
+        runtime.close(timeout_seconds=5)
 
 
 def test_a_cancel_that_arrives_after_the_end_is_refused(tmp_path, open_runtime):

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
+from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.errors import ResolutionError
-from phronomy_fsm.store.open import open_store
+from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .conftest import kill_at
 from .order_app import order_machine, read_ledger
@@ -87,6 +88,32 @@ def test_each_operator_answer_does_what_it_says(
         assert log[:4] == ["@start", "charge", "@recovery", "@resolution"]
         resolution = [s for s in store.list_signals("order-a") if s.kind.value == "resolution"]
         assert [(s.outcome, s.consumed_revision) for s in resolution] == [("consumed", 3)]
+
+
+def test_a_cancel_recorded_before_an_operators_retry_wins_and_nothing_runs_again(
+    tmp_path, store_target, open_runtime
+):
+    # the cancel is recorded by another process and this runtime is not told (no poll
+    # for an hour, no notifications); then the operator's `retry` arrives through the
+    # runtime: the store refuses the @resolution that would charge the card again, and
+    # the order ends cancelled with its card charged once
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
+    quiet = {"notifications": False} if is_postgres_dsn(store_target) else {}
+    runtime, events = open_runtime(
+        [order_machine(tmp_path / "ledger.jsonl")], poll_seconds=3600, store_options=quiet
+    )
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    parked = runtime.handle("order-a").record()
+    with open_store(store_target) as elsewhere:
+        request_cancel(elsewhere, "order-a", reason="the customer cancelled", sender="cli")
+    runtime.resolve("order-a", expected_revision=parked.revision, outcome="retry")
+    result = runtime.handle("order-a").result(15)
+    assert result.status is ExecutionStatus.CANCELLED
+    assert len([e for e in _ledger(tmp_path) if e["effect"] == "charge_card"]) == 1
+    with open_store(store_target, read_only=True) as store:
+        log = [b.barrier for b in store.barrier_log("order-a")]
+        assert log[-1] == "@cancel" and "@resolution" not in log
 
 
 def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, store_target, open_runtime):

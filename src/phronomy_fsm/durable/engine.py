@@ -1285,6 +1285,11 @@ class Engine:
             if signal.consumed_revision is None:
                 live.pending.append(signal)
         self.arm_expiry(live)
+        if any(s.kind is SignalKind.CANCEL for s in live.pending):
+            # a cancel recorded before this point (while a resolution was committed, a
+            # @cancel commit failed, the owner died) wins: nothing resumes first
+            self.react(live)
+            return
         if record.status is ExecutionStatus.WAITING:
             self.arm_timer(live)
             self.react(live)

@@ -72,15 +72,16 @@ __all__ = ["REFUSAL_COLUMNS", "update_refusal"]
 
 
 def ends_unless_cancelled(commit: DurableCommit) -> bool:
-    """True for a commit that finishes an execution by its own end (``@final``, an
-    operator's answer that ends it): it is refused while a cancel request for the
-    execution waits in its inbox, so a cancel recorded before the execution's end is
-    never dropped by it (``docs/semantics.md``, "Cancel"). A ``@cancel`` commit, a
-    start and commits that leave the execution active are not."""
+    """True for a commit the store refuses while a cancel request for the execution
+    waits unconsumed in its inbox: one that ends the execution by its own end
+    (``@final``, an operator's answer that ends it) or resumes it after an operator's
+    answer (``@resolution``, which would start the answered effect again). So a cancel
+    recorded before either is never outrun by it (``docs/semantics.md``, "Cancel"). A
+    ``@cancel`` commit, a start and the other commits of an active execution are not."""
     return (
         commit.expected_revision is not None
-        and not commit.execution.is_active
         and commit.barrier != "@cancel"
+        and (not commit.execution.is_active or commit.barrier == "@resolution")
     )
 
 
