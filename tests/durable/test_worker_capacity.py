@@ -105,3 +105,62 @@ def test_no_more_than_concurrency_executions_run_at_once(tmp_path: Path) -> None
         gate.set()
         worker.close()
         store.close()
+
+
+def test_a_parent_waiting_for_its_children_does_not_keep_them_from_being_claimed(
+    tmp_path: Path,
+) -> None:
+    # runtime A starts a batch (a parent and three children) and goes away while the
+    # children's work hangs; worker B, with room for ONE running execution, takes over.
+    # The parent, once replayed, only waits for its children: it must not use B's slot,
+    # or B never claims the children and the batch never finishes.
+    from phronomy_fsm.durable import DurableRuntime, Machine
+
+    from .batch_app import Batch, BatchHooks, Item, ItemHooks
+    from .generated import batch_flow, item_flow
+
+    gate = threading.Event()
+
+    class Hanging(ItemHooks):
+        def do_item(self, ctx: Item, payload: Any) -> Any:
+            def work(octx: Any) -> Any:
+                gate.wait(60)
+                raise RuntimeError("runtime A is gone")
+
+            return work
+
+    db = str(tmp_path / "batch.db")
+    ledger = tmp_path / "items.jsonl"
+    first = DurableRuntime(
+        open_store(db),
+        machines=[
+            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
+            Machine(item_flow.TABLE, Hanging(ledger), context_type=Item),
+        ],
+        own_store=True,
+        lease_seconds=1.0,
+    )
+    first.start("batch_flow", Batch(["x", "y", "z"]), execution_id="batch")
+    store = open_store(db)
+    try:
+        _wait(lambda: len(store.list_records(parent_execution_id="batch")) == 3)
+        time.sleep(0.3)  # the children's work has started and hangs
+        first.close(timeout_seconds=0.5)
+        machines = (
+            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
+            Machine(item_flow.TABLE, ItemHooks(ledger), context_type=Item),
+        )
+        worker = Worker(
+            store, DurableApp(machines=machines), concurrency=1, scan_seconds=0.1,
+            lease_seconds=1.0,
+        )  # fmt: skip
+        worker.start()
+        try:
+            _wait(lambda: store.load_record("batch").status is ExecutionStatus.COMPLETED, 30)
+            children = store.list_records(parent_execution_id="batch")
+            assert {c.status for c in children} == {ExecutionStatus.COMPLETED}
+        finally:
+            worker.close()
+    finally:
+        gate.set()
+        store.close()

@@ -1352,45 +1352,51 @@ class Engine:
     # ------------------------------------------------------------------ shutdown
 
     def running_count(self) -> int:
-        """How many live executions are running here: with a session or a commit in
-        flight. One that waits durably (a person, a timer) or is parked for an
-        operator holds no thread and is not counted (a worker's capacity,
-        ``docs/scale-out.md``, "Running workers"). Loop thread."""
-        return sum(
-            1 for live in self.live.values() if live.session_id is not None or live.committing
-        )
+        """How many live executions are running here (:meth:`moving`). One that waits
+        durably (a person, a timer), is parked for an operator, or rests waiting for
+        its children is not counted: a worker's capacity is for work, so a parent
+        never keeps its own children from being claimed (``docs/scale-out.md``,
+        "Running workers"). Loop thread."""
+        return sum(1 for live in self.live.values() if self.moving(live))
 
     def at_rest(self) -> bool:
-        """True when nothing moves here: no commit is in flight, and every live
-        execution has no session (it waits durably, is parked or finished) or its
+        """True when nothing moves here: no commit is in flight, and no live execution
+        is moving (:meth:`moving`) — each waits durably, is parked or finished, or its
         session stands in an external state with no work in flight and no signal it
-        could take now — it waits for a signal or for its children, which are live
+        could take now: it waits for a signal or for its children, which are live
         executions of their own (``docs/operations.md``, "Recovering a store: recover")."""
         if self.commits_in_flight:
             return False
+        return not any(self.moving(live) for live in self.live.values())
+
+    def moving(self, live: LiveExecution) -> bool:
+        """True while ``live`` does something here: a commit or a signal in flight, a
+        session halting, work (an offload, a barrier) in flight, a session in an auto,
+        wait or final state (about to move on), or a signal its state takes now. An
+        execution with no session, or whose session rests in an external state waiting
+        for a signal or its children, is not moving. Loop thread."""
+        if live.committing:
+            return True
+        sid = live.session_id
+        if sid is None:
+            return False
+        if live.signal_in_flight or live.halting is not None:
+            return True
         dispatcher = self.rt.dispatcher
-        for live in self.live.values():
-            sid = live.session_id
-            if sid is None:
-                continue
-            if live.signal_in_flight or live.halting is not None or live.committing:
-                return False
-            if dispatcher.in_flight(live.execution_id):
-                return False
-            state = dispatcher.session_state(sid)
-            node = live.reg.binding.nodes.get(state) if state is not None else None
-            if node is None or node.kind in (AUTO, WAIT, FINAL):
-                return False
-            if node.offload is not None or node.barrier is not None:
-                return False  # its work's outcome is on its way
-            handled = live.reg.facts.handled.get(state, frozenset())
-            if any(
-                s.kind in (SignalKind.EVENT, SignalKind.CHILD, SignalKind.CANCEL)
-                and (s.kind is SignalKind.CANCEL or s.event in handled)
-                for s in live.pending
-            ):
-                return False
-        return True
+        if dispatcher.in_flight(live.execution_id):
+            return True
+        state = dispatcher.session_state(sid)
+        node = live.reg.binding.nodes.get(state) if state is not None else None
+        if node is None or node.kind in (AUTO, WAIT, FINAL):
+            return True
+        if node.offload is not None or node.barrier is not None:
+            return True  # its work's outcome is on its way
+        handled = live.reg.facts.handled.get(state, frozenset())
+        return any(
+            s.kind in (SignalKind.EVENT, SignalKind.CHILD, SignalKind.CANCEL)
+            and (s.kind is SignalKind.CANCEL or s.event in handled)
+            for s in live.pending
+        )
 
     def detach_all(self) -> None:
         """The runtime is closing: fail every waiter with RuntimeClosedError (the
