@@ -59,3 +59,47 @@ def test_list_show_and_signal_an_execution_on_postgresql(tmp_path: Path, postgre
         [signal] = store.list_signals("pg-1")
         assert (signal.event, signal.payload, signal.sender) == ("approve", {"by": "ops"}, "cli")
         assert store.load_record("pg-1").revision == row["revision"]
+
+
+def _tables(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename"
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def test_a_database_without_a_store_is_refused_and_gets_no_tables(postgres: Any) -> None:
+    import psycopg
+
+    empty = postgres.database("empty")
+    other = postgres.database("other")
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE orders (id int)")
+    for dsn, tables in ((empty, []), (other, ["orders"])):
+        for args in (
+            ("executions", "list", "--db", dsn),
+            ("signal", "x1", "go", "--db", dsn),
+            ("cancel", "x1", "--db", dsn),
+            ("store", "migrate", "--db", dsn),
+        ):
+            result = run(*args)
+            assert result.exit_code == 1, (args, result.output)
+            assert "no phronomy_fsm store" in result.output, (args, result.output)
+        assert _tables(dsn) == tables  # nothing was created
+
+
+def test_store_migrate_and_recover_take_a_dsn(
+    tmp_path: Path, postgres: Any, monkeypatch: Any
+) -> None:
+    dsn = postgres.database("ops")
+    open_store(dsn).close()  # a current store
+    migrated = run("store", "migrate", "--db", dsn)
+    assert migrated.exit_code == 0, migrated.output
+    assert "(already current)" in migrated.output
+    monkeypatch.setenv("PHRONOMY_APP_DIR", str(tmp_path))  # the order app's ledger
+    recovered = run("recover", "--db", dsn, "--app", "tests.durable.order_app:create_app")
+    assert recovered.exit_code == 0, recovered.output
+    assert recovered.output.startswith("recovered 0 execution(s)"), recovered.output

@@ -98,3 +98,29 @@ def test_a_falsy_non_bool_takes_the_next_row_and_a_bool_logs_nothing(caplog: Any
         dispatcher.run_until_idle()
     dispatcher.stop()
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_a_returned_value_whose_repr_raises_is_logged_by_its_type(caplog: Any) -> None:
+    class Hostile:
+        def __repr__(self) -> str:
+            raise SystemExit("from repr")
+
+    class Returns(Hooks):
+        def finish(self, ctx: Any, payload: Any) -> Any:
+            self.finished += 1
+            return Hostile()
+
+    dispatcher = Dispatcher()
+    binding = bind_machine(compile_table(SPEC), Returns(True))
+    ends: list[Any] = []
+    with caplog.at_level(logging.WARNING, logger="phronomy_fsm"):
+        sid = dispatcher.start_session(
+            binding, object(), on_done=lambda result, error: ends.append((result, error))
+        )
+        dispatcher.run_until_idle()
+        dispatcher.post(sid, "go")
+        dispatcher.run_until_idle()
+    dispatcher.stop()
+    [(result, error)] = ends
+    assert error is None and result.state == "done"  # logging it did not end the session
+    assert any("returned Hostile <Hostile>" in r.getMessage() for r in caplog.records)

@@ -168,7 +168,12 @@ def require_store_file(db: str) -> None:
     """Exit 1 with one ``error:`` line unless ``db`` is an existing, non-empty file:
      the CLI never creates or initialises a store by accident (except ``demo``), so a
      mistyped path or a zero-length file is not reported as a store with nothing in it
-    . Checked before anything opens the file."""
+    . Checked before anything opens the file. A PostgreSQL DSN is checked when the
+    store is opened (``must_exist``)."""
+    from phronomy_fsm.store.open import is_postgres_dsn
+
+    if is_postgres_dsn(db):
+        return
     try:
         st = os.stat(db)
     except FileNotFoundError:
@@ -202,7 +207,7 @@ def open_store(
         if sqlite_only is not None:
             fail(f"{sqlite_only} works on SQLite store files only, not on a PostgreSQL database")
         try:
-            store = open_any(db, read_only=read_only)
+            store = open_any(db, read_only=read_only, must_exist=True)
         except (PhronomyError, OSError, ValueError) as exc:
             fail(str(exc))
     else:

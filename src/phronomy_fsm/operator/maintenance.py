@@ -18,10 +18,11 @@ from phronomy_fsm.operator.views import MigrationReport
 
 
 def migrate_store(path: str, *, busy_timeout_seconds: float = 60.0) -> MigrationReport:
-    """Bring the SQLite store at ``path`` to this version's schema.
+    """Bring the store at ``path`` to this version's schema.
 
     Args:
-        path: an existing store file (never created here).
+        path: an existing store file (never created here), or a PostgreSQL DSN of a
+            database that holds a store (``docs/scale-out.md``).
         busy_timeout_seconds: how long to wait for other processes' writes (a large
             migration holds the write lock for seconds).
 
@@ -29,7 +30,8 @@ def migrate_store(path: str, *, busy_timeout_seconds: float = 60.0) -> Migration
         A :class:`MigrationReport` with the schema version before and after.
 
     Raises:
-        NotFoundError: no file at ``path``, or an empty one (nothing is created).
+        NotFoundError: no file at ``path``, or an empty one, or a database without a
+            store (nothing is created).
         StorageError: not a SQLite database, an empty database, or it cannot be read.
         SchemaVersionError: the file was written by a newer phronomy_fsm, or holds
             another application's tables.
@@ -38,6 +40,10 @@ def migrate_store(path: str, *, busy_timeout_seconds: float = 60.0) -> Migration
     version intact); nothing else is written. Concurrency: two processes migrating
     at once migrate once.
     """
+    from phronomy_fsm.store.open import is_postgres_dsn
+
+    if is_postgres_dsn(path):
+        return _migrate_postgres(path)
     from phronomy_fsm.store.sqlite import migrate_store as migrate_file
 
     absolute = os.path.abspath(path)
@@ -61,6 +67,30 @@ def migrate_store(path: str, *, busy_timeout_seconds: float = 60.0) -> Migration
     except (OSError, ValueError) as exc:
         raise StorageError(f"cannot migrate {absolute}: {exc}", path=path) from exc
     return MigrationReport(result.path, result.before, result.after)
+
+
+def _migrate_postgres(dsn: str) -> MigrationReport:
+    """:func:`migrate_store` for a PostgreSQL database: read its version, then open it
+    read-write (which migrates it in one transaction) only when it holds a store."""
+    import psycopg
+
+    from phronomy_fsm.store.postgres import PostgresStore
+    from phronomy_fsm.store.postgres import schema as pg_schema
+    from phronomy_fsm.store.postgres.store import describe_dsn
+
+    where = describe_dsn(dsn)
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+            before = pg_schema.inspect_version(conn.cursor(), where)
+    except psycopg.Error as exc:
+        raise StorageError(f"cannot connect to PostgreSQL at {where}: {exc}", path=where) from exc
+    if before is None:
+        raise NotFoundError(
+            f"no phronomy_fsm store in the PostgreSQL database {where}; nothing was written",
+            path=where,
+        )
+    PostgresStore(dsn, must_exist=True, pool_min=0).close()
+    return MigrationReport(where, before, pg_schema.SCHEMA_VERSION)
 
 
 __all__ = ["migrate_store"]

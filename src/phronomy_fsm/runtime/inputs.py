@@ -23,7 +23,7 @@ def shown(value: Any) -> str:
     even ``repr`` raises (a refused argument may be hostile). Never raises."""
     try:
         text = repr(value)
-    except Exception:  # noqa: BLE001 - a message must not fail
+    except BaseException:  # noqa: BLE001 - a message must not fail, whatever repr raises
         return f"<{type(value).__name__}>"
     return text if len(text) <= 80 else text[:77] + "..."
 

@@ -41,6 +41,7 @@ from psycopg_pool import ConnectionPool
 
 from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
+    NotFoundError,
     OutcomeUnknownError,
     PhronomyError,
     SchemaVersionError,
@@ -108,12 +109,17 @@ class PostgresStore(PostgresReads):
         tcp_user_timeout_ms: libpq ``tcp_user_timeout``: how long unacknowledged data
             may stay in flight before the connection counts as broken (a network cut).
         read_only: open an existing, current store for reading only.
+        must_exist: refuse a database that holds no phronomy_fsm store yet (operator
+            commands: a mistyped DSN or another application's database must not get
+            our tables) with NotFoundError, writing nothing; a current or older store
+            is migrated as usual.
         faults: crash points (``barrier:<name>:during``, before COMMIT); tests and the
             crash harness only.
         application_name: shown in ``pg_stat_activity``.
 
     Raises:
         StorageError: the server cannot be reached or refuses (message names it).
+        NotFoundError: ``must_exist`` and the database holds no store.
         SchemaVersionError: the schema is newer than this code, or the database holds
             another application's tables; nothing was written.
 
@@ -133,6 +139,7 @@ class PostgresStore(PostgresReads):
         connect_timeout_seconds: float = 5.0,
         tcp_user_timeout_ms: int = 10_000,
         read_only: bool = False,
+        must_exist: bool = False,
         faults: FaultPlan | None = None,
         application_name: str = "phronomy_fsm",
     ) -> None:
@@ -143,6 +150,7 @@ class PostgresStore(PostgresReads):
         self.dsn = dsn
         self.path = describe_dsn(dsn)  # what messages and operator tools name
         self.read_only = read_only
+        self.must_exist = must_exist
         self.notifications = notifications
         self.reconnect_seconds = float(reconnect_seconds)
         self.faults = faults
@@ -206,6 +214,13 @@ class PostgresStore(PostgresReads):
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         try:
+            if self.must_exist and schema.inspect_version(conn.cursor(), self.path) is None:
+                raise NotFoundError(
+                    f"no phronomy_fsm store in the PostgreSQL database {self.path} (it has "
+                    "none of our tables); nothing was written. Check the DSN: a store is "
+                    "made by the first worker or runtime that opens the database",
+                    path=self.path,
+                )
             if self.read_only:
                 version = schema.inspect_version(conn.cursor(), self.path)
                 if version != schema.SCHEMA_VERSION:
