@@ -305,6 +305,10 @@ class PostgresReads:
             existing = cur.fetchone()
             if existing is not None:
                 return _signal_from_row(existing)
+            # the signal lock first, then the execution's row: the order a commit that
+            # sends signals takes them in (store._transaction), so neither waits for the
+            # other in a cycle
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
             cur.execute(
                 "SELECT revision, active, status FROM executions WHERE execution_id = %s FOR SHARE",
                 (signal.execution_id,),
@@ -330,7 +334,6 @@ class PostgresReads:
                     reason="stale_revision",
                     stored_revision=revision,
                 )
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
             cur.execute(
                 INSERT_SIGNAL,
                 (signal.signal_id, signal.execution_id, signal.kind.value, signal.event, body),

@@ -54,6 +54,7 @@ from phronomy_fsm.store.postgres import schema
 from phronomy_fsm.store.postgres._commit import PreparedCommit, apply_commit
 from phronomy_fsm.store.postgres._reads import PostgresReads
 from phronomy_fsm.store.postgres.listen import Notifier
+from phronomy_fsm.store.postgres.schema import SIGNAL_LOCK
 
 log = logging.getLogger("phronomy_fsm.store.postgres")
 
@@ -428,6 +429,10 @@ class PostgresStore(PostgresReads):
             conn = self._writer_conn()
             cur = conn.cursor()
             cur.execute("BEGIN")
+            if any(p.signals for p in live):
+                # the signal lock before any execution's row, as send_signal takes them:
+                # one order, so a batch and a sender never wait for each other in a cycle
+                cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
             if hook is not None:
                 hook("write", tuple(p.commit for p in live))
             for i, p in enumerate(live):
