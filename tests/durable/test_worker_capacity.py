@@ -164,3 +164,72 @@ def test_a_parent_waiting_for_its_children_does_not_keep_them_from_being_claimed
     finally:
         gate.set()
         store.close()
+
+
+def test_cancelling_a_parent_cancels_the_children_another_runtime_holds(
+    tmp_path: Path,
+) -> None:
+    # runtime A starts a batch and goes away while its children's work hangs; runtime B
+    # takes over only the parent and cancels it: the children B does not run get the
+    # cancel in their inbox, and whoever recovers them ends them cancelled without
+    # running their work again
+    from phronomy_fsm.durable import DurableRuntime, Machine
+
+    from .batch_app import Batch, BatchHooks, Item, ItemHooks
+    from .generated import batch_flow, item_flow
+
+    gate = threading.Event()
+
+    class Hanging(ItemHooks):
+        def do_item(self, ctx: Item, payload: Any) -> Any:
+            def work(octx: Any) -> Any:
+                gate.wait(60)
+                raise RuntimeError("runtime A is gone")
+
+            return work
+
+    db = str(tmp_path / "batch.db")
+    ledger = tmp_path / "items.jsonl"
+
+    def machines(items: Any) -> list[Any]:
+        return [
+            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
+            Machine(item_flow.TABLE, items, context_type=Item),
+        ]
+
+    first = DurableRuntime(
+        open_store(db), machines=machines(Hanging(ledger)), own_store=True, lease_seconds=1.0
+    )
+    first.start("batch_flow", Batch(["x", "y"]), execution_id="batch")
+    store = open_store(db)
+    try:
+        _wait(lambda: len(store.list_records(parent_execution_id="batch")) == 2)
+        time.sleep(0.3)
+        first.close(timeout_seconds=0.5)
+        second = DurableRuntime(
+            open_store(db), machines=machines(ItemHooks(ledger)), own_store=True
+        )
+        try:
+            _wait(lambda: second.claim(accept=lambda r: r.machine == "batch_flow") or True)
+            _wait(lambda: second.handle("batch").record().status is not None)
+            second.cancel("batch", reason="the batch was called off")
+            assert second.handle("batch").result(15).status is ExecutionStatus.CANCELLED
+            children = [c.execution_id for c in store.list_records(parent_execution_id="batch")]
+            _wait(
+                lambda: all(
+                    any(s.kind.value == "cancel" for s in store.list_signals(c)) for c in children
+                )
+            )
+        finally:
+            second.close(timeout_seconds=5)
+        third = DurableRuntime(open_store(db), machines=machines(ItemHooks(ledger)), own_store=True)
+        try:
+            third.recover()
+            for child in children:
+                assert third.handle(child).result(15).status is ExecutionStatus.CANCELLED
+        finally:
+            third.close(timeout_seconds=5)
+        assert not ledger.exists() or "do_item" not in ledger.read_text()  # no work re-run
+    finally:
+        gate.set()
+        store.close()

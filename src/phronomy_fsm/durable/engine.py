@@ -1142,9 +1142,14 @@ class Engine:
             str(payload.get("error_type") or "Cancelled"),
             str(payload.get("reason") or "cancelled"),
         )
+        here = set()
         for child in list(self.live.values()):
             if child.record.parent_execution_id == live.execution_id and child is not live:
+                here.add(child.execution_id)
                 self.cancel(child, attrs.evolve(signal, execution_id=child.execution_id, seq=0))
+        # children another worker runs (it took them over, or claimed them) hear it
+        # through their inbox
+        self.rt.cancel_children_elsewhere(live.execution_id, payload, here)
 
         def commit() -> None:
             if self.live.get(live.execution_id) is not live:

@@ -572,6 +572,42 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
+    def cancel_children_elsewhere(
+        self, parent_execution_id: str, payload: dict[str, Any], skip: set[str]
+    ) -> None:
+        """Record a cancel for every active child of ``parent_execution_id`` that this
+        runtime does not run (``skip``: the ones it does, cancelled in memory): their
+        owners — other workers — apply it, or whoever recovers them (off the loop;
+        ``docs/semantics.md``, "Cancel")."""
+
+        def write() -> None:
+            try:
+                children = self.store.list_records(
+                    parent_execution_id=parent_execution_id, active=True
+                )
+            except PhronomyError as exc:
+                log.warning(
+                    "execution %s: could not list its children: %r", parent_execution_id, exc
+                )
+                return
+            for child in children:
+                if child.is_finished or child.execution_id in skip:
+                    continue
+                try:
+                    request_cancel(
+                        self.store,
+                        child.execution_id,
+                        reason=str(payload.get("reason") or "its parent was cancelled"),
+                        as_failure=payload.get("status") == "failed",
+                        error_type=payload.get("error_type"),
+                        signal_id=f"cancel-of-parent:{child.execution_id}",
+                        sender=f"worker:{self.worker_id}",
+                    )
+                except PhronomyError as exc:  # finished meanwhile, or unreadable
+                    log.info("child %s not cancelled: %s", child.execution_id, exc)
+
+        threading.Thread(target=write, name=f"{self.name}-cancel", daemon=True).start()
+
     def notify(self, execution_id: str, signal: SignalRecord | None = None) -> None:
         """Something was written to ``execution_id``'s inbox by other means (an
         operator function on the store): when this runtime owns it, take ``signal``
