@@ -1174,6 +1174,11 @@ class Engine:
                 resolution=None,
                 error=error,
             )
+            taken = [seq for seq in live.delivered if seq != signal.seq]
+            if taken:  # delivered, never committed: closed, not left pending for ever
+                self.rt.drop_signals(
+                    live.execution_id, taken, "dropped: the execution was cancelled"
+                )
             live.delivered = [signal.seq] if signal.seq else []
             self.finish(live, "@cancel", record)
 
