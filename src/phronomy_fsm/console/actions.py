@@ -14,7 +14,7 @@ Must not: write to a store except through :mod:`phronomy_fsm.operator`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
@@ -22,11 +22,10 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from phronomy_fsm import operator
-from phronomy_fsm.errors import ApprovalError, PhronomyError, ResolutionError, SignalRefusedError
+from phronomy_fsm.errors import PhronomyError
 
 from . import views
 from .forms import (
-    FormError,
     parse_approval_form,
     parse_cancel_form,
     parse_resolve_form,
@@ -94,107 +93,114 @@ def _done(execution_id: str, seq: int) -> Response:
     return RedirectResponse(f"{views.execution_href(execution_id)}&sent={seq}", status_code=303)
 
 
-async def signal_action(console: Console, request: Request) -> Response:
-    """``POST /execution/signal``: :func:`phronomy_fsm.operator.signal_execution` with
-    the page's revision (``expected_revision``)."""
+async def _write(
+    console: Console,
+    request: Request,
+    kind: str,
+    parse: Callable[[Mapping[str, Any]], Any],
+    act: Callable[[Any, Any], Any],
+) -> Response:
+    """One write form: check the session (:func:`_write_form`), ``parse`` the fields
+    into a form, run ``act(store, form)`` — an operator-library call — off the event
+    loop on the writer store, then redirect to the execution with the sent signal's
+    seq; a refused form or call shows the page again with the error (``kind`` names
+    the form)."""
     fields, refused = await _write_form(console, request)
     if refused is not None:
         return refused
     try:
-        form = parse_signal_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.signal_execution(
-                console.stores.writer(),
-                form.execution_id,
-                form.event,
-                form.payload,
-                expected_revision=form.expected_revision,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, SignalRefusedError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "signal", exc)
+        form = parse(fields)
+        receipt = await run_in_threadpool(lambda: act(console.stores.writer(), form))
+    except PhronomyError as exc:  # FormError, SignalRefusedError, ApprovalError, ...
+        return await _refused(console, request, fields, kind, exc)
     return _done(form.execution_id, receipt.signal.seq)
+
+
+async def signal_action(console: Console, request: Request) -> Response:
+    """``POST /execution/signal``: :func:`phronomy_fsm.operator.signal_execution` with
+    the page's revision (``expected_revision``)."""
+    return await _write(
+        console,
+        request,
+        "signal",
+        parse_signal_form,
+        lambda store, form: operator.signal_execution(
+            store,
+            form.execution_id,
+            form.event,
+            form.payload,
+            expected_revision=form.expected_revision,
+            signal_id=form.signal_id,
+            sender=SENDER,
+            clock=console.clock,
+        ),
+    )
 
 
 async def approve_action(console: Console, request: Request) -> Response:
     """``POST /execution/approve``: :func:`phronomy_fsm.operator.approve_execution`
     (the request is checked against the stored execution, which must still be at the
     page's revision) — the decision of an agent execution's approval request."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_approval_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.approve_execution(
-                console.stores.writer(),
-                form.execution_id,
-                approval_request_id=form.request_id,
-                approved=form.approved,
-                decisions=form.decisions,
-                by=form.by or SENDER,
-                expected_revision=form.expected_revision,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, ApprovalError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "approve", exc)
-    return _done(form.execution_id, receipt.signal.seq)
+    return await _write(
+        console,
+        request,
+        "approve",
+        parse_approval_form,
+        lambda store, form: operator.approve_execution(
+            store,
+            form.execution_id,
+            approval_request_id=form.request_id,
+            approved=form.approved,
+            decisions=form.decisions,
+            by=form.by or SENDER,
+            expected_revision=form.expected_revision,
+            sender=SENDER,
+            clock=console.clock,
+        ),
+    )
 
 
 async def resolve_action(console: Console, request: Request) -> Response:
     """``POST /execution/resolve``: :func:`phronomy_fsm.operator.resolve_execution`
     with the page's revision and subject."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_resolve_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.resolve_execution(
-                console.stores.writer(),
-                form.execution_id,
-                expected_revision=form.expected_revision,
-                outcome=form.outcome,
-                result=form.result,
-                error=form.error,
-                subject=form.subject,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, ResolutionError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "resolve", exc)
-    return _done(form.execution_id, receipt.signal.seq)
+    return await _write(
+        console,
+        request,
+        "resolve",
+        parse_resolve_form,
+        lambda store, form: operator.resolve_execution(
+            store,
+            form.execution_id,
+            expected_revision=form.expected_revision,
+            outcome=form.outcome,
+            result=form.result,
+            error=form.error,
+            subject=form.subject,
+            signal_id=form.signal_id,
+            sender=SENDER,
+            clock=console.clock,
+        ),
+    )
 
 
 async def cancel_action(console: Console, request: Request) -> Response:
     """``POST /execution/cancel``: :func:`phronomy_fsm.operator.cancel_execution` with
     the page's revision."""
-    fields, refused = await _write_form(console, request)
-    if refused is not None:
-        return refused
-    try:
-        form = parse_cancel_form(fields)
-        receipt = await run_in_threadpool(
-            lambda: operator.cancel_execution(
-                console.stores.writer(),
-                form.execution_id,
-                reason=form.reason,
-                expected_revision=form.expected_revision,
-                signal_id=form.signal_id,
-                sender=SENDER,
-                clock=console.clock,
-            )
-        )
-    except (FormError, PhronomyError) as exc:
-        return await _refused(console, request, fields, "cancel", exc)
-    return _done(form.execution_id, receipt.signal.seq)
+    return await _write(
+        console,
+        request,
+        "cancel",
+        parse_cancel_form,
+        lambda store, form: operator.cancel_execution(
+            store,
+            form.execution_id,
+            reason=form.reason,
+            expected_revision=form.expected_revision,
+            signal_id=form.signal_id,
+            sender=SENDER,
+            clock=console.clock,
+        ),
+    )
 
 
 # ------------------------------------------------------------------ signing in
