@@ -106,7 +106,7 @@ main_job() {
   echo "== demo --resume (a new process recovers the execution and finishes it)"
   "$VENV/bin/phronomy-fsm" demo --resume --db "$db"
   echo "== the execution as stored"
-  "$VENV/bin/phronomy-fsm" executions show "$execution" --db "$db" | head -n 40
+  "$VENV/bin/phronomy-fsm" executions show "$execution" --db "$db"
 }
 
 case "${1:-}" in
