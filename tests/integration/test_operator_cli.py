@@ -528,3 +528,21 @@ def test_recover_draws_a_progress_bar_only_on_a_terminal(waiting_db: Path) -> No
     assert proc.returncode == 0, (proc.stdout, terminal)
     assert "at rest" in terminal and "\r" in terminal  # the bar, redrawn in place
     assert b"at rest" not in proc.stdout and b"\r" not in proc.stdout
+
+
+def test_a_signal_with_app_reports_other_executions_its_recovery_parked(tmp_path: Path) -> None:
+    # --app recovers the whole store: an order whose charge may have run parks for an
+    # operator on the way; the command says so and exits 3, as `recover` would
+    db = tmp_path / "store.db"
+    start_orders(db, ("order-1", {}))
+    kill_at(db, "offload:charge_card:after")  # order-a: charged, result not applied
+    sent = run_process(
+        "signal", "order-1", "approve", "--db", str(db), "--payload", '{"by": "ops"}',
+        "--app", APP,
+    )  # fmt: skip
+    assert sent.returncode == 3, (sent.stdout, sent.stderr)
+    assert "order-1  order_flow  completed in shipped" in sent.stdout
+    assert "now waiting for an operator: 1" in sent.stdout
+    assert "order-a  order_flow  recovery_required" in sent.stdout
+    assert "phronomy-fsm resolve order-a" in sent.stdout
+    assert record(db, "order-a").status.value == "recovery_required"

@@ -114,6 +114,7 @@ def _finish(
     """Print what an inbox write did and, with ``--app``, where the execution and the
     parents it notifies went; exit as the module docstring says."""
     entries: tuple[operator.RecoveredExecution, ...] = ()
+    others: tuple[operator.RecoveredExecution, ...] = ()
     if report is not None:
         chain = [receipt.signal.execution_id]
         first = report.get(chain[0])
@@ -121,16 +122,26 @@ def _finish(
             chain.append(first.record.parent_execution_id)
             first = report.get(chain[-1])
         entries = tuple(e for e in (report.get(eid) for eid in chain) if e is not None)
+        # the rest of the store was recovered too: those now waiting for an operator
+        # are reported (and make the exit 3) as `recover` would
+        others = tuple(e for e in report.needs_operator if e.execution_id not in chain)
     if as_json:
         data = receipt.to_dict()
         data["execution"] = entries[0].to_dict() if entries else None
         data["parents"] = [e.to_dict() for e in entries[1:]]
+        data["others_needing_an_operator"] = [e.to_dict() for e in others]
         emit_json(data)
     else:
         echo_receipt(headline, receipt, db, applied_here=bool(entries))
         echo_recovery(entries)
-    if entries:
-        _exit_for(entries, wait_seconds)
+        if others:
+            click.echo(
+                f"  also recovered (--app recovers the store) and now waiting for an operator: "
+                f"{len(others)}"
+            )
+            echo_recovery(others)
+    if entries or others:
+        _exit_for((*entries, *others), wait_seconds)
 
 
 # ------------------------------------------------------------------ commands
