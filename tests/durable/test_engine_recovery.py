@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
-from phronomy_fsm.durable.operations import request_cancel
+from phronomy_fsm.durable.operations import request_cancel, request_resolution
 from phronomy_fsm.errors import ResolutionError
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
@@ -114,6 +114,30 @@ def test_a_cancel_recorded_before_an_operators_retry_wins_and_nothing_runs_again
     with open_store(store_target, read_only=True) as store:
         log = [b.barrier for b in store.barrier_log("order-a")]
         assert log[-1] == "@cancel" and "@resolution" not in log
+
+
+def test_a_second_answer_while_one_waits_is_refused(tmp_path, store_target, open_runtime):
+    # the execution is parked and nobody runs it: a first answer waits in its inbox; a
+    # second one (another operator, or a change of mind) is refused and writes nothing,
+    # while resending the first (same signal id) stays a no-op
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    revision = runtime.handle("order-a").record().revision
+    runtime.close(timeout_seconds=5)
+    with open_store(store_target) as store:
+        first = request_resolution(
+            store, "order-a", expected_revision=revision, outcome="not_performed", signal_id="a1"
+        )
+        again = request_resolution(
+            store, "order-a", expected_revision=revision, outcome="not_performed", signal_id="a1"
+        )
+        assert again.seq == first.seq
+        with pytest.raises(ResolutionError, match="already has an answer") as refused:
+            request_resolution(store, "order-a", expected_revision=revision, outcome="retry")
+        assert refused.value.reason == "already_answered"
+        assert [s.signal_id for s in store.list_signals("order-a")] == ["a1"]
 
 
 def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, store_target, open_runtime):

@@ -198,7 +198,8 @@ def request_resolution(
         NotFoundError, ExecutionFinishedError.
         ResolutionError: not in recovery_required, stale ``expected_revision``,
             an outcome that is not allowed, a missing or forbidden result/error, a
-            result that is not JSON (``reason`` says which). Nothing was written.
+            result that is not JSON, another answer already waiting to be applied
+            (``already_answered``) (``reason`` says which). Nothing was written.
         StorageError.
 
     Durability: committed to the inbox before it returns; the owner applies it in a
@@ -252,6 +253,21 @@ def request_resolution(
         ensure_json(result, what="the result")
     except SerializationError as exc:
         raise ResolutionError(str(exc), reason="result") from exc
+    waiting = [
+        s
+        for s in store.pending_signals(execution_id)
+        if s.kind is SignalKind.RESOLUTION and (signal_id is None or s.signal_id != signal_id)
+    ]
+    if waiting:  # a retried send (the same signal id) is a no-op below, not a second answer
+        first = waiting[0]
+        given = (first.payload or {}).get("outcome") if isinstance(first.payload, dict) else None
+        raise ResolutionError(
+            f"execution {execution_id} already has an answer waiting to be applied (signal "
+            f"#{first.seq}, outcome {given}); nothing was sent. It is applied when the "
+            "execution is recovered or by its live owner",
+            execution_id=execution_id,
+            reason="already_answered",
+        )
     signal = _new_signal(
         execution_id,
         SignalKind.RESOLUTION,
