@@ -186,6 +186,9 @@ def test_a_waiting_order_is_listed_shown_signalled_and_recovered_to_its_end(
     text = run("executions", "show", "order-1", "--db", db).stdout
     assert "status: waiting  <- waits for a signal\n" in text and "owner: none live" in text
     assert f"phronomy-fsm recover --db {db} --app MODULE:FACTORY" in text
+    # the signals it awaits, each as a command to run as it is
+    assert f"  phronomy-fsm signal order-1 approve --db {db} --expected-revision 3\n" in text
+    assert f"  phronomy-fsm signal order-1 reject --db {db} --expected-revision 3\n" in text
 
     sent = run(
         "signal", "order-1", "approve", "--db", db, "--payload", '{"by": "ops"}',

@@ -10,6 +10,7 @@ output. Formatting only: nothing here reads or writes a store.
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -170,9 +171,13 @@ def echo_detail(detail: operator.ExecutionDetail, db: str) -> None:
         echo("labels: " + ", ".join(f"{k}={v}" for k, v in sorted(r.labels.items())))
     echo(owner_line(detail.owner, db, r.is_finished))
     if detail.awaits and detail.agent is None:
-        echo(
-            f"awaits: {', '.join(detail.awaits)} (phronomy-fsm signal {r.execution_id} EVENT --db {db})"
-        )
+        echo(f"awaits: {', '.join(detail.awaits)}; send one with (its data: --payload JSON):")
+        for event in detail.awaits:
+            command = shlex.join(
+                ["phronomy-fsm", "signal", r.execution_id, event, "--db", db]
+                + ["--expected-revision", str(r.revision)]
+            )
+            echo(f"  {command}")
     echo(f"pending_effects: {', '.join(r.pending_effects) or '-'}")
     if r.error is not None and detail.agent is None:
         echo(f"error: {r.error.render()}")
