@@ -140,6 +140,27 @@ def test_a_second_answer_while_one_waits_is_refused(tmp_path, store_target, open
         assert [s.signal_id for s in store.list_signals("order-a")] == ["a1"]
 
 
+def test_cancelling_an_execution_parked_on_an_effect_keeps_the_question(
+    tmp_path, store_target, open_runtime
+):
+    # an operator cancels instead of answering: the cancelled record still says that
+    # the charge may have happened, with its idempotency key to look it up by
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    parked = runtime.handle("order-a").record()
+    assert parked.recovery is not None and parked.recovery.subject is not None
+    runtime.cancel("order-a", reason="the customer gave up")
+    result = runtime.handle("order-a").result(10)
+    assert result.status is ExecutionStatus.CANCELLED
+    message = result.error.message
+    assert message.startswith("the customer gave up; left unanswered: ")
+    assert "charge_card" in message and parked.recovery.subject.key in message
+    with open_store(store_target, read_only=True) as store:
+        assert store.load_record("order-a").error.message == message
+
+
 def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, store_target, open_runtime):
     kill_at(tmp_path, "offload:charge_card:after", db=store_target)
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])

@@ -1142,6 +1142,16 @@ class Engine:
             str(payload.get("error_type") or "Cancelled"),
             str(payload.get("reason") or "cancelled"),
         )
+        doubt = live.record.recovery
+        if doubt is not None and doubt.subject is not None:
+            # parked on an effect nobody answered for: the record keeps the question,
+            # or a cancelled execution would hide a charge that may have happened
+            effect = doubt.subject
+            error = ErrorInfo(
+                error.type,
+                f"{error.message}; left unanswered: {doubt.reason} (effect {effect.effect}, "
+                f"idempotency key {effect.key}, attempt {effect.attempt})",
+            )
         here = set()
         for child in list(self.live.values()):
             if child.record.parent_execution_id == live.execution_id and child is not live:
