@@ -135,8 +135,9 @@ class Worker:
         runtime = self.runtime
         try:
             return int(runtime.dispatcher.call(runtime.engine.running_count).result(10))
-        except PhronomyError:
-            return 0
+        except (PhronomyError, TimeoutError):
+            # the loop did not answer (closing, or busy for seconds): claim nothing now
+            return self.concurrency
 
     @property
     def held(self) -> int:
@@ -145,7 +146,7 @@ class Worker:
         runtime = self.runtime
         try:
             return int(runtime.dispatcher.call(lambda: len(runtime.engine.live)).result(10))
-        except PhronomyError:
+        except (PhronomyError, TimeoutError):
             return 0
 
     # ------------------------------------------------------------------ the loop
@@ -189,6 +190,9 @@ class Worker:
                     claimed = self.scan()
                 except PhronomyError as exc:
                     log.warning("worker %s: claim scan failed: %s", self.worker_id, exc)
+                    claimed = []
+                except Exception:  # the claim loop must outlive one bad scan
+                    log.exception("worker %s: claim scan failed", self.worker_id)
                     claimed = []
                 if claimed and self.running < self.concurrency:
                     continue  # there may be more: look again at once
