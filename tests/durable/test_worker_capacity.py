@@ -107,19 +107,26 @@ def test_no_more_than_concurrency_executions_run_at_once(tmp_path: Path) -> None
         store.close()
 
 
-def test_a_parent_waiting_for_its_children_does_not_keep_them_from_being_claimed(
-    tmp_path: Path,
-) -> None:
-    # runtime A starts a batch (a parent and three children) and goes away while the
-    # children's work hangs; worker B, with room for ONE running execution, takes over.
-    # The parent, once replayed, only waits for its children: it must not use B's slot,
-    # or B never claims the children and the batch never finishes.
-    from phronomy_fsm.durable import DurableRuntime, Machine
+def _batch_machines(items: Any) -> list[Any]:
+    """The batch parent and its item children, the items worked on by ``items``."""
+    from phronomy_fsm.durable import Machine
 
-    from .batch_app import Batch, BatchHooks, Item, ItemHooks
+    from .batch_app import Batch, BatchHooks, Item
     from .generated import batch_flow, item_flow
 
-    gate = threading.Event()
+    return [
+        Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
+        Machine(item_flow.TABLE, items, context_type=Item),
+    ]
+
+
+def _abandoned_batch(db: str, ledger: Path, names: list[str], gate: threading.Event) -> Any:
+    """Runtime A starts batch ``batch`` of ``names`` whose items' work hangs on ``gate``,
+    then goes away (closed, its lease let go) while they hang; returns a store open
+    on ``db``, for the caller to close."""
+    from phronomy_fsm.durable import DurableRuntime
+
+    from .batch_app import Batch, Item, ItemHooks
 
     class Hanging(ItemHooks):
         def do_item(self, ctx: Item, payload: Any) -> Any:
@@ -129,29 +136,33 @@ def test_a_parent_waiting_for_its_children_does_not_keep_them_from_being_claimed
 
             return work
 
-    db = str(tmp_path / "batch.db")
-    ledger = tmp_path / "items.jsonl"
     first = DurableRuntime(
-        open_store(db),
-        machines=[
-            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
-            Machine(item_flow.TABLE, Hanging(ledger), context_type=Item),
-        ],
-        own_store=True,
-        lease_seconds=1.0,
+        open_store(db), machines=_batch_machines(Hanging(ledger)), own_store=True, lease_seconds=1.0
     )
-    first.start("batch_flow", Batch(["x", "y", "z"]), execution_id="batch")
+    first.start("batch_flow", Batch(names), execution_id="batch")
     store = open_store(db)
+    _wait(lambda: len(store.list_records(parent_execution_id="batch")) == len(names))
+    time.sleep(0.3)  # the children's work has started and hangs
+    first.close(timeout_seconds=0.5)
+    return store
+
+
+def test_a_parent_waiting_for_its_children_does_not_keep_them_from_being_claimed(
+    tmp_path: Path,
+) -> None:
+    # runtime A starts a batch (a parent and three children) and goes away while the
+    # children's work hangs; worker B, with room for ONE running execution, takes over.
+    # The parent, once replayed, only waits for its children: it must not use B's slot,
+    # or B never claims the children and the batch never finishes.
+    from .batch_app import ItemHooks
+
+    gate = threading.Event()
+    ledger = tmp_path / "items.jsonl"
+    store = _abandoned_batch(str(tmp_path / "batch.db"), ledger, ["x", "y", "z"], gate)
     try:
-        _wait(lambda: len(store.list_records(parent_execution_id="batch")) == 3)
-        time.sleep(0.3)  # the children's work has started and hangs
-        first.close(timeout_seconds=0.5)
-        machines = (
-            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
-            Machine(item_flow.TABLE, ItemHooks(ledger), context_type=Item),
-        )
+        machines = _batch_machines(ItemHooks(ledger))
         worker = Worker(
-            store, DurableApp(machines=machines), concurrency=1, scan_seconds=0.1,
+            store, DurableApp(machines=tuple(machines)), concurrency=1, scan_seconds=0.1,
             lease_seconds=1.0,
         )  # fmt: skip
         worker.start()
@@ -173,41 +184,17 @@ def test_cancelling_a_parent_cancels_the_children_another_runtime_holds(
     # takes over only the parent and cancels it: the children B does not run get the
     # cancel in their inbox, and whoever recovers them ends them cancelled without
     # running their work again
-    from phronomy_fsm.durable import DurableRuntime, Machine
+    from phronomy_fsm.durable import DurableRuntime
 
-    from .batch_app import Batch, BatchHooks, Item, ItemHooks
-    from .generated import batch_flow, item_flow
+    from .batch_app import ItemHooks
 
     gate = threading.Event()
-
-    class Hanging(ItemHooks):
-        def do_item(self, ctx: Item, payload: Any) -> Any:
-            def work(octx: Any) -> Any:
-                gate.wait(60)
-                raise RuntimeError("runtime A is gone")
-
-            return work
-
     db = str(tmp_path / "batch.db")
     ledger = tmp_path / "items.jsonl"
-
-    def machines(items: Any) -> list[Any]:
-        return [
-            Machine(batch_flow.TABLE, BatchHooks(), context_type=Batch),
-            Machine(item_flow.TABLE, items, context_type=Item),
-        ]
-
-    first = DurableRuntime(
-        open_store(db), machines=machines(Hanging(ledger)), own_store=True, lease_seconds=1.0
-    )
-    first.start("batch_flow", Batch(["x", "y"]), execution_id="batch")
-    store = open_store(db)
+    store = _abandoned_batch(db, ledger, ["x", "y"], gate)
     try:
-        _wait(lambda: len(store.list_records(parent_execution_id="batch")) == 2)
-        time.sleep(0.3)
-        first.close(timeout_seconds=0.5)
         second = DurableRuntime(
-            open_store(db), machines=machines(ItemHooks(ledger)), own_store=True
+            open_store(db), machines=_batch_machines(ItemHooks(ledger)), own_store=True
         )
         try:
             _wait(lambda: second.claim(accept=lambda r: r.machine == "batch_flow") or True)
@@ -222,7 +209,9 @@ def test_cancelling_a_parent_cancels_the_children_another_runtime_holds(
             )
         finally:
             second.close(timeout_seconds=5)
-        third = DurableRuntime(open_store(db), machines=machines(ItemHooks(ledger)), own_store=True)
+        third = DurableRuntime(
+            open_store(db), machines=_batch_machines(ItemHooks(ledger)), own_store=True
+        )
         try:
             third.recover()
             for child in children:

@@ -260,7 +260,7 @@ def request_resolution(
     ]
     if waiting:  # a retried send (the same signal id) is a no-op below, not a second answer
         first = waiting[0]
-        given = (first.payload or {}).get("outcome") if isinstance(first.payload, dict) else None
+        given = first.payload.get("outcome") if isinstance(first.payload, dict) else None
         raise ResolutionError(
             f"execution {execution_id} already has an answer waiting to be applied (signal "
             f"#{first.seq}, outcome {given}); nothing was sent. It is applied when the "
