@@ -52,7 +52,8 @@ def test_workers_survive_a_server_restart_mid_run(own_server, tmp_path: Path):
         statuses = cluster.drive(ids, 120)
         assert all(s in ("completed", "failed") for s in statuses.values()), statuses
         assert cluster.check(ids) == dict.fromkeys((*scale_harness.INVARIANTS, "zombie_commits"), 0)
-        assert all(p.poll() is None for p in cluster.workers.values())
+        dead = {name: p.poll() for name, p in cluster.workers.items() if p.poll() is not None}
+        assert not dead, {name: (code, cluster.log(name)[-3000:]) for name, code in dead.items()}
     finally:
         cluster.close()
 

@@ -117,6 +117,11 @@ class ExecutionStore(Protocol):
         """``{execution_id: (owner, fencing token, active)}`` of existing executions."""
         ...
 
+    def owned_executions(self, worker_id: str, machines: tuple[str, ...]) -> dict[str, int]:
+        """``{execution_id: fencing token}`` of the active executions of ``machines``
+        that ``worker_id`` owns."""
+        ...
+
     def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
         """Take an active execution whose owner is none, self or dead; the new
         fencing token, or None."""

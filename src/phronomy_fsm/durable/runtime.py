@@ -197,6 +197,8 @@ class DurableRuntime:
         self._wake_watcher = threading.Event()
         self._unlisten: Callable[[], None] | None = None
         self._last_seq = 0
+        #: executions owned here in the store but not live: id -> (fence, first seen)
+        self._stranded: dict[str, tuple[int, float]] = {}
         for machine in machines:
             self.register(machine)
         registered = time.monotonic()
@@ -808,6 +810,62 @@ class DurableRuntime:
             claimed.append((execution_id, record.status.value))
             self._install(record, Fence(self.worker_id, token), signals)
         return claimed
+
+    def resume_stranded(self, min_age_seconds: float = 1.0) -> list[tuple[str, str]]:
+        """Resume the executions the store says this runtime owns that run nowhere
+        here: a claim whose answer never arrived (the COMMIT was made, the connection
+        died before its reply, and the statement retried found nothing more to
+        claim), or one whose record could not be read before it was installed. Left
+        alone, such an execution would be stuck for as long as this worker renews
+        its lease (``docs/scale-out.md``, "Stranded claims").
+
+        An execution counts as stranded once it has been owned here and not live,
+        under the same fencing token, for ``min_age_seconds`` (seconds) across two
+        calls, with no start on its way here: an install queued a moment ago is not
+        mistaken for one. It is claimed again — its token moves on, so a late install
+        of the old claim can commit nothing — and resumed as :meth:`recover` resumes
+        (never a blind re-send). A worker calls this on every pass of its claim loop.
+        Returns ``[(execution_id, status)]`` resumed.
+
+        Raises: RuntimeClosedError, StorageError (some may have been resumed)."""
+        self._check_open()
+        owned = self.store.owned_executions(self.worker_id, self.machines)
+        if not owned:
+            self._stranded = {}
+            return []
+        live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
+        now = time.monotonic()
+        before = self._stranded
+        self._stranded = {}
+        for eid, token in owned.items():
+            if eid not in live:
+                earlier = before.get(eid)
+                self._stranded[eid] = (
+                    token,
+                    earlier[1] if earlier and earlier[0] == token else now,
+                )
+        if self._holds:  # a start on its way here is owned but not live yet
+            return []
+        due = [eid for eid, (_t, seen) in self._stranded.items() if now - seen >= min_age_seconds]
+        resumed: list[tuple[str, str]] = []
+        for execution_id in due:
+            del self._stranded[execution_id]
+            token = self.store.claim_execution(execution_id, self.worker_id)
+            if token is None:
+                continue
+            record = self.store.load_record(execution_id)
+            signals = self.store.pending_signals(execution_id)
+            resumed.append((execution_id, record.status.value))
+            self._install(record, Fence(self.worker_id, token), signals)
+        if resumed:
+            log.warning(
+                "worker %s: resumed %d execution(s) it owned but did not run (a claim "
+                "whose answer was lost): %s",
+                self.worker_id,
+                len(resumed),
+                ", ".join(eid for eid, _ in resumed),
+            )
+        return resumed
 
     def is_live(self, execution_id: str) -> bool:
         """True when this runtime runs ``execution_id`` now (any thread but the loop)."""

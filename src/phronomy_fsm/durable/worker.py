@@ -152,15 +152,16 @@ class Worker:
     # ------------------------------------------------------------------ the loop
 
     def scan(self) -> list[tuple[str, str]]:
-        """One pass of the claim loop: retire dead workers on this host, then claim
-        up to the free capacity. Returns ``[(execution_id, status)]`` claimed.
-        Raises StorageError."""
+        """One pass of the claim loop: retire dead workers on this host, resume the
+        executions it owns but does not run (a claim whose answer was lost:
+        :meth:`DurableRuntime.resume_stranded`), then claim up to the free capacity.
+        Returns ``[(execution_id, status)]`` claimed or resumed. Raises StorageError."""
         if self.probe_processes:
             self.runtime.retire_dead_workers()
+        claimed = self.runtime.resume_stranded(min_age_seconds=max(1.0, self.scan_seconds))
         free = self.concurrency - self.running
-        if free <= 0:
-            return []
-        claimed = self.runtime.claim(free, accept=self.app.accept)
+        if free > 0:
+            claimed += self.runtime.claim(free, accept=self.app.accept)
         if claimed:
             self.claimed_total += len(claimed)
             resumed = [f"{eid} ({status})" for eid, status in claimed]

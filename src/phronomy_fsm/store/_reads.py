@@ -395,6 +395,21 @@ class SqliteReads:
                     out[eid] = (owner, int(fence), bool(active))
         return out
 
+    def owned_executions(self, worker_id: str, machines: tuple[str, ...]) -> dict[str, int]:
+        """``{execution_id: fencing token}`` of the active executions of ``machines``
+        that ``worker_id`` owns: what a worker compares with what it runs, to find a
+        claim whose answer it never got (``docs/scale-out.md``, "Stranded claims")."""
+        if not machines:
+            return {}
+        marks = ",".join("?" * len(machines))
+        with self._reading("owned_executions") as conn:
+            rows = conn.execute(
+                "SELECT execution_id, fence FROM executions WHERE active=1 AND owner_id=?"
+                f" AND machine IN ({marks})",
+                (worker_id, *machines),
+            ).fetchall()
+        return {eid: int(fence) for eid, fence in rows}
+
     def claimable_executions(
         self, machines: tuple[str, ...], *, limit: int = 1000
     ) -> list[tuple[str, str]]:

@@ -356,6 +356,10 @@ class FaultInjectingStore:
         """Delegated unchanged."""
         return self.inner.execution_fences(execution_ids)  # type: ignore[no-any-return]
 
+    def owned_executions(self, worker_id: str, machines: tuple[str, ...]) -> dict[str, int]:
+        """Delegated unchanged."""
+        return self.inner.owned_executions(worker_id, machines)  # type: ignore[no-any-return]
+
     def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
         """Delegated unchanged."""
         return self.inner.claim_execution(execution_id, worker_id)  # type: ignore[no-any-return]

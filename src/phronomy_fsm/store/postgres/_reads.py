@@ -489,6 +489,19 @@ class PostgresReads:
         )
         return {eid: (owner, int(fence), bool(active)) for eid, owner, fence, active in rows}
 
+    def owned_executions(self, worker_id: str, machines: tuple[str, ...]) -> dict[str, int]:
+        """``{execution_id: fencing token}`` of the active executions of ``machines``
+        that ``worker_id`` owns (``docs/scale-out.md``, "Stranded claims")."""
+        if not machines:
+            return {}
+        rows = self._fetchall(
+            "owned_executions",
+            "SELECT execution_id, fence FROM executions WHERE active AND owner_id = %s"
+            " AND machine = ANY(%s)",
+            (worker_id, list(machines)),
+        )
+        return {eid: int(fence) for eid, fence in rows}
+
     def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
         """Take an active execution whose owner is none, ``worker_id`` itself, or a
         worker whose lease has passed (server clock); the fencing token rises by one.
