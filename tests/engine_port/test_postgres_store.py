@@ -106,3 +106,41 @@ def test_concurrent_senders_never_let_a_poller_skip_a_signal(pg_dsn):
         poller.join(60)
         assert sorted(seen) == sorted(s.seq for i in range(8) for s in store.list_signals(f"e{i}"))
         assert len(seen) == 200
+
+
+def test_a_connection_cut_while_the_schema_is_checked_is_retried(pg_dsn):
+    """A server restarting while a worker opens the store cuts the connection in the
+    middle of the schema check: the open waits for the server and runs the (rolled
+    back) migration again instead of failing the worker's start."""
+    from phronomy_fsm.store.postgres.schema import MIGRATION_LOCK
+
+    opened: queue.Queue[object] = queue.Queue()
+    with psycopg.connect(pg_dsn, autocommit=True) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+
+        def open_it() -> None:
+            try:
+                opened.put(PostgresStore(pg_dsn, application_name="opening"))
+            except BaseException as exc:  # handed to the test thread
+                opened.put(exc)
+
+        thread = threading.Thread(target=open_it)
+        thread.start()
+        waiting = "SELECT pid FROM pg_stat_activity WHERE application_name = 'opening' AND wait_event_type = 'Lock'"
+        for _ in range(400):  # the open waits for the migration lock the test holds
+            rows = holder.execute(waiting).fetchall()
+            if rows:
+                break
+            threading.Event().wait(0.05)
+        assert rows, "the open never reached the migration"
+        holder.execute("SELECT pg_terminate_backend(%s)", (rows[0][0],))
+        holder.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+        thread.join(60)
+    store = opened.get_nowait()
+    assert isinstance(store, PostgresStore), store
+    with store:
+        commit(store, create("e1"))
+        assert store.load_record("e1").revision == 0
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM phronomy_migrations ORDER BY name")]
+    assert tuple(names) == KNOWN_MIGRATIONS  # migrated once, completely

@@ -104,8 +104,9 @@ class PostgresStore(PostgresReads):
         notifications: open a ``LISTEN`` connection on the first
             :meth:`add_listener` (off: callers fall back to polling; for example
             behind a transaction pooler, where LISTEN does not work).
-        reconnect_seconds: how long reads and idempotent writes keep retrying while
-            the server cannot be reached (a restart) before StorageError.
+        reconnect_seconds: how long opening (connecting and checking the schema),
+            reads and idempotent writes keep retrying while the server cannot be
+            reached (a restart) before StorageError.
         connect_timeout_seconds: libpq ``connect_timeout``.
         tcp_user_timeout_ms: libpq ``tcp_user_timeout``: how long unacknowledged data
             may stay in flight before the connection counts as broken (a network cut).
@@ -198,12 +199,16 @@ class PostgresStore(PostgresReads):
         return psycopg.connect(self.dsn, **self._connect_kwargs)
 
     def _open(self) -> None:
+        """Connect, then check or migrate the schema. A server that is (re)starting —
+        it refuses the connection, or cuts it while the schema is checked — is waited
+        for up to ``reconnect_seconds`` (the migrations are transactional: one cut
+        short is rolled back and run again). Raises StorageError, NotFoundError,
+        SchemaVersionError."""
         deadline = time.monotonic() + self.reconnect_seconds
         delay = 0.1
-        while True:  # a server that is (re)starting: wait for it, as long as allowed
+        while True:
             try:
                 conn = self._connect()
-                break
             except psycopg.Error as exc:
                 hopeless = any(w in str(exc) for w in ("does not exist", "authentication"))
                 if hopeless or time.monotonic() + delay >= deadline:
@@ -212,30 +217,42 @@ class PostgresStore(PostgresReads):
                         path=self.path,
                     ) from exc
                 log.warning("cannot connect to PostgreSQL at %s (%s); retrying", self.path, exc)
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        try:
-            if self.must_exist and schema.inspect_version(conn.cursor(), self.path) is None:
-                raise NotFoundError(
-                    f"no phronomy_fsm store in the PostgreSQL database {self.path} (it has "
-                    "none of our tables); nothing was written. Check the DSN: a store is "
-                    "made by the first worker or runtime that opens the database",
+            else:
+                try:
+                    self._check_schema(conn)
+                    return
+                except psycopg.Error as exc:
+                    if not is_connection_error(exc) or time.monotonic() + delay >= deadline:
+                        raise self._storage(exc, "open") from exc
+                    log.warning(
+                        "PostgreSQL at %s went away while its schema was checked (%s); "
+                        "retrying",
+                        self.path,
+                        str(exc).strip(),
+                    )
+                finally:
+                    conn.close()
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
+        if self.must_exist and schema.inspect_version(conn.cursor(), self.path) is None:
+            raise NotFoundError(
+                f"no phronomy_fsm store in the PostgreSQL database {self.path} (it has "
+                "none of our tables); nothing was written. Check the DSN: a store is "
+                "made by the first worker or runtime that opens the database",
+                path=self.path,
+            )
+        if self.read_only:
+            version = schema.inspect_version(conn.cursor(), self.path)
+            if version != schema.SCHEMA_VERSION:
+                raise SchemaVersionError(
+                    f"{self.path} has schema version {version}, this code needs "
+                    f"{schema.SCHEMA_VERSION}; open it read-write once to migrate it",
                     path=self.path,
                 )
-            if self.read_only:
-                version = schema.inspect_version(conn.cursor(), self.path)
-                if version != schema.SCHEMA_VERSION:
-                    raise SchemaVersionError(
-                        f"{self.path} has schema version {version}, this code needs "
-                        f"{schema.SCHEMA_VERSION}; open it read-write once to migrate it",
-                        path=self.path,
-                    )
-            else:
-                schema.migrate(conn, self.path, log=lambda name: log.info("migrated: %s", name))
-        except psycopg.Error as exc:
-            raise self._storage(exc, "open") from exc
-        finally:
-            conn.close()
+        else:
+            schema.migrate(conn, self.path, log=lambda name: log.info("migrated: %s", name))
 
     # ------------------------------------------------------------------ errors
 
