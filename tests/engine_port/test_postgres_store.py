@@ -121,7 +121,7 @@ def test_a_connection_cut_while_the_schema_is_checked_is_retried(pg_dsn):
         def open_it() -> None:
             try:
                 opened.put(PostgresStore(pg_dsn, application_name="opening"))
-            except BaseException as exc:  # handed to the test thread
+            except Exception as exc:  # noqa: BLE001 - handed to the test thread
                 opened.put(exc)
 
         thread = threading.Thread(target=open_it)
