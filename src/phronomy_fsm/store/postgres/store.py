@@ -225,8 +225,7 @@ class PostgresStore(PostgresReads):
                     if not is_connection_error(exc) or time.monotonic() + delay >= deadline:
                         raise self._storage(exc, "open") from exc
                     log.warning(
-                        "PostgreSQL at %s went away while its schema was checked (%s); "
-                        "retrying",
+                        "PostgreSQL at %s went away while its schema was checked (%s); retrying",
                         self.path,
                         str(exc).strip(),
                     )
