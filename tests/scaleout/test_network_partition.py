@@ -103,6 +103,11 @@ def test_a_worker_cut_off_from_the_database_is_taken_over_and_commits_nothing_wh
                     60,
                     "h2 to take every execution over",
                 )
+            except AssertionError as exc:  # say what h2 was doing
+                raise AssertionError(
+                    f"{exc}; owners {cluster.owners(ids)}; h2 exit code {two.poll()}; "
+                    f"h2 log: {cluster.log('h2')[-3000:]}"
+                ) from exc
             finally:
                 _ip("link", "set", hosts["h1"][1], "up")  # and reconnected
             statuses = cluster.drive(ids, 90)
