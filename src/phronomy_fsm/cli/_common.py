@@ -123,6 +123,22 @@ def library_warnings_on_stderr() -> Iterator[None]:
         logger.removeHandler(handler)
 
 
+def log_with_timestamps(level: str) -> None:
+    """For a long-running command (``worker``): every log record of ``level``
+    (``debug``, ``info``, ``warning``, ``error``) and above goes to stderr once, with
+    its time, level and logger, in place of the short ``warning: ...`` lines of
+    :func:`library_warnings_on_stderr` (which would print each warning twice).
+    Raises AttributeError for an unknown level (click's choice prevents it)."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logger = logging.getLogger("phronomy_fsm")
+    for handler in list(logger.handlers):
+        if isinstance(handler, _StderrLogHandler):
+            logger.removeHandler(handler)
+
+
 def echo(text: str = "") -> None:
     """Print one line of text output on stdout, control characters escaped."""
     click.echo(one_line(text))

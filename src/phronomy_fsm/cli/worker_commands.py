@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from phronomy_fsm.cli._common import fail
+from phronomy_fsm.cli._common import fail, log_with_timestamps
 from phronomy_fsm.errors import PhronomyError
 
 
@@ -97,10 +97,7 @@ def worker(
     the store with other workers (docs/scale-out.md). Stops on SIGTERM/SIGINT."""
     from phronomy_fsm.operator.worker import run_worker
 
-    logging.basicConfig(
-        level=getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_with_timestamps(log_level)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: Any) -> None:
