@@ -549,3 +549,21 @@ def test_a_signal_with_app_reports_other_executions_its_recovery_parked(tmp_path
     assert "order-a  order_flow  recovery_required" in sent.stdout
     assert "phronomy-fsm resolve order-a" in sent.stdout
     assert record(db, "order-a").status.value == "recovery_required"
+
+
+def test_an_app_that_does_not_run_the_executions_machine_is_refused(tmp_path: Path) -> None:
+    # a fresh user named the demo's agent app for an order: the command recovered
+    # nothing of the order, said the signal was recorded and exited 0
+    db = tmp_path / "store.db"
+    start_orders(db, ("order-1", {}))
+    before = snapshot(db)
+    for command in (
+        ("signal", "order-1", "approve", "--payload", '{"by": "ops"}'),
+        ("cancel", "order-1"),
+    ):
+        sent = run_process(*command, "--db", str(db), "--app", "phronomy_fsm.demo:create_app")
+        assert sent.returncode == 1, (sent.stdout, sent.stderr)
+        assert "runs the machines agent_session, tool_call, not order_flow" in sent.stderr
+        assert "nothing was written" in sent.stderr
+    assert snapshot(db) == before  # read back: no signal, no cancel, no worker row
+    assert signals(db, "order-1") == []

@@ -76,6 +76,29 @@ def _load_app(app: str | None, db: str) -> Any:
         fail(f"{exc}; nothing was written")
 
 
+def _check_app_runs(store: Any, durable_app: Any, app: str | None, execution_id: str) -> None:
+    """Refuse (exit 1, before anything is written) an ``--app`` that does not run the
+    execution's machine: its recovery would never apply the write, and the command
+    would report an application that is not the execution's. An unknown execution is
+    left to the write itself, which refuses it with its own message."""
+    if durable_app is None:
+        return
+    from phronomy_fsm.errors import NotFoundError
+
+    try:
+        machine = store.load_record(execution_id).machine
+    except NotFoundError:
+        return
+    names = sorted(m.name for m in durable_app.machines)
+    if machine not in names:
+        fail(
+            f"--app {app} runs the machines {', '.join(names) or '(none)'}, not {machine} "
+            f"(the machine of execution {execution_id}); nothing was written. Name the "
+            f"application that runs {machine}, or leave --app out: the worker that holds "
+            "the execution applies the write"
+        )
+
+
 def _apply(
     store: Any, durable_app: Any, app: str | None, execution_id: str, db: str, wait_seconds: float
 ) -> operator.StoreRecoveryReport | None:
@@ -182,6 +205,7 @@ def signal_command(
     value = parse_json_option(payload, "--payload")
     durable_app = _load_app(app, db)
     with open_store(db) as store:
+        _check_app_runs(store, durable_app, app, execution_id)
         receipt = operator.signal_execution(
             store,
             execution_id,
@@ -230,6 +254,7 @@ def cancel_command(
     execution, a stale --expected-revision."""
     durable_app = _load_app(app, db)
     with open_store(db) as store:
+        _check_app_runs(store, durable_app, app, execution_id)
         receipt = operator.cancel_execution(
             store,
             execution_id,
@@ -310,6 +335,7 @@ def approve_command(
     decisions = _parse_decisions(items)
     durable_app = _load_app(app, db)
     with open_store(db) as store:
+        _check_app_runs(store, durable_app, app, execution_id)
         receipt = operator.approve_execution(
             store,
             execution_id,
@@ -382,6 +408,7 @@ def resolve_command(
     value = parse_json_option(result, "--result")
     durable_app = _load_app(app, db)
     with open_store(db) as store:
+        _check_app_runs(store, durable_app, app, execution_id)
         receipt = operator.resolve_execution(
             store,
             execution_id,
