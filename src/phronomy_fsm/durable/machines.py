@@ -41,13 +41,24 @@ def effect_kind(offload: OffloadRow) -> EffectKind:
     return EffectKind(getattr(offload, "effect", _DEFAULT_EFFECT.value) or _DEFAULT_EFFECT.value)
 
 
+def _status_by_name(final_state: str) -> ExecutionStatus:
+    """The status a final state finishes with when ``final_status`` does not name it."""
+    if final_state == ExecutionStatus.FAILED.value:
+        return ExecutionStatus.FAILED
+    if final_state == ExecutionStatus.CANCELLED.value:
+        return ExecutionStatus.CANCELLED
+    return ExecutionStatus.COMPLETED
+
+
 class MachineFacts:
     """Static facts of one machine for the engine (see the module docstring).
 
     Args:
         table: the generated table.
-        final_status: the status each final state finishes with (default
-            ``completed`` for every final state not named).
+        final_status: the status each final state finishes with. A final state
+            not named finishes ``failed`` when it is called ``failed``,
+            ``cancelled`` when it is called ``cancelled``, else ``completed``
+            (``docs/semantics.md``, "How an execution finishes").
 
     Raises:
         ValueError: ``final_status`` names a state that is not final, or a status
@@ -101,7 +112,7 @@ class MachineFacts:
             s.name: s.barrier.committed for s in table.states if s.barrier is not None
         }
         self.announced = {name: self._announced_from(name) for name in self.committed_event}
-        statuses = dict.fromkeys(self.final_states, ExecutionStatus.COMPLETED)
+        statuses = {name: _status_by_name(name) for name in self.final_states}
         for name, status in (final_status or {}).items():
             if name not in self.final_states:
                 raise ValueError(f"machine {self.machine!r}: {name!r} is not a final state")

@@ -44,8 +44,11 @@ class Machine:
             :class:`BarrierRecords` to add to that commit (or ``None``).
         context_type: the context's declared type: an attrs class, a msgspec
             ``Struct``, or ``dict`` (``docs/semantics.md``, "The context").
-        final_status: the status each named final state finishes with (default:
-            ``completed``), e.g. ``{"rejected": ExecutionStatus.FAILED}``.
+        final_status: the status each named final state finishes with, e.g.
+            ``{"rejected": ExecutionStatus.FAILED}``. A final state not named finishes
+            ``failed`` when it is called ``failed``, ``cancelled`` when it is called
+            ``cancelled``, else ``completed`` (``docs/semantics.md``, "How an
+            execution finishes").
         step_limit: transitions a session may take before it fails.
         effect_policy: decides an effect's kind per execution, when the spec's
             declaration is a default the application refines (an agent whose LLM calls
