@@ -199,3 +199,35 @@ def test_this_repository_is_configured() -> None:
     config = load_project_config(REPO)
     assert config.spec_paths() and config.out is not None and config.diagrams is not None
     assert {p.name for p in config.spec_paths()} == {p.name for p in REAL_SPECS}
+
+
+def test_many_warnings_of_one_code_are_counted_after_the_first_three(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = "\n".join(
+        [
+            "machine: bare",
+            "version: 1",
+            "states:",
+            "  s0: {kind: external, initial: true}",
+            *(f"  s{i}: {{kind: external}}" for i in range(1, 7)),
+            "  done: {kind: final}",
+            "events:",
+            "  go: {}",
+            "transitions:",
+            *(f"  - {{from: s{i}, event: go, to: s{i + 1}}}" for i in range(6)),
+            "  - {from: s6, event: go, to: done}",
+        ]
+    )
+    (tmp_path / "bare.yaml").write_text(spec + "\n")
+    text = RUNNER.invoke(main, ["validate", "bare.yaml"])
+    warnings = [line for line in text.stderr.splitlines() if "MISSING_DESCRIPTION" in line]
+    assert len(warnings) == 4, text.stderr
+    assert warnings[-1] == (
+        "bare.yaml: MISSING_DESCRIPTION warning: 12 more like these "
+        "(validate --format json lists every one)"
+    )
+    listed = json.loads(RUNNER.invoke(main, ["validate", "bare.yaml", "--format", "json"]).stdout)
+    (only,) = listed["files"]
+    assert only["warnings"] == 15 and len(only["issues"]) == 15

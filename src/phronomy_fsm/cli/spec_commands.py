@@ -21,6 +21,7 @@ import contextlib
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -56,9 +57,32 @@ def render_issue(issue: SpecIssue) -> str:
     return one_line(f"{issue.loc.render()}: {issue.code} {prefix}{issue.message} (at {issue.path})")
 
 
+#: Warnings of one code in one file printed before the rest are counted on one line.
+WARNINGS_SHOWN_PER_CODE = 3
+
+
 def _echo_issues(issues: Iterable[SpecIssue]) -> None:
+    """Print every error, and up to :data:`WARNINGS_SHOWN_PER_CODE` warnings of each
+    code per file followed by one line counting the rest (``validate --format json``
+    lists
+    every one): a spec with no descriptions at all gives four lines, not forty."""
+    shown: Counter[tuple[str, str]] = Counter()
+    folded: Counter[tuple[str, str]] = Counter()
     for issue in issues:
+        key = (issue.loc.file, issue.code)
+        if not issue.is_error and shown[key] >= WARNINGS_SHOWN_PER_CODE:
+            folded[key] += 1
+            continue
+        shown[key] += 1
         click.echo(render_issue(issue), err=True)
+    for (file, code), count in folded.items():
+        click.echo(
+            one_line(
+                f"{file}: {code} warning: {count} more like these (validate --format json "
+                "lists every one)"
+            ),
+            err=True,
+        )
 
 
 def _fail(message: str) -> NoReturn:
