@@ -103,3 +103,40 @@ def test_store_migrate_and_recover_take_a_dsn(
     recovered = run("recover", "--db", dsn, "--app", "tests.durable.order_app:create_app")
     assert recovered.exit_code == 0, recovered.output
     assert recovered.output.startswith("recovered 0 execution(s)"), recovered.output
+
+
+def test_printed_commands_leave_the_password_out_and_still_run(
+    tmp_path: Path, postgres: Any
+) -> None:
+    import shlex
+
+    dsn = postgres.database("secret")
+    assert dsn.startswith("postgresql://postgres@"), dsn
+    with_password = dsn.replace("postgres@", "postgres:sekret-pw@", 1)  # trust: ignored
+    waiting = threading.Event()
+    runtime = DurableRuntime(
+        open_store(with_password),
+        machines=[order_machine(tmp_path / "ledger.jsonl")],
+        listeners=[lambda e: e.kind is DurableEventKind.WAITING and waiting.set()],
+        own_store=True,
+    )
+    try:
+        runtime.start("order_flow", Order("pg-2", 1000), execution_id="pg-2")
+        assert waiting.wait(30)
+    finally:
+        runtime.close(timeout_seconds=5)
+    shown = run("executions", "show", "pg-2", "--db", with_password)
+    assert shown.exit_code == 0, shown.output
+    assert "sekret-pw" not in shown.output
+    [command] = [
+        line.strip()
+        for line in shown.stdout.splitlines()
+        if line.strip().startswith("phronomy-fsm signal pg-2 approve")
+    ]
+    words = shlex.split(command)
+    assert words[words.index("--db") + 1] == dsn  # the DSN, less its password
+    sent = run(*words[1:], "--payload", '{"by": "ops"}')  # runnable as printed
+    assert sent.exit_code == 0, sent.output
+    assert "sekret-pw" not in sent.output
+    with open_store(dsn) as store:
+        assert [s.event for s in store.list_signals("pg-2")] == ["approve"]

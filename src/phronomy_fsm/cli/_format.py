@@ -16,6 +16,7 @@ from typing import Any
 
 from phronomy_fsm import operator
 from phronomy_fsm.cli._common import echo, format_time
+from phronomy_fsm.store.open import redact_dsn
 
 #: Longest text of one conversation message in ``executions show`` (``--json`` has all).
 MESSAGE_CHARS = 400
@@ -60,7 +61,7 @@ def owner_line(owner: operator.WorkerLease | None, db: str, finished: bool) -> s
     if owner is None:
         return (
             "owner: none (never claimed); nothing moves until "
-            f"phronomy-fsm recover --db {db} --app MODULE:FACTORY {APP_HINT}"
+            f"phronomy-fsm recover --db {redact_dsn(db)} --app MODULE:FACTORY {APP_HINT}"
         )
     where = "" if owner.host is None else f" (host {owner.host}, pid {owner.pid})"
     if owner.is_live:
@@ -68,7 +69,7 @@ def owner_line(owner: operator.WorkerLease | None, db: str, finished: bool) -> s
     why = "its process is gone" if owner.process_gone else "its lease has ended"
     return (
         f"owner: none live (last worker {owner.worker_id}{where}: {why}); nothing moves until "
-        f"phronomy-fsm recover --db {db} --app MODULE:FACTORY {APP_HINT}"
+        f"phronomy-fsm recover --db {redact_dsn(db)} --app MODULE:FACTORY {APP_HINT}"
     )
 
 
@@ -174,7 +175,7 @@ def echo_detail(detail: operator.ExecutionDetail, db: str) -> None:
         echo(f"awaits: {', '.join(detail.awaits)}; send one with (its data: --payload JSON):")
         for event in detail.awaits:
             command = shlex.join(
-                ["phronomy-fsm", "signal", r.execution_id, event, "--db", db]
+                ["phronomy-fsm", "signal", r.execution_id, event, "--db", redact_dsn(db)]
                 + ["--expected-revision", str(r.revision)]
             )
             echo(f"  {command}")
@@ -271,7 +272,7 @@ def echo_receipt(
     else:
         echo(
             "  no process runs it now; applied when it is recovered: "
-            f"phronomy-fsm recover --db {db} --app MODULE:FACTORY (or pass --app here)"
+            f"phronomy-fsm recover --db {redact_dsn(db)} --app MODULE:FACTORY (or pass --app here)"
         )
         echo(f"  {APP_HINT}")
 

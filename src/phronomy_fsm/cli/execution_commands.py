@@ -26,6 +26,7 @@ from phronomy_fsm.cli._common import (
 from phronomy_fsm.cli._format import APP_HINT, echo_detail
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import NotFoundError
+from phronomy_fsm.store.open import redact_dsn
 
 STATUSES = sorted(s.value for s in ExecutionStatus)
 
@@ -143,7 +144,7 @@ def list_command(
         count = sum(1 for e in page.executions if e.waits_for == kind)
         if count:
             echo(
-                f"{count} {what}: phronomy-fsm executions show ID --db {db} prints the "
+                f"{count} {what}: phronomy-fsm executions show ID --db {redact_dsn(db)} prints the "
                 f"{_ANSWERED_BY[kind]} command(s)"
             )
     for e in page.executions:
@@ -151,12 +152,12 @@ def list_command(
             echo(
                 f"{e.execution_id} waits for its child {', '.join(e.parked_children)}, which "
                 f"waits for an operator: phronomy-fsm executions show "
-                f"{e.parked_children[0]} --db {db} prints the resolve command(s)"
+                f"{e.parked_children[0]} --db {redact_dsn(db)} prints the resolve command(s)"
             )
     stalled = sum(1 for e in page.executions if e.waits_for == operator.WAITS_FOR_RECOVER)
     if stalled:
         echo(
-            f"{stalled} running with no live worker: phronomy-fsm recover --db {db} --app "
+            f"{stalled} running with no live worker: phronomy-fsm recover --db {redact_dsn(db)} --app "
             "MODULE:FACTORY resumes them (and says which need an operator)"
         )
         echo(APP_HINT)
@@ -182,7 +183,7 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
         try:
             detail = operator.describe_execution(store, execution_id, db_path=db)
         except NotFoundError:
-            fail(f"no execution {execution_id} in {db}")
+            fail(f"no execution {execution_id} in {redact_dsn(db)}")
     if as_json:
         emit_json(detail.to_dict())
     else:

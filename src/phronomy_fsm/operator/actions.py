@@ -34,6 +34,7 @@ from phronomy_fsm.operator.views import (
     WorkerLease,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.store.open import redact_dsn
 
 #: What ``sender`` the operator's signals record unless a front end names itself.
 DEFAULT_SENDER = "operator"
@@ -254,7 +255,7 @@ def recovery_request(
         return None
     terms = agents.agent_recovery_terms(record)
     agent_id, agent_subject = (None, None) if terms is None else terms
-    base = ["phronomy-fsm", "resolve", record.execution_id, "--db", db_path]
+    base = ["phronomy-fsm", "resolve", record.execution_id, "--db", redact_dsn(db_path)]
     if app_spec is not None:
         base += ["--app", app_spec]
     base += ["--expected-revision", str(record.revision)]

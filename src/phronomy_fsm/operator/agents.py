@@ -37,6 +37,7 @@ from phronomy_fsm.operator.views import (
     ApprovalView,
     MessageView,
 )
+from phronomy_fsm.store.open import redact_dsn
 
 assert agent_session.MACHINE == AGENT_MACHINE and tool_call.MACHINE == TOOL_CALL_MACHINE
 
@@ -105,7 +106,8 @@ def approval_commands(
 ) -> tuple[str, str]:
     """The ``phronomy-fsm approve`` commands that approve and reject ``request_id``
     of ``execution_id`` (shell-quoted; with ``--app`` when given). Pure."""
-    words = ["phronomy-fsm", "approve", execution_id, "--request", request_id, "--db", db_path]
+    words = ["phronomy-fsm", "approve", execution_id, "--request", request_id]
+    words += ["--db", redact_dsn(db_path)]
     if app_spec is not None:
         words += ["--app", app_spec]
     return shlex.join(words), shlex.join([*words, "--reject"])

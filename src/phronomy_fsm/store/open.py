@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 _KEYVALUE = re.compile(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=", re.IGNORECASE)
 
@@ -20,6 +21,34 @@ def is_postgres_dsn(target: str | os.PathLike[str]) -> bool:
     """True when ``target`` names a PostgreSQL database rather than a file."""
     text = os.fspath(target)
     return text.startswith(("postgresql://", "postgres://")) or bool(_KEYVALUE.match(text))
+
+
+_PASSWORD_KEYVALUE = re.compile(r"\s*\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact_dsn(target: str | os.PathLike[str]) -> str:
+    """``target`` as the commands this library prints should show it: a DSN without
+    its password (from the URL's user part, a ``password`` query parameter or a
+    ``password=`` key), so that output pasted into a ticket or a log does not carry
+    it; libpq then takes the password from ``PGPASSWORD`` or ``~/.pgpass``. A SQLite
+    path is returned unchanged. Never raises."""
+    text = os.fspath(target)
+    if not is_postgres_dsn(text):
+        return text
+    if not text.startswith(("postgresql://", "postgres://")):
+        return _PASSWORD_KEYVALUE.sub("", text).strip()
+    try:
+        parts = urlsplit(text)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}@{hostinfo}"
+        query = urlencode(
+            [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
+        )
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    except ValueError:
+        return "postgresql://..."
 
 
 def open_store(target: str | os.PathLike[str], **options: Any) -> Any:
