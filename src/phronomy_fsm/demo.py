@@ -40,7 +40,7 @@ from phronomy_fsm.agent.tools import Tool, ToolContext
 from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.records import ExecutionStatus
-from phronomy_fsm.errors import AgentExistsError, NotFoundError
+from phronomy_fsm.errors import AgentExistsError, ConfigurationError, NotFoundError
 from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.operator.actions import describe_execution
 from phronomy_fsm.operator.recovery import recover_store, wait_until_rest
@@ -166,15 +166,28 @@ def demo_options(db_path: str | os.PathLike[str]) -> dict[str, Any]:
     }
 
 
+#: Why the demo refuses a PostgreSQL DSN.
+DEMO_NEEDS_A_FILE = (
+    "the demo runs on a SQLite store file (its refunds ledger is written beside it), not "
+    "on a PostgreSQL database: give --db a file path such as .phronomy/demo.db"
+)
+
+
 def create_app(db_path: str, *, on_event: Listener | None = None) -> DurableApp:
     """The demo agent as a durable application: the ``--app`` factory
     ``phronomy_fsm.demo:create_app`` of ``recover``, ``resolve``, ``approve`` and
     ``worker``. ``on_event`` receives the agent's events while a runtime runs it.
 
     Raises:
+        ConfigurationError: ``db_path`` is a PostgreSQL DSN (the demo keeps its
+            refunds ledger in a file beside its SQLite store).
         StorageError, SchemaVersionError: the store's history cannot be read.
     """
     from phronomy_fsm.agent.app import agent_app
+    from phronomy_fsm.store.open import is_postgres_dsn
+
+    if is_postgres_dsn(db_path):
+        raise ConfigurationError(DEMO_NEEDS_A_FILE)
 
     config = AgentConfig.build(DEMO_AGENT_ID, on_event=on_event, **demo_options(db_path))
     return agent_app(db_path, [config])

@@ -122,6 +122,8 @@ def test_an_execution_page_shows_its_diagram_timeline_recovery_and_escapes_hosti
             "@recovery", "charge", "@start",
         ]  # fmt: skip
         assert "charge_card-" in text  # the pending effect's idempotency key
+        # the command to run names the store as --db opens it (a DSN, not host:port/db)
+        assert f"phronomy-fsm resolve order-a --db {escape(populated)} " in text
         assert "Sign in to resolve" in text and 'action="/execution/resolve"' not in text
         hostile = client.get("/execution", params={"id": HOSTILE_ID})
         assert hostile.status_code == 200

@@ -87,3 +87,51 @@ def test_an_execution_being_started_here_is_not_taken_for_a_stranded_one(
     finally:
         worker.close()
         store.close()
+
+
+def test_two_paths_that_claim_one_stranded_execution_at_once_claim_it_once(
+    store_target: str, tmp_path: Path
+) -> None:
+    """``adopt`` (a read-back resuming children, ``Agent.load``) and the stranded
+    sweep both ask "live here?", then claim, then queue the install. Behind a busy
+    loop both heard "no" and both claimed: two sessions, the later claim fencing out
+    the first, whose release then dropped the newer copy."""
+    import threading
+
+    store = open_store(store_target)
+    ledger = tmp_path / "ledger.jsonl"
+    machine = order_machine(ledger)
+    submit_execution(store, machine, Order("o-1", 100), execution_id="o-1")
+    worker = Worker(store, DurableApp(machines=(machine,)), scan_seconds=0.1)
+    try:
+        runtime = worker.runtime
+        token = store.claim_execution("o-1", worker.worker_id)
+        assert token is not None
+        runtime.dispatcher.call_soon(lambda: time.sleep(1.5))  # a busy loop
+        results: dict[str, Any] = {}
+        paths = {
+            "adopt": lambda: runtime.adopt(["o-1"]),
+            "sweep": lambda: runtime.resume_stranded(min_age_seconds=0),
+        }
+        threads = [
+            threading.Thread(target=lambda n=n, f=f: results.__setitem__(n, f()))
+            for n, f in paths.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        claimed = [eid for found in results.values() for eid, _status in found]
+        assert claimed == ["o-1"], results  # one path claimed it, the other saw it live
+        owner, fence, _ = store.execution_owner("o-1")
+        assert (owner, fence) == (worker.worker_id, token + 1)
+        _wait(lambda: store.load_record("o-1").status is ExecutionStatus.WAITING)
+        assert runtime.is_live("o-1")
+        send_signal(store, "o-1", "approve", {"by": "test"})
+        worker.start()
+        _wait(lambda: store.load_record("o-1").status is ExecutionStatus.COMPLETED)
+        charges = [e for e in read_ledger(ledger) if e.get("effect") == "charge_card"]
+        assert len(charges) == 1
+    finally:
+        worker.close()
+        store.close()

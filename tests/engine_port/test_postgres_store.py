@@ -144,3 +144,47 @@ def test_a_connection_cut_while_the_schema_is_checked_is_retried(pg_dsn):
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         names = [r[0] for r in conn.execute("SELECT name FROM phronomy_migrations ORDER BY name")]
     assert tuple(names) == KNOWN_MIGRATIONS  # migrated once, completely
+
+
+def test_a_missing_password_is_refused_at_once_and_a_printed_dsn_leaves_it_out(postgres, caplog):
+    """A DSN without the password its role needs (a printed command run without
+    ``PGPASSWORD``) is refused at once; waiting for the server would not help. It was
+    retried for ``reconnect_seconds``, one warning per attempt."""
+    import logging
+    import time
+
+    from phronomy_fsm.errors import StorageError
+    from phronomy_fsm.store.open import redact_dsn
+
+    if postgres.local is None:
+        pytest.skip("the role is made with the harness's own server")
+    hba = postgres.local.data_dir / "pg_hba.conf"
+    text = hba.read_text()
+    if "pw_role" not in text:
+        hba.write_text("host all pw_role 127.0.0.1/32 scram-sha-256\n" + text)
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS pw_role")
+        admin.execute("CREATE ROLE pw_role LOGIN PASSWORD 'pw-s3cret' CREATEDB")
+        admin.execute("SELECT pg_reload_conf()")
+    dsn = postgres.database("pwdb")
+    with psycopg.connect(postgres.admin_dsn, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {dsn.rsplit('/', 1)[1]} OWNER TO pw_role")
+    with_password = dsn.replace("postgres@", "pw_role:pw-s3cret@", 1)
+
+    def opens() -> bool:  # the reload reaches new connections asynchronously
+        try:
+            PostgresStore(with_password, reconnect_seconds=0).close()
+        except StorageError:
+            return False
+        return True
+
+    deadline = time.monotonic() + 30
+    while not opens():
+        assert time.monotonic() < deadline, "the role never got in"
+        time.sleep(0.1)
+    printed = redact_dsn(with_password)
+    assert "pw-s3cret" not in printed and printed.startswith("postgresql://pw_role@")
+    caplog.set_level(logging.WARNING, logger="phronomy_fsm.store.postgres")
+    with pytest.raises(StorageError, match="no password supplied"):
+        PostgresStore(printed, reconnect_seconds=30)
+    assert not [r for r in caplog.records if "retrying" in r.getMessage()]

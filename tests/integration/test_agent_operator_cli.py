@@ -353,3 +353,25 @@ def test_a_streamed_token_cannot_be_signalled_by_hand(
     assert refused.exit_code == 1
     assert "'llm_stream_chunk' is not sent by hand" in refused.stderr, refused.stderr
     assert snapshot(db) == before
+
+
+def test_an_app_for_other_agents_is_refused_before_anything_is_written(
+    waiting_demo: tuple[Path, str, str],
+) -> None:
+    # the agent machines are the same; only the application's accept() tells: before,
+    # the approval was recorded, nothing applied it, and the command exited 0
+    db, execution, request = waiting_demo
+    before = snapshot(db)
+    refused = run_process(
+        "approve", execution, "--request", request, "--db", str(db),
+        "--app", "tests.integration.other_agent_app:create_app",
+    )  # fmt: skip
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert f"does not run execution {execution} (agent_session; agent_id=" in refused.stderr
+    assert "nothing was written" in refused.stderr
+    assert snapshot(db) == before  # read back: no approval recorded
+    approved = run_process(
+        "approve", execution, "--request", request, "--db", str(db), "--app", APP
+    )
+    assert approved.returncode == 0, (approved.stdout, approved.stderr)
+    assert show_json(db, execution)["status"] == "completed"

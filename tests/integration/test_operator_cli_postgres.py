@@ -140,3 +140,24 @@ def test_printed_commands_leave_the_password_out_and_still_run(
     assert "sekret-pw" not in sent.output
     with open_store(dsn) as store:
         assert [s.event for s in store.list_signals("pg-2")] == ["approve"]
+
+
+def test_agent_apps_open_a_dsn_and_the_demo_refuses_one(postgres: Any) -> None:
+    from phronomy_fsm.store.postgres import PostgresStore
+    from tests.integration import other_agent_app
+
+    dsn = postgres.database("agents")
+    PostgresStore(dsn).close()  # a store, with no agent yet
+    app = other_agent_app.create_app(dsn)  # agent_app reads the histories from the DSN
+    assert sorted(m.name for m in app.machines) == ["agent_session", "tool_call"]
+    with_password = dsn.replace("postgres@", "postgres:sekret-pw@", 1)
+    for command in (
+        ("demo", "--db", with_password),
+        ("recover", "--db", with_password, "--app", "phronomy_fsm.demo:create_app"),
+    ):
+        refused = run(*command)
+        assert refused.exit_code == 1, refused.output
+        assert "the demo runs on a SQLite store file" in refused.output
+        assert "sekret-pw" not in refused.output
+    with open_store(dsn) as store:  # read back: recover ran no runtime, started nothing
+        assert store.list_workers() == [] and store.list_records() == []

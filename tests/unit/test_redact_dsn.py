@@ -18,6 +18,13 @@ from phronomy_fsm.store.open import redact_dsn
         ("host=db password=pw dbname=app", "host=db dbname=app"),
         ("host=db dbname=app password='a b\\' c'", "host=db dbname=app"),
         ("host=db PASSWORD = pw user=ops", "host=db user=ops"),
+        ("postgresql://ops:p#w@db/app", "postgresql://ops@db/app"),  # libpq: to the '@'
+        ("postgresql://ops:p?w@db/app", "postgresql://ops@db/app"),
+        ("postgresql://:pw@db/app", "postgresql://db/app"),
+        (
+            "postgresql://ops:pw@db/app?options=-c%20statement_timeout%3D5000&password=x",
+            "postgresql://ops@db/app?options=-c%20statement_timeout%3D5000",  # not re-encoded
+        ),
         ("orders.db", "orders.db"),
         ("password=pw.db", "password=pw.db"),  # a file name, not a DSN
     ],

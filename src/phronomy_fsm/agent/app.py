@@ -39,8 +39,8 @@ def agent_app(
 
     Args:
         store: the store their executions are in (their histories are read from it),
-            or the path of a SQLite store file — what an ``--app`` factory is given —
-            which is opened read-only for that and closed again.
+            or what an ``--app`` factory is given — the path of a SQLite store file or
+            a PostgreSQL DSN — which is opened read-only for that and closed again.
         configs: the agents (:meth:`AgentConfig.build`), unique by id.
         scenarios / operator / effects: as :class:`~phronomy_fsm.durable.app.DurableApp`
             (for the crash harness).
@@ -50,9 +50,9 @@ def agent_app(
         StorageError, SchemaVersionError: the histories could not be read.
     """
     if isinstance(store, str | os.PathLike):
-        from phronomy_fsm.store.sqlite import SqliteBarrierStore
+        from phronomy_fsm.store.open import open_store
 
-        with SqliteBarrierStore(store, read_only=True) as opened:
+        with open_store(store, read_only=True) as opened:
             return agent_app(
                 opened, configs, scenarios=scenarios, operator=operator, effects=effects
             )

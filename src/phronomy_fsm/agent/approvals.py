@@ -32,7 +32,7 @@ from phronomy_fsm.errors import (
     SignalRefusedError,
 )
 from phronomy_fsm.generated import agent_session
-from phronomy_fsm.store.open import redact_dsn
+from phronomy_fsm.store.open import command_target
 
 APPROVAL_EVENT = agent_session.Event.APPROVAL_DECIDED.value
 
@@ -330,8 +330,7 @@ def how_to_continue(store: Any, execution_id: str) -> str | None:
         ]
     except PhronomyError:
         return None
-    # a DSN without its password (a PostgreSQL store's path is host:port/db, no DSN)
-    db = redact_dsn(str(getattr(store, "dsn", None) or getattr(store, "path", "DB")))
+    db = command_target(store)
     if parked:
         commands = []
         for r in parked:

@@ -111,9 +111,18 @@ def demo(db: str | None, resume: bool, wait_seconds: float, faults: FaultPlan | 
     run the printed `phronomy-fsm approve` command), or with --resume continue it
     in a new process until it ends — or until something waits for an operator, when
     the exact `phronomy-fsm resolve` commands are printed (exit 3)."""
-    from phronomy_fsm.demo import DEFAULT_DB, format_event, resume_demo, start_demo
+    from phronomy_fsm.demo import (
+        DEFAULT_DB,
+        DEMO_NEEDS_A_FILE,
+        format_event,
+        resume_demo,
+        start_demo,
+    )
+    from phronomy_fsm.store.open import is_postgres_dsn
 
     db = db or DEFAULT_DB
+    if is_postgres_dsn(db):
+        fail(DEMO_NEEDS_A_FILE)
     if resume:
         require_store_file(db)  # never create a store to resume
 

@@ -78,24 +78,33 @@ def _load_app(app: str | None, db: str) -> Any:
 
 def _check_app_runs(store: Any, durable_app: Any, app: str | None, execution_id: str) -> None:
     """Refuse (exit 1, before anything is written) an ``--app`` that does not run the
-    execution's machine: its recovery would never apply the write, and the command
-    would report an application that is not the execution's. An unknown execution is
+    execution — not its machine, or its ``accept`` turns it down (an agent application
+    configured for other agents): its recovery would never apply the write, and the
+    command would report an application that is not the execution's. An unknown execution is
     left to the write itself, which refuses it with its own message."""
     if durable_app is None:
         return
     from phronomy_fsm.errors import NotFoundError
 
     try:
-        machine = store.load_record(execution_id).machine
+        record = store.load_record(execution_id)
     except NotFoundError:
         return
     names = sorted(m.name for m in durable_app.machines)
-    if machine not in names:
+    if record.machine not in names:
         fail(
-            f"--app {app} runs the machines {', '.join(names) or '(none)'}, not {machine} "
-            f"(the machine of execution {execution_id}); nothing was written. Name the "
-            f"application that runs {machine}, or leave --app out: the worker that holds "
-            "the execution applies the write"
+            f"--app {app} runs the machines {', '.join(names) or '(none)'}, not "
+            f"{record.machine} (the machine of execution {execution_id}); nothing was "
+            f"written. Name the application that runs {record.machine}, or leave --app "
+            "out: the worker that holds the execution applies the write"
+        )
+    if durable_app.accept is not None and not durable_app.accept(record):
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(record.labels.items()))
+        fail(
+            f"--app {app} does not run execution {execution_id} ({record.machine}"
+            f"{'; ' + labels if labels else ''}): its accept() turns it down, so it would "
+            "never apply the write; nothing was written. Name the application that runs "
+            "it (for an agent: the one that configures its agent id), or leave --app out"
         )
 
 

@@ -990,7 +990,7 @@ class Engine:
         if live.expiry is not None:
             live.expiry.cancel()
             live.expiry = None
-        self.live.pop(live.execution_id, None)
+        self.forget(live)
         result = ExecutionResult.from_record(record, live.ctx)
         for task in live.waiters:
             task.complete(result)
@@ -1243,9 +1243,15 @@ class Engine:
                 self.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=reason)
         self.install(live, record, signals)
 
+    def forget(self, live: LiveExecution) -> None:
+        """Remove ``live`` from :attr:`live` — only that copy: a newer one installed
+        under a later claim of the same execution stays."""
+        if self.live.get(live.execution_id) is live:
+            del self.live[live.execution_id]
+
     def release(self, live: LiveExecution, error: BaseException) -> None:
         """Drop an execution this runtime no longer owns; its waiters fail."""
-        self.live.pop(live.execution_id, None)
+        self.forget(live)
         if live.timer is not None:
             live.timer.cancel()
         if live.expiry is not None:

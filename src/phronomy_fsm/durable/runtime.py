@@ -199,6 +199,10 @@ class DurableRuntime:
         self._last_seq = 0
         #: executions owned here in the store but not live: id -> (fence, first seen)
         self._stranded: dict[str, tuple[int, float]] = {}
+        #: held from "is it live here?" to "its install is queued" by every path that
+        #: claims (claim, adopt, resume_stranded): two of them racing would each claim
+        #: the same execution and run it twice, the later claim fencing out the first
+        self._claiming = threading.RLock()
         for machine in machines:
             self.register(machine)
         registered = time.monotonic()
@@ -736,6 +740,10 @@ class DurableRuntime:
         wanted = 1000 if limit is None else int(limit)
         if wanted <= 0:
             return []
+        with self._claiming:
+            return self._claim(wanted, accept)
+
+    def _claim(self, wanted: int, accept: Accept | None) -> list[tuple[str, str]]:
         if accept is not None:  # read, filter, then claim one by one
             chosen = []
             for execution_id, _machine in self.store.claimable_executions(
@@ -790,6 +798,10 @@ class DurableRuntime:
         # a worker whose process is provably gone is no live worker: end its lease
         # first, as recover() does, so what it left is adopted now, not after its lease
         self.retire_dead_workers()
+        with self._claiming:
+            return self._adopt(wanted)
+
+    def _adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
         live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
         claimed: list[tuple[str, str]] = []
         registered = set(self.machines)
@@ -829,11 +841,18 @@ class DurableRuntime:
 
         Raises: RuntimeClosedError, StorageError (some may have been resumed)."""
         self._check_open()
+        with self._claiming:
+            return self._resume_stranded(min_age_seconds)
+
+    def _resume_stranded(self, min_age_seconds: float) -> list[tuple[str, str]]:
         owned = self.store.owned_executions(self.worker_id, self.machines)
         if not owned:
             self._stranded = {}
             return []
-        live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
+        try:
+            live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
+        except (PhronomyError, TimeoutError):  # closing, or the loop busy for seconds
+            return []
         now = time.monotonic()
         before = self._stranded
         self._stranded = {}

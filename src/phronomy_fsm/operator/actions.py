@@ -34,7 +34,7 @@ from phronomy_fsm.operator.views import (
     WorkerLease,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
-from phronomy_fsm.store.open import redact_dsn
+from phronomy_fsm.store.open import command_target, redact_dsn
 
 #: What ``sender`` the operator's signals record unless a front end names itself.
 DEFAULT_SENDER = "operator"
@@ -166,7 +166,7 @@ def describe_execution(
     """
     # a read: whatever id a store holds can be shown (printed escaped by front ends)
     record: ExecutionRecord = store.load_record(execution_id)
-    db = store.path if db_path is None else db_path
+    db = command_target(store) if db_path is None else db_path
     children: tuple[str, ...] = ()
     if record.machine == AGENT_MACHINE:
         children = tuple(

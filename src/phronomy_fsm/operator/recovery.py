@@ -23,6 +23,7 @@ from phronomy_fsm.operator.agents import agent_view
 from phronomy_fsm.operator.views import ApprovalView, RecoveredExecution, StoreRecoveryReport
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.store.open import command_target
 
 
 def is_at_rest(
@@ -197,7 +198,7 @@ def recover_store(
         runtime.close(timeout_seconds=min(10.0, max(1.0, wait_seconds)))
     ids = list(claimed) + [eid for eid, _worker in found.owned_elsewhere if eid not in claimed]
     ids += [eid for eid in [*watched, *started_here] if eid not in ids]
-    db = store.path if db_path is None else db_path
+    db = command_target(store) if db_path is None else db_path
     entries = []
     for eid in ids:
         record = store.load_record(eid)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 _KEYVALUE = re.compile(r"^\s*(host|hostaddr|dbname|user|port|service)\s*=", re.IGNORECASE)
 
@@ -30,25 +29,32 @@ def redact_dsn(target: str | os.PathLike[str]) -> str:
     """``target`` as the commands this library prints should show it: a DSN without
     its password (from the URL's user part, a ``password`` query parameter or a
     ``password=`` key), so that output pasted into a ticket or a log does not carry
-    it; libpq then takes the password from ``PGPASSWORD`` or ``~/.pgpass``. A SQLite
-    path is returned unchanged. Never raises."""
+    it; libpq then takes the password from ``PGPASSWORD`` or ``~/.pgpass``. The rest
+    is kept character for character (nothing re-encoded), and a URL's user part ends
+    where libpq ends it: at the first ``@`` before any ``/``. A SQLite path is
+    returned unchanged. Never raises."""
     text = os.fspath(target)
     if not is_postgres_dsn(text):
         return text
-    if not text.startswith(("postgresql://", "postgres://")):
+    scheme, sep, rest = text.partition("://")
+    if not sep:  # key/value
         return _PASSWORD_KEYVALUE.sub("", text).strip()
-    try:
-        parts = urlsplit(text)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hostinfo = netloc.rpartition("@")
-            netloc = f"{userinfo.partition(':')[0]}@{hostinfo}"
-        query = urlencode(
-            [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"]
-        )
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    except ValueError:
-        return "postgresql://..."
+    at, slash = rest.find("@"), rest.find("/")
+    if at >= 0 and (slash < 0 or at < slash):
+        user = rest[:at].partition(":")[0]
+        rest = f"{user}@{rest[at + 1 :]}" if user else rest[at + 1 :]
+    base, question, query = rest.partition("?")
+    if question:
+        kept = [p for p in query.split("&") if p.partition("=")[0].lower() != "password"]
+        rest = base + ("?" + "&".join(kept) if kept else "")
+    return f"{scheme}://{rest}"
+
+
+def command_target(store: Any) -> str:
+    """What ``--db`` names ``store`` as in a command this library prints: a
+    PostgreSQL store's DSN less its password (:func:`redact_dsn`; its ``path`` is
+    ``host:port/database``, which ``--db`` cannot open), a SQLite store's file path."""
+    return redact_dsn(str(getattr(store, "dsn", None) or getattr(store, "path", "DB")))
 
 
 def open_store(target: str | os.PathLike[str], **options: Any) -> Any:

@@ -83,6 +83,12 @@ def describe_dsn(dsn: str) -> str:
     return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
 
 
+#: What a refused connection says when waiting for the server would not help: no such
+#: database or role, a wrong or missing password (a printed command run without
+#: ``PGPASSWORD``: ``fe_sendauth: no password supplied``).
+_HOPELESS = ("does not exist", "authentication", "no password supplied")
+
+
 def is_connection_error(exc: BaseException) -> bool:
     """True for a failure of the connection itself (server gone, restarted, network
     cut): the transaction was lost with it."""
@@ -210,7 +216,7 @@ class PostgresStore(PostgresReads):
             try:
                 conn = self._connect()
             except psycopg.Error as exc:
-                hopeless = any(w in str(exc) for w in ("does not exist", "authentication"))
+                hopeless = any(w in str(exc) for w in _HOPELESS)
                 if hopeless or time.monotonic() + delay >= deadline:
                     raise StorageError(
                         f"cannot connect to PostgreSQL at {self.path}: {exc}".strip(),
