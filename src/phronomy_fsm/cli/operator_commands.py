@@ -38,7 +38,7 @@ from phronomy_fsm.cli._common import (
     require_store_file,
 )
 from phronomy_fsm.cli._format import echo_receipt, echo_recovery
-from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.errors import NotFoundError, PhronomyError
 
 #: What the operator's signals record as their sender.
 SENDER = "cli"
@@ -80,12 +80,10 @@ def _check_app_runs(store: Any, durable_app: Any, app: str | None, execution_id:
     """Refuse (exit 1, before anything is written) an ``--app`` that does not run the
     execution — not its machine, or its ``accept`` turns it down (an agent application
     configured for other agents): its recovery would never apply the write, and the
-    command would report an application that is not the execution's. An unknown execution is
-    left to the write itself, which refuses it with its own message."""
+    command would report an application that is not the execution's. An unknown
+    execution is left to the write itself, which refuses it with its own message."""
     if durable_app is None:
         return
-    from phronomy_fsm.errors import NotFoundError
-
     try:
         record = store.load_record(execution_id)
     except NotFoundError:

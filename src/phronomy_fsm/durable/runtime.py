@@ -772,13 +772,15 @@ class DurableRuntime:
                 token = self.store.claim_execution(execution_id, self.worker_id)
                 if token is not None:
                     tokens.append((execution_id, token))
-        claimed: list[tuple[str, str]] = []
-        for execution_id, token in tokens:
-            record = self.store.load_record(execution_id)
-            signals = self.store.pending_signals(execution_id)
-            claimed.append((execution_id, record.status.value))
-            self._install(record, Fence(self.worker_id, token), signals)
-        return claimed
+        return [self._install_claimed(execution_id, token) for execution_id, token in tokens]
+
+    def _install_claimed(self, execution_id: str, token: int) -> tuple[str, str]:
+        """Read an execution just claimed under ``token`` and queue its install;
+        ``(execution_id, status found)``. Raises StorageError."""
+        record = self.store.load_record(execution_id)
+        signals = self.store.pending_signals(execution_id)
+        self._install(record, Fence(self.worker_id, token), signals)
+        return execution_id, record.status.value
 
     def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
         """Claim and resume the given executions, as :meth:`claim` does for every
@@ -815,12 +817,8 @@ class DurableRuntime:
             if not record.is_active or record.machine not in registered:
                 continue
             token = self.store.claim_execution(execution_id, self.worker_id)
-            if token is None:
-                continue
-            record = self.store.load_record(execution_id)
-            signals = self.store.pending_signals(execution_id)
-            claimed.append((execution_id, record.status.value))
-            self._install(record, Fence(self.worker_id, token), signals)
+            if token is not None:
+                claimed.append(self._install_claimed(execution_id, token))
         return claimed
 
     def resume_stranded(self, min_age_seconds: float = 1.0) -> list[tuple[str, str]]:
@@ -832,9 +830,9 @@ class DurableRuntime:
         its lease (``docs/scale-out.md``, "Stranded claims").
 
         An execution counts as stranded once it has been owned here and not live,
-        under the same fencing token, for ``min_age_seconds`` (seconds) across two
-        calls, with no start on its way here: an install queued a moment ago is not
-        mistaken for one. It is claimed again — its token moves on, so a late install
+        under the same fencing token, for ``min_age_seconds`` (seconds, from the first
+        call that saw it so), with no start on its way here: an install queued a
+        moment ago is not mistaken for one. It is claimed again — its token moves on, so a late install
         of the old claim can commit nothing — and resumed as :meth:`recover` resumes
         (never a blind re-send). A worker calls this on every pass of its claim loop.
         Returns ``[(execution_id, status)]`` resumed.
@@ -870,12 +868,8 @@ class DurableRuntime:
         for execution_id in due:
             del self._stranded[execution_id]
             token = self.store.claim_execution(execution_id, self.worker_id)
-            if token is None:
-                continue
-            record = self.store.load_record(execution_id)
-            signals = self.store.pending_signals(execution_id)
-            resumed.append((execution_id, record.status.value))
-            self._install(record, Fence(self.worker_id, token), signals)
+            if token is not None:
+                resumed.append(self._install_claimed(execution_id, token))
         if resumed:
             log.warning(
                 "worker %s: resumed %d execution(s) it owned but did not run (a claim "
