@@ -22,20 +22,26 @@ def run(*args: str) -> Any:
     return CliRunner().invoke(main, list(args))
 
 
-def test_list_show_and_signal_an_execution_on_postgresql(tmp_path: Path, postgres: Any) -> None:
-    dsn = postgres.database("cli")
+def start_waiting_order(dsn: str, folder: Path, execution_id: str) -> None:
+    """Start an order on ``dsn`` and run it until it waits for approval; its runtime
+    is closed after (nothing runs it then)."""
     waiting = threading.Event()
     runtime = DurableRuntime(
         open_store(dsn),
-        machines=[order_machine(tmp_path / "ledger.jsonl")],
+        machines=[order_machine(folder / "ledger.jsonl")],
         listeners=[lambda e: e.kind is DurableEventKind.WAITING and waiting.set()],
         own_store=True,
     )
     try:
-        runtime.start("order_flow", Order("pg-1", 1000), execution_id="pg-1")
+        runtime.start("order_flow", Order(execution_id, 1000), execution_id=execution_id)
         assert waiting.wait(30)
     finally:
         runtime.close(timeout_seconds=5)
+
+
+def test_list_show_and_signal_an_execution_on_postgresql(tmp_path: Path, postgres: Any) -> None:
+    dsn = postgres.database("cli")
+    start_waiting_order(dsn, tmp_path, "pg-1")
 
     listed = run("executions", "list", "--db", dsn, "--json")
     assert listed.exit_code == 0, listed.output
@@ -113,18 +119,7 @@ def test_printed_commands_leave_the_password_out_and_still_run(
     dsn = postgres.database("secret")
     assert dsn.startswith("postgresql://postgres@"), dsn
     with_password = dsn.replace("postgres@", "postgres:sekret-pw@", 1)  # trust: ignored
-    waiting = threading.Event()
-    runtime = DurableRuntime(
-        open_store(with_password),
-        machines=[order_machine(tmp_path / "ledger.jsonl")],
-        listeners=[lambda e: e.kind is DurableEventKind.WAITING and waiting.set()],
-        own_store=True,
-    )
-    try:
-        runtime.start("order_flow", Order("pg-2", 1000), execution_id="pg-2")
-        assert waiting.wait(30)
-    finally:
-        runtime.close(timeout_seconds=5)
+    start_waiting_order(with_password, tmp_path, "pg-2")
     shown = run("executions", "show", "pg-2", "--db", with_password)
     assert shown.exit_code == 0, shown.output
     assert "sekret-pw" not in shown.output
