@@ -183,6 +183,27 @@ def test_a_cancel_recorded_before_the_executions_end_wins_over_that_end(
     assert reject.outcome == "dropped: the execution was cancelled"
 
 
+def test_a_cancel_recorded_before_the_executions_deadline_wins_over_it(
+    tmp_path, store_target, open_runtime
+):
+    # the same, with the execution's own deadline as the end: the engine ends it
+    # through @cancel as failed (DeadlineExceededError), which the store refused only
+    # when that end was not a @cancel — so it ended failed though cancel() said True
+    quiet = {"notifications": False} if is_postgres_dsn(store_target) else {}
+    runtime, events = open_runtime([_order(tmp_path)], poll_seconds=3600, store_options=quiet)
+    runtime.start("order_flow", Order("o", 1), execution_id="o", timeout_seconds=2)
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    with open_store(store_target) as elsewhere:
+        cancel = request_cancel(elsewhere, "o", reason="the customer cancelled", sender="cli")
+    result = runtime.handle("o").result(15)  # the deadline passes meanwhile
+    assert result.status is ExecutionStatus.CANCELLED
+    assert result.error.message == "the customer cancelled"
+    stored = runtime.store.load_record("o")
+    assert stored.status is ExecutionStatus.CANCELLED
+    [signal] = [s for s in runtime.store.list_signals("o") if s.seq == cancel.seq]
+    assert signal.consumed_revision == stored.revision  # applied, not left unconsumed
+
+
 def test_a_cancel_whose_commit_failed_is_applied_before_anything_resumes(
     tmp_path, store_target, monkeypatch
 ):

@@ -193,6 +193,13 @@ def test_a_waiting_cancel_refuses_a_commit_that_ends_the_execution_by_itself(sto
     assert refusal.value.reason == "cancel_pending"
     assert refusal.value.signal_seqs == (cancel.seq,)
     assert snapshot(store, "e1") == before  # nothing of it was written
+    # nor may the engine end it failed through @cancel (its deadline passed): the
+    # request recorded first decides
+    deadline = step(store.load_record("e1"), "@cancel", status=ExecutionStatus.FAILED)
+    with pytest.raises(ConflictError, match="cancel request") as refusal:
+        commit(store, deadline)
+    assert refusal.value.reason == "cancel_pending"
+    assert snapshot(store, "e1") == before
     # a commit that keeps the execution active is not refused, nor is the cancel's own
     commit(store, step(store.load_record("e1"), "b"))
     commit(

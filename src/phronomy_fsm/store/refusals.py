@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from phronomy_fsm.durable.records import DurableCommit
+from phronomy_fsm.durable.records import DurableCommit, ExecutionStatus
 from phronomy_fsm.errors import (
     ConflictError,
     ExecutionFinishedError,
@@ -74,15 +74,17 @@ __all__ = ["REFUSAL_COLUMNS", "update_refusal"]
 def ends_unless_cancelled(commit: DurableCommit) -> bool:
     """True for a commit the store refuses while a cancel request for the execution
     waits unconsumed in its inbox: one that ends the execution by its own end
-    (``@final``, an operator's answer that ends it) or resumes it after an operator's
-    answer (``@resolution``, which would start the answered effect again). So a cancel
-    recorded before either is never outrun by it (``docs/semantics.md``, "Cancel"). A
-    ``@cancel`` commit, a start and the other commits of an active execution are not."""
-    return (
-        commit.expected_revision is not None
-        and commit.barrier != "@cancel"
-        and (not commit.execution.is_active or commit.barrier == "@resolution")
-    )
+    (``@final``, an operator's answer that ends it), resumes it after an operator's
+    answer (``@resolution``, which would start the answered effect again), or ends it
+    ``failed`` through ``@cancel`` on the engine's own request (its deadline passed, a
+    listener failed). So a cancel recorded before any of them is never outrun by it
+    (``docs/semantics.md``, "Cancel"). A ``@cancel`` commit that ends the execution
+    ``cancelled``, a start and the other commits of an active execution are not."""
+    if commit.expected_revision is None:
+        return False
+    if commit.barrier == "@cancel":
+        return commit.execution.status is not ExecutionStatus.CANCELLED
+    return not commit.execution.is_active or commit.barrier == "@resolution"
 
 
 def cancel_pending_error(execution_id: str, seqs: list[int]) -> ConflictError:
