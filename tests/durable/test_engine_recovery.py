@@ -21,6 +21,16 @@ def _ledger(tmp_path: Path) -> list[dict]:
     return read_ledger(tmp_path / "ledger.jsonl")
 
 
+
+def _parked_order(tmp_path, store_target, open_runtime):
+    """``order-a`` killed right after its card was charged, then recovered by a new
+    runtime, which parks it for an operator; ``(runtime, events)``."""
+    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.recover()
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    return runtime, events
+
 def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(
     tmp_path, store_target, open_runtime
 ):
@@ -56,10 +66,7 @@ def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(
 def test_each_operator_answer_does_what_it_says(
     tmp_path, store_target, open_runtime, outcome, material, final_state, charges
 ):
-    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
-    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
-    runtime.recover()
-    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    runtime, events = _parked_order(tmp_path, store_target, open_runtime)
     parked = runtime.handle("order-a").record()
     runtime.resolve("order-a", expected_revision=parked.revision, outcome=outcome, **material)
     events.wait_for(
@@ -120,10 +127,7 @@ def test_a_second_answer_while_one_waits_is_refused(tmp_path, store_target, open
     # the execution is parked and nobody runs it: a first answer waits in its inbox; a
     # second one (another operator, or a change of mind) is refused and writes nothing,
     # while resending the first (same signal id) stays a no-op
-    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
-    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
-    runtime.recover()
-    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    runtime, _events = _parked_order(tmp_path, store_target, open_runtime)
     revision = runtime.handle("order-a").record().revision
     runtime.close(timeout_seconds=5)
     with open_store(store_target) as store:
@@ -145,10 +149,7 @@ def test_cancelling_an_execution_parked_on_an_effect_keeps_the_question(
 ):
     # an operator cancels instead of answering: the cancelled record still says that
     # the charge may have happened, with its idempotency key to look it up by
-    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
-    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
-    runtime.recover()
-    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    runtime, _events = _parked_order(tmp_path, store_target, open_runtime)
     parked = runtime.handle("order-a").record()
     assert parked.recovery is not None and parked.recovery.subject is not None
     runtime.cancel("order-a", reason="the customer gave up")
@@ -162,10 +163,7 @@ def test_cancelling_an_execution_parked_on_an_effect_keeps_the_question(
 
 
 def test_a_stale_or_malformed_resolution_writes_nothing(tmp_path, store_target, open_runtime):
-    kill_at(tmp_path, "offload:charge_card:after", db=store_target)
-    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
-    runtime.recover()
-    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    runtime, _events = _parked_order(tmp_path, store_target, open_runtime)
     revision = runtime.handle("order-a").record().revision
     with pytest.raises(ResolutionError, match="revision"):
         runtime.resolve("order-a", expected_revision=revision - 1, outcome="retry")
