@@ -21,7 +21,6 @@ def _ledger(tmp_path: Path) -> list[dict]:
     return read_ledger(tmp_path / "ledger.jsonl")
 
 
-
 def _parked_order(tmp_path, store_target, open_runtime):
     """``order-a`` killed right after its card was charged, then recovered by a new
     runtime, which parks it for an operator; ``(runtime, events)``."""
@@ -30,6 +29,7 @@ def _parked_order(tmp_path, store_target, open_runtime):
     runtime.recover()
     events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
     return runtime, events
+
 
 def test_an_at_most_once_effect_that_may_have_run_parks_the_execution(
     tmp_path, store_target, open_runtime
