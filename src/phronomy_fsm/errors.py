@@ -248,6 +248,18 @@ class StorageError(StoreError):
     was issued (see :class:`OutcomeUnknownError`)."""
 
 
+class StoreRegressedError(StorageError):
+    """A SQLite store went backwards: its database holds fewer commits than writers were
+    told were committed (its ``-wal`` was deleted after a crash, or an older copy was
+    restored). Effects the lost commits announced could run again, so the store is not
+    opened for writing until an operator has looked and accepted the rollback
+    (``phronomy-fsm store check --db PATH --accept-rollback``). Nothing was written.
+
+    Attributes: ``path``; ``mark`` — ``(barrier_seq, signal_seq)`` acknowledged;
+    ``found`` — the same in the database now. Source: docs/operations.md "A store
+    that went backwards"."""
+
+
 class SchemaVersionError(StoreError):
     """The database's schema version is newer than this code understands (or the file
     is not a phronomy store). Nothing was written; upgrade phronomy_fsm."""
@@ -476,6 +488,7 @@ __all__ = [
     "StepLimitError",
     "StorageError",
     "StoreError",
+    "StoreRegressedError",
     "StreamCallbackError",
     "TaskTimeoutError",
     "UndeclaredEventError",

@@ -23,7 +23,7 @@ from click.testing import CliRunner
 
 from phronomy_fsm.agent import Agent, Reply, ScriptedProvider
 from phronomy_fsm.cli import main
-from phronomy_fsm.errors import NotFoundError
+from phronomy_fsm.errors import NotFoundError, StorageError
 
 APP = "phronomy_fsm.demo:create_app"
 
@@ -93,16 +93,25 @@ def test_a_directory_given_as_the_store_exits_1_not_2(tmp_path: Path, args: list
 
 def _unprivileged_prefix() -> list[str]:
     """The command prefix that runs a child without root's right to read any file:
-    nothing when not root; ``setpriv`` to the ``nobody`` user when root (skipped when
-    that cannot start this interpreter)."""
+    nothing when not root; when root, ``setpriv`` keeping the user but dropping every
+    capability (so file permissions bind root too). It stays root, so it can still
+    read a clone that sits in a private (0700) folder, as ``mktemp -d`` makes them:
+    switching to ``nobody`` could not import the package from there. Skipped, with
+    the reason, when the child cannot import the CLI even so."""
     if os.geteuid() != 0:
         return []
-    prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    probe = None
-    if shutil.which("setpriv"):
-        probe = subprocess.run([*prefix, sys.executable, "-c", "pass"], cwd="/", check=False)
-    if probe is None or probe.returncode != 0:
-        pytest.skip("running as root without a way to drop to an unprivileged user")
+    prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"]
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv to drop root's capabilities")
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import phronomy_fsm.cli"],
+        cwd="/",
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip(f"a child without capabilities cannot import the CLI: {probe.stderr[-300:]}")
     return prefix
 
 
@@ -115,7 +124,7 @@ def test_an_unreadable_store_file_exits_1_with_one_line() -> None:
         folder.chmod(0o711)  # others may pass through, not list or read
         db = folder / "secret.db"
         db.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
-        db.chmod(0o600 if prefix else 0)
+        db.chmod(0)  # nobody may read it, root without its capabilities included
         result = subprocess.run(
             [*prefix, sys.executable, "-m", "phronomy_fsm.cli", "executions", "list"]
             + ["--db", str(db)],
@@ -165,14 +174,23 @@ def test_agent_load_refuses_an_empty_file_and_leaves_it_empty(tmp_path: Path) ->
 
 
 def test_agent_create_still_makes_a_new_store_and_load_then_finds_it(tmp_path: Path) -> None:
-    fresh, empty = tmp_path / "fresh.db", tmp_path / "empty.db"
+    fresh = tmp_path / "fresh.db"
+    agent = Agent.create("a", store=fresh, provider=_provider())
+    try:
+        assert agent.invoke("hello", wait_seconds=10).output == "hi"
+        agent.close()
+        again = Agent.load("a", store=fresh, provider=_provider())
+        assert again.invoke("hello", wait_seconds=10).status == "completed"
+    finally:
+        agent.runtime.close(timeout_seconds=5)
+
+
+def test_agent_create_refuses_an_empty_file_as_the_cli_does(tmp_path: Path) -> None:
+    """Issue 21 item 3: the library made a zero-byte file a fresh store, the CLI
+    refused it; both refuse it now, naming the file, and leave it as it was."""
+    empty = tmp_path / "empty.db"
     empty.touch()
-    for db in (fresh, empty):
-        agent = Agent.create("a", store=db, provider=_provider())
-        try:
-            assert agent.invoke("hello", wait_seconds=10).output == "hi"
-            agent.close()
-            again = Agent.load("a", store=db, provider=_provider())
-            assert again.invoke("hello", wait_seconds=10).status == "completed"
-        finally:
-            agent.runtime.close(timeout_seconds=5)
+    with pytest.raises(StorageError, match=r"empty\.db is empty \(0 bytes\)"):
+        Agent.create("a", store=empty, provider=_provider())
+    assert empty.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.db"]

@@ -76,6 +76,7 @@ API: dict[str, list[str]] = {
         "StepLimitError",
         "StorageError",
         "StoreError",
+        "StoreRegressedError",
         "StreamCallbackError",
         "TaskTimeoutError",
         "UndeclaredEventError",

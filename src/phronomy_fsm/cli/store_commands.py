@@ -1,4 +1,4 @@
-"""``phronomy-fsm store compact`` and ``store migrate`` (``docs/store.md``,
+"""``phronomy-fsm store compact``, ``store migrate`` and ``store check`` (``docs/store.md``,
 ``docs/operations.md``).
 
 A thin click layer over :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore`'s
@@ -99,6 +99,69 @@ def migrate_command(db: str, busy_timeout: float) -> None:
         click.echo(f"schema version {report.before} -> {report.after}")
     else:
         click.echo(f"schema version {report.after} (already current)")
+
+
+@store_group.command("check")
+@db_option
+@click.option(
+    "--accept-rollback",
+    "accept_rollback",
+    is_flag=True,
+    help="The store went backwards and you have reconciled what the lost commits started: "
+    "accept what it holds now, so it opens for writing again.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def check_command(db: str, accept_rollback: bool, as_json: bool) -> None:
+    """Check a SQLite store without writing to it: schema version, integrity
+    (quick_check), the WAL beside it, and whether it went backwards — holds fewer
+    commits than writers were told were committed, as after a -wal deleted by hand.
+    Exit 1 when it is not sound or went backwards (then it is refused for writing until
+    --accept-rollback). See docs/operations.md "A store that went backwards"."""
+    from phronomy_fsm.store.sqlite import check_store
+
+    require_store_file(db)
+    try:
+        report = check_store(db, accept_rollback=accept_rollback)
+    except PhronomyError as exc:
+        fail(str(exc))
+    if as_json:
+        emit_json(
+            {
+                "path": report.path,
+                "schema_version": report.schema_version,
+                "integrity": report.integrity,
+                "wal_bytes": report.wal_bytes,
+                "mark": report.mark,
+                "found": report.found,
+                "went_backwards": report.went_backwards,
+                "accepted": report.accepted,
+                "ok": report.is_ok,
+            }
+        )
+    else:
+        click.echo(f"store: {report.path}")
+        click.echo(f"schema version: {report.schema_version}")
+        click.echo(f"integrity: {report.integrity}")
+        click.echo(f"wal: {report.wal_bytes} bytes")
+        found = f"barrier {report.found[0]}, signal {report.found[1]}"
+        if report.mark is None:
+            click.echo(f"commits: {found} (no commit mark recorded yet)")
+        else:
+            acked = f"barrier {report.mark[0]}, signal {report.mark[1]}"
+            click.echo(f"commits: {found}; acknowledged up to {acked}")
+        if report.accepted:
+            click.echo("rollback accepted: the commit mark now matches the database")
+        elif report.went_backwards:
+            click.echo(
+                "went backwards: commits acknowledged from this store are missing (a -wal "
+                "deleted after a crash, or an older copy restored); it is refused for "
+                "writing. Reconcile the effects those commits started (docs/operations.md "
+                f'"A store that went backwards"), then: phronomy-fsm store check --db {db} '
+                "--accept-rollback"
+            )
+        click.echo("ok" if report.is_ok else "not ok")
+    if not report.is_ok:
+        raise SystemExit(1)
 
 
 def register(main: click.Group) -> None:

@@ -45,8 +45,9 @@ import sqlite_utils
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
 from phronomy_fsm.errors import StorageError
+from phronomy_fsm.store._files import create_database_file
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store.schema import BARRIER_CHAIN, SQLITE_HEADER
+from phronomy_fsm.store.schema import BARRIER_CHAIN
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.sqlite import SqliteBarrierStore
@@ -152,17 +153,10 @@ def _open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils
     target = Path(path).absolute()
     if target == Path(store_path):
         raise StorageError("the archive must be a different file from the store", path=str(path))
-    if target.exists():
-        with open(target, "rb") as fh:
-            header = fh.read(len(SQLITE_HEADER))
-        if header and header != SQLITE_HEADER:
-            raise StorageError(
-                f"the archive {path} exists and is not a SQLite database", path=str(path)
-            )
-    else:
-        fd = os.open(target, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        os.fchmod(fd, 0o600)
-        os.close(fd)
+    if not target.exists():
+        # made by SQLite under a temporary name and linked in place: the file is never
+        # opened outside SQLite (store/_files.py), and is owner-only from the start
+        create_database_file(str(target), lambda conn: None, connect_timeout=5.0)
     db = sqlite_utils.Database(str(target), execute_plugins=False)
     db.execute("PRAGMA busy_timeout=5000")
     with db.atomic():

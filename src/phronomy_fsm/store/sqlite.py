@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import os
 import sqlite3
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +52,12 @@ from phronomy_fsm.store._commit import (
     apply_durable,
     apply_run_autocommit,
     is_single_run,
+)
+from phronomy_fsm.store._files import (
+    MarkFile,
+    check_existing_file,
+    create_database_file,
+    read_mark,
 )
 from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import nothing_written, storage_error
@@ -179,6 +184,10 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             see :func:`prewarm_wal`. 0 disables.
         faults: crash points to honour (``barrier:<name>:during``, inside the
             transaction before COMMIT); tests and the crash harness only.
+        check_mark: refuse to open for writing a database that is behind its commit
+            mark (``<db>-mark``: it went backwards, see
+            :mod:`phronomy_fsm.store._files`); False only for ``store check
+            --accept-rollback``, which looks at such a store to re-base the mark.
 
     Attributes:
         wal_size_limit_bytes: the WAL size the writer truncates back to after it grew
@@ -193,6 +202,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             or stays locked past the busy timeout while the schema is checked.
         SchemaVersionError: the schema is newer than this code, or the file is a
             SQLite database of some other application; nothing was written.
+        StoreRegressedError: opened for writing, the database holds fewer commits
+            than were acknowledged from it (docs/operations.md "A store that went
+            backwards"); nothing was written.
 
     Concurrency: every method is thread-safe. Writes are serialised on one writer
     connection; reads use one connection per thread.
@@ -210,6 +222,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         read_only: bool = False,
         wal_prewarm_frames: int = WAL_PREWARM_FRAMES,
         faults: FaultPlan | None = None,
+        check_mark: bool = True,
     ) -> None:
         sync = synchronous.upper()
         if sync not in _SYNCHRONOUS:
@@ -238,6 +251,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._closed = False
         self._fault_hook: FaultHook | None = None
         self.faults = faults
+        self.check_mark = check_mark
+        self._mark = MarkFile(self.path)
         self._group = GroupCommitWriter(
             self._flush_batch,
             self._fail_item,
@@ -278,12 +293,18 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                     f"{self.path}: cannot switch to WAL (journal_mode is {mode})", path=self.path
                 )
             schema.migrate(conn, self.path)
+            # a database behind the commits acknowledged from it (a deleted -wal) is
+            # refused before anything can start an effect again
+            if self.check_mark:
+                self._mark.check(read_mark(conn))
         except sqlite3.Error as exc:
             raise storage_error(exc, operation="open", path=self.path) from exc
         finally:
             conn.close()
 
     def _check_or_create_file(self) -> None:
+        """Check the database file with ``stat`` only, or create it complete; never
+        open it outside SQLite (``store/_files.py`` says why)."""
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
@@ -291,37 +312,20 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 raise StorageError(
                     f"no store at {self.path} (the file does not exist)", path=self.path
                 ) from None
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
-                return  # another process created it meanwhile
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot create the store {self.path}: {exc}", path=self.path
-                ) from exc
-            try:
-                os.fchmod(fd, 0o600)
-            finally:
-                os.close(fd)
+            if not create_database_file(
+                self.path, self._initialise, connect_timeout=self.busy_timeout_seconds
+            ):
+                self._check_or_create_file()  # another process made it meanwhile
             return
         except OSError as exc:
             raise StorageError(f"cannot open the store {self.path}: {exc}", path=self.path) from exc
-        if not stat.S_ISREG(st.st_mode):
-            raise StorageError(f"{self.path} is not a regular file", path=self.path)
-        if st.st_size:
-            try:
-                with open(self.path, "rb") as fh:
-                    header = fh.read(len(schema.SQLITE_HEADER))
-            except OSError as exc:
-                raise StorageError(
-                    f"cannot read the store {self.path}: {exc}", path=self.path
-                ) from exc
-            if header != schema.SQLITE_HEADER:
-                raise StorageError(
-                    f"{self.path} is not a SQLite database (bad header); nothing was written",
-                    path=self.path,
-                    sqlite_error="SQLITE_NOTADB",
-                )
+        check_existing_file(self.path, st)
+
+    def _initialise(self, conn: sqlite3.Connection) -> None:
+        """Set up a new database: WAL and the current schema."""
+        conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_seconds * 1000)}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        schema.migrate(conn, self.path)
 
     def _connect(self, uri: str) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -381,6 +385,32 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 conn.execute("ROLLBACK")
         except sqlite3.Error:
             self._reset_writer()  # closing the connection rolls back
+
+    def _advance_mark(self, cur: sqlite3.Cursor) -> None:
+        """After a COMMIT, under the write lock: record the committed maxima in the
+        commit mark (one indexed read and one ``pwrite``; skipped when unchanged). A
+        failure here never fails the commit that happened."""
+        try:
+            mark = read_mark(cur)
+        except sqlite3.Error:
+            return
+        self._mark.advance(mark)
+
+    def rebase_mark(self) -> tuple[int, int]:
+        """Set the commit mark to what the database holds now, even if lower: after
+        an operator accepted a rollback (``store check --accept-rollback``), or after
+        compaction removed the highest rows. Returns ``(barrier_seq, signal_seq)``.
+
+        Raises:
+            StorageError: the database cannot be read or the mark file written.
+        """
+        with self._write_lock:
+            try:
+                mark = read_mark(self._writer_cursor())
+            except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
+                raise self._failure(exc, "rebase_mark")
+            self._mark.reset(mark)
+        return (mark.barrier_seq, mark.signal_seq)
 
     def _crash_point(self, point: str) -> None:
         if self.faults is not None:
@@ -483,6 +513,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 self._rollback_quietly()
                 self._reset_writer()
                 raise self._unknown(exc, commit, lost=False)
+            self._advance_mark(cur)
         if hook is not None:
             try:
                 hook("committed", (commit,))
@@ -577,6 +608,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                             self._crash_point(f"barrier:{p.commit.barrier}:during")
                     if not apply_run_autocommit(cur, live, now_ms):
                         return False
+                    self._advance_mark(cur)
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
                     if isinstance(exc, sqlite3.Error) and nothing_written(exc):
@@ -640,6 +672,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                     for i in ok:
                         results[i] = self._unknown(exc, live[i].commit, lost=False)
                     ok = []
+                else:
+                    self._advance_mark(cur)
             elif self._writer is not None and self._writer.in_transaction:
                 self._rollback_quietly()
         if ok and hook is not None:
@@ -676,9 +710,12 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         """
         from phronomy_fsm.store.compact import compact_store
 
-        return compact_store(
+        report = compact_store(
             self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now()
         )
+        if report.removed_barriers or report.removed_signals:
+            self.rebase_mark()  # the highest rows may be gone: not a rollback
+        return report
 
     @contextmanager
     def maintenance_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:
@@ -696,6 +733,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
                 raise self._failure(exc, operation)
+            self._advance_mark(cur)
 
     @contextmanager
     def snapshot(self, operation: str) -> Iterator[sqlite3.Connection]:
@@ -725,6 +763,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         with self._write_lock:
             self._closed = True
             self._reset_writer()
+            self._mark.close()
         with self._readers_lock:
             readers, self._readers = self._readers, []
         for conn, in_use in readers:
@@ -787,10 +826,6 @@ def migrate_store(
     target = str(Path(path).absolute())
     try:
         st = os.stat(target)
-        if not stat.S_ISREG(st.st_mode):
-            raise StorageError(f"{target} is not a regular file", path=target)
-        with open(target, "rb") as fh:
-            header = fh.read(len(schema.SQLITE_HEADER))
     except FileNotFoundError:
         raise StorageError(
             f"no store at {target} (the file does not exist); nothing was written", path=target
@@ -799,12 +834,7 @@ def migrate_store(
         raise StorageError(
             f"cannot read {target}: {exc}; nothing was written", path=target
         ) from exc
-    if header != schema.SQLITE_HEADER:
-        raise StorageError(
-            f"{target} is not a SQLite database (bad header); nothing was written",
-            path=target,
-            sqlite_error="SQLITE_NOTADB",
-        )
+    check_existing_file(target, st)  # stat only: see store/_files.py
     try:
         conn = sqlite3.connect(f"{Path(target).as_uri()}?mode=ro", uri=True)
         try:
@@ -822,3 +852,95 @@ def migrate_store(
         target, busy_timeout_seconds=busy_timeout_seconds, wal_prewarm_frames=0
     ).close()
     return SchemaMigration(target, before, schema.SCHEMA_VERSION)
+
+
+@attrs.frozen
+class StoreCheck:
+    """What :func:`check_store` found in one SQLite store.
+
+    Attributes:
+        path: the database file.
+        schema_version: the stored schema version (None: an empty database).
+        integrity: ``PRAGMA quick_check``'s answer (``"ok"`` when sound).
+        wal_bytes: the size of the ``-wal`` beside it (0: none).
+        mark: ``(barrier_seq, signal_seq)`` acknowledged by writers (None: no mark
+            recorded yet).
+        found: the same, as the database holds them now.
+        accepted: True when ``accept_rollback`` re-based the mark to ``found``.
+    """
+
+    path: str
+    schema_version: int | None
+    integrity: str
+    wal_bytes: int
+    mark: tuple[int, int] | None
+    found: tuple[int, int]
+    accepted: bool = False
+
+    @property
+    def went_backwards(self) -> bool:
+        """True when the database holds fewer commits than were acknowledged."""
+        if self.mark is None or self.accepted:
+            return False
+        return self.found[0] < self.mark[0] or self.found[1] < self.mark[1]
+
+    @property
+    def is_ok(self) -> bool:
+        """True when the store is sound and has not gone backwards."""
+        return self.integrity == "ok" and not self.went_backwards
+
+
+def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) -> StoreCheck:
+    """Check a SQLite store without writing to it: its schema version, ``PRAGMA
+    quick_check``, and its commits against the commit mark (a store that went
+    backwards: docs/operations.md "A store that went backwards").
+
+    Args:
+        path: the store file; it must exist.
+        accept_rollback: an operator has looked at a store that went backwards and
+            accepts what it holds: re-base the mark to it (the only write), so the
+            store opens for writing again. Executions whose effects the lost commits
+            may have started are for the operator to reconcile first.
+
+    Returns:
+        A :class:`StoreCheck`.
+
+    Raises:
+        StorageError: no such file, not a regular file, empty, not a SQLite database,
+            unreadable; nothing was written.
+        SchemaVersionError: another application's database or a newer schema.
+    """
+    target = str(Path(path).absolute())
+    try:
+        st = os.stat(target)
+    except OSError as exc:
+        raise StorageError(f"no store at {target}: {exc.strerror or exc}", path=target) from None
+    check_existing_file(target, st)
+    marks = MarkFile(target)
+    try:
+        conn = sqlite3.connect(f"{Path(target).as_uri()}?mode=ro", uri=True)
+        try:
+            version = schema.inspect_version(conn, target)
+            integrity = str(conn.execute("PRAGMA quick_check").fetchone()[0])
+            found = read_mark(conn) if version is not None else None
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise storage_error(exc, operation="check", path=target) from exc
+    try:
+        wal_bytes = os.stat(target + "-wal").st_size
+    except OSError:
+        wal_bytes = 0
+    mark = marks.read()
+    found_pair = (found.barrier_seq, found.signal_seq) if found is not None else (0, 0)
+    if accept_rollback and found is not None:
+        marks.reset(found)
+    return StoreCheck(
+        target,
+        version,
+        integrity,
+        wal_bytes,
+        None if mark is None else (mark.barrier_seq, mark.signal_seq),
+        found_pair,
+        accepted=accept_rollback and found is not None,
+    )
