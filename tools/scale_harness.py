@@ -27,6 +27,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from phronomy_fsm.testing.deadlines import scaled_seconds, wait_until
+
 ROOT = Path(__file__).resolve().parent.parent
 ORDER_APP = "tests.durable.order_app:create_app"
 INVARIANTS = ("lost", "double_terminal", "duplicate_effects", "blind_resends", "stuck")
@@ -104,7 +106,7 @@ def drive(
     from phronomy_fsm.durable.operations import request_resolution, send_signal
     from phronomy_fsm.errors import PhronomyError
 
-    deadline = time.monotonic() + timeout_seconds
+    deadline = time.monotonic() + scaled_seconds(timeout_seconds)
     wanted = set(ids)
     while True:
         records = {r.execution_id: r for r in store.list_records() if r.execution_id in wanted}
@@ -197,15 +199,10 @@ def check(store: Any, app: Any, ids: list[str]) -> dict[str, int]:
 
 def wait_for(predicate: Any, timeout_seconds: float, what: str, poll: float = 0.05) -> Any:
     """Poll ``predicate()`` until it returns something truthy; AssertionError after
-    the timeout (naming ``what``)."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(poll)
+    the timeout (naming ``what``), scaled to the machine's load and
+    ``PHRONOMY_TEST_TIME_SCALE`` (:mod:`phronomy_fsm.testing.deadlines`): a takeover
+    that a quiet machine finishes in seconds may take minutes on a busy one."""
+    return wait_until(predicate, timeout_seconds, what, poll_seconds=poll)
 
 
 __all__ = [

@@ -13,6 +13,7 @@ from phronomy_fsm.agent.journal import MESSAGE_KINDS
 from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.errors import StorageError
 from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.testing.deadlines import scaled_seconds
 
 
 @pytest.fixture
@@ -45,6 +46,7 @@ class Events:
         return [e.type.value for e in self.events]
 
     def wait_for(self, type_: str, timeout: float = 10.0, count: int = 1) -> Any:
+        timeout = scaled_seconds(timeout)  # a hang limit, scaled to this machine
         with self._cond:
             ok = self._cond.wait_for(
                 lambda: sum(e.type == type_ for e in self.events) >= count, timeout

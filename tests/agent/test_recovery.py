@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from phronomy_fsm.errors import (
     ResolutionError,
 )
 from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.testing.deadlines import scaled_seconds
 
 from .conftest import Events, assert_stored_conversations_are_legal, make_tool
 
@@ -76,7 +78,8 @@ def db(tmp_path: Path) -> Path:
 
 def wait_for_status(store: Any, execution_id: str, status: ExecutionStatus) -> Any:
     record = None
-    for _ in range(1000):
+    deadline = time.monotonic() + scaled_seconds(10)
+    while time.monotonic() < deadline:
         try:
             record = store.load_record(execution_id)
         except NotFoundError:  # not started yet

@@ -26,6 +26,7 @@ from typing import Any
 
 from phronomy_fsm.durable import DurableRuntime
 from phronomy_fsm.store.open import open_store
+from phronomy_fsm.testing.deadlines import scaled_seconds
 from tests.durable.order_app import Order, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,7 @@ class Waiter:
     def wait(self, kind: str, *ids: str, timeout_seconds: float = 30.0) -> None:
         """Return once every id in ``ids`` reported ``kind`` (AssertionError after the
         timeout, naming what was seen)."""
+        timeout_seconds = scaled_seconds(timeout_seconds)  # a hang limit, not a speed
         with self.cond:
             ok = self.cond.wait_for(lambda: set(ids) <= self.seen.get(kind, set()), timeout_seconds)
         assert ok, (kind, ids, self.seen)

@@ -18,6 +18,7 @@ import pytest
 
 from phronomy_fsm.durable import DurableEvent, DurableRuntime
 from phronomy_fsm.store.open import open_store
+from phronomy_fsm.testing.deadlines import scaled_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ class Recorder:
         self, predicate: Callable[[DurableEvent], bool], timeout_seconds: float = 10.0
     ) -> DurableEvent:
         """The first event matching ``predicate`` (waiting up to the timeout)."""
-        deadline = time.monotonic() + timeout_seconds
+        deadline = time.monotonic() + scaled_seconds(timeout_seconds)
         with self._cond:
             while True:
                 for event in self.events:

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from phronomy_fsm.testing.deadlines import scaled_seconds
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"
 TOOLS = ROOT / "tools"
@@ -58,6 +60,7 @@ class Events:
         for event in self.seen:
             if predicate(event):
                 return event
+        timeout_seconds = scaled_seconds(timeout_seconds)
         deadline = time.monotonic() + timeout_seconds
         while True:
             remaining = deadline - time.monotonic()
