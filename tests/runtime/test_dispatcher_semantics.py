@@ -433,3 +433,28 @@ def test_a_thousand_sessions_fed_from_eight_threads_finish_without_deadlock() ->
         assert task.result(timeout_seconds=30).state == "done"
     assert all(ctx[0] == 10 for ctx in contexts)
     assert dispatcher.stop(timeout_seconds=10)
+
+
+def test_a_table_with_equal_but_not_identical_kind_strings_runs_the_same(
+    dispatcher: Dispatcher,
+) -> None:
+    """Issue 22 item 12: a table read back from JSON holds state kinds equal to the
+    compiled ones but not the same string objects; the dispatcher compared them with
+    ``is``, so such a table bound and then never left its first (auto) state."""
+    import json
+
+    table = compile_table(BASIC)
+    fresh = json.loads(json.dumps([row.kind for row in table.states]))  # new str objects
+    rebuilt = table._replace(
+        states=tuple(row._replace(kind=kind) for row, kind in zip(table.states, fresh))
+    )
+    assert rebuilt == table and rebuilt.states[0].kind is not table.states[0].kind
+    hooks = Recorder(HOOKS)
+    states: list[str] = []
+    dispatcher.add_observer(lambda rec: states.append(rec.target))
+    sid, results = run_session(dispatcher, bind_machine(rebuilt, hooks))
+    assert states == ["a"]
+    assert dispatcher.post(sid, "go")
+    dispatcher.run_until_idle()
+    assert states == ["a", "b", "done"]
+    assert results and results[0][0] is not None and results[0][1] is None

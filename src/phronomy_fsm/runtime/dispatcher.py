@@ -628,12 +628,12 @@ class Dispatcher(EventLoop):
             self._timers.schedule_at(
                 self.clock.monotonic() + seconds, lambda: self._timer_fired(sid, serial, event)
             )
-        kind = node.kind
-        if kind is AUTO:
+        kind = node.kind  # by value: a table read back from JSON has its own strings
+        if kind == AUTO:
             self._inbox.append((s.id, _SC, s.serial))
-        elif kind is FINAL:
+        elif kind == FINAL:
             self._end(s, FINISHED, None)
-        elif kind is WAIT:
+        elif kind == WAIT:
             self._end(s, HALTED, None)
 
     def _timer_fired(self, sid: int, serial: int, event: str) -> None:
