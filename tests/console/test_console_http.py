@@ -8,9 +8,11 @@ a result that is not JSON, an undeclared event — shows the error and writes no
 from __future__ import annotations
 
 import html
+import queue
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +22,11 @@ import httpx
 import pytest
 from markupsafe import escape
 
+from phronomy_fsm.console.security import (
+    SESSION_COOKIE,
+    SESSION_IDLE_SECONDS,
+    SESSION_LIFETIME_SECONDS,
+)
 from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.store.open import open_store
 from tests.console.conftest import TOKEN, snapshot
@@ -306,6 +313,42 @@ def test_writes_need_the_token_and_a_matching_csrf_token(populated: str, serve: 
         assert snapshot(populated) == before
 
 
+def test_a_cookie_kept_after_signing_out_is_signed_out_and_cannot_write(
+    populated: str, serve: Any
+) -> None:
+    """Sign in, keep the session cookie, sign out, then replay the kept cookie (as a
+    client that saved it would): it is an ordinary signed-out session, its forms are
+    refused and the store shows nothing written (``docs/console.md``, "Security")."""
+    with serve(populated) as served:
+        before = snapshot(populated)
+        with signed_in(served.url) as client:
+            page = client.get("/execution", params={"id": "order-1"}).text
+            assert "signed in: can act" in page
+            signal = form_fields(page, "/execution/signal", "approve")
+            cancel = form_fields(page, "/execution/cancel")
+            kept = client.cookies[SESSION_COOKIE]
+            out = client.post("/logout", data={"csrf": signal["csrf"]})
+            assert out.status_code == 303
+            assert client.cookies[SESSION_COOKIE] != kept
+            assert "signed in: can act" not in client.get("/").text
+        with httpx.Client(
+            base_url=served.url, timeout=20, cookies={SESSION_COOKIE: kept}
+        ) as replay:
+            shown = replay.get("/execution", params={"id": "order-1"}).text
+            assert "signed in: can act" not in shown and "sign in to act" in shown
+            assert 'action="/execution/signal"' not in shown
+            refused = replay.post(
+                "/execution/signal", data={**signal, "payload": '{"by": "kept cookie"}'}
+            )
+            assert refused.status_code == 403, refused.text
+            assert "nothing was written" in refused.text
+            refused = replay.post("/execution/cancel", data={**cancel, "reason": "kept cookie"})
+            assert refused.status_code == 403, refused.text
+        assert snapshot(populated) == before
+        assert signals_of(populated, "order-1") == []
+        assert record_of(populated, "order-1").status.value == "waiting"
+
+
 def test_read_only_hides_and_refuses_every_write(populated: str, serve: Any) -> None:
     with serve(populated, read_only=True, token=None) as served:
         assert served.token is None
@@ -372,21 +415,82 @@ def test_a_remote_console_asks_for_the_token_before_any_page(populated_sqlite: s
 # ------------------------------------------------------------------ the command
 
 
-def test_the_console_command_serves_and_refuses_unsafe_settings(populated_sqlite: str) -> None:
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "phronomy_fsm.cli", "console", *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
-        )
+#: The environment of the console commands the tests start: no token unless a test adds one.
+CLEAN_ENV = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
 
-    remote = run("--db", populated_sqlite, "--host", "0.0.0.0")
+
+def run_console(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``phronomy-fsm console ARGS`` run to its end (a refusal), with ``env`` added to
+    :data:`CLEAN_ENV`."""
+    return subprocess.run(
+        [sys.executable, "-m", "phronomy_fsm.cli", "console", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**CLEAN_ENV, **(env or {})},
+    )
+
+
+class Lines:
+    """The lines a process writes to ``stream``, read by a thread of their own so a
+    test waits for the next one with a deadline instead of blocking for ever."""
+
+    def __init__(self, stream: Any) -> None:
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: Any) -> None:
+        for line in stream:
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def next(self, timeout_seconds: float = 30.0) -> str:
+        """The next line; AssertionError when none comes within ``timeout_seconds``
+        or the stream ends."""
+        try:
+            line = self._queue.get(timeout=timeout_seconds)
+        except queue.Empty:
+            raise AssertionError(f"no line within {timeout_seconds} s") from None
+        if line is None:
+            raise AssertionError("the process closed its output")
+        return line
+
+
+@contextmanager
+def console_process(
+    *args: str, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, Lines, subprocess.Popen[str]]]:
+    """``phronomy-fsm console --port 0 ARGS`` serving until the block ends: its base URL
+    (read from its first line), the rest of its stdout, and the process; stopped with
+    SIGTERM (exit 0) at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "phronomy_fsm.cli", "console", "--port", "0", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**CLEAN_ENV, **(env or {})},
+    )
+    try:
+        lines = Lines(proc.stdout)
+        first = lines.next()
+        url = re.search(r"(http://127\.0\.0\.1:\d+)/", first)
+        assert url, first
+        yield url.group(1), lines, proc
+        proc.terminate()
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=20)
+
+
+def test_the_console_command_serves_and_refuses_unsafe_settings(populated_sqlite: str) -> None:
+    remote = run_console("--db", populated_sqlite, "--host", "0.0.0.0")
     assert remote.returncode == 1 and "not a loopback address" in remote.stderr
-    missing = run("--db", str(Path(populated_sqlite).parent / "nope.db"))
+    missing = run_console("--db", str(Path(populated_sqlite).parent / "nope.db"))
     assert missing.returncode == 1 and "no store at" in missing.stderr
 
     proc = subprocess.Popen(
@@ -423,3 +527,66 @@ def test_the_console_command_serves_and_refuses_unsafe_settings(populated_sqlite
         if proc.poll() is None:
             proc.kill()
             proc.wait(timeout=20)
+
+
+def test_the_console_command_takes_the_token_from_the_environment_or_a_file(
+    populated_sqlite: str, tmp_path: Path
+) -> None:
+    """``$PHRONOMY_CONSOLE_TOKEN`` and ``--token-file`` (a trailing newline stripped)
+    each sign a browser in, and neither puts the token on the command line that every
+    user of the machine can read (``/proc/PID/cmdline``, ``ps``)."""
+    token_file = tmp_path / "console.token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    for args, env, source in (
+        ((), {"PHRONOMY_CONSOLE_TOKEN": TOKEN}, "PHRONOMY_CONSOLE_TOKEN"),
+        (("--token-file", str(token_file)), {}, "--token-file"),
+    ):
+        with console_process("--db", populated_sqlite, *args, env=env) as (url, lines, proc):
+            assert lines.next() == f"token: from {source}\n"
+            cmdline = Path(f"/proc/{proc.pid}/cmdline")
+            if cmdline.exists():
+                assert TOKEN not in cmdline.read_bytes().decode()
+            with signed_in(url, TOKEN) as client:
+                assert "signed in: can act" in client.get("/").text
+
+
+def test_the_console_command_refuses_a_token_file_others_can_read(
+    populated_sqlite: str, tmp_path: Path
+) -> None:
+    """A token file that group or others may read or write is refused (exit 1, saying
+    how to fix it, never echoing the token); so are an empty or missing file, and
+    ``--token`` with ``--token-file`` (exit 2)."""
+    token_file = tmp_path / "console.token"
+    token_file.write_text(TOKEN + "\n")
+    for mode in (0o640, 0o604, 0o620):
+        token_file.chmod(mode)
+        refused = run_console("--db", populated_sqlite, "--token-file", str(token_file))
+        assert refused.returncode == 1, refused.stderr
+        assert str(token_file) in refused.stderr and "chmod 600" in refused.stderr
+        assert TOKEN not in refused.stderr + refused.stdout
+        assert "http://" not in refused.stdout  # it never listened
+    empty = tmp_path / "empty.token"
+    empty.write_text("\n")
+    empty.chmod(0o600)
+    refused = run_console("--db", populated_sqlite, "--token-file", str(empty))
+    assert refused.returncode == 1 and "empty" in refused.stderr
+    refused = run_console("--db", populated_sqlite, "--token-file", str(tmp_path / "nope"))
+    assert refused.returncode == 1 and "cannot read the token file" in refused.stderr
+    token_file.chmod(0o600)
+    both = run_console("--db", populated_sqlite, "--token", TOKEN, "--token-file", str(token_file))
+    assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_the_console_help_says_where_a_token_may_come_from() -> None:
+    from click.testing import CliRunner
+
+    from phronomy_fsm.cli import main
+
+    result = CliRunner().invoke(main, ["console", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "--token-file PATH" in text and "PHRONOMY_CONSOLE_TOKEN" in text
+    assert "process list" in text
+    assert f"{SESSION_IDLE_SECONDS // 60} minutes without loading a page" in text
+    assert f"{SESSION_LIFETIME_SECONDS // 3600} hours in all" in text

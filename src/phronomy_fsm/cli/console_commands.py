@@ -2,10 +2,14 @@
 
 Parses the options, calls :func:`phronomy_fsm.console.prepare_console` (which refuses
 an unsafe address and opens the store read-only) and serves it with uvicorn until
-interrupted. Prints where it listens and the write token on stdout (one line each);
-diagnostics go to stderr. Exit codes: 0 stopped by Ctrl-C/SIGTERM, 1 refused (an
-unsafe address, a missing store, the port taken, the ``console`` extra missing), 2
-usage. ``docs/console.md`` describes the console and its security model.
+interrupted. Prints where it listens and the write token on stdout (one line each;
+only a generated token is printed, a given one is named by its source); diagnostics go
+to stderr. The token comes from ``--token-file``, ``$PHRONOMY_CONSOLE_TOKEN`` or
+``--token`` — the last is visible to every user in the process list, so using it
+prints a warning. Exit codes: 0 stopped by Ctrl-C/SIGTERM, 1 refused (an unsafe
+address, a missing store, a token file others may read, the port taken, the
+``console`` extra missing), 2 usage (``--token`` with ``--token-file``).
+``docs/console.md`` describes the console and its security model.
 """
 
 from __future__ import annotations
@@ -44,10 +48,21 @@ from phronomy_fsm.errors import PhronomyError
     help="Show executions only: no forms, every write refused, no token needed on loopback.",
 )
 @click.option(
+    "--token-file",
+    "token_file",
+    metavar="PATH",
+    default=None,
+    help="Read the token that signs a browser in to write from this file: one line (a "
+    "trailing newline is dropped), at least 16 characters, readable by its owner only "
+    "(chmod 600; anything looser is refused). Without --token-file or --token, the "
+    "token comes from $PHRONOMY_CONSOLE_TOKEN, else a random one is printed at start.",
+)
+@click.option(
     "--token",
     default=None,
-    help="The token that signs a browser in to write (at least 16 characters) "
-    "[default: $PHRONOMY_CONSOLE_TOKEN, else a random one printed at start].",
+    metavar="TOKEN",
+    help="The token itself. Avoid it: a command line is visible to every user of the "
+    "machine in the process list (ps); use --token-file or $PHRONOMY_CONSOLE_TOKEN.",
 )
 @click.option(
     "--allow-remote",
@@ -65,13 +80,23 @@ def console(
     host: str,
     port: int,
     read_only: bool,
+    token_file: str | None,
     token: str | None,
     allow_remote: bool,
     log_level: str,
 ) -> None:
     """Serve the operator console: list executions of every machine, open one (its
     diagram, timeline, signals, journal), and signal, resolve or cancel it through the
-    same checks as the CLI (docs/console.md). Loopback only unless --allow-remote."""
+    same checks as the CLI (docs/console.md). Loopback only unless --allow-remote.
+
+    Writing needs the console's token: give it with --token-file PATH or
+    $PHRONOMY_CONSOLE_TOKEN (--token works too, but every user sees it in the process
+    list); a --token-file or --token given wins over the variable, and without any of
+    them a random token is printed at start. A browser stays signed in until it signs
+    out, 30 minutes without loading a page, 8 hours in all, or until the console
+    stops."""
+    if token and token_file is not None:
+        raise click.UsageError("give the token one way, --token or --token-file, not both")
     try:
         from phronomy_fsm import console as web
     except ImportError as exc:
@@ -81,7 +106,12 @@ def console(
         )
     try:
         prepared = web.prepare_console(
-            db, host=host, read_only=read_only, token=token, allow_remote=allow_remote
+            db,
+            host=host,
+            read_only=read_only,
+            token=token,
+            token_file=token_file,
+            allow_remote=allow_remote,
         )
     except (PhronomyError, OSError, ValueError) as exc:
         fail(str(exc))
@@ -100,6 +130,12 @@ def console(
         echo(f"token (generated; sign in with it to act): {prepared.token}")
     elif prepared.token is not None:
         echo(f"token: from {prepared.token_source}")
+    if prepared.token_source == "--token":
+        click.echo(
+            "warning: --token is visible to every user of this machine in the process "
+            "list; prefer --token-file PATH or $PHRONOMY_CONSOLE_TOKEN",
+            err=True,
+        )
     sys.stdout.flush()
     web.serve_console(prepared, sock, log_level=log_level)
 

@@ -17,7 +17,8 @@ engine, SQLite or PostgreSQL, for executions of **any** machine — agents' incl
 Everything it writes goes through :mod:`phronomy_fsm.operator` — the functions behind
 ``phronomy-fsm signal``, ``approve``, ``resolve`` and ``cancel`` — with the revision
 the page showed, so a stale page shows a conflict instead of acting. Safe by default:
-loopback only, a token to write, CSRF-checked forms, ``--read-only``
+loopback only, a token to write (never needed on the command line), sessions that
+sign-out and idleness end on the server, CSRF-checked forms, ``--read-only``
 (:mod:`~phronomy_fsm.console.security`). What a machine's application alone knows how
 to show comes from a per-machine **presenter** (:mod:`~phronomy_fsm.console.presenters`:
 the generic one, and the agent's).

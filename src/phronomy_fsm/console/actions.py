@@ -55,14 +55,20 @@ async def _write_form(console: Console, request: Request) -> tuple[dict[str, Any
         )
     if not console.security.is_valid_csrf(session, fields.get("csrf")):
         return fields, error_page(
-            console, request, 403, "the form's CSRF token does not match; nothing was written"
+            console,
+            request,
+            403,
+            "the form's CSRF token does not match: the page was shown to another session "
+            "(signed in or out since? reload it); nothing was written",
         )
     if not session.authenticated:
         return fields, error_page(
             console,
             request,
             403,
-            "writes need the console's token: sign in first; nothing was written",
+            "writes need the console's token: sign in first (a session ends when you sign "
+            f"out, after {console.security.sessions.describe_limits()}, and when the "
+            "console restarts); nothing was written",
         )
     return fields, None
 
@@ -215,19 +221,23 @@ def _next_path(value: object) -> str:
 
 
 async def login_page(console: Console, request: Request) -> Response:
-    """``GET /login``: the sign-in form (the write token)."""
+    """``GET /login``: the sign-in form (the write token), saying how long signing in
+    lasts."""
     return render(
         console,
         request,
         "login.html",
         next_path=_next_path(request.query_params.get("next")),
+        session_limits=console.security.sessions.describe_limits(),
         error=None,
     )
 
 
 async def login_action(console: Console, request: Request) -> Response:
-    """``POST /login``: check the CSRF token and the write token; a new, signed-in
-    session on success (403 and the form again otherwise)."""
+    """``POST /login``: check the CSRF token and the write token; on success a new
+    session signed in on the server (:meth:`ConsoleSecurity.sign_in
+    <phronomy_fsm.console.security.ConsoleSecurity.sign_in>`; the one that signed in
+    ends if it was signed in), 403 and the form again otherwise."""
     form = await request.form()
     fields = {k: v for k, v in form.items() if isinstance(v, str)}
     session = session_of(request)
@@ -243,18 +253,23 @@ async def login_action(console: Console, request: Request) -> Response:
             "login.html",
             403,
             next_path=next_path,
+            session_limits=console.security.sessions.describe_limits(),
             error="that is not the console's token",
         )
-    request.scope["state"]["new_session"] = console.security.new_session(authenticated=True)
+    request.scope["state"]["new_session"] = console.security.sign_in(session)
     return RedirectResponse(next_path, status_code=303)
 
 
 async def logout_action(console: Console, request: Request) -> Response:
-    """``POST /logout``: a new, signed-out session (CSRF-checked)."""
+    """``POST /logout`` (CSRF-checked): end the session on the server — a copy of its
+    cookie kept anywhere is signed out from now on — and give the browser a new,
+    signed-out one (:meth:`ConsoleSecurity.sign_out
+    <phronomy_fsm.console.security.ConsoleSecurity.sign_out>`)."""
     form = await request.form()
-    if not console.security.is_valid_csrf(session_of(request), form.get("csrf")):  # type: ignore[arg-type]
+    session = session_of(request)
+    if not console.security.is_valid_csrf(session, form.get("csrf")):  # type: ignore[arg-type]
         return error_page(console, request, 403, "the form's CSRF token does not match")
-    request.scope["state"]["new_session"] = console.security.new_session()
+    request.scope["state"]["new_session"] = console.security.sign_out(session)
     return RedirectResponse("/", status_code=303)
 
 

@@ -56,6 +56,9 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
 }
+#: The endpoints a page polls to follow the store (``console.js``): a request to them
+#: does not count as activity that keeps a signed-in session from going idle.
+POLL_PATHS = frozenset({"/live", "/execution/live"})
 
 
 class ConsoleStores:
@@ -188,9 +191,13 @@ def create_app(
 
 class SecurityMiddleware:
     """Checks the Host header, loads (or issues) the session cookie into
-    ``request.state.session``, refuses cross-origin POSTs, asks a remote console's
-    visitors to sign in before any page, and adds :data:`SECURITY_HEADERS` to every
-    response (:mod:`~phronomy_fsm.console.security`)."""
+    ``request.state.session`` — signed in only while the process's
+    :class:`~phronomy_fsm.console.security.SessionRegistry` says so, and every request
+    but :data:`POLL_PATHS` and static files counts as activity —, refuses cross-origin
+    POSTs, asks a remote console's visitors to sign in before any page, and adds
+    :data:`SECURITY_HEADERS` to every response (:mod:`~phronomy_fsm.console.security`).
+    A handler that changes the session puts the new one in
+    ``request.scope["state"]["new_session"]``; its cookie is sent with the response."""
 
     def __init__(self, app: ASGIApp, *, security: ConsoleSecurity) -> None:
         self.app = app
@@ -207,12 +214,14 @@ class SecurityMiddleware:
                 scope, receive, send
             )
             return
-        session = sec.decode_session(request.cookies.get(SESSION_COOKIE))
+        path = scope["path"]
+        # a page polling for changes is not someone at work: it keeps no session alive
+        is_activity = path not in POLL_PATHS and not path.startswith("/static/")
+        session = sec.decode_session(request.cookies.get(SESSION_COOKIE), touch=is_activity)
         issue = session is None
         if session is None:
             session = sec.new_session()
         scope.setdefault("state", {})["session"] = session
-        path = scope["path"]
         if request.method == "POST" and not _same_origin(request):
             await _plain(403, "cross-origin form refused; nothing was written")(
                 scope, receive, send
@@ -263,6 +272,7 @@ def _plain(status: int, text: str) -> Response:
 
 
 __all__ = [
+    "POLL_PATHS",
     "SECURITY_HEADERS",
     "SENDER",
     "Console",

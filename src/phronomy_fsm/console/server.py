@@ -10,6 +10,7 @@ the application on a socket of their own (``docs/console.md``).
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any
@@ -24,6 +25,7 @@ from .presenters import Presenter
 from .security import (
     LOOPBACK_NAMES,
     ConsoleSecurity,
+    SessionRegistry,
     check_binding,
     choose_token,
     has_explicit_token,
@@ -38,8 +40,8 @@ DEFAULT_PORT = 8765
 class PreparedConsole:
     """A console ready to serve: the ASGI ``app``, its ``stores`` (closed when the
     app shuts down), its ``security`` settings, the ``token`` (``None`` when read-only
-    on loopback) and where it came from (``token_source``: ``--token``, the
-    environment variable, or ``generated``)."""
+    on loopback) and where it came from (``token_source``: ``--token``,
+    ``--token-file``, the environment variable's name, or ``generated``)."""
 
     app: Starlette
     stores: ConsoleStores
@@ -59,6 +61,7 @@ def prepare_console(
     host: str = "127.0.0.1",
     read_only: bool = False,
     token: str | None = None,
+    token_file: str | os.PathLike[str] | None = None,
     allow_remote: bool = False,
     presenters: Mapping[str, Presenter] | None = None,
     clock: Clock = SYSTEM_CLOCK,
@@ -70,28 +73,36 @@ def prepare_console(
         db: a SQLite file or a PostgreSQL DSN (``open_store``); it must exist.
         host: the address it will listen on.
         read_only: no writes at all (no token, no forms).
-        token: the write token (else ``$PHRONOMY_CONSOLE_TOKEN``, else generated).
+        token: the write token (else ``token_file``, else
+            ``$PHRONOMY_CONSOLE_TOKEN``, else generated:
+            :func:`~phronomy_fsm.console.security.choose_token`).
+        token_file: a file holding the write token, private to its owner
+            (:func:`~phronomy_fsm.console.security.read_token_file`).
         allow_remote: permit a non-loopback ``host`` (a token must be given too).
         presenters: per-machine presenters (``docs/console.md``, "Presenters").
-        clock: decides whether owners' leases still run.
+        clock: decides whether owners' leases still run, and when signed-in
+            sessions end (:class:`~phronomy_fsm.console.security.SessionRegistry`).
         environ: the environment to read the token from (default ``os.environ``).
 
     Raises:
-        ConfigurationError: an unsafe address, a token that is too short.
+        ConfigurationError: an unsafe address; a token that is too short; both
+            ``token`` and ``token_file``; a token file that others may read, or that
+            is missing, empty or holds more than one line.
         StorageError, SchemaVersionError: the store cannot be opened read-only.
     """
-    explicit = has_explicit_token(token, environ=environ)
+    explicit = has_explicit_token(token, token_file=token_file, environ=environ)
     check_binding(host, allow_remote=allow_remote, explicit_token=explicit, read_only=read_only)
     chosen: str | None = None
     source: str | None = None
     if not read_only or not is_loopback_host(host):
-        chosen, source = choose_token(token, environ=environ)
+        chosen, source = choose_token(token, token_file=token_file, environ=environ)
     remote = not is_loopback_host(host)
     security = ConsoleSecurity(
         token=chosen,
         read_only=read_only,
         token_for_reads=remote,
         allowed_hosts=None if remote else LOOPBACK_NAMES,
+        sessions=SessionRegistry(clock=clock),
     )
     stores = ConsoleStores(db, read_only=read_only)
     app = create_app(stores, security, presenters=presenters, clock=clock)
