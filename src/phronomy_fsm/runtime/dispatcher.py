@@ -551,6 +551,11 @@ class Dispatcher(EventLoop):
             except HOOK_ERRORS:
                 log.exception("%s: on_transition of %s raised", self.name, s.binding.machine)
         if row.internal:
+            if source.kind == WAIT:
+                # a session lives in a wait state only while it takes the event it was
+                # resumed with; staying there, it halts again as on entering it (the
+                # durable engine then commits the change: docs/runtime.md "Sessions")
+                self._end(s, HALTED, None)
             return
         if target.mode == 0 and row.offload is None and row.barrier is None:  # type: ignore[union-attr]
             return

@@ -1,0 +1,84 @@
+"""An internal transition (a row with no target) on a wait state is applied once and
+committed, and the execution goes on taking signals — live and after a restart (issue
+22 item 11: the execution wedged, nothing committed, every later signal pending for
+ever, also after a restart; docs/runtime.md "Sessions")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from phronomy_fsm.durable import DurableRuntime, ExecutionStatus, Machine
+from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.testing.deadlines import wait_until
+from tests.runtime.conftest import compile_table
+
+TALLY = """
+machine: tally
+version: 1
+events:
+  add: {}
+  finish: {}
+states:
+  start: {kind: auto, initial: true}
+  counting: {kind: wait}
+  done: {kind: final}
+transitions:
+  - {from: start, event: state_completed, to: counting}
+  - {from: counting, event: add, actions: [add_one]}
+  - {from: counting, event: finish, to: done}
+"""
+
+
+class Hooks:
+    def add_one(self, ctx: dict[str, Any], payload: Any) -> None:
+        ctx["n"] += 1
+
+
+def _runtime(db: Path) -> DurableRuntime:
+    machine = Machine(compile_table(TALLY), Hooks())
+    return DurableRuntime(SqliteBarrierStore(db), machines=[machine], own_store=True)
+
+
+def test_each_signal_taken_internally_by_a_wait_state_is_committed_once(tmp_path: Path):
+    db = tmp_path / "tally.db"
+    with _runtime(db) as runtime:
+        handle = runtime.start("tally", {"n": 0}, execution_id="t-1")
+        wait_until(lambda: handle.record().status is ExecutionStatus.WAITING, 10, "the wait")
+        runtime.signal("t-1", "add", {})
+        runtime.signal("t-1", "add", {})
+        runtime.signal("t-1", "finish", {})
+        result = handle.result(30)
+    assert (result.status, result.context) == (ExecutionStatus.COMPLETED, {"n": 2})
+    with SqliteBarrierStore(db) as store:
+        signals = [(s.event, s.consumed_revision) for s in store.list_signals("t-1")]
+        log = [(b.barrier, b.state) for b in store.barrier_log("t-1")]
+    assert signals == [("add", 2), ("add", 3), ("finish", 4)]
+    assert log == [
+        ("@start", "start"),
+        ("@wait", "counting"),
+        ("@wait", "counting"),
+        ("@wait", "counting"),
+        ("@final", "done"),
+    ]
+
+
+def test_signals_left_pending_by_a_closed_runtime_are_applied_after_a_restart(tmp_path: Path):
+    db = tmp_path / "tally.db"
+    with _runtime(db) as runtime:
+        handle = runtime.start("tally", {"n": 0}, execution_id="t-1")
+        wait_until(lambda: handle.record().status is ExecutionStatus.WAITING, 10, "the wait")
+    with SqliteBarrierStore(db) as store:  # sent while no process runs it
+        from phronomy_fsm.durable.operations import send_signal
+
+        for event in ("add", "add", "add", "finish"):
+            send_signal(store, "t-1", event, {})
+    with _runtime(db) as runtime:
+        runtime.recover()
+        wait_until(
+            lambda: runtime.store.load_record("t-1").status is ExecutionStatus.COMPLETED,
+            30,
+            "the execution to finish",
+        )
+        record = runtime.store.load_record("t-1")
+    assert record.context == {"n": 3}
