@@ -162,13 +162,18 @@ class LiveExecution:
     ``pending`` (undelivered inbox signals, in order); ``delivered`` (seqs consumed by
     the next commit); ``replay``; ``parked`` (why it is being parked); ``halting``
     (why its session is being stopped); ``waiters`` (tasks settled when it finishes);
-    ``timer``; ``signal_in_flight``; ``committing`` (an engine commit is in flight).
+    ``timer``; ``delivery_scheduled`` (a look for the next signal its live session takes
+    is queued on the loop); ``barrier_pending`` (its session's barrier commit is in
+    flight: it takes no signal until the outcome moves it); ``committing`` (an engine
+    commit is in flight).
     """
 
     __slots__ = (
+        "barrier_pending",
         "committing",
         "ctx",
         "delivered",
+        "delivery_scheduled",
         "execution_id",
         "expiry",
         "fence",
@@ -179,7 +184,6 @@ class LiveExecution:
         "reg",
         "replay",
         "session_id",
-        "signal_in_flight",
         "state",
         "timer",
         "waiters",
@@ -201,7 +205,8 @@ class LiveExecution:
         self.waiters: list[Task[ExecutionResult]] = []
         self.timer: Any = None
         self.expiry: Any = None
-        self.signal_in_flight = False
+        self.delivery_scheduled = False
+        self.barrier_pending = False
         self.committing = False
 
     def __repr__(self) -> str:
@@ -318,6 +323,7 @@ class Engine:
         reg = live.reg
         ctx = self.context(live)
         live.halting = None
+        live.barrier_pending = False
         live.session_id = self.rt.dispatcher.start_session(
             reg.binding,
             ctx,
@@ -338,6 +344,7 @@ class Engine:
     def barrier(self, live: LiveExecution, session: Session, spec: Any, payload: Any) -> Any:
         """The work of a spec barrier: build the commit and submit it."""
         state = session.node.name
+        live.barrier_pending = True  # no signal until its outcome moves the session
         replay = live.replay
         if replay is not None:
             live.replay = None
@@ -544,15 +551,19 @@ class Engine:
     def step(self, live: LiveExecution, session: Session, source: str, target: str) -> None:
         """After every transition: fail closed, or deliver the next signal."""
         live.state = target
+        live.barrier_pending = False  # a move settles (or leaves) the barrier of its source
         facts = live.reg.facts
         if target == facts.fail_closed and target != source:
             self.halt(live, "fail_closed")
             return
-        # a wait state halts the session in this very step (an event posted now would be
-        # dropped while the @wait commit consumed its signal); its committed() callback
-        # delivers the pending signals instead
-        if session.binding.nodes[target].kind not in (AUTO, WAIT) and not live.signal_in_flight:
-            self.deliver_next(live, target)
+        # Signals are applied between steps, never inside one: the target's entry work
+        # starts first, and if it is a barrier, no signal is taken until its commit's
+        # outcome moves the session (a signal applied while the commit is in flight
+        # would be marked consumed by it without its change, or move the session before
+        # the commit's outcome). A wait state halts the session in this very step; its
+        # @wait commit's react delivers the pending signals instead.
+        if session.binding.nodes[target].kind not in (AUTO, WAIT):
+            self.schedule_delivery(live)
 
     def halt(self, live: LiveExecution, why: str) -> None:
         """Stop the execution's session where it stands (``why`` is remembered for
@@ -595,12 +606,36 @@ class Engine:
         if live.session_id is None and status is ExecutionStatus.WAITING:
             self.deliver_next(live, live.record.state)
             return
-        if live.session_id is not None and not live.signal_in_flight:
-            # a live session in a wait state is resuming from it with its own event
-            # (or halting there): it takes no other; the @wait commit's react does
-            node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind not in (AUTO, WAIT):
-                self.deliver_next(live, live.state)
+        if live.session_id is not None:
+            self.schedule_delivery(live)
+
+    def schedule_delivery(self, live: LiveExecution) -> None:
+        """Look for the next signal the live session takes, on the loop, after the
+        current step (once however often asked)."""
+        if not live.delivery_scheduled:
+            live.delivery_scheduled = True
+            self.rt.dispatcher.call_soon(self.deliver_scheduled, live)
+
+    def deliver_scheduled(self, live: LiveExecution) -> None:
+        """Between steps: apply the next pending signal the live session's state takes,
+        unless a commit (the engine's or its barrier's) is in flight or the session is
+        stopping. A session in a wait state is resuming from it with its own event (or
+        halting there): it takes no other; the @wait commit's react does."""
+        live.delivery_scheduled = False
+        sid = live.session_id
+        if (
+            sid is None
+            or self.closing
+            or live.committing
+            or live.barrier_pending
+            or live.halting is not None
+            or self.live.get(live.execution_id) is not live
+        ):
+            return
+        state = self.rt.dispatcher.session_state(sid)
+        node = live.reg.binding.nodes.get(state) if state is not None else None
+        if node is not None and node.kind not in (AUTO, WAIT, FINAL):
+            self.deliver_next(live, state)  # type: ignore[arg-type]
 
     def deliver_next(self, live: LiveExecution, state: str) -> None:
         """Deliver the first pending event signal that ``state`` handles."""
@@ -636,18 +671,10 @@ class Engine:
             )
             self.start_session(live, at_state=state, event=signal.event, payload=signal.payload)
             return
-        live.signal_in_flight = True
-        self.rt.dispatcher.post(live.session_id, signal.event, signal.payload)
-        self.rt.dispatcher.call_soon(self.signal_done, live)
-
-    def signal_done(self, live: LiveExecution) -> None:
-        """The delivered signal was handled: deliver the next one the current state
-        takes, if any."""
-        live.signal_in_flight = False
-        if live.session_id is not None and live.pending:
-            node = live.reg.binding.nodes.get(live.state)
-            if node is not None and node.kind not in (AUTO, WAIT):
-                self.deliver_next(live, live.state)
+        # applied now, whole: the next commit consumes it with its change in the context
+        self.rt.dispatcher.deliver_now(live.session_id, signal.event, signal.payload)
+        if live.session_id is not None:
+            self.schedule_delivery(live)  # the next one, if the state takes it
 
     # ------------------------------------------------------------------ session end
 
@@ -656,7 +683,7 @@ class Engine:
     ) -> None:
         """The session ended: commit what its end means (see the module docstring)."""
         live.session_id = None
-        live.signal_in_flight = False
+        live.barrier_pending = False
         halting, live.halting = live.halting, None
         if halting == "superseded":
             return
@@ -1396,7 +1423,7 @@ class Engine:
         return not any(self.moving(live) for live in self.live.values())
 
     def moving(self, live: LiveExecution) -> bool:
-        """True while ``live`` does something here: a commit or a signal in flight, a
+        """True while ``live`` does something here: a commit or a signal delivery queued, a
         session halting, work (an offload, a barrier) in flight, a session in an auto,
         wait or final state (about to move on), or a signal its state takes now. An
         execution with no session, or whose session rests in an external state waiting
@@ -1406,7 +1433,7 @@ class Engine:
         sid = live.session_id
         if sid is None:
             return False
-        if live.signal_in_flight or live.halting is not None:
+        if live.delivery_scheduled or live.halting is not None:
             return True
         dispatcher = self.rt.dispatcher
         if dispatcher.in_flight(live.execution_id):

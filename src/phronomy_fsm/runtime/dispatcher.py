@@ -271,6 +271,28 @@ class Dispatcher(EventLoop):
         self.stats.dropped_unknown_session += 1
         return False
 
+    def deliver_now(self, session_id: int, event: str, payload: Any = None) -> bool:
+        """Apply ``event`` to a live session at once, synchronously: its transition,
+        the target's entry actions and the start of its work have happened when this
+        returns. For an owner that applies events only *between* steps and must know
+        that one was applied before it decides the next (the durable engine's signals:
+        ``docs/semantics.md``, "Signals"); never call it from inside a hook or a
+        driver's step. Loop thread only. Returns False (and applies nothing) when the
+        session is no longer live.
+
+        Raises:
+            WrongThreadError: called off the loop thread.
+        """
+        self._assert_loop()
+        s = self._sessions.get(session_id)
+        if s is None or session_id not in self._admitted:
+            return False
+        try:
+            self._deliver(s, event, payload)
+        except BaseException as exc:  # noqa: BLE001 - one event must not end the loop
+            self._item_failed(session_id, event, payload, exc)
+        return True
+
     def post_authorized(self, authority: Authority, event: str, payload: Any = None) -> None:
         """Queue ``event`` to be applied only if ``authority`` still holds (same
         incarnation, revision, state entry and operation). Thread-safe.
