@@ -115,7 +115,7 @@ def _through_the_loop(runtime: DurableRuntime, rounds: int = 3) -> None:
 def test_a_signal_waiting_when_a_barrier_state_is_entered_is_not_consumed_without_its_change(
     tmp_path: Path,
 ) -> None:
-    runtime, hooks, store = _runtime(tmp_path / "pay.db")
+    runtime, hooks, _store = _runtime(tmp_path / "pay.db")
     with runtime:
         handle = runtime.start("pay", {"notes": 0}, execution_id="p-1")
         runtime.signal("p-1", "note", {})  # preparing does not take it: it waits
