@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import datetime, timedelta
 from typing import Any
 
 import attrs
 
-from phronomy_fsm.durable.codec import EncodedJSON, json_data
+from phronomy_fsm.durable.codec import EncodedJSON, ensure_json, json_data
 from phronomy_fsm.durable.commits import submit_with_reconciliation
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.keys import child_execution_id, idempotency_key
@@ -72,6 +74,7 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     ReplayDivergedError,
     RuntimeClosedError,
+    SerializationError,
 )
 from phronomy_fsm.runtime.binding import AUTO, FINAL, WAIT, MachineBinding, is_protocol_stub
 from phronomy_fsm.runtime.session import PARKED, EffectStart, Session, SessionResult
@@ -138,6 +141,21 @@ class Registration:
         }
 
 
+#: How long an announced effect's work waits (on its pool thread) for the ``@effect``
+#: commit before it gives up without starting, in seconds.
+ANNOUNCEMENT_WAIT_SECONDS = 60.0
+
+
+def _row_index_of(binding: MachineBinding, spec: Any) -> int | None:
+    """The index of the transition whose own offload is ``spec`` (``None``: none)."""
+    for node in binding.nodes.values():
+        for cand in node.rows.values():
+            for row in cand if isinstance(cand, tuple) else (cand,):
+                if getattr(row, "offload", None) is spec:
+                    return int(row.index)
+    return None
+
+
 class Replay:
     """Set while a recovered execution re-runs from its last barrier, until it reaches
     its first non-pure effect, a barrier, a wait or a final state.
@@ -162,18 +180,24 @@ class LiveExecution:
     ``pending`` (undelivered inbox signals, in order); ``delivered`` (seqs consumed by
     the next commit); ``replay``; ``parked`` (why it is being parked); ``halting``
     (why its session is being stopped); ``waiters`` (tasks settled when it finishes);
-    ``timer``; ``delivery_scheduled`` (a look for the next signal its live session takes
+    ``timer``; ``effect_since_commit`` (an effect started since the last commit that set
+    the durable point: the next one needs an announcement of its own);
+    ``announcement`` (the outcome of the ``@effect`` commit the effect being started
+    waits for: ``None`` once committed, else the error);
+    ``delivery_scheduled`` (a look for the next signal its live session takes
     is queued on the loop); ``barrier_pending`` (its session's barrier commit is in
     flight: it takes no signal until the outcome moves it); ``committing`` (an engine
     commit is in flight).
     """
 
     __slots__ = (
+        "announcement",
         "barrier_pending",
         "committing",
         "ctx",
         "delivered",
         "delivery_scheduled",
+        "effect_since_commit",
         "execution_id",
         "expiry",
         "fence",
@@ -207,6 +231,8 @@ class LiveExecution:
         self.expiry: Any = None
         self.delivery_scheduled = False
         self.barrier_pending = False
+        self.effect_since_commit = False
+        self.announcement: Future[BaseException | None] | None = None
         self.committing = False
 
     def __repr__(self) -> str:
@@ -231,8 +257,28 @@ class _Driver:
     def step(self, session: Session, source: str, target: str) -> None:
         self.engine.step(self.live, session, source, target)
 
-    def may_start_effect(self) -> BaseException | None:
-        return self.engine.rt.lease_error(self.live.execution_id)
+    @property
+    def may_start_effect(self) -> Callable[[], BaseException | None]:
+        """The gate of the effect being started now (read by the dispatcher right after
+        :meth:`offload`): on the pool thread, it waits for that effect's ``@effect``
+        commit, when it has one, then checks the lease."""
+        announcement = self.live.announcement
+        engine, execution_id = self.engine, self.live.execution_id
+
+        def gate() -> BaseException | None:
+            if announcement is not None:
+                try:
+                    error = announcement.result(timeout=ANNOUNCEMENT_WAIT_SECONDS)
+                except FutureTimeout:
+                    return EffectNotPerformedError(
+                        f"execution {execution_id}: the commit announcing this effect did "
+                        f"not settle within {ANNOUNCEMENT_WAIT_SECONDS} s; it was not started"
+                    )
+                if error is not None:
+                    return error
+            return engine.rt.lease_error(execution_id)
+
+        return gate
 
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
         self.engine.emit(
@@ -318,8 +364,11 @@ class Engine:
         at_state: str | None = None,
         event: str | None = None,
         payload: Any = None,
+        rework: bool = False,
+        rework_row: int | None = None,
     ) -> None:
-        """Start (or resume) the execution's session on the dispatcher."""
+        """Start (or resume) the execution's session on the dispatcher (``rework``:
+        start the work of ``at_state`` again, see ``Dispatcher.start_session``)."""
         reg = live.reg
         ctx = self.context(live)
         live.halting = None
@@ -335,6 +384,8 @@ class Engine:
             on_done=lambda result, error: self.session_done(live, result, error),
             step_limit=reg.machine.step_limit,
             driver=_Driver(self, live),
+            rework=rework,
+            rework_row=rework_row,
         )
         if at_state is not None:
             live.state = at_state
@@ -446,6 +497,7 @@ class Engine:
         if commit.execution.revision <= live.record.revision:
             return
         live.record = commit.execution
+        live.effect_since_commit = False  # the durable point moved here
         del live.delivered[: len(commit.consume_signals)]
         self.emit(DurableEventKind.COMMITTED, live, commit.execution, barrier=commit.barrier)
         for child in commit.children:
@@ -528,6 +580,82 @@ class Engine:
                     ),
                 )
                 return PARKED
+        if live.effect_since_commit or live.record.point not in (
+            DurablePoint.BARRIER,
+            DurablePoint.START,
+        ):
+            # the durable point does not cover this effect (a wait, a timer, an effect
+            # came between): it is announced by a commit of its own before it starts
+            return self.announce(live, session, spec, kind, payload)
+        live.announcement = None
+        return self.effect_start(live, spec.name, kind, key, 1)
+
+    def announce(
+        self, live: LiveExecution, session: Session, spec: Any, kind: EffectKind, payload: Any
+    ) -> Any:
+        """Commit ``@effect`` — the state, the context and the input the work reads, the
+        effect with its kind, its key (derived from this commit) and attempt — and let
+        the work start once it committed (the gate waits for it). A recovery from it
+        decides about the effect as after a barrier (``docs/semantics.md``,
+        "Effects")."""
+        state = session.node.name
+        revision = live.record.revision + 1
+        key = idempotency_key(live.execution_id, revision, spec.name)
+        try:
+            ensure_json(payload, what=f"the input of effect {spec.name}")
+            context = self.encode(live)
+        except (SerializationError, ContextSerializationError) as exc:
+            live.announcement = None
+            return Settled(error=exc)  # not started: its failed event says why
+        row = None
+        if session.node.offload is not spec:
+            row = next(
+                (
+                    r.index
+                    for cand in session.node.rows.values()
+                    for r in (cand if isinstance(cand, tuple) else (cand,))
+                    if r.offload is spec
+                ),
+                None,
+            )
+            if row is None:  # a transition's offload, taken into this state
+                row = _row_index_of(live.reg.binding, spec)
+        record = self.next_record(
+            live,
+            state=state,
+            point=DurablePoint.EFFECT,
+            point_revision=revision,
+            status=ExecutionStatus.RUNNING,
+            resume_event=None,
+            context=context,
+            pending_effects=(spec.name,),
+            deadline_at=None,
+            recovery=None,
+            resolution=None,
+            announced=EffectRef(spec.name, kind, state, key),
+            effect_payload=payload,
+            effect_row=row,
+        )
+        announced: Future[BaseException | None] = Future()
+        live.announcement = announced
+        consume = tuple(live.delivered)
+
+        def committed() -> None:
+            live.effect_since_commit = True  # the effect it announced starts now
+            announced.set_result(None)
+
+        try:
+            self.engine_commit(
+                live,
+                "@effect",
+                record,
+                consume=consume,
+                on_committed=committed,
+                on_refused=announced.set_result,
+            )
+        except BaseException as exc:
+            announced.set_result(exc)
+            raise
         return self.effect_start(live, spec.name, kind, key, 1)
 
     def effect_start(
@@ -536,6 +664,7 @@ class Engine:
         """Let an effect start: report it and hand its kind, key and attempt to the
         work (``octx.effect``)."""
         self.crash_point(f"effect:{name}:before")
+        live.effect_since_commit = True
         self.emit(
             DurableEventKind.EFFECT_STARTED,
             live,
@@ -760,6 +889,7 @@ class Engine:
         send_signals: tuple[SignalRecord, ...] = (),
         on_committed: Callable[[], None],
         on_receipt: Callable[[DurableReceipt | None], None] | None = None,
+        on_refused: Callable[[BaseException], None] | None = None,
     ) -> None:
         """Commit an engine barrier (with what the machine's records hook adds); on
         ``committed`` run ``on_committed`` (loop thread) — after ``on_receipt`` with the
@@ -794,12 +924,17 @@ class Engine:
             self.crash_point(f"barrier:{barrier}:after")
             if outcome.outcome == COMMITTED:
                 live.record = record
+                live.effect_since_commit = False  # the durable point moved here
                 del live.delivered[: len(consume)]
                 self.emit(DurableEventKind.COMMITTED, live, record, barrier=barrier)
                 if on_receipt is not None:
                     on_receipt(outcome.value)
                 on_committed()
                 return
+            if on_refused is not None:
+                on_refused(
+                    outcome.error or EffectNotPerformedError(f"commit {barrier} {outcome.outcome}")
+                )
             if getattr(outcome.error, "reason", None) == "cancel_pending":
                 self.cancel_instead(live, barrier)
                 return
@@ -1357,6 +1492,16 @@ class Engine:
             outcome = BarrierOutcome(COMMITTED, record.revision)
             self.start_session(
                 live, at_state=record.state, event=record.resume_event, payload=outcome
+            )
+        elif record.point is DurablePoint.EFFECT and record.announced is not None:
+            # the announced effect may have started: its work is started again from
+            # the stored context and input, and offload() decides by its kind
+            self.start_session(
+                live,
+                at_state=record.state,
+                payload=record.effect_payload,
+                rework=True,
+                rework_row=record.effect_row,
             )
         else:
             self.park_record(

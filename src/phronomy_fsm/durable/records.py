@@ -66,12 +66,16 @@ class DurablePoint(enum.StrEnum):
     - ``barrier``: the barrier of ``state`` committed; replay its committed outcome;
     - ``wait``: halted in the wait state ``state`` (timers re-armed from the stored
       deadline);
+    - ``effect``: the effect ``announced`` of ``state`` may have started: its work is
+      started again from the stored context and ``effect_payload``, under the
+      recovery rules of its kind (``docs/semantics.md``, "Effects");
     - ``final``: finished in ``state`` (a final state) or by an error or cancel.
     """
 
     START = "start"
     BARRIER = "barrier"
     WAIT = "wait"
+    EFFECT = "effect"
     FINAL = "final"
 
 
@@ -198,6 +202,12 @@ class ExecutionRecord:
             until the engine applied it.
         error: why it failed (finished ``failed``), or the last recovery problem.
         labels: free string labels (e.g. ``agent_id``), shown by operator tools.
+        announced: for point ``effect``: the effect this commit announced (its kind,
+            idempotency key — derived from this commit's revision — and attempt).
+        effect_payload: for point ``effect``: the input its work was prepared with
+            (the payload of the event that entered ``state``), as JSON.
+        effect_row: for point ``effect``: the index of the transition whose own
+            offload it is (``None``: the offload of ``state``).
     """
 
     execution_id: str
@@ -223,6 +233,9 @@ class ExecutionRecord:
     resolution: ResolutionInfo | None = None
     error: ErrorInfo | None = None
     labels: dict[str, JSON] = attrs.field(factory=dict)
+    announced: EffectRef | None = None
+    effect_payload: JSON = None
+    effect_row: int | None = None
 
     @property
     def is_active(self) -> bool:

@@ -42,6 +42,7 @@ from phronomy_fsm.errors import (
     HOOK_ERRORS,
     BackpressureError,
     DispatcherStoppedError,
+    DispatchInputError,
     HookError,
     SessionFaultError,
     StepLimitError,
@@ -184,6 +185,8 @@ class Dispatcher(EventLoop):
         on_done: Callable[[SessionResult | None, BaseException | None], None] | None = None,
         step_limit: int | None = None,
         driver: SessionDriver | None = None,
+        rework: bool = False,
+        rework_row: int | None = None,
     ) -> int:
         """Create a session and queue its start; return its id (incarnation). Thread-safe.
 
@@ -202,6 +205,12 @@ class Dispatcher(EventLoop):
             step_limit: overrides the binding's step limit.
             driver: the durable runtime's hooks into this session (barriers, effects,
                 steps); ``None`` for a plain in-memory session.
+            rework: with ``at_state`` and no ``event``: start the state's work again —
+                its offload (or, with ``rework_row``, the offload of the transition with
+                that index), prepared with ``payload`` — without its entry actions, as
+                if the state had just been entered (a durable execution recovered at an
+                announced effect: ``docs/semantics.md``, "Effects").
+            rework_row: see ``rework``.
 
         Raises:
             DispatcherStoppedError: the dispatcher is draining, stopped or failed.
@@ -214,13 +223,16 @@ class Dispatcher(EventLoop):
         if self._state in (DRAINING, FAILED):
             raise DispatcherStoppedError(f"{self.name} is {self._state} and admits no new sessions")
         check_start(binding, at_state, event, group, step_limit)
+        if rework and (at_state is None or event is not None):
+            raise DispatchInputError("rework needs at_state and no event", machine=binding.machine)
         sid = next(self._ids)
         session = Session(
             sid, binding, context, group, on_done, revision, step_limit or binding.step_limit
         )
         session.driver = driver
         self._admitted.add(sid)
-        self._post((None, self._begin, (session, at_state, event, payload)))
+        work = (rework, rework_row) if rework else None
+        self._post((None, self._begin, (session, at_state, event, payload, work)))
         return sid
 
     def start_session_task(
@@ -625,8 +637,10 @@ class Dispatcher(EventLoop):
             ),
         )
 
-    def _enter(self, s: Session, node: Node, row: Row | None, payload: Any) -> None:
-        if node.entry:
+    def _enter(
+        self, s: Session, node: Node, row: Row | None, payload: Any, *, entry: bool = True
+    ) -> None:
+        if entry and node.entry:
             ctx = s.ctx
             try:
                 for i, action in enumerate(node.entry):
@@ -695,7 +709,14 @@ class Dispatcher(EventLoop):
             except HOOK_ERRORS:
                 log.exception("%s: step observer raised", self.name)
 
-    def _begin(self, s: Session, at_state: str | None, event: str | None, payload: Any) -> None:
+    def _begin(
+        self,
+        s: Session,
+        at_state: str | None,
+        event: str | None,
+        payload: Any,
+        work: tuple[bool, int | None] | None = None,
+    ) -> None:
         if s.id not in self._admitted:  # aborted before it began
             return
         self._sessions[s.id] = s
@@ -706,6 +727,10 @@ class Dispatcher(EventLoop):
             return
         s.node = s.binding.nodes[at_state]
         s.serial = 1
+        if work is not None:
+            row = None if work[1] is None else _row_with_index(s.binding, work[1])
+            self._enter(s, s.node, row, payload, entry=False)
+            return
         if event is None:
             if s.node.kind == AUTO:
                 self._inbox.append((s.id, _SC, s.serial))
@@ -1017,3 +1042,13 @@ def _outcome_of(value: Any, error: BaseException | None) -> BarrierOutcome:
         OUTCOME_UNKNOWN,
         error=TypeError(f"barrier work returned {type(value).__name__}, not a BarrierOutcome"),
     )
+
+
+def _row_with_index(binding: MachineBinding, index: int) -> Row | None:
+    """The bound row of the table's transition ``index`` (``None``: no such row)."""
+    for node in binding.nodes.values():
+        for cand in node.rows.values():
+            for row in cand if isinstance(cand, tuple) else (cand,):
+                if row.index == index:
+                    return row
+    return None

@@ -77,14 +77,15 @@ def ends_unless_cancelled(commit: DurableCommit) -> bool:
     (``@final``, an operator's answer that ends it), resumes it after an operator's
     answer (``@resolution``, which would start the answered effect again), or ends it
     ``failed`` through ``@cancel`` on the engine's own request (its deadline passed, a
-    listener failed). So a cancel recorded before any of them is never outrun by it
+    listener failed), or announces an effect (``@effect``: a recorded cancel starts no
+    new effect). So a cancel recorded before any of them is never outrun by it
     (``docs/semantics.md``, "Cancel"). A ``@cancel`` commit that ends the execution
     ``cancelled``, a start and the other commits of an active execution are not."""
     if commit.expected_revision is None:
         return False
     if commit.barrier == "@cancel":
         return commit.execution.status is not ExecutionStatus.CANCELLED
-    return not commit.execution.is_active or commit.barrier == "@resolution"
+    return not commit.execution.is_active or commit.barrier in ("@resolution", "@effect")
 
 
 def cancel_pending_error(execution_id: str, seqs: list[int]) -> ConflictError:
