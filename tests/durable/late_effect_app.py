@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from phronomy_fsm.codegen import compile_spec
+
 from phronomy_fsm.durable import Machine
 from phronomy_fsm.spec.loader import load_spec_text
 from tests.durable.order_app import append_effect, ledger_path, read_ledger
