@@ -260,6 +260,18 @@ class StoreRegressedError(StorageError):
     that went backwards"."""
 
 
+class LockTimeoutError(StorageError):
+    """A write to a PostgreSQL store waited longer than the store's
+    ``lock_timeout_seconds`` for a lock another transaction holds (the row of
+    ``execution_id``, or the inbox lock of an execution it signals) and gave up.
+    Nothing was written; ``busy`` is set, so retrying later is safe and the engine
+    submits such a commit again. A lock held that long is usually a transaction left
+    open on that execution: find it in ``pg_stat_activity``. Attributes:
+    ``execution_id`` (``None`` when the write names no execution),
+    ``lock_timeout_seconds``, ``busy``, ``path``, ``sqlstate``. Source: issue 21
+    item 2; ``docs/scale-out.md``, "The PostgreSQL store"."""
+
+
 class SchemaVersionError(StoreError):
     """The database's schema version is newer than this code understands (or the file
     is not a phronomy store). Nothing was written; upgrade phronomy_fsm."""
@@ -468,6 +480,7 @@ __all__ = [
     "InvalidStatusTransitionError",
     "LLMError",
     "LeaseLostError",
+    "LockTimeoutError",
     "MissingDependencyError",
     "MissingHookError",
     "NotFoundError",

@@ -305,7 +305,7 @@ def test_a_lost_response_is_reconciled_by_reading_back(store):
 
 def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store):
     commit(store, create("e1"))
-    assert store.last_signal_seq() == 0
+    cursor = store.signal_cursor()
     first = store.send_signal(signal("e1", "s-1", expected_revision=0))
     assert first.seq > 0 and first.consumed_revision is None
     assert store.send_signal(signal("e1", "s-1", payload={"changed": True})) == first
@@ -317,6 +317,7 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
     with pytest.raises(SerializationError):
         store.send_signal(signal("e1", "s-4", payload={1, 2}))
     assert snapshot(store, "e1", "ghost") == before
+    assert [s.signal_id for s in store.signals_since(cursor).signals] == ["s-1"]  # only it
     commit(store, step(store.load_record("e1"), "@final", status=ExecutionStatus.COMPLETED))
     before = snapshot(store, "e1")
     with pytest.raises(ExecutionFinishedError):
@@ -327,12 +328,21 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
 def test_the_inbox_reads(store):
     commit(store, create("a"))
     commit(store, create("b"))
-    sent = [store.send_signal(signal(eid, f"s-{i}")) for i, eid in enumerate("abab")]
+    start = store.signal_cursor()
+    sent = [store.send_signal(signal(eid, f"s-{i}")) for i, eid in enumerate("ab")]
+    middle = store.signal_cursor()
+    sent += [store.send_signal(signal(eid, f"s-{i}")) for i, eid in enumerate("ab", start=2)]
     assert [s.seq for s in sent] == sorted(s.seq for s in sent)
-    assert store.last_signal_seq() == sent[-1].seq
     assert [s.signal_id for s in store.pending_signals("a")] == ["s-0", "s-2"]
-    assert [s.signal_id for s in store.signals_after(sent[0].seq)] == ["s-1", "s-2", "s-3"]
-    assert [s.signal_id for s in store.signals_after(0, limit=2)] == ["s-0", "s-1"]
+    polled = store.signals_since(start)
+    assert [s.signal_id for s in polled.signals] == ["s-0", "s-1", "s-2", "s-3"]
+    every = store.list_signals("a") + store.list_signals("b")
+    assert polled.signals == tuple(sorted(every, key=lambda s: s.seq))  # whole records, in order
+    assert [s.signal_id for s in store.signals_since(middle).signals] == ["s-2", "s-3"]
+    assert store.signals_since(polled.cursor).signals == ()  # each one is seen once
+    assert store.signals_since(store.signal_cursor()).signals == ()
+    with pytest.raises(ValueError, match="not a signal cursor"):
+        store.signals_since("seq 7")
     assert store.close_signals("a", [sent[0].seq, sent[2].seq], "dropped: test") == 2
     assert store.close_signals("a", [sent[0].seq], "dropped: again") == 0
     assert store.close_signals("a", [], "nothing") == 0
@@ -341,7 +351,7 @@ def test_the_inbox_reads(store):
         ("s-0", "dropped: test"),
         ("s-2", "dropped: test"),
     ]
-    assert [s.signal_id for s in store.signals_after(0)] == ["s-1", "s-3"]
+    assert [s.signal_id for s in store.signals_since(start).signals] == ["s-1", "s-3"]
 
 
 def test_workers_and_their_leases(store):

@@ -1,7 +1,9 @@
-"""Signals and group commits take PostgreSQL's locks in one order (the signal lock, then
-an execution's row), so a sender and a batch never wait for each other in a cycle: the
-server detects no deadlock while senders signal an execution that batches keep moving,
-in batches that also send signals (docs/scale-out.md, "The PostgreSQL store")."""
+"""Signals and group commits take PostgreSQL's locks in one order (the inbox locks of the
+executions they signal, in key order, then rows; ``_commit.lock_inboxes``), so a sender
+and a batch never wait for each other in a cycle: the server detects no deadlock while
+senders signal an execution that batches keep moving and executions that batches
+signal, while two writers' batches signal the same two executions, naming them in
+opposite orders (docs/scale-out.md, "The PostgreSQL store")."""
 
 from __future__ import annotations
 
@@ -31,25 +33,25 @@ def _deadlocks(dsn: str) -> int:
 def test_senders_and_batches_that_send_signals_never_deadlock(pg_dsn: str) -> None:
     store, other = open_store(pg_dsn), open_store(pg_dsn)
     try:
-        for eid in ("X", "P", "A"):
+        for eid in ("X", "P", "Q", "A", "B"):
             store.commit(create(eid))
-        records = {"X": store.load_record("X"), "A": store.load_record("A")}
+        records = {eid: store.load_record(eid) for eid in ("X", "A", "B")}
         before = _deadlocks(pg_dsn)
         stop = threading.Event()
         sent = [0]
         errors: list[Any] = []
 
-        def sender() -> None:
+        def sender(target: str) -> None:
             i = 0
             while not stop.is_set():
                 i += 1
                 try:
-                    other.send_signal(signal("X", f"{threading.get_ident()}-{i}"))
+                    other.send_signal(signal(target, f"{target}-{threading.get_ident()}-{i}"))
                     sent[0] += 1
                 except Exception as exc:  # noqa: BLE001 - collected and asserted below
                     errors.append(exc)
 
-        threads = [threading.Thread(target=sender) for _ in range(3)]
+        threads = [threading.Thread(target=sender, args=(t,)) for t in ("X", "X", "P", "Q")]
         for thread in threads:
             thread.start()
         batches = 0
@@ -57,13 +59,18 @@ def test_senders_and_batches_that_send_signals_never_deadlock(pg_dsn: str) -> No
         try:
             while time.monotonic() < deadline:
                 batches += 1
-                a = step(
-                    records["A"],
-                    "b",
-                    commit_options={"send_signals": (signal("P", f"p-{batches}"),)},
-                )
+                # two writers (one per store) signal P and Q, naming them in opposite
+                # orders: the inbox locks are still taken in one order
+                targets = ("P", "Q") if batches % 2 else ("Q", "P")
+                a_sends = tuple(signal(t, f"{t}-a-{batches}") for t in targets)
+                b_sends = tuple(signal(t, f"{t}-b-{batches}") for t in reversed(targets))
+                a = step(records["A"], "b", commit_options={"send_signals": a_sends})
+                b = step(records["B"], "b", commit_options={"send_signals": b_sends})
                 x = step(records["X"], "b")
-                futures = [(name, store.submit(c), c) for name, c in (("A", a), ("X", x))]
+                futures = [
+                    (name, writer.submit(c), c)
+                    for name, writer, c in (("A", store, a), ("X", store, x), ("B", other, b))
+                ]
                 for name, future, c in futures:
                     future.result(timeout=60)
                     records[name] = c.execution

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,33 @@ def test_list_show_and_signal_an_execution_on_postgresql(tmp_path: Path, postgre
         [signal] = store.list_signals("pg-1")
         assert (signal.event, signal.payload, signal.sender) == ("approve", {"by": "ops"}, "cli")
         assert store.load_record("pg-1").revision == row["revision"]
+
+
+def test_signal_to_an_execution_locked_by_a_stuck_transaction_exits_1(
+    tmp_path: Path, postgres: Any
+) -> None:
+    """A transaction left open on the execution's row makes the signal wait the store's
+    lock timeout (5 s by default), then exit 1 saying what to do: it does not hang
+    (issue 21 item 2)."""
+    import psycopg
+
+    from phronomy_fsm.store.postgres.store import DEFAULT_LOCK_TIMEOUT_SECONDS
+
+    dsn = postgres.database("locked")
+    start_waiting_order(dsn, tmp_path, "pg-1")
+    with psycopg.connect(dsn) as holder:  # not autocommit: the row stays locked
+        holder.execute("SELECT 1 FROM executions WHERE execution_id = 'pg-1' FOR UPDATE")
+        started = time.monotonic()
+        sent = run("signal", "pg-1", "approve", "--db", dsn)
+        waited = time.monotonic() - started
+        holder.rollback()
+    assert sent.exit_code == 1, sent.output
+    assert "error: PostgreSQL send_signal" in sent.output
+    assert "lock that another transaction holds on execution pg-1" in sent.output
+    assert "nothing was written" in sent.output and "pg_stat_activity" in sent.output
+    assert DEFAULT_LOCK_TIMEOUT_SECONDS * 0.9 <= waited < DEFAULT_LOCK_TIMEOUT_SECONDS + 30
+    with open_store(dsn) as store:
+        assert store.list_signals("pg-1") == []
 
 
 def _tables(dsn: str) -> list[str]:

@@ -56,6 +56,7 @@ API: dict[str, list[str]] = {
         "InvalidStatusTransitionError",
         "LLMError",
         "LeaseLostError",
+        "LockTimeoutError",
         "MissingDependencyError",
         "MissingHookError",
         "NotFoundError",

@@ -20,6 +20,7 @@ from phronomy_fsm.durable.records import (
     ExecutionRecord,
     JournalEntry,
     MachineRecord,
+    SignalPoll,
     SignalRecord,
     WorkerRecord,
 )
@@ -73,7 +74,11 @@ class ExecutionStore(Protocol):
 
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write to the inbox after checking the execution (exists, active, at the
-        expected revision); a signal id sent before returns the stored one."""
+        expected revision); a signal id sent before returns the stored one. Signals
+        to one execution are stored in the order sent; senders to different
+        executions do not wait on each other. Raises NotFoundError,
+        ExecutionFinishedError, SignalRefusedError, SerializationError, StorageError
+        (LockTimeoutError on PostgreSQL when the execution stays locked)."""
         ...
 
     def pending_signals(self, execution_id: str) -> list[SignalRecord]:
@@ -84,12 +89,18 @@ class ExecutionStore(Protocol):
         """Every signal of one execution, in order."""
         ...
 
-    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
-        """Unconsumed signals of any execution above ``seq``, in order."""
+    def signal_cursor(self) -> str:
+        """Where a poller of the whole inbox starts: an opaque cursor behind every
+        signal committed so far (and, on PostgreSQL, ahead of none still being
+        committed). Raises StorageError."""
         ...
 
-    def last_signal_seq(self) -> int:
-        """The highest signal sequence number so far."""
+    def signals_since(self, cursor: str) -> SignalPoll:
+        """Every unconsumed signal of any execution that became visible since
+        ``cursor``, in sequence order, with the cursor to pass next: a poller that
+        passes each poll's cursor to the next sees every signal once, even one whose
+        transaction committed after that of a signal with a higher ``seq``. Raises
+        ValueError (not a cursor of this store), SerializationError, StorageError."""
         ...
 
     def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:

@@ -280,6 +280,17 @@ class SignalRecord:
 
 
 @attrs.frozen
+class SignalPoll:
+    """What one poll of the whole inbox found (``ExecutionStore.signals_since``): the
+    unconsumed signals that became visible since the cursor polled from, in sequence
+    order, and the cursor to poll from next. A cursor is an opaque string of the store
+    that made it (a sequence number on SQLite, a snapshot on PostgreSQL)."""
+
+    signals: tuple[SignalRecord, ...]
+    cursor: str
+
+
+@attrs.frozen
 class JournalEntry:
     """An application record added to a commit by a barrier hook (kept per execution,
     in commit order). ``revision`` and ``position`` are assigned when committed."""
@@ -466,6 +477,7 @@ __all__ = [
     "ResolutionInfo",
     "ResolutionOutcome",
     "SignalKind",
+    "SignalPoll",
     "SignalRecord",
     "WorkerRecord",
     "from_json",

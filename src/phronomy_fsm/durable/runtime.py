@@ -196,7 +196,8 @@ class DurableRuntime:
         self._stop = threading.Event()
         self._wake_watcher = threading.Event()
         self._unlisten: Callable[[], None] | None = None
-        self._last_seq = 0
+        #: where the watcher's next poll of the inbox starts (ExecutionStore.signals_since)
+        self._signal_cursor = ""
         #: executions owned here in the store but not live: id -> (fence, first seen)
         self._stranded: dict[str, tuple[int, float]] = {}
         #: held from "is it live here?" to "its install is queued" by every path that
@@ -211,7 +212,7 @@ class DurableRuntime:
         #: has been claimed by another worker: measured from before the last renewal
         #: whose ownership check was applied (see lease_error)
         self._lease_valid_until = registered + self.lease_seconds
-        self._last_seq = store.last_signal_seq()
+        self._signal_cursor = store.signal_cursor()
         add_listener = getattr(store, "add_listener", None)
         if callable(add_listener):  # NotifyingStore: wake the watcher at once
             self._unlisten = add_listener(lambda _channel, _payload: self._wake_watcher.set())
@@ -990,14 +991,14 @@ class DurableRuntime:
                     # (their queued effects cancelled): effects may start again
                     self._lease_valid_until = asked_at + self.lease_seconds
             try:
-                signals = self.store.signals_after(self._last_seq)
+                poll = self.store.signals_since(self._signal_cursor)
             except PhronomyError as exc:
                 log.debug("inbox poll failed: %r", exc)
                 continue
-            if signals:
-                self._last_seq = signals[-1].seq
+            self._signal_cursor = poll.cursor
+            if poll.signals:
                 try:
-                    self.dispatcher.call_soon(self._signals_arrived, signals)
+                    self.dispatcher.call_soon(self._signals_arrived, list(poll.signals))
                 except PhronomyError:
                     return
 

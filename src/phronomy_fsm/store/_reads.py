@@ -27,6 +27,7 @@ from phronomy_fsm.durable.records import (
     ExecutionRecord,
     JournalEntry,
     MachineRecord,
+    SignalPoll,
     SignalRecord,
     WorkerRecord,
     from_json,
@@ -334,22 +335,34 @@ class SqliteReads:
             ).fetchall()
         return [signal_from_row(r) for r in rows]
 
-    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
-        """Unconsumed signals with a sequence number above ``seq`` (any execution), in
-        order: what a polling owner has not seen yet."""
-        with self._reading("signals_after") as conn:
+    def signal_cursor(self) -> str:
+        """Where a poller of the whole inbox starts (:meth:`signals_since`): the highest
+        sequence number written so far, as text (``"0"`` when none). Raises
+        StorageError."""
+        with self._reading("signal_cursor") as conn:
+            row = conn.execute("SELECT max(seq) FROM signals").fetchone()
+        return str(int(row[0] or 0))
+
+    def signals_since(self, cursor: str) -> SignalPoll:
+        """The unconsumed signals (any execution) with a sequence number above the
+        cursor's, in order, and the highest number written as the next cursor. One
+        writer at a time commits here, so numbers become visible in increasing order
+        and this misses none (the PostgreSQL store, whose writers do not wait on each
+        other, uses snapshots for the same promise).
+
+        Raises: ValueError (not a cursor of this store), SerializationError,
+        StorageError."""
+        if not cursor.isdigit():
+            raise ValueError(f"not a signal cursor of a SQLite store: {cursor!r}")
+        with self._reading("signals_since", snapshot=True) as conn:  # one view for both
+            (high,) = conn.execute("SELECT max(seq) FROM signals").fetchone()
             rows = conn.execute(
                 f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE seq > ?"
-                " AND consumed_revision IS NULL ORDER BY seq LIMIT ?",
-                (int(seq), int(limit)),
+                " AND consumed_revision IS NULL ORDER BY seq",
+                (int(cursor),),
             ).fetchall()
-        return [signal_from_row(r) for r in rows]
-
-    def last_signal_seq(self) -> int:
-        """The highest signal sequence number written so far (0 when none)."""
-        with self._reading("last_signal_seq") as conn:
-            row = conn.execute("SELECT max(seq) FROM signals").fetchone()
-        return int(row[0] or 0)
+        signals = tuple(signal_from_row(r) for r in rows)
+        return SignalPoll(signals=signals, cursor=str(max(int(cursor), int(high or 0))))
 
     # ------------------------------------------------------------------ workers
 

@@ -46,6 +46,7 @@ from phronomy_fsm.durable.records import (
     ExecutionRecord,
     JournalEntry,
     MachineRecord,
+    SignalPoll,
     SignalRecord,
     WorkerRecord,
 )
@@ -320,13 +321,13 @@ class FaultInjectingStore:
         """Delegated unchanged."""
         return self.inner.list_signals(execution_id)  # type: ignore[no-any-return]
 
-    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
+    def signal_cursor(self) -> str:
         """Delegated unchanged."""
-        return self.inner.signals_after(seq, limit=limit)  # type: ignore[no-any-return]
+        return self.inner.signal_cursor()  # type: ignore[no-any-return]
 
-    def last_signal_seq(self) -> int:
+    def signals_since(self, cursor: str) -> SignalPoll:
         """Delegated unchanged."""
-        return self.inner.last_signal_seq()  # type: ignore[no-any-return]
+        return self.inner.signals_since(cursor)  # type: ignore[no-any-return]
 
     def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
         """Delegated unchanged."""

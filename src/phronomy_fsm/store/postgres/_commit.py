@@ -11,13 +11,16 @@ then read (in the same transaction) to say why. Later parts (consumed signals,
 children, signals sent, journal) run after it; the caller wraps a commit that shares
 its transaction with others in a savepoint, so a refusal there undoes only it.
 
-It never begins, commits or rolls back (the store's group commit does). Semantics:
-``docs/semantics.md`` ("Commits", "Leases and fencing").
+It never begins, commits or rolls back (the store's group commit does), and it takes
+no inbox lock: the transaction takes those first (:func:`lock_inboxes`, whose comment
+holds the lock-order argument). Semantics: ``docs/semantics.md`` ("Commits", "Leases
+and fencing").
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
@@ -34,7 +37,7 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     PhronomyError,
 )
-from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+from phronomy_fsm.store.postgres.schema import INBOX_LOCK_SEED, NOW_MS
 from phronomy_fsm.store.refusals import (
     REFUSAL_COLUMNS,
     cancel_pending_error,
@@ -79,6 +82,54 @@ INSERT_SIGNAL = (
     "INSERT INTO signals(signal_id, execution_id, kind, event, body, created_epoch_ms)"
     f" VALUES (%s, %s, %s, %s, %s, {NOW_MS}) ON CONFLICT (signal_id) DO NOTHING RETURNING seq"
 )
+
+# Lock order. Every transaction that adds signals — a sender (send_signal) or a group
+# commit whose commits send signals — takes the inbox lock of each execution it signals
+# as its very first locks: a transaction-scoped advisory lock keyed on
+# hashtextextended(execution_id, INBOX_LOCK_SEED), all of them in one statement, in
+# ascending key order. Only then does it touch a table (reads, the execution FOR SHARE,
+# the rows it updates, inserts or consumes). No transaction takes an inbox lock after
+# any other lock (the only other advisory lock, the migration's, is likewise taken first
+# by transactions that take no inbox lock). Hence a transaction waiting for an inbox
+# lock holds nothing but inbox locks with smaller keys, and a transaction holding a row
+# or table lock never waits for an inbox lock: a chain of waits that enters the inbox
+# locks climbs through strictly larger keys, or leaves them for row and table waits and
+# never comes back, so it cannot close into a cycle: senders and batches cannot
+# deadlock. (Taking the lock after a row is what deadlocked them before commit fec4c90:
+# a sender held an execution's row FOR SHARE and waited for the signal lock, which a
+# batch held while it waited to update that row; tests/engine_port/
+# test_postgres_lock_order.py.) Senders to different executions take
+# different keys and never wait on each other; senders to one execution queue on its
+# key, so its signals commit in the order of their sequence numbers (its inbox order).
+# Two ids whose 64-bit hashes collide merely share a queue.
+LOCK_INBOXES = (
+    "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT"
+    " hashtextextended(id, %s) AS k FROM unnest(%s::text[]) AS ids(id) ORDER BY k) AS keys"
+)
+
+
+def lock_inboxes(cur: Any, execution_ids: Iterable[str]) -> None:
+    """Take the inbox locks of ``execution_ids`` in the transaction open on ``cur``, in
+    ascending key order (the lock order above); call it before the transaction takes
+    any other lock (before its first statement on a table). The locks are released
+    when the transaction ends.
+
+    Raises:
+        psycopg.Error: for the caller to map (``LockNotAvailable`` once a wait passes
+            the transaction's ``lock_timeout``).
+    """
+    ids = sorted(set(execution_ids))
+    if ids:
+        # the sorted subquery is not flattened (DISTINCT, ORDER BY): the aggregate
+        # takes the locks row by row in key order
+        cur.execute(LOCK_INBOXES, (INBOX_LOCK_SEED, ids))
+
+
+def signal_targets(commits: Iterable[PreparedCommit]) -> set[str]:
+    """The executions the signals of ``commits`` go to (whose inbox locks a
+    transaction applying them takes first)."""
+    return {signal.execution_id for p in commits for signal, _ in p.signals}
+
 
 #: Notification channels (``LISTEN``): a signal was added (payload: execution id), or
 #: an execution became runnable by any worker (payload: machine).
@@ -239,8 +290,6 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
         if fence is None:
             notes.append(f"{WORK_CHANNEL}\0{child.machine}")
     seqs_out: list[int] = []
-    if p.signals:
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
     for signal, body in p.signals:
         cur.execute(
             INSERT_SIGNAL,
@@ -312,8 +361,11 @@ def _classify_update(cur: Any, commit: DurableCommit) -> PhronomyError:
 
 __all__ = [
     "INSERT_SIGNAL",
+    "LOCK_INBOXES",
     "SIGNALS_CHANNEL",
     "WORK_CHANNEL",
     "PreparedCommit",
     "apply_commit",
+    "lock_inboxes",
+    "signal_targets",
 ]

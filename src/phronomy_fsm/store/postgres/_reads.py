@@ -2,8 +2,10 @@
 besides commits: reads, the inbox, workers and leases, claims, machines.
 
 Mixed into the store class, whose ``_reading(operation, fn)`` and
-``_writing(operation, fn)`` run ``fn(cursor)`` on a pooled connection (a write in one
-transaction), retrying a broken connection. Every time a lease depends on is the
+``_writing(operation, fn, execution_id=...)`` run ``fn(cursor)`` on a pooled
+connection (a write in one transaction whose lock waits end after the store's
+``lock_timeout_seconds`` with a LockTimeoutError naming ``execution_id``), retrying a
+broken connection. Every time a lease depends on is the
 server's (``phronomy_now_ms()``). Semantics as on SQLite
 (:mod:`phronomy_fsm.store._durable`; ``docs/semantics.md`` "Signals", "Leases and
 fencing"); claims take rows with ``FOR UPDATE SKIP LOCKED``, so workers racing for
@@ -12,6 +14,7 @@ runnable executions never wait on each other and never take the same one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +25,7 @@ from phronomy_fsm.durable.records import (
     ExecutionRecord,
     JournalEntry,
     MachineRecord,
+    SignalPoll,
     SignalRecord,
     WorkerRecord,
     from_json,
@@ -32,11 +36,19 @@ from phronomy_fsm.errors import (
     NotFoundError,
     SignalRefusedError,
 )
-from phronomy_fsm.store.postgres._commit import INSERT_SIGNAL, SIGNALS_CHANNEL, WORK_CHANNEL
-from phronomy_fsm.store.postgres.schema import NOW_MS, SIGNAL_LOCK
+from phronomy_fsm.store.postgres._commit import (
+    INSERT_SIGNAL,
+    SIGNALS_CHANNEL,
+    WORK_CHANNEL,
+    lock_inboxes,
+)
+from phronomy_fsm.store.postgres.schema import NOW_MS
 from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 _SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
+_SIGNAL_COLUMNS_OF_S = "s.seq, s.body, s.consumed_revision, s.outcome"
+#: The text of a ``txid_snapshot``: ``xmin:xmax:xip,xip,...``.
+_SNAPSHOT = re.compile(r"\d+:\d+:(\d+(,\d+)*)?")
 _LIVE_OWNER = (
     "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = e.owner_id"
     f" AND w.lease_expires_epoch_ms >= {NOW_MS})"
@@ -94,7 +106,9 @@ class PostgresReads:
     def _reading(self, operation: str, fn: Callable[[Any], Any]) -> Any:  # from the store
         raise NotImplementedError
 
-    def _writing(self, operation: str, fn: Callable[[Any], Any]) -> Any:  # from the store
+    def _writing(  # from the store
+        self, operation: str, fn: Callable[[Any], Any], *, execution_id: str | None = None
+    ) -> Any:
         raise NotImplementedError
 
     def _fetchall(self, operation: str, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
@@ -294,21 +308,28 @@ class PostgresReads:
         notifies ``phronomy_signals``. A signal id sent before — even concurrently,
         by another process — returns the stored signal and writes nothing.
 
+        Concurrency: senders to one execution queue on its inbox lock (so its signals
+        commit in sequence order); senders to different executions never wait on each
+        other. A wait for a lock another transaction holds on the execution (its inbox
+        lock, or its row: a commit moving it, a transaction left open on it) ends after
+        the store's ``lock_timeout_seconds``.
+
         Raises: NotFoundError, ExecutionFinishedError, SignalRefusedError
-        (``stale_revision``), SerializationError, StorageError."""
+        (``stale_revision``), SerializationError; LockTimeoutError (a busy
+        StorageError: nothing was sent, a retry with the same signal id is safe);
+        StorageError."""
         body = to_json(signal)
 
         def run(cur: Any) -> SignalRecord:
+            # the execution's inbox lock before anything else, then its row: the lock
+            # order of _commit.lock_inboxes, which a commit sending signals keeps too
+            lock_inboxes(cur, [signal.execution_id])
             cur.execute(
                 f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s", (signal.signal_id,)
             )
             existing = cur.fetchone()
             if existing is not None:
                 return _signal_from_row(existing)
-            # the signal lock first, then the execution's row: the order a commit that
-            # sends signals takes them in (store._transaction), so neither waits for the
-            # other in a cycle
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
             cur.execute(
                 "SELECT revision, active, status FROM executions WHERE execution_id = %s FOR SHARE",
                 (signal.execution_id,),
@@ -348,7 +369,9 @@ class PostgresReads:
             cur.execute("SELECT pg_notify(%s, %s)", (SIGNALS_CHANNEL, signal.execution_id))
             return _signal_from_row((got[0], body, None, None))
 
-        return self._writing("send_signal", run)  # type: ignore[no-any-return]
+        return self._writing(  # type: ignore[no-any-return]
+            "send_signal", run, execution_id=signal.execution_id
+        )
 
     def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
         """Consume pending signals of ``execution_id`` without applying them
@@ -365,7 +388,9 @@ class PostgresReads:
             )
             return int(cur.rowcount)
 
-        return self._writing("close_signals", run)  # type: ignore[no-any-return]
+        return self._writing(  # type: ignore[no-any-return]
+            "close_signals", run, execution_id=execution_id
+        )
 
     def pending_signals(self, execution_id: str) -> list[SignalRecord]:
         """The execution's unconsumed signals, in the order they were sent."""
@@ -386,22 +411,49 @@ class PostgresReads:
         )
         return [_signal_from_row(r) for r in rows]
 
-    def signals_after(self, seq: int, *, limit: int = 1000) -> list[SignalRecord]:
-        """Unconsumed signals above ``seq`` (any execution), in order. Transactions
-        adding signals are serialised (an advisory lock), so sequence numbers become
-        visible in increasing order and a poller that remembers the last one it saw
-        misses none."""
-        rows = self._fetchall(
-            "signals_after",
-            f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE seq > %s AND consumed_revision IS NULL"
-            " ORDER BY seq LIMIT %s",
-            (int(seq), int(limit)),
-        )
-        return [_signal_from_row(r) for r in rows]
+    def signal_cursor(self) -> str:
+        """Where a poller of the whole inbox starts (:meth:`signals_since`): the
+        server's current snapshot (``txid_current_snapshot()`` as text). Every signal
+        committed before it is behind it; a signal of a transaction still open is not.
 
-    def last_signal_seq(self) -> int:
-        """The highest signal sequence number so far (0 when none)."""
-        return int(self._fetchall("last_signal_seq", "SELECT max(seq) FROM signals")[0][0] or 0)
+        Raises: StorageError."""
+        return str(self._fetchall("signal_cursor", "SELECT txid_current_snapshot()::text")[0][0])
+
+    def signals_since(self, cursor: str) -> SignalPoll:
+        """The unconsumed signals (any execution) that became visible since ``cursor``,
+        in sequence order, and the cursor to pass next time.
+
+        A cursor is a snapshot, and a signal is new to it when the transaction that
+        added it (the row's ``xact_id``) is not visible in it: it committed after the
+        snapshot was taken, whatever its sequence number. Sequence numbers are taken
+        when a row is inserted, not when it commits, so a signal may become visible
+        after one with a higher number (transactions signalling different executions
+        do not wait on each other): a poller that remembered the highest number seen
+        would miss it; this one returns each signal exactly once. The rows and the
+        next cursor come from one statement, so they share its snapshot. Transactions
+        left open hold the snapshot's ``xmin`` back, so the scan (an index range from
+        it) covers the unconsumed signals added since the oldest open transaction.
+
+        Raises:
+            ValueError: ``cursor`` is not a snapshot from :meth:`signal_cursor` or
+                :meth:`signals_since`.
+            StorageError, SerializationError.
+        """
+        if not _SNAPSHOT.fullmatch(cursor):
+            raise ValueError(f"not a signal cursor of a PostgreSQL store: {cursor!r}")
+        rows = self._fetchall(
+            "signals_since",
+            "WITH now AS (SELECT txid_current_snapshot() AS snapshot),"
+            " prev AS (SELECT %(cursor)s::txid_snapshot AS snapshot)"
+            f" SELECT now.snapshot::text, {_SIGNAL_COLUMNS_OF_S} FROM now"
+            " LEFT JOIN signals s ON s.consumed_revision IS NULL"
+            " AND s.xact_id >= (SELECT txid_snapshot_xmin(snapshot) FROM prev)"
+            " AND NOT txid_visible_in_snapshot(s.xact_id, (SELECT snapshot FROM prev))"
+            " ORDER BY s.seq",
+            {"cursor": cursor},
+        )
+        signals = tuple(_signal_from_row(row[1:]) for row in rows if row[1] is not None)
+        return SignalPoll(signals=signals, cursor=str(rows[0][0]))
 
     # ------------------------------------------------------------------ workers
 
@@ -518,7 +570,9 @@ class PostgresReads:
             row = cur.fetchone()
             return None if row is None else int(row[0])
 
-        return self._writing("claim_execution", run)  # type: ignore[no-any-return]
+        return self._writing(  # type: ignore[no-any-return]
+            "claim_execution", run, execution_id=execution_id
+        )
 
     def claim_executions(
         self, machines: tuple[str, ...], worker_id: str, *, limit: int

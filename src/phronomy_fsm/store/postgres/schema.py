@@ -19,7 +19,11 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
   state, worker_id, fence)``, PK ``(execution_id, revision)``: the barrier log, with the
   worker and fencing token each commit was made under (who committed what);
 - ``signals(seq identity PK, signal_id UNIQUE, execution_id, kind, event, body,
-  created_epoch_ms, consumed_revision, outcome)``: the durable inbox;
+  created_epoch_ms, consumed_revision, outcome, xact_id)``: the durable inbox;
+  ``xact_id`` (version 3) is the 64-bit id of the transaction that added the row
+  (``txid_current()``), which a poller compares with its last snapshot so that it
+  misses no signal whose transaction commits after a later one's (see
+  :meth:`~phronomy_fsm.store.postgres.store.PostgresStore.signals_since`);
 - ``execution_journal(execution_id, revision, position, kind, body)``;
 - ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``;
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``;
@@ -38,7 +42,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -49,9 +53,12 @@ NOW_MS = "phronomy_now_ms()"
 #: The advisory lock key held while migrating (any constant unique to this project).
 MIGRATION_LOCK = 0x70687230
 
-#: The advisory lock key serialising transactions that add signals, so inbox sequence
-#: numbers become visible in increasing order (a poller never skips one).
-SIGNAL_LOCK = 0x70687231
+#: The seed of ``hashtextextended(execution_id, seed)``, the key of an execution's
+#: **inbox lock**: the transaction-scoped advisory lock every transaction that adds
+#: signals to that execution takes first (lock order:
+#: :func:`~phronomy_fsm.store.postgres._commit.lock_inboxes`). Until schema version 3
+#: one global key (``0x70687231``) serialised every such transaction in the database.
+INBOX_LOCK_SEED = 0x70687232
 
 _0001 = """
 CREATE TABLE phronomy_meta (key text PRIMARY KEY, value text NOT NULL);
@@ -141,8 +148,23 @@ CREATE TABLE agents (
 );
 """
 
+# rows written before have xact_id 0: older than any snapshot, so no poller reads
+# them as new (a constant default first: adding the column rewrites no row). The
+# txid_* functions (a bigint id with its epoch) rather than PostgreSQL 13's
+# pg_current_xact_id() (xid8), whose values are the same: they run on PostgreSQL 12 too.
+_0003 = """
+ALTER TABLE signals ADD COLUMN xact_id bigint NOT NULL DEFAULT 0;
+ALTER TABLE signals ALTER COLUMN xact_id SET DEFAULT txid_current();
+CREATE INDEX signals_unconsumed_by_xact ON signals (xact_id) WHERE consumed_revision IS NULL;
+DROP INDEX signals_unconsumed;
+"""
+
 #: The named migrations, in order: ``(name, SQL)``.
-MIGRATIONS: tuple[tuple[str, str], ...] = (("0001_engine_port", _0001), ("0002_agents", _0002))
+MIGRATIONS: tuple[tuple[str, str], ...] = (
+    ("0001_engine_port", _0001),
+    ("0002_agents", _0002),
+    ("0003_signal_xact_id", _0003),
+)
 
 #: Migration names this code knows, in order.
 KNOWN_MIGRATIONS = tuple(name for name, _ in MIGRATIONS)
@@ -238,12 +260,12 @@ def migrate(conn: Any, where: str, *, log: Callable[[str], None] | None = None) 
 
 __all__ = [
     "APPLICATION",
+    "INBOX_LOCK_SEED",
     "KNOWN_MIGRATIONS",
     "MIGRATIONS",
     "MIGRATION_LOCK",
     "NOW_MS",
     "SCHEMA_VERSION",
-    "SIGNAL_LOCK",
     "inspect_version",
     "migrate",
 ]

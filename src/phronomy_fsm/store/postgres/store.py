@@ -16,11 +16,21 @@ maintenance transactions (signals, leases, claims), and — with notifications o
 is replaced; reads and idempotent writes are retried until ``reconnect_seconds`` pass
 (a server restart), commits are not (their outcome is reported).
 
+Locks: a write transaction (a commit's, a signal's, a claim's...) waits at most
+``lock_timeout_seconds`` for each lock another transaction holds (``SET LOCAL
+lock_timeout``), so an execution whose row a stuck transaction holds delays its own
+writes by that much, then fails them with LockTimeoutError, and nobody else's
+signals: transactions adding signals queue on a lock of the execution they signal
+(its inbox lock), not on one for the whole database. The lock order that keeps
+senders and batches from deadlocking is argued at
+:func:`~phronomy_fsm.store.postgres._commit.lock_inboxes`.
+
 Errors: NotFoundError, ConflictError, LeaseLostError, AgentBusyError,
 ExecutionFinishedError and SerializationError as on SQLite; StorageError for a failure
 known to have happened before COMMIT (``busy`` set for a deadlock or serialisation
-failure: nothing was written, the engine submits it again); OutcomeUnknownError when
-the COMMIT itself failed or its response was lost.
+failure: nothing was written, the engine submits it again); LockTimeoutError (a busy
+StorageError) when a lock wait passed ``lock_timeout_seconds``; OutcomeUnknownError
+when the COMMIT itself failed or its response was lost.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from psycopg_pool import ConnectionPool
 
 from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
+    LockTimeoutError,
     NotFoundError,
     OutcomeUnknownError,
     PhronomyError,
@@ -51,10 +62,14 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.postgres import schema
-from phronomy_fsm.store.postgres._commit import PreparedCommit, apply_commit
+from phronomy_fsm.store.postgres._commit import (
+    PreparedCommit,
+    apply_commit,
+    lock_inboxes,
+    signal_targets,
+)
 from phronomy_fsm.store.postgres._reads import PostgresReads
 from phronomy_fsm.store.postgres.listen import Notifier
-from phronomy_fsm.store.postgres.schema import SIGNAL_LOCK
 
 log = logging.getLogger("phronomy_fsm.store.postgres")
 
@@ -64,6 +79,10 @@ FaultHook = Callable[[str, tuple[Any, ...]], None]
 
 #: Largest ``group_max_batch``.
 MAX_GROUP_BATCH = 1000
+
+#: Default ``lock_timeout_seconds``: how long a write waits for one lock another
+#: transaction holds before it fails with LockTimeoutError.
+DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
 
 #: SQLSTATE classes of failures that wrote nothing and may simply be retried.
 _BUSY_ERRORS = (
@@ -114,6 +133,12 @@ class PostgresStore(PostgresReads):
             reads and idempotent writes keep retrying while the server cannot be
             reached (a restart) before StorageError.
         connect_timeout_seconds: libpq ``connect_timeout``.
+        lock_timeout_seconds: how long a write transaction (a commit, a signal, a
+            claim, a lease renewal...) waits for any one lock another transaction
+            holds — an execution's row, or its inbox lock — before it gives up with
+            LockTimeoutError, having written nothing (PostgreSQL's ``lock_timeout``,
+            set for each write transaction; greater than 0). Reads take no such
+            locks and are not limited.
         tcp_user_timeout_ms: libpq ``tcp_user_timeout``: how long unacknowledged data
             may stay in flight before the connection counts as broken (a network cut).
         read_only: open an existing, current store for reading only.
@@ -130,6 +155,8 @@ class PostgresStore(PostgresReads):
         NotFoundError: ``must_exist`` and the database holds no store.
         SchemaVersionError: the schema is newer than this code, or the database holds
             another application's tables; nothing was written.
+        ValueError: ``group_max_batch`` out of range, or ``lock_timeout_seconds`` not
+            above 0.
 
     Concurrency: every method is thread-safe.
     """
@@ -145,6 +172,7 @@ class PostgresStore(PostgresReads):
         notifications: bool = True,
         reconnect_seconds: float = 30.0,
         connect_timeout_seconds: float = 5.0,
+        lock_timeout_seconds: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
         tcp_user_timeout_ms: int = 10_000,
         read_only: bool = False,
         must_exist: bool = False,
@@ -155,12 +183,19 @@ class PostgresStore(PostgresReads):
             raise ValueError(
                 f"group_max_batch must be between 1 and {MAX_GROUP_BATCH}, not {group_max_batch}"
             )
+        if not lock_timeout_seconds > 0:
+            raise ValueError(f"lock_timeout_seconds must be above 0, not {lock_timeout_seconds}")
         self.dsn = dsn
         self.path = describe_dsn(dsn)  # what messages and operator tools name
         self.read_only = read_only
         self.must_exist = must_exist
         self.notifications = notifications
         self.reconnect_seconds = float(reconnect_seconds)
+        self.lock_timeout_seconds = float(lock_timeout_seconds)
+        #: opens every write transaction: bounded lock waits (whole milliseconds)
+        self._lock_timeout_sql = (
+            f"SET LOCAL lock_timeout = {max(1, round(self.lock_timeout_seconds * 1000))}"
+        )
         self.faults = faults
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
@@ -270,6 +305,26 @@ class PostgresStore(PostgresReads):
             text = f"PostgreSQL {operation} failed on {self.path}: {type(exc).__name__}: {exc}"
         return StorageError(text.strip(), path=self.path, busy=busy, sqlstate=sqlstate)
 
+    def _lock_timeout(
+        self, exc: BaseException, operation: str, execution_id: str | None, held: str = ""
+    ) -> LockTimeoutError:
+        """The LockTimeoutError of a lock wait that passed ``lock_timeout_seconds``
+        (``held``: what the lock guards, when known better than "execution X")."""
+        what = held or (f"execution {execution_id}" if execution_id else "the rows it writes")
+        said = (str(exc).strip().splitlines() or [""])[0]  # without the CONTEXT lines
+        return LockTimeoutError(
+            f"PostgreSQL {operation} on {self.path} waited more than "
+            f"{self.lock_timeout_seconds:g} s (lock_timeout_seconds) for a lock that another "
+            f"transaction holds on {what}; nothing was written. Retry later; if it keeps "
+            "timing out, look in pg_stat_activity for a transaction left open on it "
+            f"({type(exc).__name__}: {said})",
+            path=self.path,
+            busy=True,
+            sqlstate=getattr(exc, "sqlstate", None),
+            execution_id=execution_id,
+            lock_timeout_seconds=self.lock_timeout_seconds,
+        )
+
     def _failure(self, exc: BaseException, operation: str) -> BaseException:
         if isinstance(exc, PhronomyError):
             return exc
@@ -300,12 +355,21 @@ class PostgresStore(PostgresReads):
         with self._pool.connection() as conn:
             yield conn
 
-    def _retrying(self, operation: str, fn: Callable[[Any], Any], *, write: bool) -> Any:
-        """Run ``fn(cursor)`` on a pooled connection (in a transaction when ``write``),
-        retrying a broken connection until ``reconnect_seconds`` pass. ``fn`` must be
-        safe to run again (a read, or an idempotent write).
+    def _retrying(
+        self,
+        operation: str,
+        fn: Callable[[Any], Any],
+        *,
+        write: bool,
+        execution_id: str | None = None,
+    ) -> Any:
+        """Run ``fn(cursor)`` on a pooled connection (in a transaction whose lock waits
+        are bounded by ``lock_timeout_seconds`` when ``write``), retrying a broken
+        connection until ``reconnect_seconds`` pass. ``fn`` must be safe to run again
+        (a read, or an idempotent write). A lock wait that timed out is not retried
+        (the lock is likely still held): LockTimeoutError naming ``execution_id``.
 
-        Raises: its typed refusals; StorageError."""
+        Raises: its typed refusals; LockTimeoutError; StorageError."""
         deadline = time.monotonic() + self.reconnect_seconds
         delay = 0.05
         while True:
@@ -313,11 +377,14 @@ class PostgresStore(PostgresReads):
                 with self._conn() as conn:
                     if write:
                         with conn.transaction(), conn.cursor() as cur:
+                            cur.execute(self._lock_timeout_sql)
                             return fn(cur)
                     with conn.cursor() as cur:
                         return fn(cur)
             except PhronomyError:
                 raise
+            except pgerrors.LockNotAvailable as exc:
+                raise self._lock_timeout(exc, operation, execution_id) from exc
             except Exception as exc:
                 retry = is_connection_error(exc) or isinstance(exc, _BUSY_ERRORS)
                 if isinstance(exc, psycopg_pool_timeout()):
@@ -338,10 +405,12 @@ class PostgresStore(PostgresReads):
     def _reading(self, operation: str, fn: Callable[[Any], Any]) -> Any:
         return self._retrying(operation, fn, write=False)
 
-    def _writing(self, operation: str, fn: Callable[[Any], Any]) -> Any:
+    def _writing(
+        self, operation: str, fn: Callable[[Any], Any], *, execution_id: str | None = None
+    ) -> Any:
         if self.read_only:
             raise StorageError(f"the store {self.path} was opened read-only", path=self.path)
-        return self._retrying(operation, fn, write=True)
+        return self._retrying(operation, fn, write=True, execution_id=execution_id)
 
     # ------------------------------------------------------------------ commits
 
@@ -447,14 +516,16 @@ class PostgresStore(PostgresReads):
         ok: list[int] = []
         notes: list[str] = []
         grouped = len(live) > 1
+        inboxes: list[str] = []  # the inbox locks being taken (named by a lock timeout)
         try:
             conn = self._writer_conn()
             cur = conn.cursor()
-            cur.execute("BEGIN")
-            if any(p.signals for p in live):
-                # the signal lock before any execution's row, as send_signal takes them:
-                # one order, so a batch and a sender never wait for each other in a cycle
-                cur.execute("SELECT pg_advisory_xact_lock(%s)", (SIGNAL_LOCK,))
+            cur.execute(f"BEGIN; {self._lock_timeout_sql}")
+            # the inbox locks of every execution the batch signals, before any other
+            # lock: the lock order of _commit.lock_inboxes, which send_signal keeps too
+            inboxes = sorted(signal_targets(live))
+            lock_inboxes(cur, inboxes)
+            inboxes = []  # taken: a later lock wait is for a row
             if hook is not None:
                 hook("write", tuple(p.commit for p in live))
             for i, p in enumerate(live):
@@ -491,7 +562,13 @@ class PostgresStore(PostgresReads):
             self._rollback()
             if grouped and isinstance(exc, psycopg.Error) and not is_connection_error(exc):
                 return None
-            failure = self._failure(exc, "commit")
+            if isinstance(exc, pgerrors.LockNotAvailable):  # alone in its transaction
+                execution_id = live[0].commit.execution.execution_id
+                held = f"the inbox of {', '.join(inboxes)}" if inboxes else ""
+                failure: BaseException = self._lock_timeout(exc, "commit", execution_id, held)
+                failure.__cause__ = exc
+            else:
+                failure = self._failure(exc, "commit")
             if not isinstance(failure, PhronomyError):
                 failure = StorageError(
                     f"commit failed before COMMIT: {type(exc).__name__}: {exc}", path=self.path
