@@ -94,7 +94,7 @@ main_job() {
   checks
   echo "== specs valid, generated code and diagrams fresh"
   local db=.phronomy/demo.db out
-  rm -f "$db" "$db-wal" "$db-shm" .phronomy/demo-refunds.jsonl
+  rm -f "$db" "$db-wal" "$db-shm" "$db-mark" .phronomy/demo-refunds.jsonl
   echo "== demo: the agent runs until it needs an approval"
   out=$("$VENV/bin/phronomy-fsm" demo --db "$db")
   echo "$out"

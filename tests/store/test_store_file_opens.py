@@ -39,19 +39,45 @@ ALLOWED_OPENS = {
     ("spec/schema.py", "load_spec_schema"): "the package's JSON Schema",
     ("spec/schema.py", "main"): "the package's JSON Schema",
     ("project.py", "load_project_config"): "pyproject.toml",
-    ("demo.py", "demo_tools.issue_refund"): "the demo's refunds ledger (JSON lines)",
     ("testing/stub_llm.py", "main"): "the stub server's script file",
     ("diagram_files.py", "_read"): "a rendered diagram",
     ("diagram_files.py", "_write"): "a rendered diagram",
     ("cli/spec_commands.py", "diagram_command"): "a rendered diagram",
+    ("console/security.py", "read_token_file"): "the console's token file",
+    ("demo.py", "demo_tools.issue_refund"): "the demo's refunds ledger (JSON lines)",
 }
 
-_OPENERS = {"open", "read_bytes", "read_text", "write_bytes", "write_text"}
+#: Calls that open a file by path: any ``open`` (builtin, ``os.open``, ``io.open``,
+#: ``Path.open``, an imported alias), the ``pathlib`` shortcuts, and library calls that
+#: open paths themselves.
+_OPENERS = {
+    "open",
+    "read_bytes",
+    "read_text",
+    "write_bytes",
+    "write_text",
+    "FileIO",
+    "fdopen",
+    "file_digest",
+    "copy",
+    "copy2",
+    "copyfile",
+    "copyfileobj",
+    "move",
+}
+#: Modules whose calls of those names open no file (``webbrowser.open``, ``copy.copy``).
+_NOT_FILES = {"webbrowser", "copy"}
 
 
 def _opens(tree: ast.AST) -> list[tuple[str, int]]:
-    """``(enclosing qualified function, line)`` of every call that opens a file."""
+    """``(enclosing qualified function, line)`` of every call that opens a file, and
+    of every import that renames an opener (``from os import open as o``)."""
     found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                if alias.name in _OPENERS and alias.asname not in (None, alias.name):
+                    found.append((f"import {alias.name} as {alias.asname}", node.lineno))
 
     def visit(node: ast.AST, scope: list[str]) -> None:
         for child in ast.iter_child_nodes(node):
@@ -67,12 +93,11 @@ def _opens(tree: ast.AST) -> list[tuple[str, int]]:
                     if isinstance(func, ast.Attribute)
                     else None
                 )
-                if name in _OPENERS:
-                    # sqlite3 / store / server objects have .open methods of their own
-                    owner = func.value if isinstance(func, ast.Attribute) else None
-                    is_os = isinstance(owner, ast.Name) and owner.id in ("os", "io")
-                    if isinstance(func, ast.Name) or is_os or name != "open":
-                        found.append((".".join(scope) or "<module>", child.lineno))
+                owner = func.value if isinstance(func, ast.Attribute) else None
+                if name in _OPENERS and not (
+                    isinstance(owner, ast.Name) and owner.id in _NOT_FILES
+                ):
+                    found.append((".".join(scope) or "<module>", child.lineno))
             visit(child, scope)
 
     visit(tree, [])

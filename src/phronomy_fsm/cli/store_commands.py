@@ -10,6 +10,8 @@ The ``executions`` commands are in :mod:`phronomy_fsm.cli.execution_commands`.
 
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from phronomy_fsm import operator
@@ -143,6 +145,15 @@ def check_command(db: str, accept_rollback: bool, as_json: bool) -> None:
         click.echo(f"schema version: {report.schema_version}")
         click.echo(f"integrity: {report.integrity}")
         click.echo(f"wal: {report.wal_bytes} bytes")
+        if report.found is None:
+            click.echo(
+                "commits: not compared: the schema is older than this phronomy_fsm's; "
+                f"run: phronomy-fsm store migrate --db {shlex.quote(db)}"
+            )
+            click.echo("ok" if report.is_ok else "not ok")
+            if not report.is_ok:
+                raise SystemExit(1)
+            return
         found = f"barrier {report.found[0]}, signal {report.found[1]}"
         if report.mark is None:
             click.echo(f"commits: {found} (no commit mark recorded yet)")
@@ -156,8 +167,8 @@ def check_command(db: str, accept_rollback: bool, as_json: bool) -> None:
                 "went backwards: commits acknowledged from this store are missing (a -wal "
                 "deleted after a crash, or an older copy restored); it is refused for "
                 "writing. Reconcile the effects those commits started (docs/operations.md "
-                f'"A store that went backwards"), then: phronomy-fsm store check --db {db} '
-                "--accept-rollback"
+                f'"A store that went backwards"), then: phronomy-fsm store check --db '
+                f"{shlex.quote(db)} --accept-rollback"
             )
         click.echo("ok" if report.is_ok else "not ok")
     if not report.is_ok:

@@ -29,8 +29,10 @@ Must not import the runtime, the durable engine or the agent.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import secrets
+import shlex
 import sqlite3
 import stat
 import threading
@@ -40,6 +42,8 @@ from pathlib import Path
 import attrs
 
 from phronomy_fsm.errors import StorageError, StoreRegressedError
+
+log = logging.getLogger("phronomy_fsm.store")
 
 #: The suffix of the commit-mark file beside a store's database file.
 MARK_SUFFIX = "-mark"
@@ -68,7 +72,7 @@ def check_existing_file(path: str, st: os.stat_result) -> None:
         raise StorageError(f"{path} is not a regular file", path=path)
     if not os.access(path, os.R_OK):  # SQLite would say only "unable to open"
         raise StorageError(f"cannot open the store {path}: Permission denied", path=path)
-    if st.st_size == 0 and _size(path + "-wal") == 0:
+    if st.st_size == 0 and _size(os.path.realpath(path) + "-wal") == 0:
         raise StorageError(
             f"{path} is empty (0 bytes), not a phronomy_fsm store; nothing was written. "
             "Remove it, or name a path that does not exist to create a new store.",
@@ -83,10 +87,14 @@ def create_database_file(
     leave it to whoever created it first.
 
     The database is built under a temporary name in the same folder — SQLite creates
-    and writes it, ``initialise(conn)`` sets it up, the connection closes (which folds
-    its WAL into the file) — and is then linked to ``path``. ``link`` never replaces an
-    existing file, so two processes (or threads) creating one store at once end with
-    one of the two, complete, and nobody ever sees a half-made or empty store.
+    and writes it, ``initialise(conn)`` sets it up, a ``TRUNCATE`` checkpoint folds its
+    WAL into the file and must complete — and is then linked to ``path``. ``link``
+    never replaces an existing file, so two processes (or threads) creating one store
+    at once end with one of the two, complete, and nobody ever sees a half-made or
+    empty store. Temporary files left by a process killed while creating (their pid is
+    in their name) are removed first. A commit mark left beside ``path`` by a store
+    whose files were all deleted belongs to no database any more and is removed once
+    this call has linked the new one.
 
     Args:
         path: the database file to create (absolute); its folder must exist.
@@ -97,9 +105,11 @@ def create_database_file(
         True when this call created ``path``; False when it existed already.
 
     Raises:
-        StorageError: the folder does not exist or is not writable, or SQLite failed.
+        StorageError: the folder does not exist or is not writable, the disk is full,
+            or SQLite failed; nothing is left at ``path``.
     """
     folder, name = os.path.split(path)
+    _sweep_abandoned(folder, name)
     temp = os.path.join(folder, f".{name}.{os.getpid()}.{secrets.token_hex(4)}.new")
     try:
         conn = sqlite3.connect(Path(temp).as_uri() + "?mode=rwc", uri=True, timeout=connect_timeout)
@@ -107,8 +117,22 @@ def create_database_file(
             conn.isolation_level = None
             os.chmod(temp, 0o600)  # before a byte is written; the WAL takes its mode
             initialise(conn)
+            # the temporary WAL is deleted below: everything must be in the file first
+            busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if busy or frames not in (-1, copied):
+                raise StorageError(
+                    f"cannot create the store {path}: its first checkpoint did not complete "
+                    f"({copied} of {frames} pages copied); the disk may be full",
+                    path=path,
+                )
         finally:
             conn.close()
+        if _size(temp + "-wal"):
+            raise StorageError(
+                f"cannot create the store {path}: its WAL could not be folded into the "
+                "file (the disk may be full); nothing was written",
+                path=path,
+            )
         try:
             os.link(temp, path)
         except FileExistsError:
@@ -117,13 +141,47 @@ def create_database_file(
             if os.path.lexists(path):
                 return False
             os.rename(temp, path)
+        with contextlib.suppress(OSError):
+            os.unlink(path + MARK_SUFFIX)  # a mark of deleted files: not of this store
         return True
     except (OSError, sqlite3.Error) as exc:
         raise StorageError(f"cannot create the store {path}: {exc}", path=path) from exc
     finally:
         for suffix in ("", *_COMPANIONS):
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # EROFS too: never hide the real error
                 os.unlink(temp + suffix)
+
+
+def _sweep_abandoned(folder: str, name: str) -> None:
+    """Remove temporary files of :func:`create_database_file` whose creator is dead
+    (a kill between the link and the clean-up leaves a hidden second name of the
+    store; an unlink opens nothing, so no lock is dropped)."""
+    prefix = f".{name}."
+    try:
+        entries = os.listdir(folder)
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.startswith(prefix) or ".new" not in entry:
+            continue
+        try:
+            pid = int(entry[len(prefix) :].split(".", 1)[0])
+        except ValueError:
+            continue
+        if pid == os.getpid() or _is_alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, entry))
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def _size(path: str) -> int:
@@ -166,9 +224,36 @@ class CommitMark:
             return None
 
 
-#: The one statement that reads a store's mark: both maxima are the rightmost
-#: entries of their primary keys (two B-tree descents).
-MARK_QUERY = "SELECT (SELECT max(seq) FROM barriers), (SELECT max(seq) FROM signals)"
+#: ``meta`` keys where compaction keeps the highest sequence numbers it removed
+#: (written in its delete's own transaction), so removing the newest rows never
+#: lowers a store's mark.
+BARRIER_FLOOR_KEY = "mark_barrier_floor"
+SIGNAL_FLOOR_KEY = "mark_signal_floor"
+
+#: The one statement that reads a store's mark: each maximum is the rightmost entry
+#: of its primary key or compaction's floor in ``meta``, whichever is higher.
+MARK_QUERY = (
+    "SELECT max(coalesce((SELECT max(seq) FROM barriers), 0),"
+    f" coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = '{BARRIER_FLOOR_KEY}'), 0)),"
+    " max(coalesce((SELECT max(seq) FROM signals), 0),"
+    f" coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = '{SIGNAL_FLOOR_KEY}'), 0))"
+)
+
+
+def raise_mark_floor(cur: sqlite3.Cursor) -> None:
+    """Inside a transaction that is about to delete barrier-log or inbox rows:
+    remember the highest sequence numbers now in ``meta``, so the store's mark does
+    not go down with the rows (compaction).
+
+    Raises:
+        sqlite3.Error: for the caller to map.
+    """
+    mark = read_mark(cur)
+    cur.executemany(
+        "INSERT INTO meta(key, value) VALUES (?, ?)"
+        " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        [(BARRIER_FLOOR_KEY, str(mark.barrier_seq)), (SIGNAL_FLOOR_KEY, str(mark.signal_seq))],
+    )
 
 
 def read_mark(conn: sqlite3.Connection | sqlite3.Cursor) -> CommitMark:
@@ -195,6 +280,7 @@ class MarkFile:
         self.path = database_path + MARK_SUFFIX
         self._fd: int | None = None
         self._last: CommitMark | None = None
+        self._warned = False
         self._lock = threading.Lock()
 
     def read(self) -> CommitMark | None:
@@ -225,8 +311,8 @@ class MarkFile:
                 f"{database.barrier_seq} and {database.signal_seq} (its -wal was deleted "
                 "after a crash, or an older copy was restored). Effects started by the "
                 "lost commits could run again, so nothing is written. See docs/operations.md "
-                f'"A store that went backwards"; then `phronomy-fsm store check --db {store} '
-                "--accept-rollback`.",
+                f'"A store that went backwards"; then `phronomy-fsm store check --db '
+                f"{shlex.quote(store)} --accept-rollback`.",
                 path=store,
                 mark=(mark.barrier_seq, mark.signal_seq),
                 found=(database.barrier_seq, database.signal_seq),
@@ -234,6 +320,11 @@ class MarkFile:
 
     def advance(self, mark: CommitMark) -> None:
         """Record ``mark`` (read after a COMMIT, so it is committed) when it moved.
+
+        The mark only ever rises: each sequence number written is the higher of
+        ``mark``'s and the file's. A database found *below* the file while this store
+        writes went backwards under it (a ``-wal`` deleted while it ran); the higher
+        mark is kept so that the next open refuses it, and a warning is logged.
 
         A failure to write is ignored: the mark is a guard, and a commit that
         happened must not be reported as failed because of it.
@@ -243,14 +334,32 @@ class MarkFile:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            os.pwrite(self._fd, mark.encode(), 0)
+            stored = CommitMark.decode(os.pread(self._fd, _MARK_WIDTH, 0))
+            if stored is not None:
+                if mark.is_behind(stored) and not self._warned:
+                    self._warned = True
+                    log.warning(
+                        "%s: the database holds fewer commits (%s) than were acknowledged "
+                        "(%s): it went backwards while this process used it; it will be "
+                        'refused when opened next (docs/operations.md "A store that went '
+                        'backwards")',
+                        self.path[: -len(MARK_SUFFIX)],
+                        mark,
+                        stored,
+                    )
+                mark = CommitMark(
+                    max(mark.barrier_seq, stored.barrier_seq),
+                    max(mark.signal_seq, stored.signal_seq),
+                )
+            if mark != stored:
+                os.pwrite(self._fd, mark.encode(), 0)
             self._last = mark
         except OSError:
             self._last = None
 
     def reset(self, mark: CommitMark) -> None:
         """Replace the stored mark with ``mark``, even if lower (an operator accepted
-        a rollback, or compaction removed the highest rows).
+        a rollback).
 
         Raises:
             StorageError: the file cannot be written.

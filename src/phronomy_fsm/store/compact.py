@@ -45,7 +45,7 @@ import sqlite_utils
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
 from phronomy_fsm.errors import StorageError
-from phronomy_fsm.store._files import create_database_file
+from phronomy_fsm.store._files import create_database_file, raise_mark_floor
 from phronomy_fsm.store._sqlerrors import storage_error
 from phronomy_fsm.store.schema import BARRIER_CHAIN
 
@@ -158,12 +158,20 @@ def _open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils
         # opened outside SQLite (store/_files.py), and is owner-only from the start
         create_database_file(str(target), lambda conn: None, connect_timeout=5.0)
     db = sqlite_utils.Database(str(target), execute_plugins=False)
-    db.execute("PRAGMA busy_timeout=5000")
-    with db.atomic():
-        for table, (columns, key) in ARCHIVE_TABLES.items():
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(key)}))"
-            )
+    try:
+        db.execute("PRAGMA busy_timeout=5000")
+        with db.atomic():
+            for table, (columns, key) in ARCHIVE_TABLES.items():
+                db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {table} ({columns}, PRIMARY KEY ({', '.join(key)}))"
+                )
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise StorageError(
+            f"the archive {path} cannot be used: {exc} (it exists and is not a SQLite "
+            "database of archives?); nothing was removed",
+            path=str(path),
+        ) from exc
     return db
 
 
@@ -227,6 +235,7 @@ def compact_store(
             if archive is not None:
                 archived += _archive_chunk(store, archive, [eid for eid, _ in chunk])
             with store.maintenance_transaction("compact") as cur:
+                raise_mark_floor(cur)  # the newest rows may go: the mark must not
                 for eid, revision in chunk:
                     seqs = cur.execute(f"{BARRIER_CHAIN} SELECT seq FROM chain", (eid,)).fetchall()
                     cur.execute(

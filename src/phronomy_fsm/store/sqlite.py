@@ -252,7 +252,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._fault_hook: FaultHook | None = None
         self.faults = faults
         self.check_mark = check_mark
-        self._mark = MarkFile(self.path)
+        # beside the file SQLite opens (it follows a symbolic link; so does the mark)
+        self._mark = MarkFile(os.path.realpath(self.path))
         self._group = GroupCommitWriter(
             self._flush_batch,
             self._fail_item,
@@ -287,20 +288,36 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                         path=self.path,
                     )
                 return
+            # a database behind the commits acknowledged from it (a deleted -wal, an
+            # older copy restored) is refused before anything is written to it — a
+            # migration included — or any effect can start again
+            checked = not self.check_mark or self._check_mark(conn)
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise StorageError(
                     f"{self.path}: cannot switch to WAL (journal_mode is {mode})", path=self.path
                 )
             schema.migrate(conn, self.path)
-            # a database behind the commits acknowledged from it (a deleted -wal) is
-            # refused before anything can start an effect again
-            if self.check_mark:
+            if not checked:  # an older schema: its tables are comparable only now
                 self._mark.check(read_mark(conn))
         except sqlite3.Error as exc:
             raise storage_error(exc, operation="open", path=self.path) from exc
         finally:
             conn.close()
+
+    def _check_mark(self, conn: sqlite3.Connection) -> bool:
+        """Compare the database with its commit mark; False when its schema is too old
+        to compare before migrating it.
+
+        Raises:
+            StoreRegressedError: it went backwards.
+        """
+        try:
+            found = read_mark(conn)
+        except sqlite3.OperationalError:  # no such table/column: an older schema
+            return False
+        self._mark.check(found)
+        return True
 
     def _check_or_create_file(self) -> None:
         """Check the database file with ``stat`` only, or create it complete; never
@@ -308,15 +325,26 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
+            if os.path.lexists(self.path):
+                raise StorageError(
+                    f"{self.path} is a symbolic link to {os.path.realpath(self.path)}, which "
+                    "does not exist; create the store at its target or remove the link",
+                    path=self.path,
+                ) from None
             if self.read_only:
                 raise StorageError(
                     f"no store at {self.path} (the file does not exist)", path=self.path
                 ) from None
-            if not create_database_file(
+            if create_database_file(
                 self.path, self._initialise, connect_timeout=self.busy_timeout_seconds
             ):
-                self._check_or_create_file()  # another process made it meanwhile
-            return
+                return
+            try:  # another process made it meanwhile
+                st = os.stat(self.path)
+            except OSError as exc:
+                raise StorageError(
+                    f"cannot open the store {self.path}: {exc}", path=self.path
+                ) from exc
         except OSError as exc:
             raise StorageError(f"cannot open the store {self.path}: {exc}", path=self.path) from exc
         check_existing_file(self.path, st)
@@ -363,6 +391,14 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 # WAL): start over on a fresh connection, whatever state it left
                 conn.close()
                 conn = self._connect_writer()
+            if self.check_mark:
+                # the database may have gone backwards since the store was opened (a
+                # -wal deleted after another process died): refuse before writing
+                try:
+                    self._mark.check(read_mark(conn))
+                except BaseException:
+                    conn.close()
+                    raise
             self._writer = conn
             self._wcur = conn.cursor()
         return self._wcur
@@ -397,9 +433,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._mark.advance(mark)
 
     def rebase_mark(self) -> tuple[int, int]:
-        """Set the commit mark to what the database holds now, even if lower: after
-        an operator accepted a rollback (``store check --accept-rollback``), or after
-        compaction removed the highest rows. Returns ``(barrier_seq, signal_seq)``.
+        """Set the commit mark to what the database holds now, even if lower: what
+        an operator does who accepted a rollback (``store check --accept-rollback``).
+        Returns ``(barrier_seq, signal_seq)``.
 
         Raises:
             StorageError: the database cannot be read or the mark file written.
@@ -710,12 +746,9 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         """
         from phronomy_fsm.store.compact import compact_store
 
-        report = compact_store(
+        return compact_store(
             self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now()
         )
-        if report.removed_barriers or report.removed_signals:
-            self.rebase_mark()  # the highest rows may be gone: not a rollback
-        return report
 
     @contextmanager
     def maintenance_transaction(self, operation: str) -> Iterator[sqlite3.Cursor]:
@@ -865,7 +898,8 @@ class StoreCheck:
         wal_bytes: the size of the ``-wal`` beside it (0: none).
         mark: ``(barrier_seq, signal_seq)`` acknowledged by writers (None: no mark
             recorded yet).
-        found: the same, as the database holds them now.
+        found: the same, as the database holds them now (None: its schema is older
+            than this code's, so they are not compared; ``store migrate`` first).
         accepted: True when ``accept_rollback`` re-based the mark to ``found``.
     """
 
@@ -874,13 +908,13 @@ class StoreCheck:
     integrity: str
     wal_bytes: int
     mark: tuple[int, int] | None
-    found: tuple[int, int]
+    found: tuple[int, int] | None
     accepted: bool = False
 
     @property
     def went_backwards(self) -> bool:
         """True when the database holds fewer commits than were acknowledged."""
-        if self.mark is None or self.accepted:
+        if self.mark is None or self.found is None or self.accepted:
             return False
         return self.found[0] < self.mark[0] or self.found[1] < self.mark[1]
 
@@ -916,23 +950,25 @@ def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) 
     except OSError as exc:
         raise StorageError(f"no store at {target}: {exc.strerror or exc}", path=target) from None
     check_existing_file(target, st)
-    marks = MarkFile(target)
+    real = os.path.realpath(target)  # SQLite follows a link; its companions sit there
+    marks = MarkFile(real)
     try:
         conn = sqlite3.connect(f"{Path(target).as_uri()}?mode=ro", uri=True)
         try:
             version = schema.inspect_version(conn, target)
             integrity = str(conn.execute("PRAGMA quick_check").fetchone()[0])
-            found = read_mark(conn) if version is not None else None
+            current = version == schema.SCHEMA_VERSION
+            found = read_mark(conn) if current else None
         finally:
             conn.close()
     except sqlite3.Error as exc:
         raise storage_error(exc, operation="check", path=target) from exc
     try:
-        wal_bytes = os.stat(target + "-wal").st_size
+        wal_bytes = os.stat(real + "-wal").st_size
     except OSError:
         wal_bytes = 0
     mark = marks.read()
-    found_pair = (found.barrier_seq, found.signal_seq) if found is not None else (0, 0)
+    found_pair = (found.barrier_seq, found.signal_seq) if found is not None else None
     if accept_rollback and found is not None:
         marks.reset(found)
     return StoreCheck(
