@@ -58,8 +58,50 @@ transitions:
 """
 
 
-def _table() -> Any:
-    loaded = load_spec_text(textwrap.dedent(SPEC), source_name="late_effect.yaml")
+#: The same effect behind a person's signal declared ``durable: true`` and no barrier
+#: at all: the flag made the validator count the signal as a committed edge (no
+#: ``EFFECT_WITHOUT_BARRIER``), and the effect then ran twice under the crash matrix
+#: (issue 22 item 4). The engine announces the effect whatever the flag says.
+DURABLE_SPEC = """
+spec_format: 1
+machine: late_effect_durable
+version: 1
+fail_closed: recovery_required
+events:
+  approve: {payload: dict, durable: true}
+  expired: {}
+  noted: {payload: dict}
+  note_failed: {}
+  shipped_ok: {payload: dict}
+  ship_failed: {}
+  abandon: {}
+states:
+  noting:
+    kind: external
+    initial: true
+    offload: {hook: note, completed: noted, failed: note_failed, effect: idempotent}
+  awaiting_approval:
+    kind: external
+    timeout: {seconds: 3600, event: expired}
+  shipping:
+    kind: external
+    offload: {hook: ship, completed: shipped_ok, failed: ship_failed, effect: at_most_once}
+  shipped: {kind: final}
+  failed: {kind: final}
+  recovery_required: {kind: wait}
+transitions:
+  - {from: noting, event: noted, to: awaiting_approval}
+  - {from: noting, event: note_failed, to: recovery_required}
+  - {from: awaiting_approval, event: approve, to: shipping, actions: [remember]}
+  - {from: awaiting_approval, event: expired, to: failed}
+  - {from: shipping, event: shipped_ok, to: shipped}
+  - {from: shipping, event: ship_failed, to: failed}
+  - {from: recovery_required, event: abandon, to: failed}
+"""
+
+
+def _table(spec: str = SPEC) -> Any:
+    loaded = load_spec_text(textwrap.dedent(spec), source_name="late_effect.yaml")
     assert loaded.spec is not None, [i.render() for i in loaded.issues]
     namespace: dict[str, Any] = {}
     exec(compile(compile_spec(loaded.spec), "late_effect", "exec"), namespace)  # noqa: S102
@@ -67,16 +109,21 @@ def _table() -> Any:
 
 
 TABLE = _table()
+DURABLE_TABLE = _table(DURABLE_SPEC)
 
 
 class Hooks:
-    """``remember`` keeps the approval; ``ship`` appends to the ledger."""
+    """``remember`` keeps the approval; ``note`` does nothing outside; ``ship``
+    appends to the ledger."""
 
     def __init__(self, ledger: Path) -> None:
         self.ledger = ledger
 
     def remember(self, ctx: dict[str, Any], payload: Any) -> None:
         ctx["approved_by"] = payload.get("by")
+
+    def note(self, ctx: dict[str, Any], payload: Any) -> Any:
+        return lambda octx: {"noted": True}
 
     def ship(self, ctx: dict[str, Any], payload: Any) -> Any:
         ledger, order = self.ledger, ctx["order"]
@@ -105,9 +152,15 @@ def create_app(db_path: str) -> Any:
 
     ledger = ledger_path(db_path)
 
-    def start(runtime: Any) -> list[str]:
-        runtime.start("late_effect", {"order": "late-1"}, execution_id="late-1")
-        return ["late-1"]
+    def start(machine: str) -> Any:
+        def run(runtime: Any) -> list[str]:
+            runtime.start(machine, {"order": "late-1"}, execution_id="late-1")
+            return ["late-1"]
+
+        return run
+
+    def approve(record: Any) -> Any:
+        return Answer(event="approve", payload={"by": "ops"})
 
     def operator(record: Any) -> Any:
         subject = record.recovery.subject if record.recovery is not None else None
@@ -125,11 +178,10 @@ def create_app(db_path: str) -> Any:
         ]
 
     return DurableApp(
-        machines=(Machine(TABLE, Hooks(ledger)),),
+        machines=(Machine(TABLE, Hooks(ledger)), Machine(DURABLE_TABLE, Hooks(ledger))),
         scenarios={
-            "approved": Scenario(
-                start, lambda record: Answer(event="approve", payload={"by": "ops"})
-            )
+            "approved": Scenario(start("late_effect"), approve),
+            "durable_approved": Scenario(start("late_effect_durable"), approve),
         },
         operator=operator,
         effects=effects,

@@ -5,13 +5,21 @@ that followed it; recovery parks the execution with the key the attempt used."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
+from phronomy_fsm.testing.deadlines import scaled_seconds
 
 from .conftest import kill_at
 from .late_effect_app import create_app
 from .order_app import read_ledger
 
 APP = "tests.durable.late_effect_app:create_app"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_crash_after_an_effect_that_followed_a_wait_parks_instead_of_running_it_again(
@@ -32,3 +40,65 @@ def test_a_crash_after_an_effect_that_followed_a_wait_parks_instead_of_running_i
     assert record.status is ExecutionStatus.RECOVERY_REQUIRED
     assert record.recovery.subject.effect == "ship"
     assert record.recovery.subject.key == shipped[0]["key"]  # the key the attempt used
+
+
+_DURABLE_CHILD = """
+import sys, threading
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime
+from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.store.open import open_store
+from tests.durable.late_effect_app import create_app
+
+noted = threading.Event()
+
+def listen(event):
+    if event.kind is DurableEventKind.EFFECT_FINISHED and event.detail.get("effect") == "note":
+        noted.set()
+
+app = create_app(sys.argv[1])
+faults = FaultPlan.parse("offload:ship:after")
+runtime = DurableRuntime(
+    open_store(sys.argv[1], faults=faults),
+    machines=app.machines,
+    faults=faults,
+    listeners=[listen],
+    own_store=True,
+)
+runtime.start("late_effect_durable", {"order": "late-1"}, execution_id="late-1")
+assert noted.wait(60)
+runtime.signal("late-1", "approve", {"by": "ops"})  # shipping: killed after its work
+threading.Event().wait(60)
+sys.exit(5)  # not killed
+"""
+
+
+def test_a_durable_flag_on_a_persons_signal_does_not_make_the_effect_after_it_run_twice(
+    tmp_path, store_target, open_runtime
+):
+    """Issue 22 item 4: ``durable: true`` on a person's signal made the validator count
+    it as a committed edge, so an at_most_once effect after it passed validation with
+    no barrier since an earlier effect, and ran again after a crash (the replay from
+    the start took the earlier effect for the one the start announced)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PHRONOMY_APP_DIR": str(tmp_path)}
+    child = subprocess.run(
+        [sys.executable, "-c", _DURABLE_CHILD, store_target],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=scaled_seconds(120),
+        check=False,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    ledger = tmp_path / "ledger.jsonl"
+    assert [e["effect"] for e in read_ledger(ledger)] == ["ship"]
+    app = create_app(str(tmp_path / "store.db"))
+    runtime, events = open_runtime(list(app.machines))
+    runtime.recover()
+    events.wait_for(
+        lambda e: e.kind in (DurableEventKind.RECOVERY_REQUIRED, DurableEventKind.FINISHED)
+    )
+    record = runtime.handle("late-1").record()
+    assert [e["effect"] for e in read_ledger(ledger)] == ["ship"], "ran again after the crash"
+    assert record.status is ExecutionStatus.RECOVERY_REQUIRED
+    assert record.recovery.subject.effect == "ship"

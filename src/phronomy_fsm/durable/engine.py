@@ -738,6 +738,16 @@ class Engine:
         if live.session_id is not None:
             self.schedule_delivery(live)
 
+    def is_late(self, live: LiveExecution, signal: SignalRecord) -> bool:
+        """True when ``signal`` reached the inbox after the deadline of the wait the
+        execution rests in (which has a timer): the timer comes first."""
+        record = live.record
+        if record.status is not ExecutionStatus.WAITING or record.deadline_at is None:
+            return False
+        if live.reg.facts.states[record.state].timeout is None:
+            return False
+        return signal.created_at >= record.deadline_at and self.now() >= record.deadline_at
+
     def schedule_delivery(self, live: LiveExecution) -> None:
         """Look for the next signal the live session takes, on the loop, after the
         current step (once however often asked)."""
@@ -788,6 +798,11 @@ class Engine:
             if signal.kind in (SignalKind.EVENT, SignalKind.CHILD) and signal.event in handled:
                 break
         else:
+            return
+        if live.session_id is None and self.is_late(live, signal):
+            # it arrived after the wait's deadline: the timer, due first, wins — as it
+            # would have with a process running it (docs/semantics.md "Signals")
+            self.fire_timer(live)
             return
         live.pending.remove(signal)
         live.delivered.append(signal.seq)
@@ -1007,10 +1022,19 @@ class Engine:
                 or self.live.get(live.execution_id) is not live
             ):
                 return
-            self.emit(DurableEventKind.RESUMED, live, event=timeout.event, timer=True)
-            self.start_session(live, at_state=record.state, event=timeout.event)
+            self.fire_timer(live)
 
         live.timer = self.rt.dispatcher.call_later(delay, fire)
+
+    def fire_timer(self, live: LiveExecution) -> None:
+        """Resume the waiting execution with its wait state's timeout event."""
+        if live.timer is not None:
+            live.timer.cancel()
+            live.timer = None
+        timeout = live.reg.facts.states[live.record.state].timeout
+        assert timeout is not None
+        self.emit(DurableEventKind.RESUMED, live, event=timeout.event, timer=True)
+        self.start_session(live, at_state=live.record.state, event=timeout.event)
 
     def arm_expiry(self, live: LiveExecution) -> None:
         """Arm the execution's own deadline (``expires_at``), if it has one: past it
