@@ -182,6 +182,8 @@ class LiveExecution:
     (why its session is being stopped); ``waiters`` (tasks settled when it finishes);
     ``timer``; ``effect_since_commit`` (an effect started since the last commit that set
     the durable point: the next one needs an announcement of its own);
+    ``effect_in_flight`` / ``effect_outcome`` (the last non-pure effect started since
+    that commit, and what it reported back: a cancel's record names them);
     ``announcement`` (the outcome of the ``@effect`` commit the effect being started
     waits for: ``None`` once committed, else the error);
     ``delivery_scheduled`` (a look for the next signal its live session takes
@@ -197,6 +199,8 @@ class LiveExecution:
         "ctx",
         "delivered",
         "delivery_scheduled",
+        "effect_in_flight",
+        "effect_outcome",
         "effect_since_commit",
         "execution_id",
         "expiry",
@@ -232,6 +236,8 @@ class LiveExecution:
         self.delivery_scheduled = False
         self.barrier_pending = False
         self.effect_since_commit = False
+        self.effect_in_flight: EffectRef | None = None
+        self.effect_outcome: str | None = None
         self.announcement: Future[BaseException | None] | None = None
         self.committing = False
 
@@ -281,6 +287,14 @@ class _Driver:
         return gate
 
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
+        live = self.live
+        ref = live.effect_in_flight
+        if ref is not None and ref.key == effect.key and ref.attempt == effect.attempt:
+            live.effect_outcome = (
+                "it returned a result"
+                if error is None
+                else f"it raised {type(error).__name__}: {error}"
+            )
         self.engine.emit(
             DurableEventKind.EFFECT_FINISHED,
             self.live,
@@ -498,6 +512,7 @@ class Engine:
             return
         live.record = commit.execution
         live.effect_since_commit = False  # the durable point moved here
+        live.effect_in_flight = None
         del live.delivered[: len(commit.consume_signals)]
         self.emit(DurableEventKind.COMMITTED, live, commit.execution, barrier=commit.barrier)
         for child in commit.children:
@@ -642,6 +657,7 @@ class Engine:
 
         def committed() -> None:
             live.effect_since_commit = True  # the effect it announced starts now
+            live.effect_in_flight = record.announced
             announced.set_result(None)
 
         try:
@@ -665,6 +681,8 @@ class Engine:
         work (``octx.effect``)."""
         self.crash_point(f"effect:{name}:before")
         live.effect_since_commit = True
+        live.effect_in_flight = EffectRef(name, kind, live.state, key, attempt)
+        live.effect_outcome = None
         self.emit(
             DurableEventKind.EFFECT_STARTED,
             live,
@@ -940,6 +958,7 @@ class Engine:
             if outcome.outcome == COMMITTED:
                 live.record = record
                 live.effect_since_commit = False  # the durable point moved here
+                live.effect_in_flight = None
                 del live.delivered[: len(consume)]
                 self.emit(DurableEventKind.COMMITTED, live, record, barrier=barrier)
                 if on_receipt is not None:
@@ -1370,6 +1389,21 @@ class Engine:
                 resolution=None,
                 error=error,
             )
+            started = live.effect_in_flight
+            if started is not None and started.kind is not EffectKind.PURE:
+                # an effect started since the last commit: the cancel drops its result,
+                # so the record says it ran (or may have), or a charge would be hidden
+                known = live.effect_outcome or "it did not report back: it may or may not have run"
+                record = attrs.evolve(
+                    record,
+                    error=ErrorInfo(
+                        record.error.type if record.error else "Cancelled",
+                        f"{record.error.message if record.error else 'cancelled'}; the "
+                        f"{started.kind.value} effect {started.effect} (idempotency key "
+                        f"{started.key}, attempt {started.attempt}) had started before the "
+                        f"cancel: {known}; its result was not applied",
+                    ),
+                )
             taken = [seq for seq in live.delivered if seq != signal.seq]
             if taken:  # delivered, never committed: closed, not left pending for ever
                 self.rt.drop_signals(

@@ -875,8 +875,8 @@ class Dispatcher(EventLoop):
         watcher: SessionDriver | None = None,
         effect: EffectStart | None = None,
     ) -> None:
-        self._physical_done(group)
         if op.returned is None:  # never ran (cancelled while queued): nothing to apply
+            self._physical_done(group)
             return
         value, error = op.returned
         if watcher is not None and effect is not None:
@@ -884,6 +884,9 @@ class Dispatcher(EventLoop):
                 watcher.effect_done(spec.name, effect, value, error)
             except HOOK_ERRORS:
                 log.exception("%s: the durable runtime's effect_done hook raised", self.name)
+        # after effect_done: what waits for quiescence (a cancel's commit) knows how
+        # the effect ended
+        self._physical_done(group)
         if error is None:
             self._apply_authorized(authority, spec.completed, value)
         else:
