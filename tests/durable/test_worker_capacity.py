@@ -19,6 +19,7 @@ from phronomy_fsm.durable.operations import send_signal
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.durable.worker import Worker
 from phronomy_fsm.store.open import open_store
+from phronomy_fsm.testing.deadlines import scaled_seconds
 
 from .order_app import TABLE, Order, OrderHooks, order_machine
 
@@ -221,4 +222,71 @@ def test_cancelling_a_parent_cancels_the_children_another_runtime_holds(
         assert not ledger.exists() or "do_item" not in ledger.read_text()  # no work re-run
     finally:
         gate.set()
+        store.close()
+
+
+class _SlowChildCancels:
+    """A store whose writes of a parent's cancel to its children wait until the parent's
+    ``@cancel`` commit is submitted (or a few seconds pass): a slow disk, the moment a
+    crash lost them before their write came before that commit."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.parent_committing = threading.Event()
+        self.order: list[str] = []
+
+    def send_signal(self, signal: Any) -> Any:
+        if signal.signal_id.startswith("cancel-of-parent:"):
+            self.parent_committing.wait(scaled_seconds(1))
+            self.order.append(f"cancel {signal.execution_id}")
+        return self.inner.send_signal(signal)
+
+    def submit(self, commit: Any) -> Any:
+        if commit.barrier == "@cancel" and commit.execution.execution_id == "batch":
+            self.order.append("@cancel batch")
+            self.parent_committing.set()
+        return self.inner.submit(commit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_a_parents_cancel_commit_comes_after_its_childrens_cancel_requests(
+    tmp_path: Path,
+) -> None:
+    """Issue 22 item 7: the requests to children held elsewhere were written by a
+    background thread after the parent's @cancel commit; a crash in between left them
+    running for good. Now the commit waits for them (until it, the parent's own request
+    stays pending, so a recovery cancels parent and children again)."""
+    from phronomy_fsm.durable import DurableRuntime
+
+    from .batch_app import ItemHooks
+
+    gate = threading.Event()
+    db = str(tmp_path / "batch.db")
+    ledger = tmp_path / "items.jsonl"
+    store = _abandoned_batch(db, ledger, ["x", "y"], gate)
+    slow = _SlowChildCancels(open_store(db))
+    try:
+        second = DurableRuntime(slow, machines=_batch_machines(ItemHooks(ledger)), own_store=False)
+        try:
+            _wait(lambda: second.claim(accept=lambda r: r.machine == "batch_flow") or True)
+            _wait(lambda: second.handle("batch").record().status is not None)
+            second.cancel("batch", reason="the batch was called off")
+            assert second.handle("batch").result(scaled_seconds(15)).status is (
+                ExecutionStatus.CANCELLED
+            )
+            children = sorted(
+                c.execution_id for c in store.list_records(parent_execution_id="batch")
+            )
+            # no waiting: when the parent is committed cancelled, its children know
+            assert all(
+                any(s.kind.value == "cancel" for s in store.list_signals(c)) for c in children
+            )
+            assert slow.order == [*(f"cancel {c}" for c in children), "@cancel batch"]
+        finally:
+            second.close(timeout_seconds=5)
+    finally:
+        gate.set()
+        slow.inner.close()
         store.close()

@@ -20,6 +20,25 @@ pytestmark = pytest.mark.slow
 TAG = f"phr{os.getpid() % 100000}"
 
 
+def _free_subnets() -> list[str]:
+    """Two /24 subnets of 198.18.0.0/15 (``"198.18.7"``...) that no address on this
+    machine uses now: another suite beside this one (or a test of another checkout)
+    makes namespaces of its own, and the same addresses on two links break both."""
+    used = subprocess.run(
+        ["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=False
+    ).stdout
+    start = os.getpid() % 254
+    free = []
+    for n in range(512):
+        k = (start + n) % 508
+        prefix = f"198.{18 + k // 254}.{1 + k % 254}"
+        if f" {prefix}." not in used:
+            free.append(prefix)
+        if len(free) == 2:
+            return free
+    pytest.skip("no free subnet in 198.18.0.0/15")
+
+
 def _ip(*args: str, netns: str | None = None) -> None:
     cmd = ["ip", *args] if netns is None else ["ip", "netns", "exec", netns, "ip", *args]
     subprocess.run(cmd, check=True, capture_output=True, timeout=30)
@@ -31,9 +50,11 @@ def hosts():
     if shutil.which("ip") is None or os.geteuid() != 0:
         pytest.skip("network namespaces need root and iproute2 (ip)")
     made: list[str] = []
+    subnets = _free_subnets()
     try:
         out = {}
         for i in (1, 2):
+            net = subnets[i - 1]
             ns, link = f"{TAG}h{i}", f"{TAG}a{i}"
             try:
                 _ip("netns", "add", ns)
@@ -42,12 +63,12 @@ def hosts():
             made.append(ns)
             _ip("link", "add", link, "type", "veth", "peer", "name", f"{TAG}b{i}")
             _ip("link", "set", f"{TAG}b{i}", "netns", ns)
-            _ip("addr", "add", f"198.18.{i}.1/24", "dev", link)
+            _ip("addr", "add", f"{net}.1/24", "dev", link)
             _ip("link", "set", link, "up")
-            _ip("addr", "add", f"198.18.{i}.2/24", "dev", f"{TAG}b{i}", netns=ns)
+            _ip("addr", "add", f"{net}.2/24", "dev", f"{TAG}b{i}", netns=ns)
             _ip("link", "set", f"{TAG}b{i}", "up", netns=ns)
             _ip("link", "set", "lo", "up", netns=ns)
-            out[f"h{i}"] = (ns, link, f"198.18.{i}.1")
+            out[f"h{i}"] = (ns, link, f"{net}.1")
         yield out
     finally:
         for ns in made:

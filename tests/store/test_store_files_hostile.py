@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,10 @@ def _child(code: str, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.Co
         check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
+
+
+def _a_second_on() -> datetime:
+    return datetime.now(UTC) + timedelta(seconds=1)
 
 
 def _private_mounts() -> tuple[str, ...]:
@@ -127,12 +132,13 @@ def test_a_store_on_a_read_only_file_system_is_a_typed_error_naming_it(tmp_path)
 
 _COMPACT_THEN_DIE = """
 import os, signal, sys
+from datetime import UTC, datetime, timedelta
 from phronomy_fsm.store import SqliteBarrierStore
 store = SqliteBarrierStore(sys.argv[1])
 def die(*args, **kwargs):  # right after compaction's deletes committed
     os.kill(os.getpid(), signal.SIGKILL)
 store.checkpoint = die
-store.compact(older_than_days=0)
+store.compact(older_than_days=0, now=datetime.now(UTC) + timedelta(seconds=1))
 """
 
 
@@ -213,7 +219,8 @@ def test_an_archive_that_is_not_sqlite_is_named_in_the_refusal(tmp_path):
     with SqliteBarrierStore(path) as store:
         store.commit(finish(admit(store, "ex-1")))
         with pytest.raises(StorageError, match=r"the archive .*spec\.yaml"):
-            store.compact(older_than_days=0, archive_path=archive)
+            # "now" a second on: a commit in the same millisecond is not older than it
+            store.compact(older_than_days=0, archive_path=archive, now=_a_second_on())
         assert [r.execution_id for r in store.list_records()] == ["ex-1"]
     assert archive.read_text() == "machine: not an archive\n" * 50
 

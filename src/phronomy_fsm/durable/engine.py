@@ -68,6 +68,7 @@ from phronomy_fsm.durable.types import (
 )
 from phronomy_fsm.errors import (
     HOOK_ERRORS,
+    DispatcherStoppedError,
     ContextSerializationError,
     EffectFailedError,
     EffectNotPerformedError,
@@ -184,7 +185,8 @@ class LiveExecution:
     the durable point: the next one needs an announcement of its own);
     ``effect_in_flight`` / ``effect_outcome`` (the last non-pure effect started since
     that commit, and what it reported back: a cancel's record names them);
-    ``announcement`` (the outcome of the ``@effect`` commit the effect being started
+    ``cancel_seq`` (the cancel request being applied: the same request read again, or
+    another, changes nothing); ``announcement`` (the outcome of the ``@effect`` commit the effect being started
     waits for: ``None`` once committed, else the error);
     ``delivery_scheduled`` (a look for the next signal its live session takes
     is queued on the loop); ``barrier_pending`` (its session's barrier commit is in
@@ -195,6 +197,7 @@ class LiveExecution:
     __slots__ = (
         "announcement",
         "barrier_pending",
+        "cancel_seq",
         "committing",
         "ctx",
         "delivered",
@@ -235,6 +238,7 @@ class LiveExecution:
         self.expiry: Any = None
         self.delivery_scheduled = False
         self.barrier_pending = False
+        self.cancel_seq: int | None = None
         self.effect_since_commit = False
         self.effect_in_flight: EffectRef | None = None
         self.effect_outcome: str | None = None
@@ -1320,6 +1324,7 @@ class Engine:
                     live.execution_id,
                     barrier,
                 )
+                live.cancel_seq = None  # the refused end was not this cancel: apply it
                 self.add_signals(live, signals)
                 return
             self.recover_from_store(live, f"commit {barrier} refused for a cancel not found")
@@ -1332,6 +1337,9 @@ class Engine:
         children have finished, commit it finished — ``cancelled``, or ``failed``
         when the request says so (a deadline, a listener failure) — with the
         request's error."""
+        if live.cancel_seq is not None:  # being cancelled: once is enough
+            return
+        live.cancel_seq = signal.seq
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
@@ -1363,8 +1371,9 @@ class Engine:
                 here.add(child.execution_id)
                 self.cancel(child, attrs.evolve(signal, execution_id=child.execution_id, seq=0))
         # children another worker runs (it took them over, or claimed them) hear it
-        # through their inbox
-        self.rt.cancel_children_elsewhere(live.execution_id, payload, here)
+        # through their inbox — before this execution's @cancel commit consumes its own
+        # request, so a crash in between cancels it, and them, again at recovery
+        cascade = self.rt.cancel_children_elsewhere(live.execution_id, payload, here)
 
         def commit() -> None:
             if self.live.get(live.execution_id) is not live:
@@ -1412,7 +1421,25 @@ class Engine:
             live.delivered = [signal.seq] if signal.seq else []
             self.finish(live, "@cancel", record)
 
-        self.rt.dispatcher.when_quiescent(live.execution_id, commit)
+        # commit once nothing of it runs here and the requests elsewhere are written
+        waiting_for = [2]
+
+        def one_done() -> None:
+            waiting_for[0] -= 1
+            if waiting_for[0] == 0:
+                commit()
+
+        self.rt.dispatcher.when_quiescent(live.execution_id, one_done)
+        cascade.add_done_callback(lambda _: self.post(one_done))
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the loop, from any thread; dropped once the loop has
+        stopped (nobody runs the execution here any more; the store keeps what was
+        committed)."""
+        try:
+            self.rt.dispatcher.call_soon(fn, *args)
+        except DispatcherStoppedError:
+            pass
 
     # ------------------------------------------------------------------ recovery
 
@@ -1502,6 +1529,7 @@ class Engine:
         live.delivered = []
         live.parked = None
         live.replay = None
+        live.cancel_seq = None
         if record.is_finished:
             self.settle(live, record)
             return

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from concurrent.futures import Future
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -581,11 +582,19 @@ class DurableRuntime:
 
     def cancel_children_elsewhere(
         self, parent_execution_id: str, payload: dict[str, Any], skip: set[str]
-    ) -> None:
+    ) -> Future[bool]:
         """Record a cancel for every active child of ``parent_execution_id`` that this
         runtime does not run (``skip``: the ones it does, cancelled in memory): their
         owners — other workers — apply it, or whoever recovers them (off the loop;
-        ``docs/semantics.md``, "Cancel")."""
+        ``docs/semantics.md``, "Cancel").
+
+        Returns:
+            A future set once every request is written (True) or the children could not
+            be listed (False). The parent's ``@cancel`` commit waits for it: until then
+            the parent's own cancel request stays pending, so a crash before the
+            children heard cancels the parent — and so them — again at recovery.
+        """
+        done: Future[bool] = Future()
 
         def write() -> None:
             try:
@@ -596,24 +605,35 @@ class DurableRuntime:
                 log.warning(
                     "execution %s: could not list its children: %r", parent_execution_id, exc
                 )
+                done.set_result(False)
                 return
-            for child in children:
-                if child.is_finished or child.execution_id in skip:
-                    continue
-                try:
-                    request_cancel(
-                        self.store,
-                        child.execution_id,
-                        reason=str(payload.get("reason") or "its parent was cancelled"),
-                        as_failure=payload.get("status") == "failed",
-                        error_type=payload.get("error_type"),
-                        signal_id=f"cancel-of-parent:{child.execution_id}",
-                        sender=f"worker:{self.worker_id}",
-                    )
-                except PhronomyError as exc:  # finished meanwhile, or unreadable
-                    log.info("child %s not cancelled: %s", child.execution_id, exc)
+            try:
+                self._cancel_each(children, payload, skip)
+            finally:
+                done.set_result(True)
 
         threading.Thread(target=write, name=f"{self.name}-cancel", daemon=True).start()
+        return done
+
+    def _cancel_each(
+        self, children: list[ExecutionRecord], payload: dict[str, Any], skip: set[str]
+    ) -> None:
+        """Write a cancel request to each active child not in ``skip``."""
+        for child in children:
+            if child.is_finished or child.execution_id in skip:
+                continue
+            try:
+                request_cancel(
+                    self.store,
+                    child.execution_id,
+                    reason=str(payload.get("reason") or "its parent was cancelled"),
+                    as_failure=payload.get("status") == "failed",
+                    error_type=payload.get("error_type"),
+                    signal_id=f"cancel-of-parent:{child.execution_id}",
+                    sender=f"worker:{self.worker_id}",
+                )
+            except PhronomyError as exc:  # finished meanwhile, or unreadable
+                log.info("child %s not cancelled: %s", child.execution_id, exc)
 
     def notify(self, execution_id: str, signal: SignalRecord | None = None) -> None:
         """Something was written to ``execution_id``'s inbox by other means (an
