@@ -218,17 +218,14 @@ class AgentBusyError(StoreError):
 
 
 class AgentOwnedError(AgentBusyError):
-    """Another live process owns the agent: its row in the store's ``agent_owners``
-    table names a process that is still running (or one on another host, whose
-    liveness cannot be checked from here). Nothing was written.
+    """No longer raised; kept so that code that catches it still imports.
 
-    Attributes: ``agent_id``; ``host``, ``pid`` and ``start_time`` of the owning
-    process; ``claimed_at`` (ISO 8601); ``verifiable`` — False when the owner is on
-    another host (or its liveness cannot be proven), in which case an operator who
-    knows it is gone may take the agent over (``Agent.load(..., takeover=True)``,
-    ``--takeover`` on the operator commands). Stop the owning process (its
-    executions stay durable) or approve/cancel through it. Source: docs/operations.md
-    "Who owns an agent"."""
+    It meant that another live process owned the agent (its row in the store's
+    ``agent_owners`` table). Stores of version 5 have no per-process agent claims (the
+    table and ``--takeover`` are gone: ``docs/store.md``, "Upgrading to version 5"): an
+    execution is run by whichever worker holds its lease, and a start for an agent that
+    has an active execution raises :class:`AgentBusyError` (``docs/operations.md``, "Who
+    runs an execution")."""
 
 
 class SerializationError(StoreError):
@@ -284,7 +281,7 @@ class DurableError(PhronomyError):
 class InvalidIdError(DurableError):
     """An id given by the caller (``field``: ``execution_id``, ``signal_id``...) is not
     acceptable: 1-128 printable characters without whitespace or control/format
-    characters (docs/semantics.md, "Ids"). Nothing was written."""
+    characters (docs/semantics.md, "Starting"). Nothing was written."""
 
 
 class RuntimeClosedError(DurableError):

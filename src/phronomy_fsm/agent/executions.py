@@ -10,7 +10,7 @@ handoff's target where that agent is loaded (now, or after its current execution
 fails an execution whose listener raised. Store work asked for on the loop thread runs on
 one side thread. An :class:`~phronomy_fsm.agent.runtime.AgentRuntime` owns one; so does
 every runtime built from an :func:`~phronomy_fsm.agent.app.agent_app` (``DurableApp.attach``).
-``docs/agent.md`` states the rules ("Handoffs", "Loading an agent").
+The rules: ``docs/agent.md`` ("Handoffs", "Loading an agent").
 """
 
 from __future__ import annotations

@@ -354,7 +354,7 @@ class Engine:
                 if not isinstance(added, BarrierRecords):
                     raise TypeError(
                         f"barrier hook {spec.name!r} returned {type(added).__name__}; return "
-                        "BarrierRecords or None (docs/semantics.md, 'Barriers')"
+                        "BarrierRecords or None (docs/semantics.md, 'Barrier hooks')"
                     )
                 records = added
         try:

@@ -87,7 +87,7 @@ WAL_PREWARM_FRAMES = 1000
 #: batch) is never cut, while a WAL that a long reader let grow to hundreds of MB is
 #: truncated back to this size by the first commit after the WAL restarts — one
 #: ``ftruncate`` after such a peak, no extra fsync on ordinary commits
-#: (docs/store.md "Commit latency").
+#: (docs/store.md "Commit latency: the WAL is grown once, then reused").
 WAL_SIZE_LIMIT_FRAMES = 2 * WAL_PREWARM_FRAMES
 
 
@@ -98,9 +98,10 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     Why: on ext4 (and most file systems) an fsync of a file that grew must also commit
     its new size, which costs about a second device flush; measured on this project's
     CI machine, a FULL barrier commit into a growing WAL took 540–710 µs against
-    310–390 µs into a reused one (``docs/store.md`` "Commit latency"). SQLite reuses
-    the WAL after a complete checkpoint but deletes it when the last connection
-    closes, so every process would otherwise pay the growth again.
+    310–390 µs into a reused one (``docs/store.md``, "Commit latency: the WAL is grown
+    once, then reused"). SQLite reuses the WAL after a complete checkpoint but deletes
+    it when the last connection closes, so every process would otherwise pay the
+    growth again.
 
     How: ``frames`` autocommit writes of ``PRAGMA user_version`` (one page each; the
     store keeps its version in ``meta`` and never reads ``user_version``) at
@@ -186,7 +187,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             ``wal_prewarm_frames`` and :data:`WAL_PREWARM_FRAMES` frames, about 8 MiB
             with 4 KiB pages). A reader holding a transaction open keeps every commit
             in the WAL; once it is gone, the next checkpoint and WAL restart cut the
-            file back to this size (docs/store.md "Commit latency").
+            file back to this size (docs/store.md, "Commit latency: the WAL is grown
+            once, then reused").
 
     Raises:
         StorageError: the file is not a SQLite database, cannot be created or opened,
