@@ -245,6 +245,14 @@ class StorageError(StoreError):
     was issued (see :class:`OutcomeUnknownError`)."""
 
 
+class DiskFullError(StorageError):
+    """The database's file system (or SQLite's page limit, ``max_page_count``) is full:
+    the write failed before its transaction committed, so nothing was written — even
+    when the COMMIT statement itself failed, as it does when the WAL cannot grow
+    (SQLite's ``SQLITE_FULL``). Free space, then retry; a retry is safe
+    (``docs/store.md``, "Error taxonomy — what each means for the caller")."""
+
+
 class SchemaVersionError(StoreError):
     """The database's schema version is newer than this code understands (or the file
     is not a phronomy store). Nothing was written; upgrade phronomy_fsm."""
@@ -435,6 +443,7 @@ __all__ = [
     "ContentBlockedError",
     "ContextSerializationError",
     "DeadlineExceededError",
+    "DiskFullError",
     "DispatchInputError",
     "DispatcherStoppedError",
     "DurableError",

@@ -38,6 +38,7 @@ API: dict[str, list[str]] = {
         "ContentBlockedError",
         "ContextSerializationError",
         "DeadlineExceededError",
+        "DiskFullError",
         "DispatchInputError",
         "DispatcherStoppedError",
         "DurableError",

@@ -454,10 +454,13 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             AgentBusyError: another active execution holds the exclusive key.
             ExecutionFinishedError: the execution has finished.
             SerializationError: a record cannot be encoded.
-            StorageError: nothing was written (busy after the timeout, I/O, full disk,
-                closed or read-only store).
-            OutcomeUnknownError: the COMMIT failed or its response was lost; it may
-                have committed (``intended`` is ``commit``): call :meth:`reconcile`.
+            StorageError: nothing was written (busy after the timeout, I/O, closed or
+                read-only store).
+            DiskFullError: (a StorageError) the disk or the page limit is full;
+                nothing was written, even when it was the COMMIT that failed.
+            OutcomeUnknownError: the COMMIT failed (but for a full disk) or its
+                response was lost; it may have committed (``intended`` is
+                ``commit``): call :meth:`reconcile`.
 
         Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
         A retry after any typed error but OutcomeUnknownError is safe.
@@ -483,6 +486,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
+                if isinstance(exc, sqlite3.Error) and nothing_written(exc):  # e.g. disk full
+                    raise self._failure(exc, "commit")
                 self._reset_writer()
                 raise self._unknown(exc, commit, lost=False)
         if hook is not None:
@@ -503,7 +508,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             after the batch's COMMIT returned, with the receipt or the typed error
             :meth:`commit` would raise (encoding happens on the writer thread: a
             SerializationError comes back in the future). A failing COMMIT fails every
-            commit of that batch with OutcomeUnknownError.
+            commit of that batch with OutcomeUnknownError — with DiskFullError when it
+            failed for a full disk (nothing written).
 
         Durability: the future resolves only once the batch is durable.
         Concurrency: any thread. Cancelling the future before the writer takes it
@@ -638,9 +644,14 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
-                    self._reset_writer()
-                    for i in ok:
-                        results[i] = self._unknown(exc, live[i].commit, lost=False)
+                    if isinstance(exc, sqlite3.Error) and nothing_written(exc):  # disk full
+                        failure = self._failure(exc, "commit")
+                        for i in ok:
+                            results[i] = self._copy_failure(failure, exc)
+                    else:
+                        self._reset_writer()
+                        for i in ok:
+                            results[i] = self._unknown(exc, live[i].commit, lost=False)
                     ok = []
             elif self._writer is not None and self._writer.in_transaction:
                 self._rollback_quietly()
