@@ -397,6 +397,15 @@ class ApprovalError(AgentError):
     name every item. Nothing was sent; the execution is untouched."""
 
 
+class ApprovalPolicyError(AgentError):
+    """The agent's ``approval_policy`` raised — anything, ``Cancelled`` and
+    ``SystemExit`` included — while deciding a tool call. The execution ends ``failed``
+    with this error and no call of that answer runs (``docs/agent.md``, "Approval").
+    The message names the tool and what the policy raised (``Type: message``), which is
+    also the ``__cause__`` in the process that ran it. Attributes: ``execution_id``,
+    ``tool_name``, ``tool_invocation_id``."""
+
+
 class LLMError(AgentError):
     """The LLM provider failed (HTTP error, protocol error, timeout, malformed tool-call
     JSON). Drives the session to ``failed``."""
@@ -436,6 +445,7 @@ __all__ = [
     "AgentNotLoadedError",
     "AgentOwnedError",
     "ApprovalError",
+    "ApprovalPolicyError",
     "BackpressureError",
     "Cancelled",
     "ConfigurationError",

@@ -31,6 +31,7 @@ API: dict[str, list[str]] = {
         "AgentNotLoadedError",
         "AgentOwnedError",
         "ApprovalError",
+        "ApprovalPolicyError",
         "BackpressureError",
         "Cancelled",
         "ConfigurationError",
