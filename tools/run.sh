@@ -68,7 +68,7 @@ setup() {
       "$PYTHON" -m venv "$VENV"
     fi
   fi
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,postgres,console,otel]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e ".[test,bench,postgres,console,otel,otlp]"
 }
 
 checks() {

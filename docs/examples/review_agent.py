@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-import jsonschema
+import jsonschema_rs  # a dependency of phronomy-fsm: the example needs no extra
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:  # machines/ (generated) and durable_service.py
@@ -258,8 +258,8 @@ class AgentEffects:
             raise LookupError(f"unknown tool {name!r}; known: {', '.join(sorted(self.tools))}")
         try:
             arguments = json.loads(call.arguments or "{}")
-            jsonschema.validate(arguments, tool.parameters)
-        except (ValueError, jsonschema.ValidationError) as exc:
+            jsonschema_rs.validate(tool.parameters, arguments)
+        except ValueError as exc:  # bad JSON, or jsonschema_rs.ValidationError
             raise ValueError(f"bad arguments for {name}: {str(exc).splitlines()[0]}") from exc
         return tool.run(arguments, key, call.task_id)
 

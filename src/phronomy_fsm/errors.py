@@ -218,17 +218,14 @@ class AgentBusyError(StoreError):
 
 
 class AgentOwnedError(AgentBusyError):
-    """Another live process owns the agent: its row in the store's ``agent_owners``
-    table names a process that is still running (or one on another host, whose
-    liveness cannot be checked from here). Nothing was written.
+    """No longer raised; kept so that code that catches it still imports.
 
-    Attributes: ``agent_id``; ``host``, ``pid`` and ``start_time`` of the owning
-    process; ``claimed_at`` (ISO 8601); ``verifiable`` — False when the owner is on
-    another host (or its liveness cannot be proven), in which case an operator who
-    knows it is gone may take the agent over (``Agent.load(..., takeover=True)``,
-    ``--takeover`` on the operator commands). Stop the owning process (its
-    executions stay durable) or approve/cancel through it. Source: docs/operations.md
-    "Who owns an agent"."""
+    It meant that another live process owned the agent (its row in the store's
+    ``agent_owners`` table). Stores of version 5 have no per-process agent claims (the
+    table and ``--takeover`` are gone: ``docs/store.md``, "Upgrading to version 5"): an
+    execution is run by whichever worker holds its lease, and a start for an agent that
+    has an active execution raises :class:`AgentBusyError` (``docs/operations.md``, "Who
+    runs an execution")."""
 
 
 class SerializationError(StoreError):
@@ -272,6 +269,14 @@ class LockTimeoutError(StorageError):
     item 2; ``docs/scale-out.md``, "The PostgreSQL store"."""
 
 
+class DiskFullError(StorageError):
+    """The database's file system (or SQLite's page limit, ``max_page_count``) is full:
+    the write failed before its transaction committed, so nothing was written — even
+    when the COMMIT statement itself failed, as it does when the WAL cannot grow
+    (SQLite's ``SQLITE_FULL``). Free space, then retry; a retry is safe
+    (``docs/store.md``, "Error taxonomy — what each means for the caller")."""
+
+
 class SchemaVersionError(StoreError):
     """The database's schema version is newer than this code understands (or the file
     is not a phronomy store). Nothing was written; upgrade phronomy_fsm."""
@@ -308,7 +313,7 @@ class DurableError(PhronomyError):
 class InvalidIdError(DurableError):
     """An id given by the caller (``field``: ``execution_id``, ``signal_id``...) is not
     acceptable: 1-128 printable characters without whitespace or control/format
-    characters (docs/semantics.md, "Ids"). Nothing was written."""
+    characters (docs/semantics.md, "Starting"). Nothing was written."""
 
 
 class RuntimeClosedError(DurableError):
@@ -416,6 +421,15 @@ class ApprovalError(AgentError):
     name every item. Nothing was sent; the execution is untouched."""
 
 
+class ApprovalPolicyError(AgentError):
+    """The agent's ``approval_policy`` raised — anything, ``Cancelled`` and
+    ``SystemExit`` included — while deciding a tool call. The execution ends ``failed``
+    with this error and no call of that answer runs (``docs/agent.md``, "Approval").
+    The message names the tool and what the policy raised (``Type: message``), which is
+    also the ``__cause__`` in the process that ran it. Attributes: ``execution_id``,
+    ``tool_name``, ``tool_invocation_id``."""
+
+
 class LLMError(AgentError):
     """The LLM provider failed (HTTP error, protocol error, timeout, malformed tool-call
     JSON). Drives the session to ``failed``."""
@@ -455,6 +469,7 @@ __all__ = [
     "AgentNotLoadedError",
     "AgentOwnedError",
     "ApprovalError",
+    "ApprovalPolicyError",
     "BackpressureError",
     "Cancelled",
     "ConfigurationError",
@@ -462,6 +477,7 @@ __all__ = [
     "ContentBlockedError",
     "ContextSerializationError",
     "DeadlineExceededError",
+    "DiskFullError",
     "DispatchInputError",
     "DispatcherStoppedError",
     "DurableError",

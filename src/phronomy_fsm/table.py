@@ -40,9 +40,10 @@ OUTCOME_UNKNOWN = "outcome_unknown"
 BARRIER_OUTCOMES = (COMMITTED, NOT_COMMITTED, CONFLICT, OUTCOME_UNKNOWN)
 
 #: Effect kinds of an offload (see :class:`phronomy_fsm.spec.model.EffectKind` and
-#: ``docs/spec-format.md`` "Effects"): ``pure`` work may be re-run freely (reads,
-#: filters, policy checks); ``idempotent`` work is re-run after a crash with the same
-#: durable idempotency key; ``at_most_once`` work (the default) is never re-run blindly.
+#: ``docs/spec-format.md`` "Effects and durability"): ``pure`` work may be re-run freely
+#: (reads, filters, policy checks); ``idempotent`` work is re-run after a crash with the
+#: same durable idempotency key; ``at_most_once`` work (the default) is never re-run
+#: blindly.
 PURE = "pure"
 IDEMPOTENT = "idempotent"
 AT_MOST_ONCE = "at_most_once"

@@ -19,6 +19,8 @@ from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import (
     AgentClosedError,
     AgentExistsError,
+    ApprovalPolicyError,
+    Cancelled,
     ConfigurationError,
     EffectNotPerformedError,
     ExecutionDetachedError,
@@ -271,6 +273,47 @@ def test_a_policy_answer_that_is_not_a_decision_reaches_the_llm_as_the_tool_erro
     assert log == []  # never ran
     tool_text = next(m.content for m in provider.requests[1].messages if m.role == "tool")
     assert "approval policy returned" in tool_text and "require_approval" in tool_text
+
+
+@pytest.mark.parametrize(
+    "raised",
+    [Cancelled("policy deadline"), ValueError("boom"), SystemExit(3)],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_raising_approval_policy_fails_the_execution_naming_the_policy(
+    store: Any, runtime: Any, events: Events, raised: BaseException
+) -> None:
+    """Whatever the policy raises — ``Cancelled`` and ``SystemExit`` included — ends the
+    execution ``failed`` (``tools_authorization_failed``) with an error naming the
+    policy, the call and the exception; the caller gets that error, not a raised
+    ``Cancelled`` (issue 21)."""
+    log: list[Any] = []
+
+    def policy(view: Any) -> Any:
+        raise raised
+
+    provider = ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),)), Reply(content="ok")])
+    agent = Agent.create(
+        "a",
+        provider=provider,
+        runtime=runtime,
+        tools=[make_tool(log=log)],
+        approval_policy=policy,
+        on_event=events,
+    )
+    with pytest.raises(ApprovalPolicyError) as info:
+        agent.invoke("go", execution_id="e-1", wait_seconds=10)
+    text = f"{type(raised).__name__}: {raised}"
+    assert "approval policy" in str(info.value) and "lookup" in str(info.value)
+    assert text in str(info.value) and info.value.__cause__ is raised
+    assert info.value.execution_id == "e-1" and info.value.tool_name == "lookup"
+    assert log == [] and len(provider.requests) == 1  # nothing ran, the LLM was not asked
+    record = store.load_record("e-1")
+    assert (record.status, record.state) == (ExecutionStatus.FAILED, "failed")
+    assert record.context["error_type"] == "ApprovalPolicyError"
+    assert text in record.context["error"]
+    failed = events.wait_for("error")
+    assert failed.error.startswith("ApprovalPolicyError: ") and text in failed.error
 
 
 def test_invoke_async_can_be_chained_from_a_done_callback(store: Any, runtime: Any) -> None:

@@ -6,6 +6,9 @@ provider against the loopback stub server."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,8 @@ from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.store import SqliteBarrierStore
 from phronomy_fsm.testing import StubLLMServer
 
-from .conftest import Events
+from ..extras import modules_outside
+from .conftest import EXAMPLES, Events, clean_env
 
 
 def _approval(events: Events, task_id: str) -> Any:
@@ -168,3 +172,56 @@ def test_the_provider_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
         ra.provider_from_env(
             {"OPENAI_MODEL": "m", "PHRONOMY_LLM_BASE_URL": "https://llm.invalid/v1"}
         )
+
+
+def test_the_example_runs_on_the_base_install(tmp_path: Path) -> None:
+    """The example needs nothing but ``pip install phronomy-fsm`` (issue 21: it imported
+    ``jsonschema``, which only the ``bench`` extra installs): run as a user runs it, with
+    every module that install would not bring made unimportable, a task with tools is
+    approved and sent, and arguments that do not match a tool's schema are refused."""
+    blocked = modules_outside()
+    assert "jsonschema" in blocked  # the environment has the bench extra: the check bites
+    script = textwrap.dedent(
+        """
+        import json, runpy, sys
+        for name in json.loads(sys.argv[1]):  # importing any of them raises ImportError
+            sys.modules.setdefault(name, None)
+        example = sys.argv[2]
+        sys.argv = [example, *sys.argv[3:]]
+        try:
+            runpy.run_path(example, run_name="__main__")
+        except SystemExit as exit:
+            if exit.code:
+                raise
+        import review_agent as ra
+        effects = ra.AgentEffects(ra.Path("."), ra.scripted_provider())
+        try:
+            effects.run_tool(ra.ToolRun("t-1", "c", "lookup_order", '{"id": 1}'), None)
+        except ValueError as exc:
+            print("refused:", exc)
+        """
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            script,
+            json.dumps(blocked),
+            str(EXAMPLES / "review_agent.py"),
+            *("run", "t-1", "--request", "Order A1 arrived broken.", "--person", "approve"),
+            *("--db", "agent.db"),
+        ],
+        cwd=tmp_path,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(
+        line.startswith("task t-1: completed in delivered (lookup_order ok; open_ticket ok; sent ")
+        for line in lines
+    ), proc.stdout
+    assert lines[-1].startswith("refused: bad arguments for lookup_order:"), proc.stdout

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from phronomy_fsm.durable.records import DurableCommit
-from phronomy_fsm.errors import ConflictError, OutcomeUnknownError, StorageError
+from phronomy_fsm.errors import ConflictError, DiskFullError, OutcomeUnknownError, StorageError
 from phronomy_fsm.store import FaultInjectingStore, FaultKind
 from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
@@ -156,7 +156,11 @@ def test_a_foreign_write_lock_is_a_storage_error_not_a_conflict(store_factory, t
     assert store.load_record("ex-1") == ex
 
 
-def test_a_real_full_disk_is_a_storage_error_and_rolls_back(store_factory):
+@pytest.mark.parametrize("path", ["commit", "submit"])
+def test_a_real_full_database_is_a_disk_full_error_and_writes_nothing(store_factory, path):
+    """SQLite's own SQLITE_FULL (the page limit reached for real): on the group commit's
+    one-statement path too, whose statement includes its COMMIT, it is DiskFullError —
+    nothing was written — and not OutcomeUnknownError (issue 21)."""
     store = store_factory("full.db")
     ex = admit(store, "ex-1")
     with store._write_lock:
@@ -164,11 +168,13 @@ def test_a_real_full_disk_is_a_storage_error_and_rolls_back(store_factory):
         pages = cur.execute("PRAGMA page_count").fetchone()[0]
         cur.execute(f"PRAGMA max_page_count = {pages}")
     big = DurableCommit("b", advance(ex, context={"blob": "x" * (2 * 1024 * 1024)}), 0)
-    with pytest.raises(StorageError, match="full") as info:
-        store.commit(big)
-    assert info.value.sqlite_error == "SQLITE_FULL"
+    with pytest.raises(DiskFullError, match="full; nothing was written") as info:
+        _run(store, path, big)
+    assert info.value.sqlite_error == "SQLITE_FULL" and not info.value.busy
     assert store.load_record("ex-1") == ex
     assert store.reconcile(big) == NOT_COMMITTED
+    small = step(ex)
+    assert _run(store, path, small).revision == 1  # the writer is still usable
 
 
 def test_a_lost_response_then_another_writer_reconciles_to_conflict(faulty):

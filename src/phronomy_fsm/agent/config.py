@@ -115,7 +115,9 @@ class AgentConfig:
                 tools).
             approval_policy: ``policy(ToolCallView) -> Authorization | str | bool``,
                 run off the loop for every valid tool call; default: a tool's
-                ``requires_approval`` decides.
+                ``requires_approval`` decides. An answer that is not a decision is
+                the call's error (the LLM sees it); a policy that raises ends the
+                execution ``failed`` with ApprovalPolicyError.
             on_event: the listener of the agent's events (loop thread; keep it quick).
             max_iterations: LLM calls one execution may make (at least 1).
             timeout_seconds: the default deadline of an execution, in seconds (0 <

@@ -10,7 +10,7 @@ handoff's target where that agent is loaded (now, or after its current execution
 fails an execution whose listener raised. Store work asked for on the loop thread runs on
 one side thread. An :class:`~phronomy_fsm.agent.runtime.AgentRuntime` owns one; so does
 every runtime built from an :func:`~phronomy_fsm.agent.app.agent_app` (``DurableApp.attach``).
-``docs/agent.md`` states the rules ("Handoffs", "Loading an agent").
+The rules: ``docs/agent.md`` ("Handoffs", "Loading an agent").
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class AgentExecutions:
                 return
             if caller is not None:
                 if record.is_finished:  # nothing will finish it again
-                    self.durable.dispatcher.call_soon(self.directory.settle_callers, record)
+                    self.durable.engine.post(self.directory.settle_callers, record)
                 elif not self.durable.is_live(eid):
                     failed(
                         ExecutionExistsError(
@@ -218,8 +218,8 @@ class AgentExecutions:
                 if not self._closed:
                     self._forget_caller(execution_id, caller, exc)
                 return
-            if not self._closed:
-                self.durable.dispatcher.call_soon(self.directory.settle_callers, record)
+            if not self._closed:  # posted: the runtime may close meanwhile
+                self.durable.engine.post(self.directory.settle_callers, record)
 
         name = f"{self.durable.name}-watch-{execution_id[:8]}"
         threading.Thread(target=watch, name=name, daemon=True).start()

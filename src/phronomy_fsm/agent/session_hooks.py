@@ -39,7 +39,13 @@ from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_auth
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
 from phronomy_fsm.durable.records import EffectKind, ExecutionStatus
 from phronomy_fsm.durable.types import BarrierRecords, ChildStart
-from phronomy_fsm.errors import Cancelled, ConfigurationError, ContentBlockedError, LLMError
+from phronomy_fsm.errors import (
+    ApprovalPolicyError,
+    Cancelled,
+    ConfigurationError,
+    ContentBlockedError,
+    LLMError,
+)
 from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.runtime.session import OffloadContext
 from phronomy_fsm.table import Settled
@@ -306,7 +312,12 @@ class AgentSessionHooks(agent_session.Hooks):
     def authorize_tools(self, ctx: SessionContext, payload: Any) -> Any:
         """Offload (pure): validate each pending call's arguments against its tool's
         JSON schema here, then ask the approval policy (or the tool's
-        ``requires_approval``) off the loop."""
+        ``requires_approval``) off the loop.
+
+        A policy answer that is not a decision becomes the call's error, which the LLM
+        sees; a policy that raises — anything — fails the work with
+        :class:`~phronomy_fsm.errors.ApprovalPolicyError`, and the execution ends
+        ``failed`` (``tools_authorization_failed``; ``docs/agent.md``, "Approval")."""
         config = self.directory.config(ctx.agent_id)
         decisions: list[ToolDecision] = []
         views: list[tuple[ToolCallView, str]] = []
@@ -353,11 +364,24 @@ class AgentSessionHooks(agent_session.Hooks):
                 )
             else:
                 try:
-                    verdict = normalize_authorization(policy(view))
-                except Exception as exc:  # noqa: BLE001 - the call fails; the LLM is told why
-                    error = str(exc) if isinstance(exc, ConfigurationError) else _error_text(exc)
+                    answer = policy(view)
+                except BaseException as exc:  # Cancelled, SystemExit too: see below
+                    # The policy is the application's code, not this execution's cancel
+                    # (that never raises into a policy): whatever it raises ends the
+                    # execution failed, saying so, instead of escaping the offload as a
+                    # bare Cancelled that fails it with no error text.
+                    raise ApprovalPolicyError(
+                        f"the approval policy raised deciding the call to tool "
+                        f"{view.tool_name!r} ({view.tool_invocation_id}): {_error_text(exc)}",
+                        execution_id=view.execution_id,
+                        tool_name=view.tool_name,
+                        tool_invocation_id=view.tool_invocation_id,
+                    ) from exc
+                try:
+                    verdict = normalize_authorization(answer)
+                except ConfigurationError as exc:  # not a decision: the call fails, the LLM is told
                     return ToolDecision(
-                        view.tool_invocation_id, None, error=f"the approval policy failed: {error}"
+                        view.tool_invocation_id, None, error=f"the approval policy failed: {exc}"
                     )
             return ToolDecision(view.tool_invocation_id, verdict, view.arguments, reason=reason)
 

@@ -1,5 +1,6 @@
 """``phronomy-fsm executions list|show``: look at the executions of a store
-(``docs/operations.md``, "Looking"; ``docs/store.md``, "Inspection CLI").
+(``docs/operations.md``, "Looking: ``executions list`` and ``executions show``";
+``docs/store.md``, "Inspection CLI").
 
 A thin click layer over :func:`phronomy_fsm.operator.list_executions` and
 :func:`~phronomy_fsm.operator.describe_execution`: executions of every machine, an

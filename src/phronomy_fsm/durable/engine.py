@@ -68,8 +68,8 @@ from phronomy_fsm.durable.types import (
 )
 from phronomy_fsm.errors import (
     HOOK_ERRORS,
-    DispatcherStoppedError,
     ContextSerializationError,
+    DispatcherStoppedError,
     EffectFailedError,
     EffectNotPerformedError,
     LeaseLostError,
@@ -335,6 +335,20 @@ class Engine:
 
     # ------------------------------------------------------------------ helpers
 
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Queue ``fn(*args)`` on the loop thread from a store or helper thread (a
+        commit's outcome, a read-back); dropped once the loop has stopped. Any thread.
+        """
+        try:
+            self.rt.dispatcher.call_soon(fn, *args)
+        except DispatcherStoppedError:
+            # Why: the runtime closed (close() lets executions come to rest only up to
+            # its timeout) or its loop failed while this was on its way. Nobody runs
+            # the execution here any more, and what the store did is in the store:
+            # whoever recovers the execution reads it back. Raising would only print a
+            # traceback from the store's or the helper's thread.
+            log.debug("%s dropped: the runtime's loop has stopped", getattr(fn, "__name__", fn))
+
     def now(self) -> datetime:
         """The runtime clock's wall time (aware UTC)."""
         return self.rt.clock.now()
@@ -430,7 +444,7 @@ class Engine:
                 if not isinstance(added, BarrierRecords):
                     raise TypeError(
                         f"barrier hook {spec.name!r} returned {type(added).__name__}; return "
-                        "BarrierRecords or None (docs/semantics.md, 'Barriers')"
+                        "BarrierRecords or None (docs/semantics.md, 'Barrier hooks')"
                     )
                 records = added
         try:
@@ -464,12 +478,11 @@ class Engine:
         pending = submit_with_reconciliation(
             self.rt.store, commit, value=_Committed(live, commit), name=spec.name
         )
-        call_soon = self.rt.dispatcher.call_soon
 
         def subscribe(report: Callable[[BarrierOutcome], None]) -> None:
             def noted(outcome: BarrierOutcome) -> None:
                 if outcome.outcome == COMMITTED:  # queued before the dispatcher applies it
-                    call_soon(self.note_committed, live, commit)
+                    self.post(self.note_committed, live, commit)
                 report(outcome)
 
             pending.subscribe(noted)
@@ -953,7 +966,7 @@ class Engine:
         self.commits_in_flight += 1
 
         def report(outcome: BarrierOutcome) -> None:
-            self.rt.dispatcher.call_soon(settle, outcome)
+            self.post(settle, outcome)
 
         def settle(outcome: BarrierOutcome) -> None:
             self.commits_in_flight -= 1
@@ -1431,15 +1444,6 @@ class Engine:
 
         self.rt.dispatcher.when_quiescent(live.execution_id, one_done)
         cascade.add_done_callback(lambda _: self.post(one_done))
-
-    def post(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the loop, from any thread; dropped once the loop has
-        stopped (nobody runs the execution here any more; the store keeps what was
-        committed)."""
-        try:
-            self.rt.dispatcher.call_soon(fn, *args)
-        except DispatcherStoppedError:
-            pass
 
     # ------------------------------------------------------------------ recovery
 

@@ -1,7 +1,7 @@
 """Ids and keys of the durable engine: execution ids, signal ids, idempotency keys.
 
 Owns the two derivations recovery relies on (``docs/semantics.md`` "Idempotency
-keys" and "Ids"):
+keys" and "Starting"):
 
 - an effect's **idempotency key** is derived from the execution id, the revision of
   the barrier commit that announced the effect, and the effect's name — so it is the

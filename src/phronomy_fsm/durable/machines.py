@@ -9,7 +9,7 @@ table (:func:`table_to_json`, :func:`table_from_json`) that stores keep so opera
 tools can check signals and draw executions without the application's code.
 
 The rules these facts implement are in ``docs/semantics.md``; the validator checks the
-same rules statically (``docs/spec-format.md``, "Durability checks").
+same rules statically (``docs/spec-format.md``, "Effects and durability").
 """
 
 from __future__ import annotations

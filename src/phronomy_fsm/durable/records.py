@@ -32,7 +32,7 @@ JSON = Any
 
 
 class ExecutionStatus(enum.StrEnum):
-    """Durable status of an execution (``docs/semantics.md`` "Statuses").
+    """Durable status of an execution (``docs/operations.md``, "What the statuses mean").
 
     - ``running``: the machine is moving (its last commit was a start, a barrier or a
       resolution); recovery resumes it from that point;

@@ -29,9 +29,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from concurrent.futures import Future
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from datetime import timedelta
 from typing import Any, Self
 
@@ -692,14 +692,14 @@ class DurableRuntime:
             except PhronomyError as exc:
                 log.warning("execution %s: could not read its inbox: %r", execution_id, exc)
                 if on_read is not None and not self._closed:
-                    self.dispatcher.call_soon(on_read, None)
+                    self.engine.post(on_read, None)
                 return
             if self._closed:
                 return
-            if on_read is not None:
-                self.dispatcher.call_soon(on_read, signals)
+            if on_read is not None:  # posted: the runtime may close meanwhile
+                self.engine.post(on_read, signals)
             elif signals:
-                self.dispatcher.call_soon(self._signals_arrived, signals)
+                self.engine.post(self._signals_arrived, signals)
 
         threading.Thread(target=read, name=f"{self.name}-inbox", daemon=True).start()
 
@@ -961,14 +961,13 @@ class DurableRuntime:
                         )
                     ]
                 except NotFoundError as exc:
-                    self.dispatcher.call_soon(self.engine.release, live, exc)
+                    self.engine.post(self.engine.release, live, exc)
                     return
                 except PhronomyError as exc:
                     log.warning("execution %s: read-back failed (%r); retrying", execution_id, exc)
                     continue
-                self.dispatcher.call_soon(
-                    self.engine.reinstall, live, record, (owner, token), signals
-                )
+                # posted: the runtime may have closed during the read
+                self.engine.post(self.engine.reinstall, live, record, (owner, token), signals)
                 if children:
                     try:
                         self.adopt(children)  # those live here already are left alone

@@ -6,8 +6,8 @@ store can be drawn without the application's code or YAML) — and the
 :class:`~phronomy_fsm.diagram.Highlight` of the execution: its current state and the
 states of its durable points in order (one per commit of its barrier log). States the
 machine passed through between two commits are not recorded, so only an edge joining
-two consecutive durable states directly is drawn as taken (``docs/operations.md``,
-"Drawing an execution"). Used by ``phronomy-fsm diagram --execution`` and the console.
+two consecutive durable states directly is drawn as taken (``docs/spec-format.md``,
+"Diagrams"). Used by ``phronomy-fsm diagram --execution`` and the console.
 """
 
 from __future__ import annotations

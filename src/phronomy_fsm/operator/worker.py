@@ -35,7 +35,7 @@ def run_worker(
 ) -> None:
     """Run a :class:`~phronomy_fsm.durable.worker.Worker` over the store ``db`` until ``stop`` is set.
 
-    What ``phronomy-fsm worker`` does (``docs/scale-out.md``, "Workers").
+    What ``phronomy-fsm worker`` does (``docs/scale-out.md``, "Running workers").
 
     Args:
         db: a SQLite file path or a ``postgresql://`` DSN (opened here, closed when the

@@ -253,7 +253,7 @@ def bind_machine(
             is delivered — the place to apply a committed record to live state so that
             guards and actions of every row see it. A raising hook ends the session.
         optional: hook names that may be absent (resolved to ``None``); the durable
-            runtime supplies barrier work itself (docs/semantics.md, "Barriers").
+            runtime supplies barrier work itself (docs/semantics.md, "Barrier hooks").
         fast_path: False keeps every row off the dispatcher's inlined fast path (the
             durable runtime's step hook must see every transition).
 

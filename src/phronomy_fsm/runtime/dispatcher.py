@@ -598,7 +598,7 @@ class Dispatcher(EventLoop):
     def _returned(self, s: Session, kind: str, name: str | None, value: Any) -> None:
         """A guard returned something other than a bool (it is still read as its truth
         value), or an action returned a value (ignored): log it once per hook and
-        machine, naming the hook and the value (docs/runtime.md, "Hooks")."""
+        machine, naming the hook and the value (docs/runtime.md, "Sessions")."""
         key = (s.binding.machine, kind, name)
         if key in self._misreturned:
             return

@@ -59,7 +59,7 @@ class UnhandledPolicy(enum.StrEnum):
 
 class EffectKind(enum.StrEnum):
     """What an offload's work does to the world, and so what recovery may do with it
-    when its outcome was lost (``docs/spec-format.md`` "Effects").
+    when its outcome was lost (``docs/spec-format.md`` "Effects and durability").
 
     - ``pure``: may be re-run freely (reads, filters, policy checks);
     - ``idempotent``: re-run after a crash with the same durable idempotency key;

@@ -92,7 +92,7 @@ WAL_PREWARM_FRAMES = 1000
 #: batch) is never cut, while a WAL that a long reader let grow to hundreds of MB is
 #: truncated back to this size by the first commit after the WAL restarts — one
 #: ``ftruncate`` after such a peak, no extra fsync on ordinary commits
-#: (docs/store.md "Commit latency").
+#: (docs/store.md "Commit latency: the WAL is grown once, then reused").
 WAL_SIZE_LIMIT_FRAMES = 2 * WAL_PREWARM_FRAMES
 
 
@@ -103,9 +103,10 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     Why: on ext4 (and most file systems) an fsync of a file that grew must also commit
     its new size, which costs about a second device flush; measured on this project's
     CI machine, a FULL barrier commit into a growing WAL took 540–710 µs against
-    310–390 µs into a reused one (``docs/store.md`` "Commit latency"). SQLite reuses
-    the WAL after a complete checkpoint but deletes it when the last connection
-    closes, so every process would otherwise pay the growth again.
+    310–390 µs into a reused one (``docs/store.md``, "Commit latency: the WAL is grown
+    once, then reused"). SQLite reuses the WAL after a complete checkpoint but deletes
+    it when the last connection closes, so every process would otherwise pay the
+    growth again.
 
     How: ``frames`` autocommit writes of ``PRAGMA user_version`` (one page each; the
     store keeps its version in ``meta`` and never reads ``user_version``) at
@@ -195,7 +196,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             ``wal_prewarm_frames`` and :data:`WAL_PREWARM_FRAMES` frames, about 8 MiB
             with 4 KiB pages). A reader holding a transaction open keeps every commit
             in the WAL; once it is gone, the next checkpoint and WAL restart cut the
-            file back to this size (docs/store.md "Commit latency").
+            file back to this size (docs/store.md, "Commit latency: the WAL is grown
+            once, then reused").
 
     Raises:
         StorageError: the file is not a SQLite database, cannot be created or opened,
@@ -518,10 +520,13 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             AgentBusyError: another active execution holds the exclusive key.
             ExecutionFinishedError: the execution has finished.
             SerializationError: a record cannot be encoded.
-            StorageError: nothing was written (busy after the timeout, I/O, full disk,
-                closed or read-only store).
-            OutcomeUnknownError: the COMMIT failed or its response was lost; it may
-                have committed (``intended`` is ``commit``): call :meth:`reconcile`.
+            StorageError: nothing was written (busy after the timeout, I/O, closed or
+                read-only store).
+            DiskFullError: (a StorageError) the disk or the page limit is full;
+                nothing was written, even when it was the COMMIT that failed.
+            OutcomeUnknownError: the COMMIT failed (but for a full disk) or its
+                response was lost; it may have committed (``intended`` is
+                ``commit``): call :meth:`reconcile`.
 
         Durability: with ``synchronous="FULL"`` the WAL is fsynced before it returns.
         A retry after any typed error but OutcomeUnknownError is safe.
@@ -547,6 +552,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                 self._rollback_quietly()
+                if isinstance(exc, sqlite3.Error) and nothing_written(exc):  # e.g. disk full
+                    raise self._failure(exc, "commit")
                 self._reset_writer()
                 raise self._unknown(exc, commit, lost=False)
             self._advance_mark(cur)
@@ -568,7 +575,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             after the batch's COMMIT returned, with the receipt or the typed error
             :meth:`commit` would raise (encoding happens on the writer thread: a
             SerializationError comes back in the future). A failing COMMIT fails every
-            commit of that batch with OutcomeUnknownError.
+            commit of that batch with OutcomeUnknownError — with DiskFullError when it
+            failed for a full disk (nothing written).
 
         Durability: the future resolves only once the batch is durable.
         Concurrency: any thread. Cancelling the future before the writer takes it
@@ -704,9 +712,14 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
                     cur.execute("COMMIT")
                 except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
                     self._rollback_quietly()
-                    self._reset_writer()
-                    for i in ok:
-                        results[i] = self._unknown(exc, live[i].commit, lost=False)
+                    if isinstance(exc, sqlite3.Error) and nothing_written(exc):  # disk full
+                        failure = self._failure(exc, "commit")
+                        for i in ok:
+                            results[i] = self._copy_failure(failure, exc)
+                    else:
+                        self._reset_writer()
+                        for i in ok:
+                            results[i] = self._unknown(exc, live[i].commit, lost=False)
                     ok = []
                 else:
                     self._advance_mark(cur)

@@ -1,8 +1,9 @@
 """The agent's describer: GenAI spans for ``agent_session`` and ``tool_call`` executions.
 
 :class:`AgentDescriber` names and attributes the spans of an agent's executions in the
-OpenTelemetry GenAI semantic conventions (``docs/tracing.md``, "Agents"), from what the
-engine committed — the execution's context — and what the work returned:
+OpenTelemetry GenAI semantic conventions (``docs/tracing.md``, "Describers: names and
+GenAI attributes"), from what the engine committed — the execution's context — and what
+the work returned:
 
 - an agent's execution (``agent_session``): ``invoke_agent <agent id>``
   (:func:`~phronomy_fsm.tracing.describe.gen_ai_agent`) with the token counts of all its

@@ -2,11 +2,11 @@
 describers, and the GenAI helpers.
 
 A :class:`Describer` per machine names the execution span of a finished execution and
-the span of each effect attempt, and adds attributes (``docs/tracing.md``,
-"Describers"); :class:`WorkflowDescriber` is every machine's default;
-:func:`gen_ai_agent`, :func:`gen_ai_chat` and :func:`gen_ai_tool` build descriptions in
-the OpenTelemetry GenAI semantic conventions (the agent's describer,
-:class:`~phronomy_fsm.tracing.agents.AgentDescriber`, uses them).
+the span of each effect attempt, and adds attributes (``docs/tracing.md``, "Describers:
+names and GenAI attributes"); :class:`WorkflowDescriber` is the default of every machine
+but the agent's two; :func:`gen_ai_agent`, :func:`gen_ai_chat` and :func:`gen_ai_tool`
+build descriptions in the OpenTelemetry GenAI semantic conventions (the agent's
+describer, :class:`~phronomy_fsm.tracing.agents.AgentDescriber`, uses them).
 
 Must not: import OpenTelemetry, read or write a store.
 """
@@ -54,7 +54,7 @@ class EffectCall:
 
 class Describer(Protocol):
     """Names and attributes the spans of one machine's executions (``docs/tracing.md``,
-    "Describers"). Both methods run on the runtime's loop thread: keep them cheap; an
+    "Describers: names and GenAI attributes"). Both methods run on the runtime's loop thread: keep them cheap; an
     exception falls back to the default description (logged)."""
 
     def execution(self, record: ExecutionRecord) -> SpanDescription:

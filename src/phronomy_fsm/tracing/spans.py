@@ -87,7 +87,7 @@ def default_describers(*, provider_of: Any = None) -> dict[str, Describer]:
     :class:`~phronomy_fsm.tracing.agents.AgentDescriber` (with ``provider_of``:
     ``agent_id -> provider``, for the provider's name); every other machine
     :class:`~phronomy_fsm.tracing.describe.WorkflowDescriber` (``docs/tracing.md``,
-    "Describers")."""
+    "Describers: names and GenAI attributes")."""
     agent = AgentDescriber(provider_of=provider_of)
     return {agent_session.MACHINE: agent, tool_call.MACHINE: agent}
 
