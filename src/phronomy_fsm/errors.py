@@ -342,8 +342,10 @@ class ExecutionOwnedError(DurableError):
 
 class SignalRefusedError(DurableError):
     """A signal was refused before anything was written: the event is not declared
-    by the machine, is one the engine posts itself, the payload is not JSON, or the
-    expected revision is stale (``reason``)."""
+    by the machine, is one the engine posts itself, the payload is not JSON, the
+    expected revision is stale, or its signal id belongs to another signal
+    (``reason``; for ``signal_id_reused`` also ``signal_id``,
+    ``used_by_execution_id`` and ``differs``: docs/semantics.md, "Signals")."""
 
 
 class ResolutionError(DurableError):

@@ -247,6 +247,14 @@ def test_a_signal_sent_twice_by_commits_refuses_the_second(store):
     )
     c = step(store.load_record("a"), commit_options={"send_signals": (signal("b", "x"),)})
     refused(store, c, ConflictError, "sent already", "a", "b")
+    c = step(
+        store.load_record("a"), commit_options={"send_signals": (signal("a", "x", event="y"),)}
+    )
+    before = snapshot(store, "a", "b")
+    with pytest.raises(ConflictError, match="execution b") as refusal:
+        commit(store, c)
+    assert refusal.value.reason == "signal_id_reused"
+    assert snapshot(store, "a", "b") == before
 
 
 def test_a_record_that_is_not_json_is_a_serialization_error(store):
@@ -308,7 +316,6 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
     cursor = store.signal_cursor()
     first = store.send_signal(signal("e1", "s-1", expected_revision=0))
     assert first.seq > 0 and first.consumed_revision is None
-    assert store.send_signal(signal("e1", "s-1", payload={"changed": True})) == first
     before = snapshot(store, "e1", "ghost")
     with pytest.raises(NotFoundError):
         store.send_signal(signal("ghost", "s-2"))
@@ -323,6 +330,38 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
     with pytest.raises(ExecutionFinishedError):
         store.send_signal(signal("e1", "s-5"))
     assert snapshot(store, "e1") == before
+
+
+def test_a_resent_signal_id_is_a_no_op_only_for_the_same_signal(store):
+    """Issue 22 item 9: a signal id used before returned the other signal's record and
+    wrote nothing, whatever was sent with it — a second approval, an event for another
+    execution, was silently lost."""
+    commit(store, create("e1"))
+    commit(store, create("e2"))
+    first = store.send_signal(signal("e1", "s-1", expected_revision=0))
+    # the same signal again (a retry: other time, sender, expected revision) is a no-op
+    again = signal("e1", "s-1", created_at=T0.replace(year=2031), sender="retry")
+    assert store.send_signal(again) == first
+    commit(store, step(store.load_record("e1")))  # the execution moved on: still a no-op
+    assert store.send_signal(signal("e1", "s-1", expected_revision=0)) == first
+    before = snapshot(store, "e1", "e2")
+    for other, differs in (
+        (signal("e1", "s-1", payload={"x": 2}), "payload"),
+        (signal("e1", "s-1", payload={"x": True}), "payload"),  # JSON true is not 1
+        (signal("e1", "s-1", event="stop"), "event"),
+        (signal("e1", "s-1", kind=SignalKind.CANCEL), "kind"),
+        (signal("e2", "s-1"), "execution"),
+        (signal("ghost", "s-1"), "execution"),
+    ):
+        with pytest.raises(SignalRefusedError, match="s-1") as refusal:
+            store.send_signal(other)
+        assert refusal.value.reason == "signal_id_reused"
+        assert refusal.value.signal_id == "s-1"
+        assert refusal.value.used_by_execution_id == "e1"
+        assert differs in refusal.value.differs
+        assert "execution e1" in str(refusal.value) and differs in str(refusal.value)
+        assert "nothing was sent" in str(refusal.value)
+    assert snapshot(store, "e1", "e2") == before
 
 
 def test_the_inbox_reads(store):

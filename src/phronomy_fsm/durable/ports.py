@@ -74,11 +74,16 @@ class ExecutionStore(Protocol):
 
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write to the inbox after checking the execution (exists, active, at the
-        expected revision); a signal id sent before returns the stored one. Signals
-        to one execution are stored in the order sent; senders to different
-        executions do not wait on each other. Raises NotFoundError,
-        ExecutionFinishedError, SignalRefusedError, SerializationError, StorageError
-        (LockTimeoutError on PostgreSQL when the execution stays locked)."""
+        expected revision). A signal id stored before is checked first: the same
+        signal again (execution, kind, event, payload as canonical JSON) returns the
+        stored one and writes nothing; another signal with that id is refused
+        (SignalRefusedError ``signal_id_reused``, naming the id, the execution it
+        belongs to and what differs; ``docs/semantics.md``, "Signals"). Signals to
+        one execution are stored in the order sent; senders to different executions
+        do not wait on each other. Raises NotFoundError, ExecutionFinishedError,
+        SignalRefusedError (``stale_revision``, ``signal_id_reused``),
+        SerializationError, StorageError (LockTimeoutError on PostgreSQL when the
+        execution stays locked)."""
         ...
 
     def pending_signals(self, execution_id: str) -> list[SignalRecord]:

@@ -40,10 +40,12 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     PhronomyError,
 )
+from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
 from phronomy_fsm.store.refusals import (
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    signal_sent_already_error,
     update_refusal,
 )
 
@@ -315,9 +317,11 @@ def apply_durable(
                 ),
             )
         except sqlite3.IntegrityError:
-            raise ConflictError(
-                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
-            ) from None
+            row = cur.execute(
+                f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
+            ).fetchone()
+            stored = None if row is None else signal_from_row(row)
+            raise signal_sent_already_error(stored, signal) from None
         seqs_out.append(int(cur.lastrowid or 0))
     for start in range(0, len(p.journal), JOURNAL_ROWS_PER_STATEMENT):
         chunk = p.journal[start : start + JOURNAL_ROWS_PER_STATEMENT]

@@ -1,9 +1,10 @@
 """The engine port's writes outside commits on SQLite: the inbox, leases, registries.
 
 Owns the SQL of the writes that are not an execution's commit: sending a signal to an
-execution's inbox (checked against the execution in the same transaction), closing
-signals without applying them, workers and their leases, claims of executions (the
-fencing token rises by one), and the registries of agent ids and compiled machines.
+execution's inbox (checked against the execution in the same transaction; a signal id
+already stored is a no-op only for the same signal), closing signals without applying
+them, workers and their leases, claims of executions (the fencing token rises by one),
+and the registries of agent ids and compiled machines.
 Each is one ``BEGIN IMMEDIATE`` transaction through the store's
 ``maintenance_transaction`` (a failing COMMIT is reported as StorageError: every one of
 these writes is idempotent or re-checked, so a retry is safe). Mixed into
@@ -21,6 +22,7 @@ from phronomy_fsm.durable.records import MachineRecord, SignalRecord, WorkerReco
 from phronomy_fsm.errors import ExecutionFinishedError, NotFoundError, SignalRefusedError
 from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK
 from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
+from phronomy_fsm.store.refusals import reused_signal_id_refusal
 
 
 class SqliteWrites:
@@ -39,13 +41,18 @@ class SqliteWrites:
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write ``signal`` to its execution's inbox, in one transaction that checks
         the execution: it exists, is active, and (with ``expected_revision``) is at
-        that revision. A signal id sent before returns the stored signal and writes
-        nothing (a retried send is a no-op).
+        that revision. A signal id stored before is checked first: the same signal
+        sent again (execution, kind, event and payload; ``docs/semantics.md``,
+        "Signals") returns the stored one and writes nothing — a retried send is a
+        no-op, even once the execution has moved on or finished — and any other
+        signal with that id is refused.
 
         Raises:
             NotFoundError: no such execution.
             ExecutionFinishedError: it has finished.
-            SignalRefusedError: ``expected_revision`` is stale (``reason``).
+            SignalRefusedError: ``expected_revision`` is stale, or the signal id
+                belongs to another signal (``reason``: ``stale_revision``,
+                ``signal_id_reused``).
             SerializationError, StorageError: nothing was written.
         """
         body = to_json(signal)
@@ -55,7 +62,11 @@ class SqliteWrites:
                 f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
             ).fetchone()
             if existing is not None:
-                return signal_from_row(existing)
+                stored = signal_from_row(existing)
+                refusal = reused_signal_id_refusal(stored, signal)
+                if refusal is not None:
+                    raise refusal
+                return stored
             row = cur.execute(
                 "SELECT revision, active, status FROM executions WHERE execution_id=?",
                 (signal.execution_id,),

@@ -29,6 +29,8 @@ from phronomy_fsm.durable.records import (
     DurableReceipt,
     ExecutionRecord,
     SignalKind,
+    SignalRecord,
+    from_json,
     to_json,
 )
 from phronomy_fsm.errors import (
@@ -42,6 +44,7 @@ from phronomy_fsm.store.refusals import (
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    signal_sent_already_error,
     update_refusal,
 )
 
@@ -297,9 +300,10 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
         )
         got = cur.fetchone()
         if got is None:
-            raise ConflictError(
-                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
-            )
+            cur.execute("SELECT body FROM signals WHERE signal_id = %s", (signal.signal_id,))
+            row = cur.fetchone()
+            stored = None if row is None else from_json(SignalRecord, row[0])
+            raise signal_sent_already_error(stored, signal)
         seqs_out.append(int(got[0]))
         notes.append(f"{SIGNALS_CHANNEL}\0{signal.execution_id}")
     if p.journal:
