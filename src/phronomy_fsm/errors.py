@@ -295,10 +295,11 @@ class ContextSerializationError(SerializationError):
 
 
 class LeaseLostError(ConflictError):
-    """A commit was refused because the worker no longer holds the execution: its
-    lease expired, or another worker claimed it since (the fencing token moved on).
-    Nothing was written; the worker must drop its live copy of the execution
-    (docs/semantics.md, "Leases and fencing")."""
+    """A commit, or an owner's write to the inbox (closing signals), was refused
+    because the worker no longer holds the execution: its lease expired, or another
+    worker claimed it since (the fencing token moved on). Nothing was written; the
+    worker must drop its live copy of the execution (docs/semantics.md, "Leases and
+    fencing")."""
 
 
 class DurableError(PhronomyError):

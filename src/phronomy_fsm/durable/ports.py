@@ -18,6 +18,7 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    Fence,
     JournalEntry,
     MachineRecord,
     SignalPoll,
@@ -108,8 +109,16 @@ class ExecutionStore(Protocol):
         ValueError (not a cursor of this store), SerializationError, StorageError."""
         ...
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
-        """Consume signals without applying them (rejected or dropped)."""
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
+        """Consume pending signals without applying them (rejected or dropped; the
+        ``outcome`` text says which and why) as the execution's owner holding
+        ``fence``; returns how many were still pending. Fenced as a commit is, in
+        the same transaction: refused unless the stored owner and fencing token are
+        the fence's and the owner's lease has not passed (``docs/semantics.md``,
+        "Leases and fencing"). Raises NotFoundError, LeaseLostError (nothing was
+        written: the worker drops its copy of the execution), StorageError."""
         ...
 
     def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:

@@ -3,8 +3,9 @@
 Owns the SQL of the writes that are not an execution's commit: sending a signal to an
 execution's inbox (checked against the execution in the same transaction; a signal id
 already stored is a no-op only for the same signal), closing signals without applying
-them, workers and their leases, claims of executions (the fencing token rises by one),
-and the registries of agent ids and compiled machines.
+them (fenced like a commit: only the execution's owner, under its current fencing
+token and lease), workers and their leases, claims of executions (the fencing token
+rises by one), and the registries of agent ids and compiled machines.
 Each is one ``BEGIN IMMEDIATE`` transaction through the store's
 ``maintenance_transaction`` (a failing COMMIT is reported as StorageError: every one of
 these writes is idempotent or re-checked, so a retry is safe). Mixed into
@@ -18,9 +19,15 @@ from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
-from phronomy_fsm.durable.records import MachineRecord, SignalRecord, WorkerRecord, to_json
+from phronomy_fsm.durable.records import (
+    Fence,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+    to_json,
+)
 from phronomy_fsm.errors import ExecutionFinishedError, NotFoundError, SignalRefusedError
-from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK
+from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK, check_fence
 from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
 from phronomy_fsm.store.refusals import reused_signal_id_refusal
 
@@ -105,19 +112,35 @@ class SqliteWrites:
             seq = int(cur.lastrowid or 0)
         return signal_from_row((seq, body, None, None))
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
         """Mark pending signals of ``execution_id`` consumed without applying them
-        (``outcome`` says why: ``rejected: ...``, ``dropped: ...``); returns how many
-        were still pending. The execution's revision does not move."""
+        (``outcome`` says why: ``rejected: ...``, ``dropped: ...``) as its owner
+        holding ``fence``; returns how many were still pending. The execution's
+        revision does not move. Fenced as a commit is (``docs/semantics.md``, "Leases
+        and fencing"), in the same transaction: a worker whose lease passed and whose
+        execution another worker took over cannot close the new owner's signals.
+
+        Raises:
+            NotFoundError: no such execution.
+            LeaseLostError: ``fence`` is not the stored owner and fencing token, or
+                the owner's lease has passed; nothing was written (the worker drops
+                its copy of the execution).
+            StorageError: nothing was written.
+        """
         if not seqs:
             return 0
+        now_ms, _ = self._commit_time()
         marks = ",".join("?" * len(seqs))
         with self.maintenance_transaction("close_signals") as cur:
+            # only while the fence still holds: a stale copy must not close the new
+            # owner's signals (it would take a current approval for a stale one)
+            revision = check_fence(cur, execution_id, fence, now_ms)
             cur.execute(
-                f"UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
-                f" WHERE execution_id = ?), outcome = ? WHERE execution_id = ?"
+                f"UPDATE signals SET consumed_revision = ?, outcome = ? WHERE execution_id = ?"
                 f" AND consumed_revision IS NULL AND seq IN ({marks})",
-                [execution_id, outcome, execution_id, *seqs],
+                [revision, outcome, execution_id, *seqs],
             )
             return int(cur.rowcount)
 

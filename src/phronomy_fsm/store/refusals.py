@@ -1,12 +1,14 @@
-"""Why a barrier's compare-and-set matched no row, when a commit that would end an
-execution is refused because a cancel waits for it, and when a signal id already stored
-names another signal — the same for every backend.
+"""Why a barrier's compare-and-set matched no row, why an owner's inbox write was
+refused, when a commit that would end an execution is refused because a cancel waits
+for it, and when a signal id already stored names another signal — the same for every
+backend.
 
-Both stores (SQLite and PostgreSQL) read the execution's row back after a fenced UPDATE
-that changed nothing, or read the stored signal that holds an id, and turn it into the
-typed refusal the engine and the operator commands act on (``docs/store.md``, "Error
-taxonomy — what each means for the caller"; ``docs/semantics.md``, "Signals"). The
-reading is the backend's; the decision is here.
+Both stores (SQLite and PostgreSQL) read the execution's row back after a fenced write
+that changed nothing (a commit's UPDATE, an owner's inbox write), or read the stored
+signal that holds an id, and turn it into the typed refusal the engine and the
+operator commands act on (``docs/store.md``, "Error taxonomy — what each means for the
+caller"; ``docs/semantics.md``, "Signals", "Leases and fencing"). The reading is the
+backend's; the decision is here.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from phronomy_fsm.durable.codec import dumps, json_data
-from phronomy_fsm.durable.records import DurableCommit, ExecutionStatus, SignalRecord
+from phronomy_fsm.durable.records import DurableCommit, ExecutionStatus, Fence, SignalRecord
 from phronomy_fsm.errors import (
     ConflictError,
     ExecutionFinishedError,
@@ -26,6 +28,8 @@ from phronomy_fsm.errors import (
 
 #: The columns :func:`update_refusal` reads, in order.
 REFUSAL_COLUMNS = "revision, machine, active, status, owner_id, fence"
+#: The columns :func:`inbox_write_refusal` reads, in order.
+FENCE_COLUMNS = "owner_id, fence"
 
 
 def update_refusal(commit: DurableCommit, row: tuple[Any, ...] | None) -> PhronomyError:
@@ -58,19 +62,44 @@ def update_refusal(commit: DurableCommit, row: tuple[Any, ...] | None) -> Phrono
             expected_revision=commit.expected_revision,
             stored_revision=revision,
         )
-    fence = commit.fence
+    return fence_refusal(ex.execution_id, commit.fence, owner, token, "nothing was committed")
+
+
+def fence_refusal(
+    execution_id: str, fence: Fence | None, owner: str | None, token: int, written: str
+) -> LeaseLostError:
+    """The refusal of a write made under ``fence`` to an execution that the store says
+    ``owner`` holds under fencing ``token``: another owner or token (the worker must
+    drop its copy), else the worker's lease has passed. ``written`` ends the message
+    (``nothing was committed``, ``nothing was written``)."""
     if fence is not None and (owner != fence.worker_id or token != fence.token):
         return LeaseLostError(
-            f"execution {ex.execution_id} is now owned by worker {owner} (fence {token}), not "
-            f"{fence.worker_id} (fence {fence.token}); this worker must drop it",
-            execution_id=ex.execution_id,
+            f"execution {execution_id} is now owned by worker {owner} (fence {token}), not "
+            f"{fence.worker_id} (fence {fence.token}); {written}; this worker must drop it",
+            execution_id=execution_id,
             owner_id=owner,
         )
     return LeaseLostError(
-        f"execution {ex.execution_id}: the lease of worker "
-        f"{fence.worker_id if fence else '?'} has expired; nothing was committed",
-        execution_id=ex.execution_id,
+        f"execution {execution_id}: the lease of worker "
+        f"{fence.worker_id if fence else '?'} has expired; {written}",
+        execution_id=execution_id,
+        owner_id=owner,
     )
+
+
+def inbox_write_refusal(
+    execution_id: str, fence: Fence, row: tuple[Any, ...] | None
+) -> PhronomyError:
+    """The refusal of an owner's inbox write (closing signals) made under ``fence``,
+    given the execution's stored row (``FENCE_COLUMNS``, or ``None`` when there is no
+    such execution): NotFoundError, or LeaseLostError (:func:`fence_refusal`)."""
+    if row is None:
+        return NotFoundError(
+            f"execution {execution_id} does not exist; nothing was written",
+            execution_id=execution_id,
+        )
+    owner, token = row
+    return fence_refusal(execution_id, fence, owner, token, "nothing was written")
 
 
 def signal_differences(stored: SignalRecord, sent: SignalRecord) -> tuple[str, ...]:
@@ -191,9 +220,12 @@ def cancel_pending_error(execution_id: str, seqs: list[int]) -> ConflictError:
 
 
 __all__ = [
+    "FENCE_COLUMNS",
     "REFUSAL_COLUMNS",
     "cancel_pending_error",
     "ends_unless_cancelled",
+    "fence_refusal",
+    "inbox_write_refusal",
     "reused_signal_id_refusal",
     "signal_differences",
     "signal_sent_already_error",

@@ -23,6 +23,7 @@ from phronomy_fsm.durable.records import (
     BarrierLogRecord,
     DurableCommit,
     ExecutionRecord,
+    Fence,
     JournalEntry,
     MachineRecord,
     SignalPoll,
@@ -41,6 +42,7 @@ from phronomy_fsm.store.postgres._commit import (
     INSERT_SIGNAL,
     SIGNALS_CHANNEL,
     WORK_CHANNEL,
+    check_fence,
     lock_inboxes,
 )
 from phronomy_fsm.store.postgres.schema import NOW_MS
@@ -393,18 +395,29 @@ class PostgresReads:
             "send_signal", run, execution_id=signal.execution_id
         )
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
         """Consume pending signals of ``execution_id`` without applying them
-        (``outcome`` says why); returns how many were still pending."""
+        (``outcome`` says why) as its owner holding ``fence``; returns how many were
+        still pending. Fenced as a commit is, in the same transaction, which holds
+        the execution's row so that no claim moves the fencing token meanwhile
+        (``docs/semantics.md``, "Leases and fencing").
+
+        Raises: NotFoundError; LeaseLostError (``fence`` is not the stored owner and
+        token, or the owner's lease has passed: nothing was written, the worker drops
+        its copy); LockTimeoutError, StorageError (nothing was written)."""
         if not seqs:
             return 0
 
         def run(cur: Any) -> int:
+            # only while the fence still holds: a stale copy must not close the new
+            # owner's signals. The execution's row, then its signals: a commit's order
+            revision = check_fence(cur, execution_id, fence)
             cur.execute(
-                "UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
-                " WHERE execution_id = %s), outcome = %s WHERE execution_id = %s"
+                "UPDATE signals SET consumed_revision = %s, outcome = %s WHERE execution_id = %s"
                 " AND consumed_revision IS NULL AND seq = ANY(%s)",
-                (execution_id, outcome, execution_id, [int(s) for s in seqs]),
+                (revision, outcome, execution_id, [int(s) for s in seqs]),
             )
             return int(cur.rowcount)
 
