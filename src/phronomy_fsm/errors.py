@@ -300,10 +300,11 @@ class ContextSerializationError(SerializationError):
 
 
 class LeaseLostError(ConflictError):
-    """A commit was refused because the worker no longer holds the execution: its
-    lease expired, or another worker claimed it since (the fencing token moved on).
-    Nothing was written; the worker must drop its live copy of the execution
-    (docs/semantics.md, "Leases and fencing")."""
+    """A commit, or an owner's write to the inbox (closing signals), was refused
+    because the worker no longer holds the execution: its lease expired, or another
+    worker claimed it since (the fencing token moved on). Nothing was written; the
+    worker must drop its live copy of the execution (docs/semantics.md, "Leases and
+    fencing")."""
 
 
 class DurableError(PhronomyError):
@@ -347,8 +348,10 @@ class ExecutionOwnedError(DurableError):
 
 class SignalRefusedError(DurableError):
     """A signal was refused before anything was written: the event is not declared
-    by the machine, is one the engine posts itself, the payload is not JSON, or the
-    expected revision is stale (``reason``)."""
+    by the machine, is one the engine posts itself, the payload is not JSON, the
+    expected revision is stale, or its signal id belongs to another signal
+    (``reason``; for ``signal_id_reused`` also ``signal_id``,
+    ``used_by_execution_id`` and ``differs``: docs/semantics.md, "Signals")."""
 
 
 class ResolutionError(DurableError):

@@ -113,7 +113,7 @@ def signal(execution_id: str, signal_id: str, **changes: Any) -> SignalRecord:
         signal_id=signal_id,
         execution_id=execution_id,
         kind=changes.pop("kind", SignalKind.EVENT),
-        created_at=T0,
+        created_at=changes.pop("created_at", T0),
         event=changes.pop("event", "go"),
         payload=changes.pop("payload", {"x": 1}),
         **changes,

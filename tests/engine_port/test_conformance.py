@@ -174,9 +174,10 @@ def test_commits_are_fenced_by_owner_token_and_lease(store):
 
 
 def test_signals_that_are_not_pending_refuse_the_whole_commit(store):
-    commit(store, create("e1"))
+    store.register_worker(worker("w1"), 60)
+    commit(store, create("e1", fence=Fence("w1", 1)))
     sent = store.send_signal(signal("e1", "s-1"))
-    assert store.close_signals("e1", [sent.seq], "rejected: test") == 1
+    assert store.close_signals("e1", [sent.seq], "rejected: test", fence=Fence("w1", 1)) == 1
     c = step(store.load_record("e1"), commit_options={"consume_signals": (sent.seq,)})
     refused(store, c, ConflictError, "not all pending", "e1")
     c = step(store.load_record("e1"), commit_options={"consume_signals": (sent.seq + 999,)})
@@ -215,9 +216,10 @@ def test_a_waiting_cancel_refuses_a_commit_that_ends_the_execution_by_itself(sto
 
 
 def test_an_end_that_consumes_the_cancel_or_follows_a_closed_one_is_not_refused(store):
-    commit(store, create("e1"))
+    store.register_worker(worker("w1"), 60)
+    commit(store, create("e1", fence=Fence("w1", 1)))
     cancel = store.send_signal(signal("e1", "c-1", kind=SignalKind.CANCEL, event=None))
-    assert store.close_signals("e1", [cancel.seq], "dropped: test") == 1
+    assert store.close_signals("e1", [cancel.seq], "dropped: test", fence=Fence("w1", 1)) == 1
     commit(store, step(store.load_record("e1"), "@final", status=ExecutionStatus.FAILED))
     commit(store, create("e2"))
     cancel = store.send_signal(signal("e2", "c-2", kind=SignalKind.CANCEL, event=None))
@@ -247,6 +249,14 @@ def test_a_signal_sent_twice_by_commits_refuses_the_second(store):
     )
     c = step(store.load_record("a"), commit_options={"send_signals": (signal("b", "x"),)})
     refused(store, c, ConflictError, "sent already", "a", "b")
+    c = step(
+        store.load_record("a"), commit_options={"send_signals": (signal("a", "x", event="y"),)}
+    )
+    before = snapshot(store, "a", "b")
+    with pytest.raises(ConflictError, match="execution b") as refusal:
+        commit(store, c)
+    assert refusal.value.reason == "signal_id_reused"
+    assert snapshot(store, "a", "b") == before
 
 
 def test_a_record_that_is_not_json_is_a_serialization_error(store):
@@ -308,7 +318,6 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
     cursor = store.signal_cursor()
     first = store.send_signal(signal("e1", "s-1", expected_revision=0))
     assert first.seq > 0 and first.consumed_revision is None
-    assert store.send_signal(signal("e1", "s-1", payload={"changed": True})) == first
     before = snapshot(store, "e1", "ghost")
     with pytest.raises(NotFoundError):
         store.send_signal(signal("ghost", "s-2"))
@@ -325,9 +334,43 @@ def test_send_signal_checks_the_execution_and_writes_nothing_when_refused(store)
     assert snapshot(store, "e1") == before
 
 
+def test_a_resent_signal_id_is_a_no_op_only_for_the_same_signal(store):
+    """Issue 22 item 9: a signal id used before returned the other signal's record and
+    wrote nothing, whatever was sent with it — a second approval, an event for another
+    execution, was silently lost."""
+    commit(store, create("e1"))
+    commit(store, create("e2"))
+    first = store.send_signal(signal("e1", "s-1", expected_revision=0))
+    # the same signal again (a retry: other time, sender, expected revision) is a no-op
+    again = signal("e1", "s-1", created_at=T0.replace(year=2031), sender="retry")
+    assert store.send_signal(again) == first
+    commit(store, step(store.load_record("e1")))  # the execution moved on: still a no-op
+    assert store.send_signal(signal("e1", "s-1", expected_revision=0)) == first
+    before = snapshot(store, "e1", "e2")
+    for other, differs in (
+        (signal("e1", "s-1", payload={"x": 2}), "payload"),
+        (signal("e1", "s-1", payload={"x": True}), "payload"),  # JSON true is not 1
+        (signal("e1", "s-1", event="stop"), "event"),
+        (signal("e1", "s-1", kind=SignalKind.CANCEL), "kind"),
+        (signal("e2", "s-1"), "execution"),
+        (signal("ghost", "s-1"), "execution"),
+    ):
+        with pytest.raises(SignalRefusedError, match="s-1") as refusal:
+            store.send_signal(other)
+        assert refusal.value.reason == "signal_id_reused"
+        assert refusal.value.signal_id == "s-1"
+        assert refusal.value.used_by_execution_id == "e1"
+        assert differs in refusal.value.differs
+        assert "execution e1" in str(refusal.value) and differs in str(refusal.value)
+        assert "nothing was sent" in str(refusal.value)
+    assert snapshot(store, "e1", "e2") == before
+
+
 def test_the_inbox_reads(store):
-    commit(store, create("a"))
-    commit(store, create("b"))
+    store.register_worker(worker("w1"), 60)
+    owner = Fence("w1", 1)
+    commit(store, create("a", fence=owner))
+    commit(store, create("b", fence=owner))
     start = store.signal_cursor()
     sent = [store.send_signal(signal(eid, f"s-{i}")) for i, eid in enumerate("ab")]
     middle = store.signal_cursor()
@@ -343,15 +386,52 @@ def test_the_inbox_reads(store):
     assert store.signals_since(store.signal_cursor()).signals == ()
     with pytest.raises(ValueError, match="not a signal cursor"):
         store.signals_since("seq 7")
-    assert store.close_signals("a", [sent[0].seq, sent[2].seq], "dropped: test") == 2
-    assert store.close_signals("a", [sent[0].seq], "dropped: again") == 0
-    assert store.close_signals("a", [], "nothing") == 0
+    assert store.close_signals("a", [sent[0].seq, sent[2].seq], "dropped: test", fence=owner) == 2
+    assert store.close_signals("a", [sent[0].seq], "dropped: again", fence=owner) == 0
+    assert store.close_signals("a", [], "nothing", fence=owner) == 0
     assert store.pending_signals("a") == []
     assert [(s.signal_id, s.outcome) for s in store.list_signals("a")] == [
         ("s-0", "dropped: test"),
         ("s-2", "dropped: test"),
     ]
     assert [s.signal_id for s in store.signals_since(start).signals] == ["s-1", "s-3"]
+
+
+def test_closing_signals_is_fenced_by_owner_token_and_lease(store):
+    """Issue 22 item 6: a worker back from a network cut past its lease, whose stale
+    copy of the execution calls a current approval stale, must not close it — the
+    execution's new owner would find no approval and wait for ever."""
+    store.register_worker(worker("A"), 60)
+    store.register_worker(worker("B"), 60)
+    commit(store, create("e1", fence=Fence("A", 1)))
+    store.retire_worker("A")  # A is cut off past its lease: B takes the execution over
+    assert store.claim_execution("e1", "B") == 2
+    commit(store, step(store.load_record("e1"), "@wait", Fence("B", 2)))
+    approval = store.send_signal(signal("e1", "approve-1", event="approve", expected_revision=1))
+    stale = Fence("A", 1)
+
+    def closing_refused(fence: Fence, match: str) -> None:
+        before = snapshot(store, "e1")
+        with pytest.raises(LeaseLostError, match=match) as refusal:
+            store.close_signals("e1", [approval.seq], "rejected: stale", fence=fence)
+        assert refusal.value.execution_id == "e1"
+        assert snapshot(store, "e1") == before
+        assert [s.seq for s in store.pending_signals("e1")] == [approval.seq]
+
+    closing_refused(stale, "owned by worker B")  # A's lease has passed, and B owns it
+    assert store.renew_lease("A", 60) is True  # A is back: a heartbeat, its lease valid
+    closing_refused(stale, "owned by worker B")  # still B's, under token 2
+    closing_refused(Fence("B", 1), "fence 2")  # the owner, under an older token
+    store.retire_worker("B")
+    closing_refused(Fence("B", 2), "expired")  # the owner and token, its lease passed
+    with pytest.raises(NotFoundError):
+        store.close_signals("ghost", [approval.seq], "rejected: stale", fence=stale)
+    assert store.renew_lease("B", 60) is True
+    assert store.close_signals("e1", [], "nothing", fence=stale) == 0  # nothing to close
+    assert store.close_signals("e1", [approval.seq], "dropped: test", fence=Fence("B", 2)) == 1
+    assert [(s.seq, s.consumed_revision, s.outcome) for s in store.list_signals("e1")] == [
+        (approval.seq, 1, "dropped: test")
+    ]
 
 
 def test_workers_and_their_leases(store):

@@ -292,6 +292,33 @@ def test_a_finished_execution_refuses_signal_resolve_and_cancel(waiting_db: Path
     assert snapshot(waiting_db) == before
 
 
+def test_a_signal_id_used_for_another_signal_is_refused_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    """Issue 22 item 9: ``--signal-id`` of a signal already sent made a retry a no-op
+    — and also any other signal sent with it (another payload, event or execution):
+    exit 0, nothing written, the decision lost."""
+    db = tmp_path / "store.db"
+    start_orders(db, ("order-1", {}), ("order-2", {}))
+    first = run("signal", "order-1", "approve", "--db", str(db), "--signal-id", "op-7",
+                "--payload", '{"by": "ann"}')  # fmt: skip
+    assert first.exit_code == 0, first.output
+    again = run("signal", "order-1", "approve", "--db", str(db), "--signal-id", "op-7",
+                "--payload", '{"by": "ann"}')  # fmt: skip
+    assert again.exit_code == 0, again.output  # the same signal: a retry, a no-op
+    assert [(s.signal_id, s.payload) for s in signals(db, "order-1")] == [("op-7", {"by": "ann"})]
+    before = snapshot(db)
+    for args, differs in (
+        (("order-1", "approve", "--payload", '{"by": "bob"}'), "payload"),
+        (("order-1", "reject", "--payload", '{"by": "ann"}'), "event"),
+        (("order-2", "approve", "--payload", '{"by": "ann"}'), "execution"),
+    ):
+        result = run("signal", *args, "--db", str(db), "--signal-id", "op-7")
+        assert_one_error_line(result, "signal id op-7", "execution order-1", differs)
+        assert snapshot(db) == before  # nothing was written
+    assert signals(db, "order-2") == []
+
+
 def test_an_unloadable_app_is_refused_before_anything_is_written(waiting_db: Path) -> None:
     before = snapshot(waiting_db)
     result = run(

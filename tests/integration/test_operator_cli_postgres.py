@@ -95,6 +95,35 @@ def test_signal_to_an_execution_locked_by_a_stuck_transaction_exits_1(
         assert store.list_signals("pg-1") == []
 
 
+def test_a_signal_id_used_for_another_signal_exits_1_and_writes_nothing(
+    tmp_path: Path, postgres: Any
+) -> None:
+    """Issue 22 item 9 on PostgreSQL: a reused ``--signal-id`` with another payload or
+    for another execution exited 0 and wrote nothing."""
+    dsn = postgres.database("reused")
+    start_waiting_order(dsn, tmp_path, "pg-1")
+    start_waiting_order(dsn, tmp_path, "pg-2")
+    for _ in range(2):  # the second is a retry of the same signal: a no-op
+        sent = run("signal", "pg-1", "approve", "--db", dsn, "--signal-id", "op-7",
+                   "--payload", '{"by": "ann"}')  # fmt: skip
+        assert sent.exit_code == 0, sent.output
+    for target, payload, differs in (
+        ("pg-1", '{"by": "bob"}', "payload"),
+        ("pg-2", '{"by": "ann"}', "execution"),
+    ):
+        refused = run("signal", target, "approve", "--db", dsn, "--signal-id", "op-7",
+                      "--payload", payload)  # fmt: skip
+        assert refused.exit_code == 1, refused.output
+        assert refused.stdout == ""
+        assert "signal id op-7" in refused.stderr and "execution pg-1" in refused.stderr
+        assert differs in refused.stderr
+    with open_store(dsn) as store:  # read back: only the first signal
+        assert [(s.signal_id, s.payload) for s in store.list_signals("pg-1")] == [
+            ("op-7", {"by": "ann"})
+        ]
+        assert store.list_signals("pg-2") == []
+
+
 def _tables(dsn: str) -> list[str]:
     import psycopg
 

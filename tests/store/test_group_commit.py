@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from phronomy_fsm.durable.records import DurableCommit, ExecutionStatus
+from phronomy_fsm.durable.records import DurableCommit, ExecutionStatus, Fence, WorkerRecord
 from phronomy_fsm.errors import ConflictError, OutcomeUnknownError, StorageError
 from phronomy_fsm.store import FaultInjectingStore, FaultKind
 from phronomy_fsm.store._files import MARK_QUERY
@@ -100,7 +100,9 @@ def test_a_refused_commit_with_several_statements_leaves_nothing_of_it(store_fac
     store = _full_batch_store(store_factory, 3)
     a, b, c = _executions(store, 3)
     sent = store.send_signal(signal(b.execution_id, "s-1"))
-    store.close_signals(b.execution_id, [sent.seq], "dropped: test")
+    store.register_worker(WorkerRecord("w", "host", 1, "w", T0, T0, T0), 60)
+    owner = Fence("w", store.claim_execution(b.execution_id, "w"))
+    store.close_signals(b.execution_id, [sent.seq], "dropped: test", fence=owner)
     commits = [
         step(a, journal=journal(2)),
         step(b, journal=journal(2), consume_signals=(sent.seq,)),

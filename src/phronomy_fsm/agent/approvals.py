@@ -225,12 +225,16 @@ def send_approval(
             },
             expected_revision=record.revision,
             # one decision per request and revision: of two sent at once, the store
-            # keeps the first (the signal id is unique) and the second sees it
+            # keeps the first (the signal id is unique) and refuses the second
             signal_id=approval_signal_id(execution_id, approval_request_id, record.revision),
             sender=sender,
             table=agent_session.TABLE,
         )
     except SignalRefusedError as exc:
+        if getattr(exc, "reason", None) == "signal_id_reused":
+            # another decision on this request and revision is stored (its nonce
+            # differs): the store refuses this one, which is the one not kept
+            raise already from exc
         raise ApprovalError(
             f"execution {execution_id} moved on while the decision was sent ({exc}); read it again",
             execution_id=execution_id,

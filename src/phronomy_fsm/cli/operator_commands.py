@@ -188,7 +188,12 @@ def _finish(
     default=None,
     help="Refuse unless the execution is at this revision (read it with executions show).",
 )
-@click.option("--signal-id", default=None, help="An id that makes a retried send a no-op.")
+@click.option(
+    "--signal-id",
+    default=None,
+    help="Names this signal: the same signal sent again with it is a no-op; "
+    "another signal with it is refused.",
+)
 @_apply_app_option
 @_wait_option
 @_json_option
@@ -208,7 +213,8 @@ def signal_command(
     Refused, writing nothing (exit 1): an unknown or finished execution, an event the
     machine does not declare or that only the engine posts (state_completed, offload
     and barrier outcomes), a payload that is not JSON, a stale --expected-revision,
-    an agent's approval_decided (use approve) or tool_finished."""
+    an agent's approval_decided (use approve) or tool_finished, a --signal-id already
+    used by another signal (another payload, event or execution)."""
     value = parse_json_option(payload, "--payload")
     durable_app = _load_app(app, db)
     with open_store(db) as store:
@@ -241,7 +247,12 @@ def signal_command(
     default=None,
     help="Refuse unless the execution is at this revision (read it with executions show).",
 )
-@click.option("--signal-id", default=None, help="An id that makes a retried cancel a no-op.")
+@click.option(
+    "--signal-id",
+    default=None,
+    help="Names this cancel: the same cancel sent again with it is a no-op; "
+    "another signal with it is refused.",
+)
 @_apply_app_option
 @_wait_option
 @_json_option
@@ -258,7 +269,8 @@ def cancel_command(
     """Cancel an execution (an agent's too): its owner stops it and, once nothing of
     it runs, it finishes cancelled (an effect already running completes; its result
     is dropped). Refused, writing nothing (exit 1): an unknown or finished
-    execution, a stale --expected-revision."""
+    execution, a stale --expected-revision, a --signal-id already used by another
+    signal."""
     durable_app = _load_app(app, db)
     with open_store(db) as store:
         _check_app_runs(store, durable_app, app, execution_id)

@@ -825,7 +825,7 @@ class Engine:
             for signal in stale:
                 live.pending.remove(signal)
             self.rt.drop_signals(
-                live.execution_id,
+                live,
                 [s.seq for s in stale],
                 f"rejected: stale (the execution is past revision {stale[0].expected_revision})",
             )
@@ -1220,7 +1220,7 @@ class Engine:
         if live.pending:
             dropped = [s.seq for s in live.pending]
             live.pending.clear()
-            self.rt.drop_signals(live.execution_id, dropped, f"dropped: finished in {record.state}")
+            self.rt.drop_signals(live, dropped, f"dropped: finished in {record.state}")
 
     # ------------------------------------------------------------------ parking
 
@@ -1282,9 +1282,7 @@ class Engine:
         payload = signal.payload if isinstance(signal.payload, dict) else {}
         problem = resolution_problem(record, signal)
         if problem is not None or info is None:
-            self.rt.drop_signals(
-                live.execution_id, [signal.seq], f"rejected: {problem or 'nothing to resolve'}"
-            )
+            self.rt.drop_signals(live, [signal.seq], f"rejected: {problem or 'nothing to resolve'}")
             return
         outcome = ResolutionOutcome(payload["outcome"])
         if info.subject is None:
@@ -1428,9 +1426,7 @@ class Engine:
                 )
             taken = [seq for seq in live.delivered if seq != signal.seq]
             if taken:  # delivered, never committed: closed, not left pending for ever
-                self.rt.drop_signals(
-                    live.execution_id, taken, "dropped: the execution was cancelled"
-                )
+                self.rt.drop_signals(live, taken, "dropped: the execution was cancelled")
             live.delivered = [signal.seq] if signal.seq else []
             self.finish(live, "@cancel", record)
 
@@ -1460,6 +1456,23 @@ class Engine:
             live.timer.cancel()
             live.timer = None
         self.rt.readback(live, why)
+
+    def close_refused(self, live: LiveExecution, error: BaseException) -> None:
+        """The store refused to close signals of ``live`` under its fence (``error``,
+        a LeaseLostError): this copy may be stale — another worker may own the
+        execution, whose signals it took for stale or finished ones. Recover it from
+        the store as after a refused commit (:meth:`recover_from_store`: the copy is
+        let go when the store names another owner). Loop thread."""
+        if self.live.get(live.execution_id) is not live:
+            return  # settled or let go already: nothing live to drop
+        if live.committing:
+            return  # the commit in flight is fenced too: its outcome decides
+        log.warning(
+            "execution %s: closing its signals was refused (%s); recovering it from the store",
+            live.execution_id,
+            error,
+        )
+        self.recover_from_store(live, "closing signals refused")
 
     def reinstall(
         self,

@@ -112,7 +112,9 @@ def send_signal(
             ``state_completed``, offload and barrier outcomes).
         payload: JSON data handed to the transition as its payload.
         expected_revision: refuse unless the execution is at this revision.
-        signal_id: makes a retried send a no-op (the first one's record returns).
+        signal_id: names this signal: sending the same signal (execution, event,
+            payload) again with it is a no-op that returns the first one's record;
+            any other signal with it is refused.
         sender: free text recorded with the signal (``cli``, ``console``...).
         table: the machine's table, when the caller has it (else the one a runtime
             registered in the store is used).
@@ -123,11 +125,14 @@ def send_signal(
     Raises:
         NotFoundError: no such execution. ExecutionFinishedError: it has finished.
         SignalRefusedError: undeclared or engine-internal event, payload not JSON,
-            stale ``expected_revision`` (``reason`` says which). InvalidIdError.
+            stale ``expected_revision``, ``signal_id`` already used by another signal
+            (``reason`` says which: ``signal_id_reused`` names the execution it
+            belongs to and what differs). InvalidIdError.
         StorageError: nothing was written.
 
     Durability: the signal is committed before this returns; the owning runtime
-    consumes it in order, exactly once (``docs/semantics.md``, "Signals").
+    consumes it in order, exactly once (``docs/semantics.md``, "Signals"). A retry
+    with the same ``signal_id`` is safe.
     """
     record = load_execution_record(store, execution_id)
     if record.is_finished:
@@ -199,7 +204,8 @@ def request_resolution(
         ResolutionError: not in recovery_required, stale ``expected_revision``,
             an outcome that is not allowed, a missing or forbidden result/error, a
             result that is not JSON, another answer already waiting to be applied
-            (``already_answered``) (``reason`` says which). Nothing was written.
+            (``already_answered``), ``signal_id`` already used by another signal
+            (``signal_id_reused``) (``reason`` says which). Nothing was written.
         StorageError.
 
     Durability: committed to the inbox before it returns; the owner applies it in a
@@ -278,8 +284,10 @@ def request_resolution(
     )
     try:
         return store.send_signal(signal)  # type: ignore[no-any-return]
-    except SignalRefusedError as exc:
-        raise ResolutionError(str(exc), execution_id=execution_id, reason="stale_revision") from exc
+    except SignalRefusedError as exc:  # stale_revision or signal_id_reused: kept
+        raise ResolutionError(
+            str(exc), execution_id=execution_id, reason=getattr(exc, "reason", "stale_revision")
+        ) from exc
 
 
 def request_cancel(
@@ -303,7 +311,8 @@ def request_cancel(
     date cancels nothing).
 
     Raises NotFoundError, ExecutionFinishedError, SignalRefusedError (a stale
-    ``expected_revision``), StorageError (nothing written)."""
+    ``expected_revision``; ``signal_id`` already used by another signal:
+    ``signal_id_reused``), StorageError (nothing written)."""
     load_execution_record(store, execution_id)
     signal = _new_signal(
         execution_id,

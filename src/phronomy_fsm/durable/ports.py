@@ -18,6 +18,7 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    Fence,
     JournalEntry,
     MachineRecord,
     SignalPoll,
@@ -74,11 +75,16 @@ class ExecutionStore(Protocol):
 
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write to the inbox after checking the execution (exists, active, at the
-        expected revision); a signal id sent before returns the stored one. Signals
-        to one execution are stored in the order sent; senders to different
-        executions do not wait on each other. Raises NotFoundError,
-        ExecutionFinishedError, SignalRefusedError, SerializationError, StorageError
-        (LockTimeoutError on PostgreSQL when the execution stays locked)."""
+        expected revision). A signal id stored before is checked first: the same
+        signal again (execution, kind, event, payload as canonical JSON) returns the
+        stored one and writes nothing; another signal with that id is refused
+        (SignalRefusedError ``signal_id_reused``, naming the id, the execution it
+        belongs to and what differs; ``docs/semantics.md``, "Signals"). Signals to
+        one execution are stored in the order sent; senders to different executions
+        do not wait on each other. Raises NotFoundError, ExecutionFinishedError,
+        SignalRefusedError (``stale_revision``, ``signal_id_reused``),
+        SerializationError, StorageError (LockTimeoutError on PostgreSQL when the
+        execution stays locked)."""
         ...
 
     def pending_signals(self, execution_id: str) -> list[SignalRecord]:
@@ -103,8 +109,16 @@ class ExecutionStore(Protocol):
         ValueError (not a cursor of this store), SerializationError, StorageError."""
         ...
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
-        """Consume signals without applying them (rejected or dropped)."""
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
+        """Consume pending signals without applying them (rejected or dropped; the
+        ``outcome`` text says which and why) as the execution's owner holding
+        ``fence``; returns how many were still pending. Fenced as a commit is, in
+        the same transaction: refused unless the stored owner and fencing token are
+        the fence's and the owner's lease has not passed (``docs/semantics.md``,
+        "Leases and fencing"). Raises NotFoundError, LeaseLostError (nothing was
+        written: the worker drops its copy of the execution), StorageError."""
         ...
 
     def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:

@@ -703,13 +703,23 @@ class DurableRuntime:
 
         threading.Thread(target=read, name=f"{self.name}-inbox", daemon=True).start()
 
-    def drop_signals(self, execution_id: str, seqs: list[int], outcome: str) -> None:
-        """Mark signals consumed without applying them (``outcome`` says why), off
-        the loop."""
+    def drop_signals(self, live: LiveExecution, seqs: list[int], outcome: str) -> None:
+        """Mark signals of ``live`` consumed without applying them (``outcome`` says
+        why), off the loop, under its fence. The store refuses the write
+        (LeaseLostError) once another worker owns the execution or this worker's
+        lease has passed; the live copy is then let go as after a refused commit
+        (:meth:`Engine.close_refused`; ``docs/semantics.md``, "Leases and fencing")."""
+        execution_id, fence = live.execution_id, live.fence
 
         def write() -> None:
             try:
-                self.store.close_signals(execution_id, seqs, outcome)
+                self.store.close_signals(execution_id, seqs, outcome, fence=fence)
+            except LeaseLostError as exc:
+                log.warning("execution %s: signals %s not closed: %s", execution_id, seqs, exc)
+                try:
+                    self.dispatcher.call_soon(self.engine.close_refused, live, exc)
+                except PhronomyError:  # the runtime closed meanwhile: nothing runs it here
+                    pass
             except PhronomyError as exc:
                 log.warning("execution %s: could not close signals %s: %r", execution_id, seqs, exc)
 

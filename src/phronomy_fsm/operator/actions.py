@@ -310,10 +310,11 @@ def signal_execution(
         NotFoundError, ExecutionFinishedError, SignalRefusedError (undeclared or
         engine-internal event, payload not JSON, stale ``expected_revision``, an
         agent's ``approval_decided`` — use :func:`approve_execution` — or
-        ``tool_finished``), InvalidIdError, StorageError — nothing was written.
+        ``tool_finished``, ``signal_id`` already used by another signal:
+        ``signal_id_reused``), InvalidIdError, StorageError — nothing was written.
 
-    Durability: committed before it returns; a retry with the same ``signal_id`` is a
-    no-op that returns the first signal.
+    Durability: committed before it returns; a retry of the same signal with the same
+    ``signal_id`` is a no-op that returns the first signal.
     """
     agents.check_agent_signal(operations.load_execution_record(store, execution_id), event)
     signal = operations.send_signal(

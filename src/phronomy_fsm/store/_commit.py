@@ -6,7 +6,8 @@ statements inside an open transaction (:func:`apply_durable`): the execution's
 compare-and-set (revision, machine, still active; with a fence also the owner, the
 fencing token and the owner's lease), consumed signals, child executions, signals
 sent, journal entries; classifying a refused write into the store taxonomy by reading
-the row back in the same transaction; and applying a batch of commits in order, each
+the row back in the same transaction; the fence check an owner's other writes make
+(:func:`check_fence`: closing signals); and applying a batch of commits in order, each
 failing alone (:func:`apply_batch`). It never begins, commits or rolls back the
 transaction: :class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` does.
 
@@ -30,6 +31,7 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    Fence,
     SignalKind,
     to_json,
     to_json_bytes,
@@ -40,10 +42,14 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     PhronomyError,
 )
+from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
 from phronomy_fsm.store.refusals import (
+    FENCE_COLUMNS,
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    inbox_write_refusal,
+    signal_sent_already_error,
     update_refusal,
 )
 
@@ -315,14 +321,40 @@ def apply_durable(
                 ),
             )
         except sqlite3.IntegrityError:
-            raise ConflictError(
-                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
-            ) from None
+            row = cur.execute(
+                f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
+            ).fetchone()
+            stored = None if row is None else signal_from_row(row)
+            raise signal_sent_already_error(stored, signal) from None
         seqs_out.append(int(cur.lastrowid or 0))
     for start in range(0, len(p.journal), JOURNAL_ROWS_PER_STATEMENT):
         chunk = p.journal[start : start + JOURNAL_ROWS_PER_STATEMENT]
         cur.execute(_insert_journal_sql(len(chunk)), [v for row in chunk for v in row])
     return DurableReceipt(ex.execution_id, ex.revision, tuple(seqs_out), committed_at)
+
+
+def check_fence(cur: sqlite3.Cursor, execution_id: str, fence: Fence, now_ms: int) -> int:
+    """Check, in the transaction open on ``cur``, that ``fence`` still holds
+    ``execution_id``: the stored owner and fencing token are the fence's and the
+    owner's lease has not passed at ``now_ms`` — the fence check of a commit
+    (:data:`FENCED`), for an owner's write that is not a commit (closing signals).
+    Returns the execution's revision.
+
+    Raises:
+        NotFoundError: no such execution.
+        LeaseLostError: another owner or token, or the lease has passed (nothing may
+            be written).
+    """
+    row = cur.execute(
+        f"SELECT revision FROM executions WHERE execution_id=?{FENCED}",
+        (execution_id, fence.worker_id, fence.token, fence.worker_id, now_ms),
+    ).fetchone()
+    if row is None:
+        stored = cur.execute(
+            f"SELECT {FENCE_COLUMNS} FROM executions WHERE execution_id=?", (execution_id,)
+        ).fetchone()
+        raise inbox_write_refusal(execution_id, fence, stored)
+    return int(row[0])
 
 
 def classify_insert(cur: sqlite3.Cursor, ex: ExecutionRecord) -> PhronomyError:
@@ -586,6 +618,7 @@ __all__ = [
     "autocommit_update_sql",
     "bulk_row",
     "bulk_update_sql",
+    "check_fence",
     "classify_insert",
     "classify_update",
     "is_single_run",

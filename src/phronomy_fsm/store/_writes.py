@@ -1,9 +1,11 @@
 """The engine port's writes outside commits on SQLite: the inbox, leases, registries.
 
 Owns the SQL of the writes that are not an execution's commit: sending a signal to an
-execution's inbox (checked against the execution in the same transaction), closing
-signals without applying them, workers and their leases, claims of executions (the
-fencing token rises by one), and the registries of agent ids and compiled machines.
+execution's inbox (checked against the execution in the same transaction; a signal id
+already stored is a no-op only for the same signal), closing signals without applying
+them (fenced like a commit: only the execution's owner, under its current fencing
+token and lease), workers and their leases, claims of executions (the fencing token
+rises by one), and the registries of agent ids and compiled machines.
 Each is one ``BEGIN IMMEDIATE`` transaction through the store's
 ``maintenance_transaction`` (a failing COMMIT is reported as StorageError: every one of
 these writes is idempotent or re-checked, so a retry is safe). Mixed into
@@ -17,10 +19,17 @@ from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
-from phronomy_fsm.durable.records import MachineRecord, SignalRecord, WorkerRecord, to_json
+from phronomy_fsm.durable.records import (
+    Fence,
+    MachineRecord,
+    SignalRecord,
+    WorkerRecord,
+    to_json,
+)
 from phronomy_fsm.errors import ExecutionFinishedError, NotFoundError, SignalRefusedError
-from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK
+from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK, check_fence
 from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
+from phronomy_fsm.store.refusals import reused_signal_id_refusal
 
 
 class SqliteWrites:
@@ -39,13 +48,18 @@ class SqliteWrites:
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write ``signal`` to its execution's inbox, in one transaction that checks
         the execution: it exists, is active, and (with ``expected_revision``) is at
-        that revision. A signal id sent before returns the stored signal and writes
-        nothing (a retried send is a no-op).
+        that revision. A signal id stored before is checked first: the same signal
+        sent again (execution, kind, event and payload; ``docs/semantics.md``,
+        "Signals") returns the stored one and writes nothing — a retried send is a
+        no-op, even once the execution has moved on or finished — and any other
+        signal with that id is refused.
 
         Raises:
             NotFoundError: no such execution.
             ExecutionFinishedError: it has finished.
-            SignalRefusedError: ``expected_revision`` is stale (``reason``).
+            SignalRefusedError: ``expected_revision`` is stale, or the signal id
+                belongs to another signal (``reason``: ``stale_revision``,
+                ``signal_id_reused``).
             SerializationError, StorageError: nothing was written.
         """
         body = to_json(signal)
@@ -55,7 +69,11 @@ class SqliteWrites:
                 f"SELECT {SIGNAL_COLUMNS} FROM signals WHERE signal_id=?", (signal.signal_id,)
             ).fetchone()
             if existing is not None:
-                return signal_from_row(existing)
+                stored = signal_from_row(existing)
+                refusal = reused_signal_id_refusal(stored, signal)
+                if refusal is not None:
+                    raise refusal
+                return stored
             row = cur.execute(
                 "SELECT revision, active, status FROM executions WHERE execution_id=?",
                 (signal.execution_id,),
@@ -94,19 +112,35 @@ class SqliteWrites:
             seq = int(cur.lastrowid or 0)
         return signal_from_row((seq, body, None, None))
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
         """Mark pending signals of ``execution_id`` consumed without applying them
-        (``outcome`` says why: ``rejected: ...``, ``dropped: ...``); returns how many
-        were still pending. The execution's revision does not move."""
+        (``outcome`` says why: ``rejected: ...``, ``dropped: ...``) as its owner
+        holding ``fence``; returns how many were still pending. The execution's
+        revision does not move. Fenced as a commit is (``docs/semantics.md``, "Leases
+        and fencing"), in the same transaction: a worker whose lease passed and whose
+        execution another worker took over cannot close the new owner's signals.
+
+        Raises:
+            NotFoundError: no such execution.
+            LeaseLostError: ``fence`` is not the stored owner and fencing token, or
+                the owner's lease has passed; nothing was written (the worker drops
+                its copy of the execution).
+            StorageError: nothing was written.
+        """
         if not seqs:
             return 0
+        now_ms, _ = self._commit_time()
         marks = ",".join("?" * len(seqs))
         with self.maintenance_transaction("close_signals") as cur:
+            # only while the fence still holds: a stale copy must not close the new
+            # owner's signals (it would take a current approval for a stale one)
+            revision = check_fence(cur, execution_id, fence, now_ms)
             cur.execute(
-                f"UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
-                f" WHERE execution_id = ?), outcome = ? WHERE execution_id = ?"
+                f"UPDATE signals SET consumed_revision = ?, outcome = ? WHERE execution_id = ?"
                 f" AND consumed_revision IS NULL AND seq IN ({marks})",
-                [execution_id, outcome, execution_id, *seqs],
+                [revision, outcome, execution_id, *seqs],
             )
             return int(cur.rowcount)
 

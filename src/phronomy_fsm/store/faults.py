@@ -44,6 +44,7 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    Fence,
     JournalEntry,
     MachineRecord,
     SignalPoll,
@@ -329,9 +330,13 @@ class FaultInjectingStore:
         """Delegated unchanged."""
         return self.inner.signals_since(cursor)  # type: ignore[no-any-return]
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
-        """Delegated unchanged."""
-        return self.inner.close_signals(execution_id, seqs, outcome)  # type: ignore[no-any-return]
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
+        """Delegated unchanged, with the owner's ``fence`` (the inner store checks it)."""
+        return self.inner.close_signals(  # type: ignore[no-any-return]
+            execution_id, seqs, outcome, fence=fence
+        )
 
     def register_worker(self, worker: WorkerRecord, lease_seconds: float) -> None:
         """Delegated unchanged (no faults fire on leases)."""

@@ -13,8 +13,9 @@ its transaction with others in a savepoint, so a refusal there undoes only it.
 
 It never begins, commits or rolls back (the store's group commit does), and it takes
 no inbox lock: the transaction takes those first (:func:`lock_inboxes`, whose comment
-holds the lock-order argument). Semantics: ``docs/semantics.md`` ("Commits", "Leases
-and fencing").
+holds the lock-order argument). The same fence check guards an owner's writes that are
+not commits (:func:`check_fence`: closing signals). Semantics: ``docs/semantics.md``
+("Commits", "Leases and fencing").
 """
 
 from __future__ import annotations
@@ -28,7 +29,10 @@ from phronomy_fsm.durable.records import (
     DurableCommit,
     DurableReceipt,
     ExecutionRecord,
+    Fence,
     SignalKind,
+    SignalRecord,
+    from_json,
     to_json,
 )
 from phronomy_fsm.errors import (
@@ -39,9 +43,12 @@ from phronomy_fsm.errors import (
 )
 from phronomy_fsm.store.postgres.schema import INBOX_LOCK_SEED, NOW_MS
 from phronomy_fsm.store.refusals import (
+    FENCE_COLUMNS,
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    inbox_write_refusal,
+    signal_sent_already_error,
     update_refusal,
 )
 
@@ -297,9 +304,10 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
         )
         got = cur.fetchone()
         if got is None:
-            raise ConflictError(
-                f"signal {signal.signal_id} was sent already", signal_id=signal.signal_id
-            )
+            cur.execute("SELECT body FROM signals WHERE signal_id = %s", (signal.signal_id,))
+            row = cur.fetchone()
+            stored = None if row is None else from_json(SignalRecord, row[0])
+            raise signal_sent_already_error(stored, signal)
         seqs_out.append(int(got[0]))
         notes.append(f"{SIGNALS_CHANNEL}\0{signal.execution_id}")
     if p.journal:
@@ -313,6 +321,33 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
         ex.execution_id, ex.revision, tuple(seqs_out), epoch_ms_to_datetime(committed_ms)
     )
     return receipt, notes
+
+
+def check_fence(cur: Any, execution_id: str, fence: Fence) -> int:
+    """Check, in the transaction open on ``cur``, that ``fence`` still holds
+    ``execution_id`` — the stored owner and fencing token are the fence's and the
+    owner's lease has not passed (server time): the fence check of a commit
+    (``_FENCED``), for an owner's write that is not a commit (closing signals) — and
+    hold the execution's row ``FOR SHARE`` until the transaction ends, so no claim
+    moves the token before the write commits. Returns the execution's revision.
+
+    Raises:
+        NotFoundError: no such execution.
+        LeaseLostError: another owner or token, or the lease has passed (nothing may
+            be written).
+        psycopg.Error: for the caller to map.
+    """
+    cur.execute(
+        f"SELECT revision FROM executions WHERE execution_id = %(id)s {_FENCED} FOR SHARE",
+        {"id": execution_id, "worker": fence.worker_id, "fence": fence.token},
+    )
+    row = cur.fetchone()
+    if row is None:
+        cur.execute(
+            f"SELECT {FENCE_COLUMNS} FROM executions WHERE execution_id = %s", (execution_id,)
+        )
+        raise inbox_write_refusal(execution_id, fence, cur.fetchone())
+    return int(row[0])
 
 
 def _classify_insert(cur: Any, ex: ExecutionRecord, fenced: bool) -> PhronomyError:
@@ -366,6 +401,7 @@ __all__ = [
     "WORK_CHANNEL",
     "PreparedCommit",
     "apply_commit",
+    "check_fence",
     "lock_inboxes",
     "signal_targets",
 ]

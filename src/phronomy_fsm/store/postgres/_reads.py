@@ -23,6 +23,7 @@ from phronomy_fsm.durable.records import (
     BarrierLogRecord,
     DurableCommit,
     ExecutionRecord,
+    Fence,
     JournalEntry,
     MachineRecord,
     SignalPoll,
@@ -35,14 +36,17 @@ from phronomy_fsm.errors import (
     ExecutionFinishedError,
     NotFoundError,
     SignalRefusedError,
+    StorageError,
 )
 from phronomy_fsm.store.postgres._commit import (
     INSERT_SIGNAL,
     SIGNALS_CHANNEL,
     WORK_CHANNEL,
+    check_fence,
     lock_inboxes,
 )
 from phronomy_fsm.store.postgres.schema import NOW_MS
+from phronomy_fsm.store.refusals import reused_signal_id_refusal
 from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 _SIGNAL_COLUMNS = "seq, body, consumed_revision, outcome"
@@ -305,8 +309,11 @@ class PostgresReads:
     def send_signal(self, signal: SignalRecord) -> SignalRecord:
         """Write ``signal`` to its execution's inbox in one transaction that checks
         the execution (exists, active, at ``expected_revision`` when given) and
-        notifies ``phronomy_signals``. A signal id sent before — even concurrently,
-        by another process — returns the stored signal and writes nothing.
+        notifies ``phronomy_signals``. A signal id stored before — even concurrently,
+        by another process — is checked first: the same signal sent again
+        (execution, kind, event and payload; ``docs/semantics.md``, "Signals")
+        returns the stored one and writes nothing, any other signal with that id is
+        refused.
 
         Concurrency: senders to one execution queue on its inbox lock (so its signals
         commit in sequence order); senders to different executions never wait on each
@@ -315,21 +322,33 @@ class PostgresReads:
         the store's ``lock_timeout_seconds``.
 
         Raises: NotFoundError, ExecutionFinishedError, SignalRefusedError
-        (``stale_revision``), SerializationError; LockTimeoutError (a busy
-        StorageError: nothing was sent, a retry with the same signal id is safe);
-        StorageError."""
+        (``stale_revision``, ``signal_id_reused``), SerializationError;
+        LockTimeoutError (a busy StorageError: nothing was sent, a retry with the same
+        signal id is safe); StorageError."""
         body = to_json(signal)
+
+        def stored_one(cur: Any) -> SignalRecord | None:
+            """The stored signal with this id, if it is this signal sent again;
+            raises the refusal when it is another."""
+            cur.execute(
+                f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s", (signal.signal_id,)
+            )
+            row = cur.fetchone()
+            if row is None:
+                return None
+            stored = _signal_from_row(row)
+            refusal = reused_signal_id_refusal(stored, signal)
+            if refusal is not None:
+                raise refusal
+            return stored
 
         def run(cur: Any) -> SignalRecord:
             # the execution's inbox lock before anything else, then its row: the lock
             # order of _commit.lock_inboxes, which a commit sending signals keeps too
             lock_inboxes(cur, [signal.execution_id])
-            cur.execute(
-                f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s", (signal.signal_id,)
-            )
-            existing = cur.fetchone()
+            existing = stored_one(cur)
             if existing is not None:
-                return _signal_from_row(existing)
+                return existing
             cur.execute(
                 "SELECT revision, active, status FROM executions WHERE execution_id = %s FOR SHARE",
                 (signal.execution_id,),
@@ -361,11 +380,14 @@ class PostgresReads:
             )
             got = cur.fetchone()
             if got is None:  # the same id was sent concurrently and committed first
-                cur.execute(
-                    f"SELECT {_SIGNAL_COLUMNS} FROM signals WHERE signal_id = %s",
-                    (signal.signal_id,),
-                )
-                return _signal_from_row(cur.fetchone())
+                existing = stored_one(cur)
+                if existing is None:  # removed as soon as committed (compaction)
+                    raise StorageError(
+                        f"signal {signal.signal_id} was stored concurrently and is gone; "
+                        "nothing was sent: send it again",
+                        path=self.path,
+                    )
+                return existing
             cur.execute("SELECT pg_notify(%s, %s)", (SIGNALS_CHANNEL, signal.execution_id))
             return _signal_from_row((got[0], body, None, None))
 
@@ -373,18 +395,29 @@ class PostgresReads:
             "send_signal", run, execution_id=signal.execution_id
         )
 
-    def close_signals(self, execution_id: str, seqs: list[int], outcome: str) -> int:
+    def close_signals(
+        self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
+    ) -> int:
         """Consume pending signals of ``execution_id`` without applying them
-        (``outcome`` says why); returns how many were still pending."""
+        (``outcome`` says why) as its owner holding ``fence``; returns how many were
+        still pending. Fenced as a commit is, in the same transaction, which holds
+        the execution's row so that no claim moves the fencing token meanwhile
+        (``docs/semantics.md``, "Leases and fencing").
+
+        Raises: NotFoundError; LeaseLostError (``fence`` is not the stored owner and
+        token, or the owner's lease has passed: nothing was written, the worker drops
+        its copy); LockTimeoutError, StorageError (nothing was written)."""
         if not seqs:
             return 0
 
         def run(cur: Any) -> int:
+            # only while the fence still holds: a stale copy must not close the new
+            # owner's signals. The execution's row, then its signals: a commit's order
+            revision = check_fence(cur, execution_id, fence)
             cur.execute(
-                "UPDATE signals SET consumed_revision = (SELECT revision FROM executions"
-                " WHERE execution_id = %s), outcome = %s WHERE execution_id = %s"
+                "UPDATE signals SET consumed_revision = %s, outcome = %s WHERE execution_id = %s"
                 " AND consumed_revision IS NULL AND seq = ANY(%s)",
-                (execution_id, outcome, execution_id, [int(s) for s in seqs]),
+                (revision, outcome, execution_id, [int(s) for s in seqs]),
             )
             return int(cur.rowcount)
 
