@@ -341,8 +341,8 @@ class MarkFile:
                     log.warning(
                         "%s: the database holds fewer commits (%s) than were acknowledged "
                         "(%s): it went backwards while this process used it; it will be "
-                        'refused when opened next (docs/operations.md "A store that went '
-                        'backwards")',
+                        "refused when opened next (see docs/operations.md, "
+                        '"A store that went backwards")',
                         self.path[: -len(MARK_SUFFIX)],
                         mark,
                         stored,
