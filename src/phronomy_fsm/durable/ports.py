@@ -47,12 +47,33 @@ class ExecutionStore(Protocol):
         """The stored execution. Raises NotFoundError, SerializationError, StorageError."""
         ...
 
-    def list_records(self, **filters: Any) -> list[ExecutionRecord]:
-        """Executions by machine, status, exclusive key, parent, activity, owner."""
+    def list_records(
+        self,
+        *,
+        machine: str | None = None,
+        status: str | None = None,
+        state: str | None = None,
+        exclusive_key: str | None = None,
+        parent_execution_id: str | None = None,
+        active: bool | None = None,
+        owner_id: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[ExecutionRecord]:
+        """Executions matching every given filter (``None``: any), oldest first."""
         ...
 
-    def execution_rows(self, **filters: Any) -> list[dict[str, Any]]:
-        """Column summaries of every execution (engine and agent rows)."""
+    def execution_rows(
+        self,
+        *,
+        machine: str | None = None,
+        status: str | None = None,
+        exclusive_key: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[dict[str, Any]]:
+        """Column summaries of the executions matching every given filter (engine and
+        agent rows), without decoding their bodies."""
         ...
 
     def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:

@@ -993,3 +993,9 @@ def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) 
         found_pair,
         accepted=accept_rollback and found is not None,
     )
+
+
+if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
+    from phronomy_fsm.durable.ports import ExecutionStore
+
+    _CHECKED_PORT: type[ExecutionStore] = SqliteBarrierStore

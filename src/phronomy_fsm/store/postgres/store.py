@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 import psycopg
@@ -645,3 +645,9 @@ def psycopg_pool_timeout() -> type[BaseException]:
 
 
 __all__ = ["MAX_GROUP_BATCH", "PostgresStore", "describe_dsn", "is_connection_error"]
+
+
+if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
+    from phronomy_fsm.durable.ports import ExecutionStore
+
+    _CHECKED_PORT: type[ExecutionStore] = PostgresStore
