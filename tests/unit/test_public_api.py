@@ -189,6 +189,7 @@ API: dict[str, list[str]] = {
         "ExecutionStatus",
         "JournalEntry",
         "Machine",
+        "OtherSpecExecution",
         "RecoveryReport",
         "ResolutionOutcome",
         "SignalRecord",
