@@ -186,6 +186,13 @@ class MigrationRow(NamedTuple):
     from_sha256: str | None
     rename_states: tuple[tuple[str, str], ...]
 
+    def covers(self, spec_version: int, spec_sha256: str) -> bool:
+        """True when this migration applies to an execution pinned to spec
+        ``spec_version`` with sha256 ``spec_sha256``: the version matches, and so does
+        the sha256 when the migration names one. The one rule both the engine (which
+        renames states) and a worker's claims (which executions it can run) follow."""
+        return self.from_version == spec_version and self.from_sha256 in (None, spec_sha256)
+
 
 class MachineTable(NamedTuple):
     """A compiled machine: everything the dispatcher needs, in deterministic order.

@@ -68,8 +68,8 @@ def record(
     return ExecutionRecord(
         execution_id=execution_id,
         machine=machine,
-        spec_version=1,
-        spec_sha256=SHA,
+        spec_version=changes.pop("spec_version", 1),
+        spec_sha256=changes.pop("spec_sha256", SHA),
         state=state,
         point=DurablePoint.START if revision == 0 else DurablePoint.BARRIER,
         status=status,

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 from phronomy_fsm.cli import main
-from phronomy_fsm.durable import DurableEventKind, DurableRuntime, Machine
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime
 from phronomy_fsm.store import SqliteBarrierStore
 from tests.durable.order_app import TABLE, Order, create_app, read_ledger
 
@@ -434,23 +434,36 @@ def test_a_crash_before_shipping_is_answered_retry_and_ships_once(tmp_path: Path
     assert effects(db) == ["charge_card", "send_email", "ship_parcel"]
 
 
-def test_an_execution_whose_spec_changed_may_only_be_failed(tmp_path: Path) -> None:
+def test_an_execution_of_a_spec_nobody_runs_is_left_or_parked_on_request(tmp_path: Path) -> None:
+    """``recover`` with an application that runs none of an execution's specs leaves it
+    for a worker that does and says so (docs/scale-out.md, "Rolling upgrades"); with
+    ``--park-other-specs`` it parks it ``spec_changed``, where only ``failed`` ends it."""
     db = tmp_path / "store.db"
     start_orders(db, ("order-1", {}))
-    changed = TABLE._replace(version=2, spec_sha256="f" * 64)  # no migration declared
-    app = create_app(str(db))
-    machine = app.machines[0]
-    runtime = DurableRuntime(
-        SqliteBarrierStore(db),
-        machines=[Machine(changed, machine.hooks, machine.context_type, machine.final_status)],
-        own_store=True,
+    other_spec = "tests.scaleout.upgrade_app:create_v2_without_migration"
+    rows = {table: rows for table, rows in snapshot(db).items() if table != "workers"}
+    left = run_process("recover", "--db", str(db), "--app", other_spec)
+    assert left.returncode == 0, (left.stdout, left.stderr)
+    assert (
+        "order-1  order_flow  not recovered: it is pinned to spec version 1 (sha256 "
+        f"{TABLE.spec_sha256[:12]}), which the application does not run" in left.stdout
     )
-    try:
-        assert [eid for eid, _ in runtime.recover().claimed] == ["order-1"]
-    finally:
-        runtime.close(timeout_seconds=5)
+    assert {t: r for t, r in snapshot(db).items() if t != "workers"} == rows  # untouched
+    as_json = run_process("recover", "--db", str(db), "--app", other_spec, "--json")
+    assert json.loads(as_json.stdout)["other_spec"] == [
+        {
+            "execution_id": "order-1",
+            "machine": "order_flow",
+            "spec_version": 1,
+            "spec_sha256": TABLE.spec_sha256,
+        }
+    ]
+
+    parking = run_process("recover", "--db", str(db), "--app", other_spec, "--park-other-specs")
+    assert parking.returncode == 3, (parking.stdout, parking.stderr)  # waits for an operator
     parked = record(db, "order-1")
     assert parked.status.value == "recovery_required" and parked.recovery.subject is None
+    assert parked.recovery.reason.startswith("spec_changed")
 
     shown = run("executions", "show", "order-1", "--db", str(db))
     assert "subject: the execution as a whole" in shown.stdout

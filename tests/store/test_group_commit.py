@@ -250,6 +250,7 @@ def test_a_batch_of_plain_moves_is_one_statement_and_its_own_transaction(store_f
     assert [r.revision for r in receipts] == [2] * 4
     assert _kinds(statements) == [
         "BEGIN IMMEDIATE",
+        "SELECT value",  # the schema version is still this code's (docs/store.md "Schema")
         "SAVEPOINT barrier",
         "UPDATE executions",
         "INSERT INTO execution_journal",
@@ -277,6 +278,7 @@ def test_a_refused_move_writes_nothing_of_the_statement_then_fails_alone(store_f
     assert _kinds(statements) == [
         "UPDATE executions",  # the one statement, refused whole
         "BEGIN IMMEDIATE",
+        "SELECT value",  # the schema version
         "SELECT revision,",  # why each refused compare-and-set failed
         "COMMIT",
     ]

@@ -191,6 +191,7 @@ API: dict[str, list[str]] = {
         "ExecutionStatus",
         "JournalEntry",
         "Machine",
+        "OtherSpecExecution",
         "RecoveryReport",
         "ResolutionOutcome",
         "SignalRecord",

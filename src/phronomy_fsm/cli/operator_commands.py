@@ -452,8 +452,17 @@ def resolve_command(
     type=click.FloatRange(min=0),
     help="How long to wait for the executions to come to rest.",
 )
+@click.option(
+    "--park-other-specs",
+    is_flag=True,
+    help="Also park (spec_changed) the executions pinned to a spec the application "
+    "does not run, so that `resolve --outcome failed` can end them. Only for a store "
+    "where no worker will run that spec again: without it they are left for one.",
+)
 @_json_option
-def recover_command(db: str, app: str, wait_seconds: float, as_json: bool) -> None:
+def recover_command(
+    db: str, app: str, wait_seconds: float, park_other_specs: bool, as_json: bool
+) -> None:
     """Recover every active execution of a store that no live worker runs.
 
     --app names a durable application factory MODULE:FACTORY, factory(db_path) ->
@@ -461,7 +470,10 @@ def recover_command(db: str, app: str, wait_seconds: float, as_json: bool) -> No
     phronomy_fsm.agent.app.agent_app, such as phronomy_fsm.demo:create_app). Claims
     every active execution of its machines that no live worker runs, resumes each
     from its last commit, and waits up to --wait-seconds until they rest (waiting for
-    a person, a signal or its timer, waiting for an operator, or finished). Prints
+    a person, a signal or its timer, waiting for an operator, or finished). An
+    execution pinned to a spec the application does not run (newer, or older without
+    a migration) is left for a worker that runs it and listed (docs/scale-out.md,
+    "Rolling upgrades"), unless --park-other-specs. Prints
     per execution what it is doing and, for each that waits for an operator, the
     reason, the subject (for an agent: the LLM call, or the tool call with its
     arguments) and the exact resolve commands; for an agent execution that waits for
@@ -490,6 +502,7 @@ def recover_command(db: str, app: str, wait_seconds: float, as_json: bool) -> No
                 db_path=db,
                 app_spec=app,
                 on_progress=progress,
+                park_other_specs=park_other_specs,
             )
     finally:
         if bar is not None:
@@ -506,6 +519,12 @@ def recover_command(db: str, app: str, wait_seconds: float, as_json: bool) -> No
         for eid, machine in report.unknown_machine:
             echo(
                 f"  {eid}  {machine}  not recovered: the application does not run machine {machine}"
+            )
+        for e in report.other_spec:
+            echo(
+                f"  {e.execution_id}  {e.machine}  not recovered: it is pinned to spec version "
+                f"{e.spec_version} (sha256 {e.spec_sha256[:12]}), which the application does "
+                "not run; a worker that runs it will (or --park-other-specs)"
             )
     _exit_for(report.executions, wait_seconds)
 

@@ -12,6 +12,7 @@ durable inbox, from any process (:mod:`phronomy_fsm.durable.operations`).
 The rules are in ``docs/semantics.md``.
 """
 
+from phronomy_fsm.durable.claims import OtherSpecExecution
 from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
 from phronomy_fsm.durable.records import (
     DurablePoint,
@@ -47,6 +48,7 @@ __all__ = [
     "ExecutionStatus",
     "JournalEntry",
     "Machine",
+    "OtherSpecExecution",
     "RecoveryReport",
     "ResolutionOutcome",
     "SignalRecord",

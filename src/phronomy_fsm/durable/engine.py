@@ -75,6 +75,7 @@ from phronomy_fsm.errors import (
     LeaseLostError,
     ReplayDivergedError,
     RuntimeClosedError,
+    SchemaVersionError,
     SerializationError,
 )
 from phronomy_fsm.runtime.binding import AUTO, FINAL, WAIT, MachineBinding, is_protocol_stub
@@ -986,6 +987,11 @@ class Engine:
                 on_refused(
                     outcome.error or EffectNotPerformedError(f"commit {barrier} {outcome.outcome}")
                 )
+            if isinstance(outcome.error, SchemaVersionError):
+                # newer code migrated the store: no read-back, no retry — the runtime
+                # writes nothing more and lets every execution go (let_go_all)
+                self.rt.note_write_error(outcome.error)
+                return
             if getattr(outcome.error, "reason", None) == "cancel_pending":
                 self.cancel_instead(live, barrier)
                 return
@@ -1558,7 +1564,10 @@ class Engine:
                 f"version {facts.table.version} and declares no migration for it",
             )
             return
-        if renames:
+        if record.spec_sha256 != facts.table.spec_sha256:
+            # a migration covers it (with or without renames): from its next commit on
+            # it is pinned to this spec, so a worker of the older spec no longer claims
+            # it (docs/scale-out.md, "Rolling upgrades")
             record = attrs.evolve(
                 record,
                 state=renames.get(record.state, record.state),
@@ -1698,6 +1707,18 @@ class Engine:
             and (s.kind is SignalKind.CANCEL or s.event in handled)
             for s in live.pending
         )
+
+    def let_go_all(self, error: BaseException) -> None:
+        """The store refuses every write (newer code migrated its schema): stop every
+        live execution here without a commit — its session halted, its timers
+        cancelled, its waiters failed with ``error`` — and take nothing on again
+        (loop thread). The executions live on in the store at their last commit; a
+        worker that can write resumes them by the rules of recovery."""
+        self.closing = True
+        for live in list(self.live.values()):
+            if live.session_id is not None:
+                self.halt(live, "superseded")
+            self.release(live, error)
 
     def detach_all(self) -> None:
         """The runtime is closing: fail every waiter with RuntimeClosedError (the

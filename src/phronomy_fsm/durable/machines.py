@@ -172,11 +172,8 @@ class MachineFacts:
         if spec_sha256 == self.table.spec_sha256:
             return {}
         for migration in self.table.migrations:
-            if migration.from_version != spec_version:
-                continue
-            if migration.from_sha256 is not None and migration.from_sha256 != spec_sha256:
-                continue
-            return dict(migration.rename_states)
+            if migration.covers(spec_version, spec_sha256):
+                return dict(migration.rename_states)
         return None
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, Protocol, runtime_checkable
 
+from phronomy_fsm.durable.claims import Claimable, RunnableSpecs
 from phronomy_fsm.durable.records import (
     BarrierLogRecord,
     DurableCommit,
@@ -35,7 +36,9 @@ class ExecutionStore(Protocol):
         """Queue ``commit`` for group commit; the future is set after COMMIT (or with
         the typed refusal: NotFoundError, ConflictError, LeaseLostError,
         AgentBusyError, ExecutionFinishedError, SerializationError, StorageError,
-        OutcomeUnknownError). Durability: set only once durable."""
+        OutcomeUnknownError; SchemaVersionError — for this and every other write —
+        once newer code migrated the store's schema). Durability: set only once
+        durable."""
         ...
 
     def reconcile(self, commit: DurableCommit) -> str:
@@ -168,24 +171,37 @@ class ExecutionStore(Protocol):
         that ``worker_id`` owns."""
         ...
 
-    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
-        """Take an active execution whose owner is none, self or dead; the new
-        fencing token, or None."""
+    def claim_execution(
+        self, execution_id: str, worker_id: str, *, runs: RunnableSpecs | None = None
+    ) -> int | None:
+        """Take an active execution whose owner is none, self or dead (and, with
+        ``runs``, whose spec that machine runs); the new fencing token, or None."""
         ...
 
     def claimable_executions(
-        self, machines: tuple[str, ...], *, limit: int = 1000
+        self, machines: tuple[Claimable, ...], *, limit: int = 1000
     ) -> list[tuple[str, str]]:
-        """Active executions of ``machines`` with no live owner."""
+        """Active executions with no live owner that ``machines`` run: a machine's
+        name runs every spec of it, a RunnableSpecs the specs it names
+        (``docs/scale-out.md``, "Rolling upgrades")."""
         ...
 
     def claim_executions(
-        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
     ) -> list[tuple[str, str, int]]:
-        """Claim up to ``limit`` active executions of ``machines`` with no live owner
-        for ``worker_id`` at once (workers racing for them take disjoint sets);
+        """Claim up to ``limit`` active executions with no live owner that
+        ``machines`` run (as :meth:`claimable_executions`) for ``worker_id`` at once
+        (workers racing for them take disjoint sets);
         ``[(execution_id, machine, new fencing token)]``, oldest first; empty when
         ``worker_id``'s own lease is not valid."""
+        ...
+
+    def other_spec_executions(
+        self, specs: tuple[RunnableSpecs, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str, int, str]]:
+        """``(execution_id, machine, spec_version, spec_sha256)`` of active executions
+        of the machines of ``specs`` with no live owner whose spec none of ``specs``
+        runs (what a worker with them leaves for another), oldest first."""
         ...
 
     def list_workers(self) -> list[tuple[WorkerRecord, int, int]]:

@@ -10,13 +10,20 @@ Then:
   (:mod:`phronomy_fsm.durable.engine`);
 - :meth:`DurableRuntime.recover` claims the executions of its machines that no live
   worker owns and resumes each from its last commit (replay from a barrier, wait again,
-  or park for an operator) — never a blind re-send;
+  or park for an operator) — never a blind re-send. It claims only executions whose
+  spec its machines run (their own, or one a declared migration covers): others are
+  left for a worker that runs them (``docs/scale-out.md``, "Rolling upgrades");
 - :meth:`DurableRuntime.signal`, :meth:`resolve` and :meth:`cancel` write to an
   execution's durable inbox (any process may; :mod:`phronomy_fsm.durable.operations`),
   and the owner consumes each entry in order, exactly once.
 
 The rules are in ``docs/semantics.md``; ``docs/getting-started.md`` ("Your own
 machines") shows a complete example.
+
+Once the store refuses a write because newer code migrated its schema
+(SchemaVersionError), the runtime writes nothing more: it lets every execution go, its
+claims and starts raise that error, and its refusal listeners are told
+(:meth:`DurableRuntime.add_refusal_listener`; a worker stops).
 
 Concurrency: every public method may be called from any thread except the loop
 thread (they block on store I/O); the live executions are owned by the loop thread.
@@ -26,17 +33,20 @@ short-lived read-back threads after an unproven outcome.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Self
 
 import orjson
 
+from phronomy_fsm.durable.claims import OtherSpecExecution, RunnableSpecs, describe_left
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
 from phronomy_fsm.durable.keys import check_id, new_execution_id
@@ -66,6 +76,7 @@ from phronomy_fsm.errors import (
     OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
+    SchemaVersionError,
     StorageError,
     TaskTimeoutError,
     UnknownMachineError,
@@ -192,6 +203,10 @@ class DurableRuntime:
             pid_namespace=me.pid_namespace,
         )
         self._closed = False
+        #: the SchemaVersionError that stopped every write of this runtime, once one did
+        self.refused: SchemaVersionError | None = None
+        self._refusal_listeners: list[Callable[[SchemaVersionError], None]] = []
+        self._refused_lock = threading.Lock()
         self._holds = 0  # starts on their way here (see hold())
         self._holds_lock = threading.Lock()
         self._stop = threading.Event()
@@ -280,6 +295,15 @@ class DurableRuntime:
     def machines(self) -> tuple[str, ...]:
         """The names of the registered machines, sorted."""
         return tuple(sorted(self._registrations))
+
+    @property
+    def runnable_specs(self) -> tuple[RunnableSpecs, ...]:
+        """The specs the registered machines run, by machine name: each its own and
+        those its declared migrations cover — what this runtime claims
+        (``docs/scale-out.md``, "Rolling upgrades")."""
+        return tuple(
+            RunnableSpecs.of(self._registrations[name].machine.table) for name in self.machines
+        )
 
     # ------------------------------------------------------------------ executions
 
@@ -415,6 +439,7 @@ class DurableRuntime:
 
         def failed(error: BaseException) -> None:
             release()
+            self.note_write_error(error)
             task.fail(error)
 
         def read_back(error: BaseException) -> None:  # off the store's writer thread
@@ -721,64 +746,122 @@ class DurableRuntime:
                 except PhronomyError:  # the runtime closed meanwhile: nothing runs it here
                     pass
             except PhronomyError as exc:
+                self.note_write_error(exc)
                 log.warning("execution %s: could not close signals %s: %r", execution_id, seqs, exc)
 
         threading.Thread(target=write, name=f"{self.name}-inbox", daemon=True).start()
 
     # ------------------------------------------------------------------ recovery
 
-    def recover(self, accept: Accept | None = None) -> RecoveryReport:
+    def recover(
+        self, accept: Accept | None = None, *, park_other_specs: bool = False
+    ) -> RecoveryReport:
         """Claim and resume every active execution of the registered machines that no
-        live worker owns (``docs/semantics.md``, "Recovery"): executions in flight are
-        replayed from their last barrier, waiting ones wait again with their timers
-        re-armed, parked ones wait for an operator. Returns what was found.
+        live worker owns and whose spec they run (``docs/semantics.md``, "Recovery"):
+        executions in flight are replayed from their last barrier, waiting ones wait
+        again with their timers re-armed, parked ones wait for an operator. Returns
+        what was found.
+
+        An execution pinned to a spec no registered machine runs — a newer one, or an
+        older one without a declared migration — is left for a worker that runs it
+        (``docs/scale-out.md``, "Rolling upgrades"): it is reported in
+        ``other_spec`` and logged, never parked, unless ``park_other_specs``.
 
         Args:
             accept: when given, only executions whose stored record it accepts are
                 claimed (an agent application runs the executions of the agents it
                 has loaded); the others are left to other workers.
+            park_other_specs: also claim the executions left for another spec and
+                park each ``spec_changed`` (``recovery_required``; only ``failed``
+                answers it) — for a store where no worker will ever run that spec
+                again. Never while a worker of that spec may still come back.
 
-        Raises: RuntimeClosedError, StorageError (some executions may have been
-        claimed and resumed already).
+        Raises: RuntimeClosedError, SchemaVersionError, StorageError (some executions
+        may have been claimed and resumed already).
         """
         self._check_open()
-        self.retire_dead_workers()
-        claimed = self.claim(accept=accept)
+        with self._watching_schema():
+            self.retire_dead_workers()
+            claimed = self.claim(accept=accept)
+            left = [
+                e
+                for e in self.left_for_others()
+                if accept is None or self._accepts(accept, e.execution_id)
+            ]
+            if park_other_specs and left:
+                with self._claiming:
+                    for e in left:
+                        token = self.store.claim_execution(e.execution_id, self.worker_id)
+                        if token is not None:  # the engine parks it: spec_changed
+                            claimed.append(self._install_claimed(e.execution_id, token))
+                left = []
+            if left:
+                log.warning(
+                    "worker %s: %s; they wait for a worker that runs their spec",
+                    self.worker_id,
+                    describe_left(left, self.runnable_specs),
+                )
+            rows = self.store.execution_rows()
         owned: list[tuple[str, str]] = []
         unknown: list[tuple[str, str]] = []
         registered = set(self.machines)
-        for row in self.store.execution_rows():
-            if not row["active"] or row["execution_id"] in dict(claimed):
+        skip = set(dict(claimed)) | {e.execution_id for e in left}
+        for row in rows:
+            if not row["active"] or row["execution_id"] in skip:
                 continue
             if row["machine"] not in registered:
                 unknown.append((row["execution_id"], row["machine"]))
             elif row["owner_id"] not in (None, self.worker_id):
                 owned.append((row["execution_id"], row["owner_id"]))
-        return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown))
+        return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown), tuple(left))
+
+    def _accepts(self, accept: Accept, execution_id: str) -> bool:
+        try:
+            return bool(accept(self.store.load_record(execution_id)))
+        except NotFoundError:
+            return False
+
+    def left_for_others(self, limit: int = 1000) -> tuple[OtherSpecExecution, ...]:
+        """The active executions of the registered machines, owned by no live worker,
+        that this runtime leaves because it runs none of their specs (up to ``limit``,
+        oldest first): they wait for a worker that runs their spec
+        (``docs/scale-out.md``, "Rolling upgrades"). A store read; nothing is claimed.
+
+        Raises: RuntimeClosedError, StorageError."""
+        self._check_open()
+        specs = self.runnable_specs
+        if not specs:
+            return ()
+        return tuple(
+            OtherSpecExecution(eid, machine, version, sha)
+            for eid, machine, version, sha in self.store.other_spec_executions(specs, limit=limit)
+        )
 
     def claim(
         self, limit: int | None = None, *, accept: Accept | None = None
     ) -> list[tuple[str, str]]:
         """Claim up to ``limit`` (default: every) active execution of the registered
-        machines that no live worker owns (and that ``accept``, when given, accepts),
-        and resume each as :meth:`recover` does; returns ``[(execution_id, status)]``
-        of those claimed, oldest first. A worker calls it periodically with its free
-        capacity (``docs/scale-out.md``).
+        machines that no live worker owns, whose spec they run (:attr:`runnable_specs`)
+        and that ``accept``, when given, accepts; resume each as :meth:`recover`
+        does; returns ``[(execution_id, status)]`` of those claimed, oldest first. A
+        worker calls it periodically with its free capacity (``docs/scale-out.md``).
+        Executions of other specs are left (:meth:`left_for_others` lists them).
 
-        Raises: RuntimeClosedError, StorageError (some may have been claimed and
-        resumed already)."""
+        Raises: RuntimeClosedError, SchemaVersionError, StorageError (some may have
+        been claimed and resumed already)."""
         self._check_open()
         wanted = 1000 if limit is None else int(limit)
         if wanted <= 0:
             return []
-        with self._claiming:
+        with self._watching_schema(), self._claiming:
             return self._claim(wanted, accept)
 
     def _claim(self, wanted: int, accept: Accept | None) -> list[tuple[str, str]]:
+        specs = self.runnable_specs
         if accept is not None:  # read, filter, then claim one by one
             chosen = []
             for execution_id, _machine in self.store.claimable_executions(
-                self.machines, limit=max(wanted * 4, 1000)
+                specs, limit=max(wanted * 4, 1000)
             ):
                 try:
                     record = self.store.load_record(execution_id)
@@ -789,20 +872,10 @@ class DurableRuntime:
                 if len(chosen) >= wanted:
                     break
             return self.adopt(chosen)
-        batch = getattr(self.store, "claim_executions", None)
-        tokens: list[tuple[str, int]] = []
-        if callable(batch):
-            tokens = [
-                (eid, token)
-                for eid, _m, token in batch(self.machines, self.worker_id, limit=wanted)
-            ]
-        else:
-            for execution_id, _machine in self.store.claimable_executions(
-                self.machines, limit=wanted
-            ):
-                token = self.store.claim_execution(execution_id, self.worker_id)
-                if token is not None:
-                    tokens.append((execution_id, token))
+        tokens = [
+            (eid, token)
+            for eid, _m, token in self.store.claim_executions(specs, self.worker_id, limit=wanted)
+        ]
         return [self._install_claimed(execution_id, token) for execution_id, token in tokens]
 
     def _install_claimed(self, execution_id: str, token: int) -> tuple[str, str]:
@@ -830,14 +903,14 @@ class DurableRuntime:
             return []
         # a worker whose process is provably gone is no live worker: end its lease
         # first, as recover() does, so what it left is adopted now, not after its lease
-        self.retire_dead_workers()
-        with self._claiming:
-            return self._adopt(wanted)
+        with self._watching_schema():
+            self.retire_dead_workers()
+            with self._claiming:
+                return self._adopt(wanted)
 
     def _adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
         live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
         claimed: list[tuple[str, str]] = []
-        registered = set(self.machines)
         for execution_id in wanted:
             if execution_id in live:
                 continue
@@ -845,9 +918,30 @@ class DurableRuntime:
                 record = self.store.load_record(execution_id)
             except NotFoundError:
                 continue
-            if not record.is_active or record.machine not in registered:
+            reg = self._registrations.get(record.machine)
+            if not record.is_active or reg is None:
                 continue
-            token = self.store.claim_execution(execution_id, self.worker_id)
+            specs = RunnableSpecs.of(reg.machine.table)
+            if not specs.runs(record.spec_version, record.spec_sha256):
+                log.info(
+                    "worker %s: %s",
+                    self.worker_id,
+                    describe_left(
+                        [
+                            OtherSpecExecution(
+                                execution_id,
+                                record.machine,
+                                record.spec_version,
+                                record.spec_sha256,
+                            )
+                        ],
+                        [specs],
+                    ),
+                )
+                continue
+            # the claim checks the spec again: a worker of another spec may have
+            # moved it on (a migration) since it was read
+            token = self.store.claim_execution(execution_id, self.worker_id, runs=specs)
             if token is not None:
                 claimed.append(self._install_claimed(execution_id, token))
         return claimed
@@ -868,9 +962,10 @@ class DurableRuntime:
         (never a blind re-send). A worker calls this on every pass of its claim loop.
         Returns ``[(execution_id, status)]`` resumed.
 
-        Raises: RuntimeClosedError, StorageError (some may have been resumed)."""
+        Raises: RuntimeClosedError, SchemaVersionError, StorageError (some may have
+        been resumed)."""
         self._check_open()
-        with self._claiming:
+        with self._watching_schema(), self._claiming:
             return self._resume_stranded(min_age_seconds)
 
     def _resume_stranded(self, min_age_seconds: float) -> list[tuple[str, str]]:
@@ -918,7 +1013,12 @@ class DurableRuntime:
     def retire_dead_workers(self) -> list[str]:
         """End the lease of every worker whose process is provably gone on this host
         (no such pid, pid reused, an earlier boot), so its executions can be claimed
-        at once instead of after its lease. Returns their ids. Raises StorageError."""
+        at once instead of after its lease. Returns their ids. Raises
+        SchemaVersionError, StorageError."""
+        with self._watching_schema():
+            return self._retire_dead_workers()
+
+    def _retire_dead_workers(self) -> list[str]:
         me = current_process()
         retired = []
         for worker, _heartbeat, expires in self.store.list_workers():
@@ -1013,12 +1113,16 @@ class DurableRuntime:
                     if not self.store.renew_lease(self.worker_id, self.lease_seconds):
                         self.store.register_worker(self.worker, self.lease_seconds)
                     self._verify_ownership()
+                except SchemaVersionError as exc:
+                    self.note_write_error(exc)
+                    return  # nothing more to renew or deliver: the runtime stopped
                 except PhronomyError as exc:
                     log.warning("worker %s: lease renewal failed: %r", self.worker_id, exc)
                 else:
                     # executions claimed by others meanwhile were let go on the loop
                     # (their queued effects cancelled): effects may start again
-                    self._lease_valid_until = asked_at + self.lease_seconds
+                    if self.refused is None:
+                        self._lease_valid_until = asked_at + self.lease_seconds
             try:
                 poll = self.store.signals_since(self._signal_cursor)
             except PhronomyError as exc:
@@ -1045,8 +1149,64 @@ class DurableRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     def _check_open(self) -> None:
+        if self.refused is not None:
+            raise copy.copy(self.refused)
         if self._closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
+
+    @contextmanager
+    def _watching_schema(self) -> Iterator[None]:
+        """Turn a SchemaVersionError of the block's store writes into this runtime's
+        refusal (:meth:`note_write_error`), then re-raise it."""
+        try:
+            yield
+        except SchemaVersionError as exc:
+            self.note_write_error(exc)
+            raise
+
+    def add_refusal_listener(self, listener: Callable[[SchemaVersionError], None]) -> None:
+        """Call ``listener(error)`` once, from whichever thread met it, when the store
+        refuses a write because newer code migrated its schema (this runtime then
+        writes nothing more: :meth:`note_write_error`). A :class:`Worker` stops."""
+        with self._refused_lock:
+            if self.refused is None:
+                self._refusal_listeners.append(listener)
+                return
+            error = self.refused
+        listener(error)
+
+    def note_write_error(self, error: BaseException) -> None:
+        """Take note of an error a store write of this runtime raised (any thread).
+        A SchemaVersionError means newer code migrated the store: from then on the
+        runtime writes nothing — no effect starts, every live execution is let go
+        without a commit (its waiters fail with the error; workers of the newer code
+        take it over once this worker's lease has passed), :meth:`claim`,
+        :meth:`recover`, :meth:`start` and the rest raise the error, the lease is no
+        longer renewed — and the refusal listeners are called, once. Logged as an
+        error. Any other error is ignored here."""
+        if not isinstance(error, SchemaVersionError):
+            return
+        with self._refused_lock:
+            if self.refused is not None:
+                return
+            self.refused = error
+            listeners, self._refusal_listeners = self._refusal_listeners, []
+        self._lease_valid_until = 0.0  # no effect starts any more
+        log.error(
+            "worker %s stops writing: %s It claims nothing more and lets its executions "
+            "go; workers of the newer code take them over once its lease has passed",
+            self.worker_id,
+            error,
+        )
+        try:
+            self.dispatcher.call_soon(self.engine.let_go_all, error)
+        except PhronomyError:
+            pass  # the loop is stopping: nothing runs any more
+        for listener in listeners:
+            try:
+                listener(error)
+            except Exception:  # a listener must not keep the others from hearing it
+                log.exception("worker %s: a refusal listener failed", self.worker_id)
 
     def lease_error(self, execution_id: str) -> BaseException | None:
         """Whether a non-pure effect of ``execution_id`` may start now (any thread):
@@ -1054,7 +1214,10 @@ class DurableRuntime:
         of its live executions checked, less than a lease ago by this process's
         monotonic clock — else a :class:`LeaseLostError`: the worker may have been
         paused or cut off past its lease, another worker may own the execution, so
-        the effect must not start (``docs/scale-out.md``, "Leases and fencing")."""
+        the effect must not start (``docs/scale-out.md``, "Leases and fencing"). Once
+        the store refused a write for a newer schema, the refusal (no effect starts)."""
+        if self.refused is not None:
+            return copy.copy(self.refused)
         if time.monotonic() < self._lease_valid_until:
             return None
         return LeaseLostError(
@@ -1124,10 +1287,11 @@ class DurableRuntime:
             timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
         )
         self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
-        try:
-            self.store.retire_worker(self.worker_id)
-        except PhronomyError as exc:
-            log.warning("worker %s: could not end its lease: %r", self.worker_id, exc)
+        if self.refused is None:  # else a write is refused: the lease passes by itself
+            try:
+                self.store.retire_worker(self.worker_id)
+            except PhronomyError as exc:
+                log.warning("worker %s: could not end its lease: %r", self.worker_id, exc)
         if self._own_store:
             self.store.close()
 

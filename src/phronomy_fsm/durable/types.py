@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from phronomy_fsm.durable.claims import OtherSpecExecution
 from phronomy_fsm.durable.records import (
     EffectKind,
     ErrorInfo,
@@ -175,12 +176,16 @@ class DurableEvent:
 class RecoveryReport:
     """What :meth:`~phronomy_fsm.durable.runtime.DurableRuntime.recover` did:
     ``claimed`` execution ids it now runs (each with the status it was found in),
-    ``owned_elsewhere`` ids a live worker holds (with that worker), and
-    ``unknown_machine`` ids of machines this runtime does not register."""
+    ``owned_elsewhere`` ids a live worker holds (with that worker),
+    ``unknown_machine`` ids of machines this runtime does not register, and
+    ``other_spec`` the executions of its machines, owned by no live worker, that it
+    left because it runs none of their specs — the spec they are pinned to is newer,
+    or older with no migration declared (``docs/scale-out.md``, "Rolling upgrades")."""
 
     claimed: tuple[tuple[str, str], ...] = ()
     owned_elsewhere: tuple[tuple[str, str], ...] = ()
     unknown_machine: tuple[tuple[str, str], ...] = ()
+    other_spec: tuple[OtherSpecExecution, ...] = ()
 
 
 __all__ = [

@@ -14,6 +14,13 @@ retired at once (``retire_dead_workers``); any other's executions become claimab
 its lease passes on the store's clock, so a dead worker's executions are taken over
 within about one lease plus one scan.
 
+A worker claims only executions whose spec its machines run — their own spec, or an
+older one a declared migration covers; the others wait for a worker that runs them, and
+its log says so, about once a lease (``docs/scale-out.md``, "Rolling upgrades"). Once the
+store refuses a write because newer code migrated its schema, the worker stops: it
+claims nothing more, lets its executions go without writing, and :meth:`Worker.run`
+ends with the SchemaVersionError (``phronomy-fsm worker`` exits 1 saying so).
+
 ``phronomy-fsm worker --db DSN --app MODULE:FACTORY [--concurrency N]`` runs one
 (:mod:`phronomy_fsm.cli.worker_commands`);
 :func:`phronomy_fsm.operator.worker.run_worker` is the same as a call (it opens the
@@ -28,9 +35,10 @@ import time
 from typing import Any
 
 from phronomy_fsm.durable.app import DurableApp, attach_app
+from phronomy_fsm.durable.claims import describe_left
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
-from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.errors import PhronomyError, SchemaVersionError
 
 log = logging.getLogger("phronomy_fsm.worker")
 
@@ -91,6 +99,11 @@ class Worker:
         self.scan_seconds = float(scan_seconds or lease_seconds / 4)
         self.claimed_total = 0
         self.probe_processes = probe_processes
+        #: the SchemaVersionError that stopped this worker, once one did
+        self.refused: SchemaVersionError | None = None
+        #: executions left for another spec at the last look, and when to look next
+        self._left: frozenset[str] = frozenset()
+        self._next_left_check = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.runtime = DurableRuntime(
@@ -105,6 +118,7 @@ class Worker:
         )
         self._detach = attach_app(app, self.runtime)
         self.worker_id = self.runtime.worker_id
+        self.runtime.add_refusal_listener(self._on_refused)
         self._unlisten = store.add_listener(self._on_notification) if notifies else (lambda: None)
         self._thread: threading.Thread | None = None
 
@@ -113,6 +127,10 @@ class Worker:
     def _on_notification(self, channel: str, payload: str) -> None:
         if channel != "phronomy_signals":  # work appeared, or the listener reconnected
             self._wake.set()
+
+    def _on_refused(self, error: SchemaVersionError) -> None:
+        self.refused = error
+        self.stop()
 
     def _on_event(self, event: DurableEvent) -> None:
         kind = event.kind
@@ -162,6 +180,7 @@ class Worker:
         free = self.concurrency - self.running
         if free > 0:
             claimed += self.runtime.claim(free, accept=self.app.accept)
+        self._report_left()
         if claimed:
             self.claimed_total += len(claimed)
             resumed = [f"{eid} ({status})" for eid, status in claimed]
@@ -174,9 +193,35 @@ class Worker:
             )
         return claimed
 
+    def _report_left(self) -> None:
+        """About once a lease, log the executions left for a worker of another spec
+        when they changed since the last look (``docs/scale-out.md``, "Rolling
+        upgrades"): during an upgrade an old worker says what it leaves, and why."""
+        now = time.monotonic()
+        if now < self._next_left_check:
+            return
+        self._next_left_check = now + max(self.runtime.lease_seconds, self.scan_seconds)
+        left = self.runtime.left_for_others()
+        accept = self.app.accept
+        if accept is not None:  # an agent application: only the agents it runs
+            left = tuple(e for e in left if accept(self.store.load_record(e.execution_id)))
+        ids = frozenset(e.execution_id for e in left)
+        if ids != self._left and left:
+            log.warning(
+                "worker %s: %s; they wait for a worker that runs their spec",
+                self.worker_id,
+                describe_left(left, self.runtime.runnable_specs),
+            )
+        self._left = ids
+
     def run(self, stop: threading.Event | None = None) -> None:
         """Claim and run until :meth:`stop` (or ``stop`` is set); then close.
-        Store errors are logged and the loop goes on (the store may be restarting)."""
+        Store errors are logged and the loop goes on (the store may be restarting).
+
+        Raises:
+            SchemaVersionError: newer code migrated the store: the worker stopped
+                writing (its executions were let go) and closed.
+        """
         log.info(
             "worker %s started: machines %s, concurrency %d, lease %.1f s, store %s",
             self.worker_id,
@@ -189,6 +234,8 @@ class Worker:
             while not self._stop.is_set() and not (stop is not None and stop.is_set()):
                 try:
                     claimed = self.scan()
+                except SchemaVersionError:  # the runtime logged it and stops
+                    break
                 except PhronomyError as exc:
                     log.warning("worker %s: claim scan failed: %s", self.worker_id, exc)
                     claimed = []
@@ -201,14 +248,23 @@ class Worker:
                 self._wake.clear()
         finally:
             self.close()
+        if self.refused is not None:
+            raise self.refused
 
     def start(self) -> Worker:
-        """Run :meth:`run` on a background thread; returns ``self``."""
+        """Run :meth:`run` on a background thread; returns ``self`` (a
+        SchemaVersionError that ends it is kept in :attr:`refused`)."""
         self._thread = threading.Thread(
-            target=self.run, name=f"{self.worker_id}-claim", daemon=True
+            target=self._run_quietly, name=f"{self.worker_id}-claim", daemon=True
         )
         self._thread.start()
         return self
+
+    def _run_quietly(self) -> None:
+        try:
+            self.run()
+        except SchemaVersionError:
+            pass  # logged by the runtime; kept in self.refused
 
     def stop(self) -> None:
         """Ask the loop to stop (it closes the worker)."""

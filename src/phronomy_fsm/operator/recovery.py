@@ -114,13 +114,16 @@ def recover_store(
     on_progress: Callable[[int, int], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     faults: FaultPlan | None = None,
+    park_other_specs: bool = False,
 ) -> StoreRecoveryReport:
     """Recover a store with a durable application, in this process, until its
     executions rest.
 
     Starts a :class:`~phronomy_fsm.durable.runtime.DurableRuntime` with the app's
     machines, which claims every active execution of them that no live worker owns
-    and resumes it from its last commit (``docs/semantics.md``, "Recovery"); waits up
+    and whose spec they run, and resumes it from its last commit
+    (``docs/semantics.md``, "Recovery"; executions of other specs are left for a
+    worker that runs them and reported, ``docs/scale-out.md``, "Rolling upgrades"); waits up
     to ``wait_seconds`` until each claimed execution (or only those in ``wait_for``
     and the parents they notify, which may also name executions a live worker runs)
     is at rest (:func:`is_at_rest`);
@@ -137,6 +140,10 @@ def recover_store(
             time that count may have changed, on the calling thread.
         clock: the runtime's clock.
         faults: crash points for the runtime (tests and the crash harness only).
+        park_other_specs: also claim the executions of the app's machines pinned to
+            a spec it does not run and park each ``spec_changed`` (only ``failed``
+            answers it): for a store where no worker will run that spec again
+            (:meth:`~phronomy_fsm.durable.runtime.DurableRuntime.recover`).
 
     Returns:
         A :class:`StoreRecoveryReport`.
@@ -177,7 +184,7 @@ def recover_store(
     detach = attach_app(app, runtime)
     started = time.monotonic()
     try:
-        found = runtime.recover(accept=app.accept)
+        found = runtime.recover(accept=app.accept, park_other_specs=park_other_specs)
         claimed = dict(found.claimed)
         watched = list(claimed) if wait_for is None else with_parents(store, wait_for)
         wait_until_rest(
@@ -214,7 +221,9 @@ def recover_store(
                 approval=_pending_approval(record, db, app_spec),
             )
         )
-    return StoreRecoveryReport(tuple(entries), tuple(found.unknown_machine), waited)
+    return StoreRecoveryReport(
+        tuple(entries), tuple(found.unknown_machine), waited, tuple(found.other_spec)
+    )
 
 
 def _pending_approval(

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 import orjson
 
+from phronomy_fsm.durable.claims import OtherSpecExecution
 from phronomy_fsm.durable.records import (
     BarrierLogRecord,
     EffectRef,
@@ -530,12 +531,16 @@ class StoreRecoveryReport:
     ``executions`` are those this process claimed and those a live worker owns (with
     their state after the wait), in the store's order; ``unknown_machine`` are active
     ``(execution_id, machine)`` pairs of machines the application does not run (the
-    agent layer's excepted); ``wait_seconds`` is how long it waited for rest.
+    agent layer's excepted); ``other_spec`` are the executions of its machines, owned
+    by no live worker, that it left because it runs none of their specs
+    (:class:`~phronomy_fsm.durable.OtherSpecExecution`; ``docs/scale-out.md``,
+    "Rolling upgrades"); ``wait_seconds`` is how long it waited for rest.
     """
 
     executions: tuple[RecoveredExecution, ...]
     unknown_machine: tuple[tuple[str, str], ...] = ()
     wait_seconds: float = 0.0
+    other_spec: tuple[OtherSpecExecution, ...] = ()
 
     @property
     def needs_operator(self) -> tuple[RecoveredExecution, ...]:
@@ -557,6 +562,15 @@ class StoreRecoveryReport:
             "executions": [e.to_dict() for e in self.executions],
             "unknown_machine": [
                 {"execution_id": eid, "machine": machine} for eid, machine in self.unknown_machine
+            ],
+            "other_spec": [
+                {
+                    "execution_id": e.execution_id,
+                    "machine": e.machine,
+                    "spec_version": e.spec_version,
+                    "spec_sha256": e.spec_sha256,
+                }
+                for e in self.other_spec
             ],
             "wait_seconds": round(self.wait_seconds, 3),
         }

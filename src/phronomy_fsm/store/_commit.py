@@ -52,6 +52,7 @@ from phronomy_fsm.store.refusals import (
     signal_sent_already_error,
     update_refusal,
 )
+from phronomy_fsm.store.schema import SCHEMA_VERSION, STORED_VERSION
 
 #: The owner's lease is still valid (two ``?``: the worker id, the commit time in ms).
 LEASE_OK = (
@@ -64,8 +65,10 @@ INSERT_EXECUTION = (
     " updated_epoch_ms, deadline_epoch_ms, owner_id, fence, last_barrier, last_digest)"
     " SELECT ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?"
 )
+#: ``spec_sha256`` moves too: a commit of an execution a migration covered pins it to
+#: the spec that ran it, and claims match on that column (docs/scale-out.md).
 UPDATE_EXECUTION = (
-    "UPDATE executions SET revision=?, status=?, state=?, active=?, body=?,"
+    "UPDATE executions SET revision=?, status=?, state=?, active=?, body=?, spec_sha256=?,"
     " updated_epoch_ms=?, deadline_epoch_ms=?, last_barrier=?, last_digest=?"
     " WHERE execution_id=? AND revision=? AND machine=? AND active=1"
 )
@@ -248,6 +251,7 @@ def apply_durable(
             ex.state,
             1 if ex.is_active else 0,
             p.body,
+            ex.spec_sha256,
             now_ms,
             _epoch(ex.deadline_at),
             commit.barrier,
@@ -400,7 +404,7 @@ def _values(width: int, rows: int) -> str:
 
 
 #: Parameters per row of :func:`bulk_update_sql`.
-BULK_WIDTH = 13
+BULK_WIDTH = 14
 
 
 @functools.cache
@@ -412,7 +416,7 @@ def bulk_update_sql(rows: int) -> str:
     return (
         "UPDATE executions SET revision=v.column2, status=v.column3, state=v.column4,"
         " active=v.column5, body=v.column6, updated_epoch_ms=?1, deadline_epoch_ms=v.column7,"
-        " last_barrier=v.column8, last_digest=v.column9"
+        " last_barrier=v.column8, last_digest=v.column9, spec_sha256=v.column14"
         f" FROM (VALUES {_values(BULK_WIDTH, rows)}) AS v"
         " WHERE executions.execution_id=v.column1 AND executions.revision=v.column10"
         " AND executions.machine=v.column11 AND executions.active=1"
@@ -425,7 +429,8 @@ def bulk_update_sql(rows: int) -> str:
 def bulk_row(p: PreparedDurable) -> tuple[Any, ...]:
     """The :func:`bulk_update_sql` parameters of one one-statement commit:
     ``execution_id, revision, status, state, active, body, deadline_epoch_ms, barrier,
-    digest, expected_revision, machine, fence worker (or NULL), fence token``."""
+    digest, expected_revision, machine, fence worker (or NULL), fence token,
+    spec_sha256``."""
     commit = p.commit
     ex = commit.execution
     fence = commit.fence
@@ -443,6 +448,7 @@ def bulk_row(p: PreparedDurable) -> tuple[Any, ...]:
         ex.machine,
         None if fence is None else fence.worker_id,
         0 if fence is None else fence.token,
+        ex.spec_sha256,
     )
 
 
@@ -489,7 +495,9 @@ def autocommit_update_sql(rows: int) -> str:
     but a row that fails it sets ``revision`` to NULL, which the column's NOT NULL
     constraint refuses: the statement aborts and nothing of it is written. A missing
     execution cannot fail its row (it has none), so the statement also counts the
-    executions named and updates nothing unless all of them exist. Parameters: the
+    executions named and updates nothing unless all of them exist, and nothing when
+    the stored schema version is not this code's (newer code migrated the file: the
+    transaction path, run next, refuses with SchemaVersionError). Parameters: the
     commit time, then per row :func:`bulk_row`, then every row's execution id again.
     """
     marks = ",".join("?" * rows)
@@ -502,10 +510,12 @@ def autocommit_update_sql(rows: int) -> str:
         " THEN v.column2 END,"
         " status=v.column3, state=v.column4, active=v.column5, body=v.column6,"
         " updated_epoch_ms=?1, deadline_epoch_ms=v.column7, last_barrier=v.column8,"
-        " last_digest=v.column9"
+        " last_digest=v.column9, spec_sha256=v.column14"
         f" FROM (VALUES {_values(BULK_WIDTH, rows)}) AS v"
         " WHERE executions.execution_id=v.column1"
         f" AND (SELECT count(*) FROM executions e WHERE e.execution_id IN ({marks})) = {rows}"
+        # a store newer code migrated matches nothing: the transaction path then says why
+        f" AND ({STORED_VERSION}) = '{SCHEMA_VERSION}'"
     )
 
 
@@ -520,7 +530,8 @@ def apply_run_autocommit(cur: sqlite3.Cursor, run: list[PreparedDurable], now_ms
     """Apply ``run`` (see :func:`is_single_run`) as one statement **outside** any
     transaction: the statement is its own transaction, committed (and at FULL
     fsynced) before this returns True. False means a commit of the run was refused
-    (a compare-and-set or fence check failed, or an execution does not exist) and
+    (a compare-and-set or fence check failed, an execution does not exist, or the
+    schema version is no longer this code's) and
     **nothing** was written: apply the run in a transaction to say which.
 
     Raises:

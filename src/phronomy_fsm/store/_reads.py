@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
+from phronomy_fsm.durable.claims import Claimable, RunnableSpecs, SpecKeys, spec_keys
 from phronomy_fsm.durable.codec import epoch_ms_to_datetime
 from phronomy_fsm.durable.records import (
     BarrierLogRecord,
@@ -77,6 +78,40 @@ def _row_filters(
             where.append(f"{column} = ?")
             params.append(value)
     return where, params
+
+
+#: An execution's spec version, read from its stored record (SQL of ``executions``).
+SPEC_VERSION = "json_extract(body, '$.spec_version')"
+#: An execution's owner is none or a worker whose lease has passed (one ``?``: now).
+NO_LIVE_OWNER = (
+    "(owner_id IS NULL OR NOT EXISTS (SELECT 1 FROM workers w"
+    " WHERE w.worker_id = executions.owner_id AND w.lease_expires_epoch_ms >= ?))"
+)
+
+
+def runs_sql(keys: SpecKeys) -> tuple[str, list[Any]]:
+    """A WHERE term on ``executions`` true for a row whose spec ``keys`` run, and its
+    parameters (``docs/scale-out.md``, "Rolling upgrades"; the rule is
+    :class:`~phronomy_fsm.durable.claims.SpecKeys`'). The spec version is read from
+    the record only for a row no cheaper term matched."""
+    terms: list[str] = []
+    params: list[Any] = []
+
+    def among(expression: str, values: tuple[str, ...]) -> None:
+        if values:
+            terms.append(f"{expression} IN ({','.join('?' * len(values))})")
+            params.extend(values)
+
+    among("machine", keys.any_spec)
+    among("machine || '/' || spec_sha256", keys.shas)
+    among(f"machine || '/' || {SPEC_VERSION}", keys.versions)
+    among(f"machine || '/' || {SPEC_VERSION} || '/' || spec_sha256", keys.pairs)
+    return ("(" + " OR ".join(terms) + ")" if terms else "0"), params
+
+
+def machines_sql(keys: SpecKeys) -> tuple[str, list[Any]]:
+    """``machine IN (...)`` of every machine ``keys`` name (the indexed filter)."""
+    return f"machine IN ({','.join('?' * len(keys.machines))})", list(keys.machines)
 
 
 class SqliteReads:
@@ -424,23 +459,49 @@ class SqliteReads:
         return {eid: int(fence) for eid, fence in rows}
 
     def claimable_executions(
-        self, machines: tuple[str, ...], *, limit: int = 1000
+        self, machines: tuple[Claimable, ...], *, limit: int = 1000
     ) -> list[tuple[str, str]]:
-        """``(execution_id, machine)`` of active executions of ``machines`` with no
-        live owner (none, or a worker whose lease has passed), oldest first."""
+        """``(execution_id, machine)`` of active executions with no live owner (none,
+        or a worker whose lease has passed) that ``machines`` run, oldest first: a
+        machine's name runs every spec of it, its
+        :class:`~phronomy_fsm.durable.claims.RunnableSpecs` only those
+        (``docs/scale-out.md``, "Rolling upgrades")."""
         if not machines:
             return []
+        keys = spec_keys(machines)
         now_ms, _ = self._commit_time()
-        marks = ",".join("?" * len(machines))
+        among, names = machines_sql(keys)
+        runs, params = runs_sql(keys)
         with self._reading("claimable_executions") as conn:
             rows = conn.execute(
-                f"SELECT execution_id, machine FROM executions e WHERE active=1 AND machine IN ({marks})"
-                " AND (owner_id IS NULL OR NOT EXISTS (SELECT 1 FROM workers w"
-                " WHERE w.worker_id = e.owner_id AND w.lease_expires_epoch_ms >= ?))"
+                f"SELECT execution_id, machine FROM executions WHERE active=1 AND {among}"
+                f" AND {NO_LIVE_OWNER} AND {runs}"
                 " ORDER BY created_epoch_ms, execution_id LIMIT ?",
-                (*machines, now_ms, int(limit)),
+                (*names, now_ms, *params, int(limit)),
             ).fetchall()
         return [(eid, machine) for eid, machine in rows]
+
+    def other_spec_executions(
+        self, specs: tuple[RunnableSpecs, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str, int, str]]:
+        """``(execution_id, machine, spec_version, spec_sha256)`` of the active
+        executions of the machines of ``specs`` with no live owner whose spec none of
+        ``specs`` runs: what a worker with these specs leaves for another, oldest
+        first (``docs/scale-out.md``, "Rolling upgrades")."""
+        if not specs:
+            return []
+        keys = spec_keys(specs)
+        now_ms, _ = self._commit_time()
+        among, names = machines_sql(keys)
+        runs, params = runs_sql(keys)
+        with self._reading("other_spec_executions") as conn:
+            rows = conn.execute(
+                f"SELECT execution_id, machine, {SPEC_VERSION}, spec_sha256 FROM executions"
+                f" WHERE active=1 AND {among} AND {NO_LIVE_OWNER} AND NOT {runs}"
+                " ORDER BY created_epoch_ms, execution_id LIMIT ?",
+                (*names, now_ms, *params, int(limit)),
+            ).fetchall()
+        return [(eid, machine, int(version), sha) for eid, machine, version, sha in rows]
 
     # ------------------------------------------------------------------ agents and machines
 
@@ -475,4 +536,12 @@ class SqliteReads:
         return from_json(MachineRecord, row[0])  # type: ignore[no-any-return]
 
 
-__all__ = ["SIGNAL_COLUMNS", "SqliteReads", "signal_from_row"]
+__all__ = [
+    "NO_LIVE_OWNER",
+    "SIGNAL_COLUMNS",
+    "SPEC_VERSION",
+    "SqliteReads",
+    "machines_sql",
+    "runs_sql",
+    "signal_from_row",
+]

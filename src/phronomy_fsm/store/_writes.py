@@ -18,6 +18,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from phronomy_fsm.durable.claims import Claimable, RunnableSpecs, spec_keys
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms
 from phronomy_fsm.durable.records import (
     Fence,
@@ -28,7 +29,13 @@ from phronomy_fsm.durable.records import (
 )
 from phronomy_fsm.errors import ExecutionFinishedError, NotFoundError, SignalRefusedError
 from phronomy_fsm.store._commit import INSERT_SIGNAL, LEASE_OK, check_fence
-from phronomy_fsm.store._reads import SIGNAL_COLUMNS, signal_from_row
+from phronomy_fsm.store._reads import (
+    NO_LIVE_OWNER,
+    SIGNAL_COLUMNS,
+    machines_sql,
+    runs_sql,
+    signal_from_row,
+)
 from phronomy_fsm.store.refusals import reused_signal_id_refusal
 
 
@@ -179,41 +186,49 @@ class SqliteWrites:
                 "UPDATE workers SET lease_expires_epoch_ms=0 WHERE worker_id=?", (worker_id,)
             )
 
-    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+    def claim_execution(
+        self, execution_id: str, worker_id: str, *, runs: RunnableSpecs | None = None
+    ) -> int | None:
         """Make ``worker_id`` the owner of an active execution whose owner is none,
-        itself, or a worker whose lease has passed; the fencing token rises by one.
-        Returns the new token, or ``None`` when a live worker owns it, it is not
-        active, or ``worker_id``'s own lease is not valid."""
+        itself, or a worker whose lease has passed — and, with ``runs``, whose spec
+        that machine runs (``docs/scale-out.md``, "Rolling upgrades"); the fencing
+        token rises by one. Returns the new token, or ``None`` when a live worker owns
+        it, it is not active, ``runs`` does not run it, or ``worker_id``'s own lease
+        is not valid."""
         now_ms, _ = self._commit_time()
+        spec, params = ("1", []) if runs is None else runs_sql(spec_keys((runs,)))
         with self.maintenance_transaction("claim_execution") as cur:
             row = cur.execute(
                 "UPDATE executions SET owner_id=?, fence=fence+1 WHERE execution_id=? AND active=1"
                 " AND (owner_id IS NULL OR owner_id=? OR NOT EXISTS (SELECT 1 FROM workers o"
                 " WHERE o.worker_id = executions.owner_id AND o.lease_expires_epoch_ms >= ?))"
-                f" AND {LEASE_OK} RETURNING fence",
-                (worker_id, execution_id, worker_id, now_ms, worker_id, now_ms),
+                f" AND {spec} AND {LEASE_OK} RETURNING fence",
+                (worker_id, execution_id, worker_id, now_ms, *params, worker_id, now_ms),
             ).fetchone()
         return None if row is None else int(row[0])
 
     def claim_executions(
-        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
     ) -> list[tuple[str, str, int]]:
-        """Claim up to ``limit`` active executions of ``machines`` with no live owner
-        for ``worker_id`` in one write transaction (writers are serialised, so racing
+        """Claim up to ``limit`` active executions with no live owner that ``machines``
+        run (a name: every spec of it; a
+        :class:`~phronomy_fsm.durable.claims.RunnableSpecs`: the specs it runs) for
+        ``worker_id`` in one write transaction (writers are serialised, so racing
         workers take disjoint sets); ``[(execution_id, machine, new fencing token)]``,
         oldest first; empty when ``worker_id``'s own lease is not valid."""
         if not machines or limit <= 0:
             return []
+        keys = spec_keys(machines)
         now_ms, _ = self._commit_time()
-        marks = ",".join("?" * len(machines))
+        among, names = machines_sql(keys)
+        runs, params = runs_sql(keys)
         claimed: list[tuple[str, str, int]] = []
         with self.maintenance_transaction("claim_executions") as cur:
             rows = cur.execute(
-                f"SELECT execution_id, machine FROM executions e WHERE active=1"
-                f" AND machine IN ({marks}) AND (owner_id IS NULL OR NOT EXISTS (SELECT 1"
-                " FROM workers w WHERE w.worker_id = e.owner_id AND w.lease_expires_epoch_ms >= ?))"
-                f" AND {LEASE_OK} ORDER BY created_epoch_ms, execution_id LIMIT ?",
-                (*machines, now_ms, worker_id, now_ms, int(limit)),
+                f"SELECT execution_id, machine FROM executions WHERE active=1 AND {among}"
+                f" AND {NO_LIVE_OWNER} AND {runs} AND {LEASE_OK}"
+                " ORDER BY created_epoch_ms, execution_id LIMIT ?",
+                (*names, now_ms, *params, worker_id, now_ms, int(limit)),
             ).fetchall()
             for eid, machine in rows:
                 (fence,) = cur.execute(

@@ -39,6 +39,7 @@ from typing import Any
 
 import attrs
 
+from phronomy_fsm.durable.claims import Claimable, RunnableSpecs
 from phronomy_fsm.durable.records import (
     BarrierLogRecord,
     DurableCommit,
@@ -366,21 +367,29 @@ class FaultInjectingStore:
         """Delegated unchanged."""
         return self.inner.owned_executions(worker_id, machines)  # type: ignore[no-any-return]
 
-    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+    def claim_execution(
+        self, execution_id: str, worker_id: str, *, runs: RunnableSpecs | None = None
+    ) -> int | None:
         """Delegated unchanged."""
-        return self.inner.claim_execution(execution_id, worker_id)  # type: ignore[no-any-return]
+        return self.inner.claim_execution(execution_id, worker_id, runs=runs)  # type: ignore[no-any-return]
 
     def claimable_executions(
-        self, machines: tuple[str, ...], *, limit: int = 1000
+        self, machines: tuple[Claimable, ...], *, limit: int = 1000
     ) -> list[tuple[str, str]]:
         """Delegated unchanged."""
         return self.inner.claimable_executions(machines, limit=limit)  # type: ignore[no-any-return]
 
     def claim_executions(
-        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
     ) -> list[tuple[str, str, int]]:
         """Delegated unchanged."""
         return self.inner.claim_executions(machines, worker_id, limit=limit)  # type: ignore[no-any-return]
+
+    def other_spec_executions(
+        self, specs: tuple[RunnableSpecs, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str, int, str]]:
+        """Delegated unchanged."""
+        return self.inner.other_spec_executions(specs, limit=limit)  # type: ignore[no-any-return]
 
     def register_agent(self, agent_id: str) -> bool:
         """Delegated unchanged."""

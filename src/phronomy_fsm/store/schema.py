@@ -457,6 +457,50 @@ def inspect_version(conn: sqlite3.Connection, path: str) -> int | None:
     return version
 
 
+#: Reads the stored schema version (no parameter); every write transaction of a store
+#: runs it first (:func:`check_still_current`).
+STORED_VERSION = "SELECT value FROM meta WHERE key = 'schema_version'"
+
+
+def newer_schema_error(path: str, found: int, supported: int) -> SchemaVersionError:
+    """The SchemaVersionError of a store that newer code migrated while it was open
+    (``found`` stored, ``supported`` this code's): it writes nothing more."""
+    return SchemaVersionError(
+        f"{path} has schema version {found}, newer than this phronomy_fsm understands "
+        f"({supported}): newer code migrated it while this process had it open; nothing "
+        "was written, and this process writes nothing more to it (a worker stops): "
+        "upgrade phronomy_fsm and start it again.",
+        path=path,
+        found=found,
+        supported=supported,
+    )
+
+
+def check_still_current(cur: sqlite3.Cursor, path: str) -> None:
+    """Inside a write transaction (``BEGIN IMMEDIATE`` holds the write lock, so no
+    migration can run until it ends): refuse to write when the stored schema version
+    is newer than :data:`SCHEMA_VERSION` — newer code migrated the file after this
+    store opened it (``docs/store.md``, "Schema"). One indexed read of ``meta``.
+
+    Raises:
+        SchemaVersionError: a newer (or unreadable) version; roll back, nothing written.
+        sqlite3.Error: the read failed.
+    """
+    row = cur.execute(STORED_VERSION).fetchone()
+    try:
+        found = int(row[0]) if row is not None else -1
+    except ValueError:
+        found = -1
+    if found == -1:
+        raise SchemaVersionError(
+            f"{path}: the schema version is missing or unreadable ({row!r}); nothing was "
+            "written, and this process writes nothing more to it",
+            path=path,
+        )
+    if found > SCHEMA_VERSION:
+        raise newer_schema_error(path, found, SCHEMA_VERSION)
+
+
 def migrate(
     conn: sqlite3.Connection, path: str, *, on_checked: Callable[[], None] | None = None
 ) -> int:

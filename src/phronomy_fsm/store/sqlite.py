@@ -16,7 +16,10 @@ Connections: one writer connection, used under a lock by whichever thread commit
 for :meth:`SqliteBarrierStore.submit`) — measured faster than handing every commit
 to a dedicated thread, see ``docs/store.md``; one reader connection per thread
 (``query_only``). Several processes may open the same file: SQLite's file locks plus
-``BEGIN IMMEDIATE`` and the busy timeout serialise their writers.
+``BEGIN IMMEDIATE`` and the busy timeout serialise their writers. Every write
+transaction first checks that the schema version is still this code's: once newer
+code has migrated the file, every write is refused with SchemaVersionError
+(``docs/store.md``, "Schema").
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ _Item = tuple[DurableCommit, "CommitFuture[DurableReceipt]"]
 _SYNCHRONOUS = ("FULL", "NORMAL")
 
 #: Largest ``group_max_batch``: a batch's multi-row UPDATE binds
-#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (13) parameters per commit (one more
+#: :data:`~phronomy_fsm.store._commit.BULK_WIDTH` (14) parameters per commit (one more
 #: on the one-statement path), which must stay under SQLite's default limit of 32,766.
 MAX_GROUP_BATCH = 1000
 
@@ -251,6 +254,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         self._readers: list[tuple[sqlite3.Connection, threading.RLock]] = []
         self._readers_lock = threading.Lock()
         self._closed = False
+        #: set once a write found the schema migrated by newer code (see _begin)
+        self._schema_refusal: SchemaVersionError | None = None
         self._fault_hook: FaultHook | None = None
         self.faults = faults
         self.check_mark = check_mark
@@ -384,6 +389,8 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             raise StorageError(f"the store {self.path} is closed", path=self.path)
         if self.read_only:
             raise StorageError(f"the store {self.path} was opened read-only", path=self.path)
+        if self._schema_refusal is not None:  # newer code migrated it: never write again
+            raise copy.copy(self._schema_refusal)
         if self._wcur is None:
             conn = self._connect_writer()
             try:
@@ -404,6 +411,23 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
             self._writer = conn
             self._wcur = conn.cursor()
         return self._wcur
+
+    def _begin(self, cur: sqlite3.Cursor) -> None:
+        """``BEGIN IMMEDIATE`` on the writer, then check that the schema is still this
+        code's (:func:`~phronomy_fsm.store.schema.check_still_current`): every write
+        transaction starts here. A newer version is remembered: every later write is
+        refused without touching the file.
+
+        Raises:
+            SchemaVersionError: newer code migrated the file (the caller rolls back).
+            sqlite3.Error: for the caller to map.
+        """
+        cur.execute("BEGIN IMMEDIATE")
+        try:
+            schema.check_still_current(cur, self.path)
+        except SchemaVersionError as exc:
+            self._schema_refusal = exc
+            raise
 
     def _reset_writer(self) -> None:
         """Drop the writer connection after an error that leaves its state unknown."""
@@ -537,7 +561,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         with self._write_lock:
             try:
                 cur = self._writer_cursor()
-                cur.execute("BEGIN IMMEDIATE")
+                self._begin(cur)
                 if hook is not None:
                     hook("write", (commit,))
                 receipt = apply_durable(cur, p, *self._commit_time())
@@ -692,7 +716,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         with self._write_lock:
             try:
                 cur = self._writer_cursor()
-                cur.execute("BEGIN IMMEDIATE")
+                self._begin(cur)
                 now_ms, committed_at = self._commit_time()
                 results, ok = apply_batch(cur, live, now_ms, committed_at, hook, bulk=bulk)
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped
@@ -773,7 +797,7 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         with self._write_lock:
             try:
                 cur = self._writer_cursor()
-                cur.execute("BEGIN IMMEDIATE")
+                self._begin(cur)
                 yield cur
                 cur.execute("COMMIT")
             except BaseException as exc:  # noqa: BLE001 - nothing may escape this boundary untyped

@@ -77,7 +77,7 @@ INSERT_EXECUTION = (
 
 UPDATE_EXECUTION = (
     "WITH c AS (UPDATE executions SET revision = %(revision)s, status = %(status)s,"
-    " state = %(state)s, active = %(active)s, body = %(body)s,"
+    " state = %(state)s, active = %(active)s, body = %(body)s, spec_sha256 = %(sha)s,"
     f" updated_epoch_ms = {NOW_MS}, deadline_epoch_ms = %(deadline)s,"
     " last_barrier = %(barrier)s, last_digest = %(digest)s"
     " WHERE execution_id = %(id)s AND revision = %(expected)s AND machine = %(machine)s"

@@ -18,6 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from phronomy_fsm.durable.claims import Claimable, RunnableSpecs, SpecKeys, spec_keys
 from phronomy_fsm.durable.codec import epoch_ms_to_datetime
 from phronomy_fsm.durable.records import (
     BarrierLogRecord,
@@ -61,6 +62,29 @@ _MY_LEASE = (
     "EXISTS (SELECT 1 FROM workers me WHERE me.worker_id = %(worker)s"
     f" AND me.lease_expires_epoch_ms >= {NOW_MS})"
 )
+
+#: An execution's spec version (text), read from its stored record.
+_SPEC_VERSION = "(e.body::jsonb ->> 'spec_version')"
+#: True for an execution ``e`` whose spec the claim's SpecKeys run (``runs_params``);
+#: one statement text whatever the keys, and the record is parsed only for a row the
+#: cheaper terms did not match and only when some migration is declared.
+_RUNS = (
+    "(e.machine = ANY(%(any_spec)s) OR e.machine || '/' || e.spec_sha256 = ANY(%(shas)s)"
+    f" OR (%(by_version)s AND (e.machine || '/' || {_SPEC_VERSION} = ANY(%(versions)s)"
+    f" OR e.machine || '/' || {_SPEC_VERSION} || '/' || e.spec_sha256 = ANY(%(pairs)s))))"
+)
+
+
+def runs_params(keys: SpecKeys) -> dict[str, Any]:
+    """The parameters of :data:`_RUNS` (and ``machines``, the indexed filter)."""
+    return {
+        "machines": list(keys.machines),
+        "any_spec": list(keys.any_spec),
+        "shas": list(keys.shas),
+        "by_version": keys.needs_version,
+        "versions": list(keys.versions),
+        "pairs": list(keys.pairs),
+    }
 
 
 def _signal_from_row(row: tuple[Any, ...]) -> SignalRecord:
@@ -587,18 +611,23 @@ class PostgresReads:
         )
         return {eid: int(fence) for eid, fence in rows}
 
-    def claim_execution(self, execution_id: str, worker_id: str) -> int | None:
+    def claim_execution(
+        self, execution_id: str, worker_id: str, *, runs: RunnableSpecs | None = None
+    ) -> int | None:
         """Take an active execution whose owner is none, ``worker_id`` itself, or a
-        worker whose lease has passed (server clock); the fencing token rises by one.
-        Returns the new token, or ``None``."""
+        worker whose lease has passed (server clock) — and, with ``runs``, whose spec
+        that machine runs (``docs/scale-out.md``, "Rolling upgrades"); the fencing
+        token rises by one. Returns the new token, or ``None``."""
+        params = runs_params(spec_keys(() if runs is None else (runs,)))
+        params |= {"worker": worker_id, "id": execution_id, "any": runs is None}
 
         def run(cur: Any) -> int | None:
             cur.execute(
                 "UPDATE executions e SET owner_id = %(worker)s, fence = fence + 1"
                 " WHERE execution_id = %(id)s AND active AND (owner_id IS NULL"
-                f" OR owner_id = %(worker)s OR NOT {_LIVE_OWNER}) AND {_MY_LEASE}"
-                " RETURNING fence",
-                {"worker": worker_id, "id": execution_id},
+                f" OR owner_id = %(worker)s OR NOT {_LIVE_OWNER}) AND (%(any)s OR {_RUNS})"
+                f" AND {_MY_LEASE} RETURNING fence",
+                params,
             )
             row = cur.fetchone()
             return None if row is None else int(row[0])
@@ -608,26 +637,29 @@ class PostgresReads:
         )
 
     def claim_executions(
-        self, machines: tuple[str, ...], worker_id: str, *, limit: int
+        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
     ) -> list[tuple[str, str, int]]:
-        """Claim up to ``limit`` runnable executions of ``machines`` (active, with no
-        live owner) for ``worker_id`` in one statement (``FOR UPDATE SKIP LOCKED``:
-        racing workers take disjoint sets and never wait on each other), oldest first.
-        Returns ``[(execution_id, machine, new fencing token)]``; empty when
-        ``worker_id``'s own lease is not valid."""
+        """Claim up to ``limit`` runnable executions (active, with no live owner) that
+        ``machines`` run — a name: every spec of it; a
+        :class:`~phronomy_fsm.durable.claims.RunnableSpecs`: the specs it runs — for
+        ``worker_id`` in one statement (``FOR UPDATE SKIP LOCKED``: racing workers
+        take disjoint sets and never wait on each other; rows of specs it does not
+        run are never locked), oldest first. Returns ``[(execution_id, machine, new
+        fencing token)]``; empty when ``worker_id``'s own lease is not valid."""
         if not machines or limit <= 0:
             return []
+        params = runs_params(spec_keys(machines)) | {"worker": worker_id, "limit": int(limit)}
 
         def run(cur: Any) -> list[tuple[str, str, int]]:
             cur.execute(
                 "WITH c AS (SELECT execution_id FROM executions e WHERE active"
                 f" AND machine = ANY(%(machines)s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
-                " ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s"
+                f" AND {_RUNS} ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s"
                 " FOR UPDATE SKIP LOCKED)"
                 " UPDATE executions x SET owner_id = %(worker)s, fence = x.fence + 1 FROM c"
                 f" WHERE x.execution_id = c.execution_id AND {_MY_LEASE}"
                 " RETURNING x.execution_id, x.machine, x.fence, x.created_epoch_ms",
-                {"machines": list(machines), "worker": worker_id, "limit": int(limit)},
+                params,
             )
             rows = sorted(cur.fetchall(), key=lambda r: (r[3], r[0]))
             return [(eid, machine, int(fence)) for eid, machine, fence, _ in rows]
@@ -635,20 +667,40 @@ class PostgresReads:
         return self._writing("claim_executions", run)  # type: ignore[no-any-return]
 
     def claimable_executions(
-        self, machines: tuple[str, ...], *, limit: int = 1000
+        self, machines: tuple[Claimable, ...], *, limit: int = 1000
     ) -> list[tuple[str, str]]:
-        """``(execution_id, machine)`` of active executions of ``machines`` with no
-        live owner, oldest first."""
+        """``(execution_id, machine)`` of active executions with no live owner that
+        ``machines`` run (names or RunnableSpecs, as :meth:`claim_executions`),
+        oldest first."""
         if not machines:
             return []
         rows = self._fetchall(
             "claimable_executions",
             "SELECT execution_id, machine FROM executions e WHERE active"
-            f" AND machine = ANY(%s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
-            " ORDER BY created_epoch_ms, execution_id LIMIT %s",
-            (list(machines), int(limit)),
+            f" AND machine = ANY(%(machines)s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
+            f" AND {_RUNS} ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s",
+            runs_params(spec_keys(machines)) | {"limit": int(limit)},
         )
         return [(eid, machine) for eid, machine in rows]
+
+    def other_spec_executions(
+        self, specs: tuple[RunnableSpecs, ...], *, limit: int = 1000
+    ) -> list[tuple[str, str, int, str]]:
+        """``(execution_id, machine, spec_version, spec_sha256)`` of the active
+        executions of the machines of ``specs`` with no live owner whose spec none of
+        ``specs`` runs: what a worker with these specs leaves for another, oldest
+        first (``docs/scale-out.md``, "Rolling upgrades")."""
+        if not specs:
+            return []
+        rows = self._fetchall(
+            "other_spec_executions",
+            f"SELECT execution_id, machine, {_SPEC_VERSION}::bigint, spec_sha256"
+            " FROM executions e WHERE active AND machine = ANY(%(machines)s)"
+            f" AND (owner_id IS NULL OR NOT {_LIVE_OWNER}) AND NOT {_RUNS}"
+            " ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s",
+            runs_params(spec_keys(specs)) | {"limit": int(limit)},
+        )
+        return [(eid, machine, int(version), sha) for eid, machine, version, sha in rows]
 
     # ------------------------------------------------------------------ agents
 

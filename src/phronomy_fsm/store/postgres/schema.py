@@ -5,7 +5,9 @@ the schema version kept in ``phronomy_meta``, and the named migrations, each rec
 by name in ``phronomy_migrations`` when applied (as SQLite's ``_sqlite_migrations``).
 Migrations run in one transaction under an advisory lock, so several workers starting
 at once migrate once. A database whose version is newer than this code, or that records
-migrations this code does not know, is refused before anything is written.
+migrations this code does not know, is refused before anything is written — when it is
+opened, and by every write transaction after (:data:`WRITE_CHECK`): a store that newer
+code migrated while it was open writes nothing more.
 
 Tables (JSON bodies are canonical JSON text from :func:`phronomy_fsm.durable.records.to_json`,
 byte-identical to what SQLite keeps, so a read-back compares bytes):
@@ -218,6 +220,53 @@ def inspect_version(cur: Any, where: str) -> int | None:
     return version
 
 
+#: Run by every write transaction of a store right after its ``BEGIN`` (one round
+#: trip with it): a **shared** hold of :data:`MIGRATION_LOCK`, which :func:`migrate`
+#: takes exclusively, then the stored version, read only once the lock is held (each
+#: statement of the string has its own snapshot). So a migration by newer code either
+#: committed before — the version read is its, and :func:`check_still_current`
+#: refuses — or waits for this transaction to end: no write of older code lands after
+#: a migration.
+WRITE_CHECK = (
+    f"SELECT pg_advisory_xact_lock_shared({MIGRATION_LOCK});"
+    " SELECT value FROM phronomy_meta WHERE key = 'schema_version'"
+)
+
+
+def check_still_current(cur: Any, where: str) -> None:
+    """After a statement string ending in :data:`WRITE_CHECK` ran on ``cur``: refuse
+    to write when the stored version is newer than :data:`SCHEMA_VERSION` (newer code
+    migrated the database after this store opened it; ``docs/scale-out.md``,
+    "Rolling upgrades").
+
+    Raises:
+        SchemaVersionError: a newer, missing or unreadable version (the caller rolls
+            back: nothing written).
+    """
+    while cur.nextset():  # to the result of the last statement: the version
+        pass
+    row = cur.fetchone()
+    try:
+        found = int(row[0]) if row is not None else -1
+    except (TypeError, ValueError):
+        found = -1
+    if found == -1:
+        raise SchemaVersionError(
+            f"{where}: the schema version is missing or unreadable ({row!r}); nothing was "
+            "written, and this process writes nothing more to it",
+            path=where,
+        )
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where} has schema version {found}, newer than this code's {SCHEMA_VERSION}: "
+            "newer code migrated it while this process had it open; nothing was written, "
+            "and this process writes nothing more to it (a worker stops): upgrade "
+            "phronomy_fsm and start it again.",
+            path=where,
+            version=found,
+        )
+
+
 def migrate(conn: Any, where: str, *, log: Callable[[str], None] | None = None) -> list[str]:
     """Bring the database to :data:`SCHEMA_VERSION` in one transaction under
     :data:`MIGRATION_LOCK`; returns the names of the migrations applied (empty when
@@ -228,6 +277,11 @@ def migrate(conn: Any, where: str, *, log: Callable[[str], None] | None = None) 
         psycopg.Error: the server refused (the caller maps it; nothing was written).
     """
     applied: list[str] = []
+    # a current store is only read: taking MIGRATION_LOCK would make every write
+    # transaction (WRITE_CHECK) wait while a worker starts
+    with conn.transaction():
+        if inspect_version(conn.cursor(), where) == SCHEMA_VERSION:
+            return applied
     with conn.transaction():
         cur = conn.cursor()
         cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
@@ -266,6 +320,8 @@ __all__ = [
     "MIGRATION_LOCK",
     "NOW_MS",
     "SCHEMA_VERSION",
+    "WRITE_CHECK",
+    "check_still_current",
     "inspect_version",
     "migrate",
 ]

@@ -30,7 +30,10 @@ ExecutionFinishedError and SerializationError as on SQLite; StorageError for a f
 known to have happened before COMMIT (``busy`` set for a deadlock or serialisation
 failure: nothing was written, the engine submits it again); LockTimeoutError (a busy
 StorageError) when a lock wait passed ``lock_timeout_seconds``; OutcomeUnknownError
-when the COMMIT itself failed or its response was lost.
+when the COMMIT itself failed or its response was lost; SchemaVersionError for every
+write once newer code has migrated the database (each write transaction checks:
+:data:`~phronomy_fsm.store.postgres.schema.WRITE_CHECK`; ``docs/scale-out.md``, "Rolling
+upgrades").
 """
 
 from __future__ import annotations
@@ -210,6 +213,8 @@ class PostgresStore(PostgresReads):
         if read_only:
             self._connect_kwargs["options"] = "-c default_transaction_read_only=on"
         self._closed = False
+        #: set once a write found the schema migrated by newer code
+        self._schema_refusal: SchemaVersionError | None = None
         self._fault_hook: FaultHook | None = None
         self._write_lock = threading.Lock()
         self._writer: psycopg.Connection[Any] | None = None
@@ -377,7 +382,8 @@ class PostgresStore(PostgresReads):
                 with self._conn() as conn:
                     if write:
                         with conn.transaction(), conn.cursor() as cur:
-                            cur.execute(self._lock_timeout_sql)
+                            cur.execute(f"{self._lock_timeout_sql}; {schema.WRITE_CHECK}")
+                            self._check_still_current(cur)
                             return fn(cur)
                     with conn.cursor() as cur:
                         return fn(cur)
@@ -410,7 +416,19 @@ class PostgresStore(PostgresReads):
     ) -> Any:
         if self.read_only:
             raise StorageError(f"the store {self.path} was opened read-only", path=self.path)
+        if self._schema_refusal is not None:  # newer code migrated it: never write again
+            raise copy.copy(self._schema_refusal)
         return self._retrying(operation, fn, write=True, execution_id=execution_id)
+
+    def _check_still_current(self, cur: Any) -> None:
+        """After :data:`~phronomy_fsm.store.postgres.schema.WRITE_CHECK` ran in a write
+        transaction: refuse it when newer code migrated the database, and remember
+        that, so every later write is refused at once. Raises SchemaVersionError."""
+        try:
+            schema.check_still_current(cur, self.path)
+        except SchemaVersionError as exc:
+            self._schema_refusal = exc
+            raise
 
     # ------------------------------------------------------------------ commits
 
@@ -518,9 +536,12 @@ class PostgresStore(PostgresReads):
         grouped = len(live) > 1
         inboxes: list[str] = []  # the inbox locks being taken (named by a lock timeout)
         try:
+            if self._schema_refusal is not None:
+                raise copy.copy(self._schema_refusal)
             conn = self._writer_conn()
             cur = conn.cursor()
-            cur.execute(f"BEGIN; {self._lock_timeout_sql}")
+            cur.execute(f"BEGIN; {self._lock_timeout_sql}; {schema.WRITE_CHECK}")
+            self._check_still_current(cur)
             # the inbox locks of every execution the batch signals, before any other
             # lock: the lock order of _commit.lock_inboxes, which send_signal keeps too
             inboxes = sorted(signal_targets(live))
@@ -555,6 +576,9 @@ class PostgresStore(PostgresReads):
                     "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS n(c, p)",
                     (list(channels), list(payloads)),
                 )
+        except SchemaVersionError as exc:  # newer code migrated it: the whole batch
+            self._rollback()
+            return [copy.copy(exc) for _ in live]
         except PhronomyError as exc:  # a refused commit alone in its transaction
             self._rollback()
             return [exc]
