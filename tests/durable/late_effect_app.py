@@ -79,7 +79,7 @@ states:
   noting:
     kind: external
     initial: true
-    offload: {hook: note, completed: noted, failed: note_failed, effect: idempotent}
+    offload: {hook: note, completed: noted, failed: note_failed, effect: at_most_once}
   awaiting_approval:
     kind: external
     timeout: {seconds: 3600, event: expired}
@@ -108,8 +108,16 @@ def _table(spec: str = SPEC) -> Any:
     return namespace["TABLE"]
 
 
+#: The late effect declared idempotent: after a crash it runs again with the key its
+#: announcement derived, never a new one.
+IDEMPOTENT_SPEC = SPEC.replace("machine: late_effect", "machine: late_effect_idempotent").replace(
+    "offload: {hook: ship, completed: shipped_ok, failed: ship_failed, effect: at_most_once}",
+    "offload: {hook: ship, completed: shipped_ok, failed: ship_failed, effect: idempotent}",
+)
+
 TABLE = _table()
 DURABLE_TABLE = _table(DURABLE_SPEC)
+IDEMPOTENT_TABLE = _table(IDEMPOTENT_SPEC)
 
 
 class Hooks:
@@ -123,7 +131,14 @@ class Hooks:
         ctx["approved_by"] = payload.get("by")
 
     def note(self, ctx: dict[str, Any], payload: Any) -> Any:
-        return lambda octx: {"noted": True}
+        ledger, order = self.ledger, ctx["order"]
+
+        def work(octx: Any) -> dict[str, Any]:
+            entry = {"effect": "note", "order": order, "key": octx.effect.key}
+            append_effect(ledger, {**entry, "attempt": octx.effect.attempt, "result": {}})
+            return {"noted": True}
+
+        return work
 
     def ship(self, ctx: dict[str, Any], payload: Any) -> Any:
         ledger, order = self.ledger, ctx["order"]
@@ -178,10 +193,15 @@ def create_app(db_path: str) -> Any:
         ]
 
     return DurableApp(
-        machines=(Machine(TABLE, Hooks(ledger)), Machine(DURABLE_TABLE, Hooks(ledger))),
+        machines=(
+            Machine(TABLE, Hooks(ledger)),
+            Machine(DURABLE_TABLE, Hooks(ledger)),
+            Machine(IDEMPOTENT_TABLE, Hooks(ledger)),
+        ),
         scenarios={
             "approved": Scenario(start("late_effect"), approve),
             "durable_approved": Scenario(start("late_effect_durable"), approve),
+            "idempotent_approved": Scenario(start("late_effect_idempotent"), approve),
         },
         operator=operator,
         effects=effects,

@@ -82,3 +82,41 @@ def test_signals_left_pending_by_a_closed_runtime_are_applied_after_a_restart(tm
         )
         record = runtime.store.load_record("t-1")
     assert record.context == {"n": 3}
+
+
+GUARDED = """
+machine: guarded
+version: 1
+events:
+  approve: {payload: dict}
+states:
+  start: {kind: auto, initial: true}
+  waiting: {kind: wait}
+  done: {kind: final}
+transitions:
+  - {from: start, event: state_completed, to: waiting}
+  - {from: waiting, event: approve, guard: is_manager, to: done}
+"""
+
+
+class Managers:
+    def is_manager(self, ctx: dict[str, Any], payload: Any) -> bool:
+        return bool(payload.get("role") == "manager")
+
+
+def test_a_signal_whose_guards_all_fail_in_a_wait_state_is_consumed_and_the_next_taken(
+    tmp_path: Path,
+):
+    """From the breaker: the resumed session sat in the wait state alive, taking no
+    signal and firing no timer, for ever (also after a restart)."""
+    db = tmp_path / "guarded.db"
+    machine = Machine(compile_table(GUARDED), Managers())
+    with DurableRuntime(SqliteBarrierStore(db), machines=[machine], own_store=True) as runtime:
+        handle = runtime.start("guarded", {}, execution_id="g-1")
+        wait_until(lambda: handle.record().status is ExecutionStatus.WAITING, 10, "the wait")
+        runtime.signal("g-1", "approve", {"role": "intern"})  # its guard fails: a no-op
+        runtime.signal("g-1", "approve", {"role": "manager"})
+        result = handle.result(30)
+        signals = [(s.payload["role"], s.outcome) for s in runtime.store.list_signals("g-1")]
+    assert (result.status, result.state) == (ExecutionStatus.COMPLETED, "done")
+    assert signals == [("intern", "consumed"), ("manager", "consumed")]

@@ -562,6 +562,8 @@ class Engine:
                     self.park_diverged(live, session, subject, f"effect {spec.name} (key {key})")
                     return PARKED
                 outcome = resolution.outcome
+                # the answered effect is this commit's: the next one needs its own
+                live.effect_since_commit = True
                 if outcome is ResolutionOutcome.SUCCEEDED:
                     return Settled(resolution.result)
                 if outcome is ResolutionOutcome.FAILED:
@@ -613,6 +615,10 @@ class Engine:
                     ),
                 )
                 return PARKED
+            # the effect the replayed commit announced runs again with its key: the
+            # commit covers it, it is not announced anew (a new key would be a new effect)
+            live.announcement = None
+            return self.effect_start(live, spec.name, kind, key, 1)
         if live.effect_since_commit or live.record.point not in (
             DurablePoint.BARRIER,
             DurablePoint.START,
@@ -635,7 +641,13 @@ class Engine:
         revision = live.record.revision + 1
         key = idempotency_key(live.execution_id, revision, spec.name)
         try:
-            ensure_json(payload, what=f"the input of effect {spec.name}")
+            ensure_json(
+                payload,
+                what=f"the input of effect {spec.name} (the payload of the event that "
+                "entered its state; an announced effect's input is stored: make it JSON "
+                "data, or put what the effect needs in the context — docs/semantics.md, "
+                '"Effects")',
+            )
             context = self.encode(live)
         except (SerializationError, ContextSerializationError) as exc:
             live.announcement = None
@@ -677,6 +689,11 @@ class Engine:
             live.effect_since_commit = True  # the effect it announced starts now
             live.effect_in_flight = record.announced
             announced.set_result(None)
+            self.react(live)  # signals (a cancel) held back while it was in flight
+
+        def refused(error: BaseException) -> None:
+            live.effect_in_flight = None  # never started: the gate refused it
+            announced.set_result(error)
 
         try:
             self.engine_commit(
@@ -685,7 +702,7 @@ class Engine:
                 record,
                 consume=consume,
                 on_committed=committed,
-                on_refused=announced.set_result,
+                on_refused=refused,
             )
         except BaseException as exc:
             announced.set_result(exc)
@@ -1615,6 +1632,7 @@ class Engine:
                 rework=True,
                 rework_row=record.effect_row,
             )
+            self.schedule_delivery(live)  # its state may take a pending signal
         else:
             self.park_record(
                 live, f"not_resumable: point {record.point.value} with status {record.status.value}"

@@ -537,6 +537,11 @@ class Dispatcher(EventLoop):
                         break
                 else:
                     self.stats.noops += 1
+                    if s.node.kind == WAIT:
+                        # resumed with an event it then did not take: it halts again as
+                        # it rests there (docs/runtime.md "Sessions"), or it would sit
+                        # in the wait live, taking no signal and firing no timer
+                        self._end(s, HALTED, None)
                     return
         except HOOK_ERRORS as exc:
             self._hook_failed(s, exc, f"a guard of state {s.node.name!r} on {event!r}")
