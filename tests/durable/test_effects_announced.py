@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus
 from phronomy_fsm.durable.operations import request_resolution
@@ -24,19 +25,24 @@ APP = "tests.durable.late_effect_app:create_app"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_crash_after_an_effect_that_followed_a_wait_parks_instead_of_running_it_again(
-    tmp_path, store_target, open_runtime
-):
-    kill_at(tmp_path, "offload:ship:after", app=APP, db=store_target)
-    ledger = tmp_path / "ledger.jsonl"
-    assert [e["effect"] for e in read_ledger(ledger)] == ["ship"]
+def _recovered(tmp_path: Path, open_runtime: Any) -> Any:
+    """``late-1`` as a new runtime's recovery leaves it: parked or finished."""
     app = create_app(str(tmp_path / "store.db"))
     runtime, events = open_runtime(list(app.machines))
     runtime.recover()
     events.wait_for(
         lambda e: e.kind in (DurableEventKind.RECOVERY_REQUIRED, DurableEventKind.FINISHED)
     )
-    record = runtime.handle("late-1").record()
+    return runtime.handle("late-1").record()
+
+
+def test_a_crash_after_an_effect_that_followed_a_wait_parks_instead_of_running_it_again(
+    tmp_path, store_target, open_runtime
+):
+    kill_at(tmp_path, "offload:ship:after", app=APP, db=store_target)
+    ledger = tmp_path / "ledger.jsonl"
+    assert [e["effect"] for e in read_ledger(ledger)] == ["ship"]
+    record = _recovered(tmp_path, open_runtime)
     shipped = read_ledger(ledger)
     assert [e["effect"] for e in shipped] == ["ship"], "ran again after the crash"
     assert record.status is ExecutionStatus.RECOVERY_REQUIRED
@@ -94,13 +100,7 @@ def test_a_durable_flag_on_a_persons_signal_does_not_make_the_effect_after_it_ru
     assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
     ledger = tmp_path / "ledger.jsonl"
     assert [e["effect"] for e in read_ledger(ledger)] == ["note", "ship"]
-    app = create_app(str(tmp_path / "store.db"))
-    runtime, events = open_runtime(list(app.machines))
-    runtime.recover()
-    events.wait_for(
-        lambda e: e.kind in (DurableEventKind.RECOVERY_REQUIRED, DurableEventKind.FINISHED)
-    )
-    record = runtime.handle("late-1").record()
+    record = _recovered(tmp_path, open_runtime)
     assert [e["effect"] for e in read_ledger(ledger)] == ["note", "ship"], "ran again"
     assert record.status is ExecutionStatus.RECOVERY_REQUIRED
     assert record.recovery.subject.effect == "ship"
