@@ -48,7 +48,14 @@ from phronomy_fsm.checking.interleavings import (
     max_timeout_seconds,
     parse_step,
 )
-from phronomy_fsm.checking.runfiles import ALPHABET, CLOCK, RunLog, SkewClock, trace_path
+from phronomy_fsm.checking.runfiles import (
+    ALPHABET,
+    BLOCKED,
+    CLOCK,
+    RunLog,
+    SkewClock,
+    trace_path,
+)
 from phronomy_fsm.runtime.faults import FaultPlan
 
 #: Longest a process drives its executions before it gives up (exit 3).
@@ -59,9 +66,6 @@ TAKEOVER_SECONDS = 20.0
 QUIET_ROUNDS = 3
 #: Longest a step waits for the signal or cancel it sent.
 STEP_WAIT_SECONDS = 10.0
-#: Exit status of a taking-over process that could not open the store: the paused
-#: process holds it (a SQLite write transaction was open when it stopped).
-BLOCKED = 4
 
 
 class StepPlan(FaultPlan):
@@ -169,11 +173,7 @@ class Child:
         """Fire ``step`` (not a kill) on the thread that hit its point."""
         self.log.write("injected", step=step.label())
         if step.action is Action.TAKEOVER:
-            self.log.write("paused", worker_id=self.runtime.worker_id)
-            # directed at this thread, so the stop takes it before it goes on (a signal to
-            # the process may be taken by another thread a moment later)
-            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # resumed: SIGCONT
-            self.log.write("resumed")
+            self.pause()
             return
         if step.action is Action.TIMER:
             self.clock.advance(max_timeout_seconds(self.tables.values()) + 1.0)
@@ -183,6 +183,25 @@ class Child:
         thread.start()
         if not step.is_concurrent_with_commit:
             thread.join(STEP_WAIT_SECONDS)
+
+    def pause(self) -> None:
+        """Stop the whole process until the runner resumes it (SIGCONT).
+
+        A SQLite store's writer is held first (its lock, private to the store: this is
+        test machinery), so no write transaction is open while the process is stopped:
+        the database stays writable for the process that takes over, as it would be
+        for a worker paused between two commits. A commit in flight finishes first."""
+        lock = getattr(self.store, "_write_lock", None)
+        held = lock.acquire(timeout=STEP_WAIT_SECONDS) if lock is not None else False
+        try:
+            self.log.write("paused", worker_id=self.runtime.worker_id)
+            # directed at this thread, so the stop takes it before it goes on (a signal
+            # to the process may be taken by another thread a moment later)
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            self.log.write("resumed")
+        finally:
+            if held:
+                lock.release()
 
     def inject_signal(self, step: Step) -> None:
         """Send the step's signal to every active execution whose machine declares it."""

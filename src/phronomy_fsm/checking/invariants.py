@@ -11,7 +11,9 @@ of applied signals (:class:`~phronomy_fsm.durable.app.DurableApp` ``effects`` an
   acknowledged is not what the store holds;
 - ``double_terminal``: more than one finishing commit, or two outcomes acknowledged;
 - ``duplicate_effects``: an ``at_most_once`` effect recorded twice with one key and
-  attempt;
+  attempt, or an attempt recorded although it had left no trace when the (truthful)
+  operator answered ``retry`` or ``not_performed`` about it — it ran after the
+  question, e.g. in a worker whose lease had passed;
 - ``blind_resends``: an ``at_most_once`` effect run again (a later attempt) without an
   operator's ``retry``;
 - ``idempotent_keys``: an ``idempotent`` effect run under a key that no durable
@@ -19,10 +21,12 @@ of applied signals (:class:`~phronomy_fsm.durable.app.DurableApp` ``effects`` an
   from the revision of the commit that announced the effect, ``docs/semantics.md``
   "Idempotency keys");
 - ``question_keys``: an operator asked about an effect under a key no durable
-  announcement gives, or told to run it again (``retry``, ``not_performed``) while its
-  attempt had run under another key of that announcement or a later one;
+  announcement gives, or answering ``retry`` or ``not_performed`` about an attempt that
+  ran under another key (of that announcement or a later one);
 - ``signals_applied``: a signal the store marks consumed whose change the application
-  does not report exactly once, or a change reported for a signal not consumed;
+  does not report exactly once, or a change reported for a signal not consumed (asked
+  only about events every row takes with an action: a row without one changes the
+  state alone, and no application code sees its signal);
 - ``lost_signals``: a signal the store acknowledged that is not in the inbox, or one
   that is neither consumed, nor closed with a reason (``rejected: ...``,
   ``dropped: ...``), nor pending on an execution that waits;
@@ -139,7 +143,7 @@ def check_run(app_ref: str, db: str, folder: Path) -> list[Violation]:
     keys = _announced_keys(facts, tables)
     out += _effects(app, facts, keys)
     out += _questions(log, app, facts, keys)
-    out += _signals(log, app, facts)
+    out += _signals(log, app, facts, tables)
     out += _stuck(facts, tables)
     return out
 
@@ -248,52 +252,58 @@ def _effects(app: DurableApp, facts: StoreFacts, keys: set[str]) -> list[Violati
 def _questions(
     log: list[dict[str, Any]], app: DurableApp, facts: StoreFacts, keys: set[str]
 ) -> list[Violation]:
+    """The operator's questions against the keys and the effects that ran. The
+    application's operator answers truthfully (``DurableApp.operator``), so a ``retry``
+    or ``not_performed`` means that, when asked, the attempt had left no trace."""
     out = []
     effects = list(app.effects()) if app.effects is not None else []
-    revision_of = {
-        idempotency_key(eid, b.revision, e.effect): b.revision
-        for e in effects
-        for eid in [e.execution_id]
-        for b in facts.barrier_logs.get(eid, ())
-    }
+
+    def announced_at(eid: str, effect: str, key: str) -> int | None:
+        return next(
+            (
+                b.revision
+                for b in facts.barrier_logs.get(eid, ())
+                if idempotency_key(eid, b.revision, effect) == key
+            ),
+            None,
+        )
+
     for q in log:
         if q["what"] != "question" or q.get("key") is None:
             continue
-        eid, key = q["execution_id"], q["key"]
+        eid, key, effect = q["execution_id"], q["key"], q["effect"]
         if key not in keys:
             out.append(
                 Violation(
                     "question_keys",
                     eid,
-                    f"the operator was asked about {q['effect']} under key {key}, which no "
+                    f"the operator was asked about {effect} under key {key}, which no "
                     "durable announcement gives",
                 )
             )
             continue
         if q.get("outcome") not in ("retry", "not_performed"):
             continue
-        asked_at = next(
-            (
-                b.revision
-                for b in facts.barrier_logs.get(eid, ())
-                if idempotency_key(eid, b.revision, q["effect"]) == key
-            ),
-            None,
-        )
+        asked = announced_at(eid, effect, key)
         for e in effects:
-            if (
-                e.execution_id == eid
-                and e.effect == q["effect"]
-                and e.attempt == q.get("attempt")
-                and e.key != key
-                and asked_at is not None
-                and revision_of.get(e.key, -1) >= asked_at
-            ):
+            if e.execution_id != eid or e.effect != effect or e.attempt != q.get("attempt"):
+                continue
+            if e.key == key:
+                out.append(
+                    Violation(
+                        "duplicate_effects",
+                        eid,
+                        f"{effect} attempt {e.attempt} ({key}) ran, though it had left no trace "
+                        f"when the operator answered {q['outcome']} (process {q['process']}): "
+                        "it ran after the question",
+                    )
+                )
+            elif (announced_at(eid, effect, e.key) or -1) >= (asked if asked is not None else 0):
                 out.append(
                     Violation(
                         "question_keys",
                         eid,
-                        f"the operator was asked about {q['effect']} attempt {e.attempt} under "
+                        f"the operator was asked about {effect} attempt {e.attempt} under "
                         f"key {key} and answered {q['outcome']}, but that attempt ran under "
                         f"{e.key}",
                     )
@@ -307,7 +317,19 @@ def _mark_of(payload: Any) -> str | None:
     return None
 
 
-def _signals(log: list[dict[str, Any]], app: DurableApp, facts: StoreFacts) -> list[Violation]:
+def acting_events(table: Any) -> set[str]:
+    """The events every row of ``table`` takes with an action: a signal of one of
+    them always reaches the application's code, which can report it. A row without
+    actions changes nothing but the state, so its signals are not asked about."""
+    rows: dict[str, list[Any]] = {}
+    for row in table.transitions:
+        rows.setdefault(row.event, []).append(row)
+    return {event for event, taken in rows.items() if all(r.actions for r in taken)}
+
+
+def _signals(
+    log: list[dict[str, Any]], app: DurableApp, facts: StoreFacts, tables: Mapping[str, Any]
+) -> list[Violation]:
     out = []
     for entry in log:
         if entry["what"] != "sent":
@@ -345,10 +367,12 @@ def _signals(log: list[dict[str, Any]], app: DurableApp, facts: StoreFacts) -> l
     if app.applied_signals is None:
         return out
     for eid, record in facts.records.items():
+        table = tables.get(record.machine)
+        tracked = acting_events(table) if table is not None else set()
         consumed = Counter(
             m
             for s in facts.signals.get(eid, ())
-            if s.kind.value == "event" and s.outcome == "consumed"
+            if s.kind.value == "event" and s.outcome == "consumed" and s.event in tracked
             for m in [_mark_of(s.payload)]
             if m is not None
         )

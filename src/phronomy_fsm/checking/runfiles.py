@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 LOG = "log.jsonl"
+#: Exit status of a taking-over process that could not open the store: the paused
+#: process holds it (a SQLite write transaction was open when it stopped).
+BLOCKED = 4
 CLOCK = "clock.json"
 ALPHABET = "alphabet.json"
 
@@ -146,6 +149,7 @@ class SkewClock:
 
 __all__ = [
     "ALPHABET",
+    "BLOCKED",
     "CLOCK",
     "LOG",
     "RunLog",

@@ -36,7 +36,6 @@ from typing import Any
 
 import attrs
 
-from phronomy_fsm.checking.child import BLOCKED
 from phronomy_fsm.checking.interleavings import (
     Action,
     Interleaving,
@@ -48,7 +47,7 @@ from phronomy_fsm.checking.interleavings import (
 )
 from phronomy_fsm.checking.invariants import INVARIANTS, Violation, check_run, load_run_app
 from phronomy_fsm.checking.plans import QUICK, Baseline, Budget, plan_interleavings
-from phronomy_fsm.checking.runfiles import ALPHABET, output_path, read_log, read_trace
+from phronomy_fsm.checking.runfiles import ALPHABET, BLOCKED, output_path, read_log, read_trace
 from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.errors import ConfigurationError
 
@@ -61,6 +60,9 @@ LEASE_SECONDS = 5.0
 TAKEOVER_LEASE_SECONDS = 2.0
 #: How long past the lease the runner keeps a paused process stopped.
 LEASE_MARGIN_SECONDS = 0.5
+#: Longest the runner lets the process that took over act before it resumes the
+#: paused one.
+TAKEOVER_HEAD_START_SECONDS = 2.0
 #: Exit status the runner gives a process that ran out of time.
 TIMED_OUT = -999
 
@@ -424,6 +426,20 @@ def _child(
     return proc.returncode
 
 
+def _acted_after_claim(folder: Path, process: int) -> bool:
+    """True once ``process`` logged something after it claimed executions (a
+    question, an effect's start, a finish, a signal sent)."""
+    claimed = False
+    for entry in read_log(folder):
+        if entry.get("process") != process:
+            continue
+        if entry["what"] == "claimed":
+            claimed = True
+        elif claimed and entry["what"] in ("effect_started", "finished", "sent"):
+            return True
+    return False
+
+
 def _logged(folder: Path, what: str, process: int) -> bool:
     return any(e["what"] == what and e.get("process") == process for e in read_log(folder))
 
@@ -470,6 +486,13 @@ def _takeover(
         deadline = time.monotonic() + 30
         while second.poll() is None and time.monotonic() < deadline:
             if _logged(folder, "claimed", process + 1) or _logged(folder, "blocked", process + 1):
+                break
+            time.sleep(0.02)
+        # let the new owner act first (park, ask, retry, run), so whatever the paused one
+        # still does on resuming comes late: the order that exposes a zombie worker
+        deadline = time.monotonic() + TAKEOVER_HEAD_START_SECONDS
+        while second.poll() is None and time.monotonic() < deadline:
+            if _acted_after_claim(folder, process + 1):
                 break
             time.sleep(0.02)
     finally:

@@ -38,8 +38,9 @@ if TYPE_CHECKING:
     "quick",
     default=True,
     show_default=True,
-    help="--quick: a kill at every crash point once, and a seeded sample of the signals, "
-    "cancels, timers and takeovers (CI); --full: every interleaving the plans name.",
+    help="--quick: a seeded sample of kills, signals, cancels, timers and takeovers, "
+    "spread over the crash points (CI: about a minute a spec on two cores); --full: every "
+    "interleaving the plans name.",
 )
 @click.option("--seed", type=int, default=1, show_default=True, help="The quick form's sample.")
 @click.option(

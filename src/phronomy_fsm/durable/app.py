@@ -16,7 +16,8 @@ signal it injects) carries one more key, :data:`SIGNAL_MARK`, whose value is the
 signal's id. An application that keeps the payloads its actions apply in its
 context (or in a record of its own) reports them through
 :attr:`DurableApp.applied_signals`; the checker then requires that every signal the
-store marks consumed is reported exactly once, and nothing else.
+store marks consumed — of an event every row takes with an action — is reported
+exactly once, and nothing else.
 """
 
 from __future__ import annotations
@@ -117,7 +118,8 @@ class DurableApp:
             the application does not track them. Read the context of ``record`` —
             or, if the application applies signals outside its context, its own
             record of them: the checker then finds a signal applied twice after a
-            crash. Payloads without the mark are ignored.
+            crash. Payloads without the mark are ignored, and so are signals of an
+            event some row takes without an action (no application code sees them).
     """
 
     machines: tuple[Machine, ...]
