@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from phronomy_fsm.codegen import compile_spec
+
 from phronomy_fsm.durable import ExecutionRecord, Machine
 from phronomy_fsm.durable.app import SIGNAL_MARK, Answer, DurableApp, EffectEntry, Scenario
 from phronomy_fsm.spec.loader import load_spec_text
@@ -206,9 +207,7 @@ def create_app(db_path: str) -> DurableApp:
 
     def on_waiting(record: ExecutionRecord) -> Answer | None:
         rows = [
-            r
-            for r in table.transitions
-            if record.state in r.sources and r.event not in internal
+            r for r in table.transitions if record.state in r.sources and r.event not in internal
         ]
         rows.sort(key=lambda r: (r.target is None or r.target == record.state, r.index))
         if not rows:
