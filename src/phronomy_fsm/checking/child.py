@@ -192,7 +192,7 @@ class Child:
         the database stays writable for the process that takes over, as it would be
         for a worker paused between two commits. A commit in flight finishes first."""
         lock = getattr(self.store, "_write_lock", None)
-        held = lock.acquire(timeout=STEP_WAIT_SECONDS) if lock is not None else False
+        held = lock is not None and lock.acquire(timeout=STEP_WAIT_SECONDS)
         try:
             self.log.write("paused", worker_id=self.runtime.worker_id)
             # directed at this thread, so the stop takes it before it goes on (a signal
@@ -200,7 +200,7 @@ class Child:
             signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
             self.log.write("resumed")
         finally:
-            if held:
+            if held and lock is not None:
                 lock.release()
 
     def inject_signal(self, step: Step) -> None:

@@ -215,9 +215,7 @@ def _crashes(
             )
     # points only a recovery reaches: a kill that leads to one, then a kill there
     recovery_only = [
-        p
-        for p in points
-        if p not in covered and p not in reached_in_run and _is_recovery_point(p)
+        p for p in points if p not in covered and p not in reached_in_run and _is_recovery_point(p)
     ]
     leaders = parked or [p for p in points if p.startswith("effect:")]
     for point in recovery_only:

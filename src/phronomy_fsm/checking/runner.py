@@ -69,7 +69,19 @@ TIMED_OUT = -999
 
 @attrs.frozen
 class CheckOptions:
-    """How to check (see :func:`check_app`)."""
+    """How to check (see :func:`check_app`).
+
+    Args:
+        full: every interleaving the plans name, instead of the quick form's sample.
+        seed: the quick form's sample (:func:`phronomy_fsm.checking.plans.plan_interleavings`).
+        jobs: interleavings run at once.
+        budget: the quick form's sample size per kind of step.
+        only: run these interleavings (labels, :meth:`Interleaving.label`) after the
+            baselines, instead of the planned ones: a violation's replay.
+        keep: copy the folder of each run with a violation here.
+        cwd: where the application is imported from (default: the working directory).
+        drive_seconds: longest one process drives its executions.
+    """
 
     full: bool = False
     seed: int = 1
