@@ -391,3 +391,159 @@ def mutations_of(draw: st.DrawFn, base: Any) -> Any:
 def mutated_real_specs() -> st.SearchStrategy[Any]:
     """Mutations of the shipped specs."""
     return st.sampled_from(REAL_DATA).flatmap(mutations_of)
+
+
+#: The kinds of segment :func:`durable_specs` chains.
+SEGMENTS = ("effect", "wait", "wait_effect", "timer")
+
+
+@st.composite
+def durable_specs(draw: st.DrawFn, *, max_segments: int = 4) -> dict[str, Any]:
+    """Small durable spec data, valid by construction, for the interleaving checker
+    (``tests/checking/test_generated_specs.py``, ``tools/check_generated.py``).
+
+    An auto initial state, then one to ``max_segments`` segments, each entered by the
+    one before (through a compound state around it, sometimes) and leaving for the
+    next (the last for ``done``):
+
+    - ``effect``: a barrier state (barrier shorthand) whose committed outcome enters an
+      effect state (``idempotent``, ``at_most_once`` or ``pure``); the barrier state may
+      take a signal by an internal transition;
+    - ``wait``: a wait state left by a signal, perhaps also taking another by an
+      internal transition, perhaps with a timer;
+    - ``wait_effect``: a barrier, a wait, then an effect right after the wait (which
+      the engine announces by a commit of its own);
+    - ``timer``: an external state left by a signal or by its (short) timer.
+
+    Every row on a signal runs the action ``keep`` (the generic application keeps the
+    payload), except timer events, ``quit`` (the first segment's way to ``failed``) and
+    ``abandon``. Failures go to ``failed``; with a barrier, ``recovery_required`` is the
+    fail-closed wait state, left by ``abandon``. A compound state around a segment adds
+    a row on ``stop`` to ``failed``.
+    """
+    kinds = draw(st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=max_segments))
+    signals = ["s0", "s1", "s2"]
+    events: dict[str, Any] = {
+        name: {"payload": "dict", "description": "a signal"} for name in signals
+    }
+    events["quit"] = {"description": "a person gives up at once"}
+    states: dict[str, Any] = {
+        "begin": {"kind": "auto", "initial": True, "description": "the start"}
+    }
+    rows: list[dict[str, Any]] = []
+    firsts = [f"g{i}" for i in range(len(kinds))]
+    compound = draw(st.sampled_from([None, *range(len(kinds))]))
+    if compound is not None:
+        events["stop"] = {"payload": "dict", "description": "stops a compound state's work"}
+
+    def target(i: int) -> str:
+        if i >= len(kinds):
+            return "done"
+        return f"c{i}" if i == compound else firsts[i]
+
+    def signal_row(source: str, to: str | None) -> dict[str, Any]:
+        row: dict[str, Any] = {"from": source, "event": draw(st.sampled_from(signals))}
+        if to is not None:
+            row["to"] = to
+        row["actions"] = ["keep"]
+        row["description"] = "a signal"
+        return row
+
+    rows.append({"from": "begin", "event": "state_completed", "to": target(0)})
+    rows.append({"from": target(0), "event": "quit", "to": "failed"})
+    for i, kind in enumerate(kinds):
+        nxt = target(i + 1)
+        seg: dict[str, Any] = {}
+        if kind in ("effect", "wait_effect"):
+            after_barrier = f"g{i}_wait" if kind == "wait_effect" else f"g{i}_work"
+            seg[f"g{i}"] = {
+                "kind": "external",
+                "description": "a barrier",
+                "barrier": {
+                    "name": f"commit{i}",
+                    "on_committed": after_barrier,
+                    "on_not_committed": "failed",
+                },
+            }
+            if draw(st.booleans()):
+                rows.append(signal_row(f"g{i}", None))
+            if kind == "wait_effect":
+                seg[f"g{i}_wait"] = {"kind": "wait", "description": "a wait before the effect"}
+                rows.append(signal_row(f"g{i}_wait", f"g{i}_work"))
+            effect = draw(st.sampled_from(["idempotent", "at_most_once", "pure"]))
+            done, failed = f"g{i}_done", f"g{i}_failed"
+            events[done] = {"payload": "dict", "description": "the effect returned"}
+            events[failed] = {"payload": "Exception", "description": "the effect failed"}
+            seg[f"g{i}_work"] = {
+                "kind": "external",
+                "description": "an effect",
+                "offload": {
+                    "hook": f"work{i}",
+                    "completed": done,
+                    "failed": failed,
+                    "effect": effect,
+                },
+            }
+            rows.append({"from": f"g{i}_work", "event": done, "to": nxt})
+            rows.append({"from": f"g{i}_work", "event": failed, "to": "failed"})
+        elif kind == "wait":
+            seg[f"g{i}"] = {"kind": "wait", "description": "a wait"}
+            leave = signal_row(f"g{i}", nxt)
+            rows.append(leave)
+            if draw(st.booleans()):
+                other = [s for s in signals if s != leave["event"]]
+                note = signal_row(f"g{i}", None)
+                note["event"] = draw(st.sampled_from(other))
+                rows.append(note)
+            if draw(st.booleans()):
+                events[f"t{i}"] = {"description": "a wait's timer"}
+                seg[f"g{i}"]["timeout"] = {"seconds": 3600, "event": f"t{i}"}
+                rows.append(
+                    {
+                        "from": f"g{i}",
+                        "event": f"t{i}",
+                        "to": draw(st.sampled_from([nxt, "failed"])),
+                    }
+                )
+        else:  # timer
+            events[f"t{i}"] = {"description": "an external state's timer"}
+            seg[f"g{i}"] = {
+                "kind": "external",
+                "description": "left by a signal or a short timer",
+                "timeout": {"seconds": draw(st.sampled_from([0.2, 0.5])), "event": f"t{i}"},
+            }
+            rows.append(signal_row(f"g{i}", nxt))
+            rows.append({"from": f"g{i}", "event": f"t{i}", "to": nxt})
+        if i == compound:
+            first = next(iter(seg))
+            seg[first]["initial"] = True
+            states[f"c{i}"] = {"description": "a compound state", "states": seg}
+            rows.append({"from": f"c{i}", "event": "stop", "to": "failed", "actions": ["keep"]})
+        else:
+            states.update(seg)
+    states["done"] = {"kind": "final", "description": "finished"}
+    states["failed"] = {"kind": "final", "description": "failed"}
+    for row in rows:
+        row.setdefault("description", "a row")
+    spec: dict[str, Any] = {
+        "spec_format": 1,
+        "machine": "gen_machine",
+        "version": 1,
+        "description": "a generated durable machine",
+        "events": events,
+        "states": states,
+        "transitions": rows,
+    }
+    if any(kind in ("effect", "wait_effect") for kind in kinds):  # barriers fail closed
+        events["abandon"] = {"description": "an operator gives up"}
+        states["recovery_required"] = {"kind": "wait", "description": "the fail-closed state"}
+        rows.append(
+            {
+                "from": "recovery_required",
+                "event": "abandon",
+                "to": "failed",
+                "description": "a row",
+            }
+        )
+        spec = {**spec, "fail_closed": "recovery_required"}
+    return spec

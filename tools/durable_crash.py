@@ -30,6 +30,10 @@ by a second kill in the first recovery process at every point only recovery reac
 and, for each ``at_most_once`` effect of the spec, a second kill during the attempt an
 operator's ``retry`` started (before it starts, and after its work returned).
 
+``phronomy-fsm check`` (``phronomy_fsm.checking``) does all of this and more — a
+signal, a cancel, the timers or a takeover at every point, and more invariants — and
+shares its crash points with this harness.
+
 Usage::
 
     python tools/crash_matrix.py --spec SPEC --app MODULE:FACTORY [--quick] [--json]
@@ -188,42 +192,31 @@ class Plan:
 
 def offload_effects(table: Any) -> dict[str, str]:
     """The declared effect kind of each offload hook of ``table`` (``at_most_once``
-    unless the spec says otherwise)."""
-    rows = [s.offload for s in table.states] + [t.offload for t in table.transitions]
-    return {r.hook: getattr(r, "effect", None) or "at_most_once" for r in rows if r is not None}
+    unless the spec says otherwise): :func:`phronomy_fsm.checking.interleavings.effect_kinds`."""
+    from phronomy_fsm.checking.interleavings import effect_kinds
+
+    return effect_kinds(table)
 
 
 def crash_points(table: Any, engine_barriers: Iterable[str] = ENGINE_BARRIERS) -> list[str]:
     """Every crash point of a machine's table, in a stable order: before, during and
     after each of ``engine_barriers`` (the engine's commits the application reaches)
-    and of the table's barriers, and the points of its offloads.
+    and of the table's barriers, and the points of its offloads (``effect:<hook>:before``
+    only for one that is not ``pure``: the engine starts no effect for it). The
+    checker's :func:`phronomy_fsm.checking.interleavings.crash_points`, whose default
+    engine commits also include ``@effect`` and ``@cancel``."""
+    from phronomy_fsm.checking.interleavings import crash_points as points_of
 
-    A ``pure`` offload has no ``effect:<hook>:before`` point: the engine starts no
-    effect for it (it runs it, again if need be, like any computation)."""
-    kinds = offload_effects(table)
-    points = []
-    for name in (*engine_barriers, *table.barriers):
-        points += [f"barrier:{name}:{when}" for when in ("before", "during", "after")]
-    for hook in table.offload_hooks:
-        if kinds.get(hook, "at_most_once") != "pure":
-            points.append(f"effect:{hook}:before")
-        points.append(f"offload:{hook}:after")
-    return points
+    return points_of(table, engine_barriers)
 
 
 def parking_points(tables: Iterable[Any]) -> list[str]:
     """``effect:<hook>:before`` of every ``at_most_once`` offload of ``tables``: a kill
     there leads the next process to ``recovery_required`` (so to ``@recovery`` and
-    ``@resolution``)."""
-    points: list[str] = []
-    for table in tables:
-        kinds = offload_effects(table)
-        points += [
-            f"effect:{hook}:before"
-            for hook in table.offload_hooks
-            if kinds.get(hook) == "at_most_once" and f"effect:{hook}:before" not in points
-        ]
-    return points
+    ``@resolution``): :func:`phronomy_fsm.checking.interleavings.parking_points`."""
+    from phronomy_fsm.checking.interleavings import parking_points as parking_of
+
+    return parking_of(tables)
 
 
 def _run_child(

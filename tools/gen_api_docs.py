@@ -39,6 +39,7 @@ API_PACKAGES = (
     "phronomy_fsm.store.postgres",
     "phronomy_fsm.agent",
     "phronomy_fsm.operator",
+    "phronomy_fsm.checking",
     "phronomy_fsm.tracing",
     "phronomy_fsm.console",
     "phronomy_fsm.testing",

@@ -347,7 +347,16 @@ def create_app(db_path: str) -> DurableApp:
         },
         operator=lambda record: operator_answer(record, effects),
         effects=effects.effects,
+        applied_signals=applied_signals,
     )
+
+
+def applied_signals(record: ExecutionRecord) -> list[Any]:
+    """The signals whose change an order's stored context holds, for the interleaving
+    checker (``DurableApp.applied_signals``): a person's decision, kept whole by
+    :meth:`OrderHooks.remember_decision` (an expiry is the timer's, not a signal)."""
+    decision = record.context.get("decision") if isinstance(record.context, dict) else None
+    return [decision] if decision and not decision.get("expired") else []
 
 
 # ------------------------------------------------------------------ the command line

@@ -645,7 +645,17 @@ def build_app(db_path: str, provider: Provider) -> DurableApp:
         },
         operator=lambda record: operator_answer(record, effects),
         effects=effects.effects,
+        applied_signals=applied_signals,
     )
+
+
+def applied_signals(record: ExecutionRecord) -> list[Any]:
+    """The signals whose change a task's stored context holds, for the interleaving
+    checker (``DurableApp.applied_signals``): a person's decision, kept whole by
+    :meth:`AgentHooks.remember_decision` (a tool's completion is a child's signal, not
+    one a person sends)."""
+    decision = record.context.get("decision") if isinstance(record.context, dict) else None
+    return [decision] if decision else []
 
 
 def create_app(db_path: str) -> DurableApp:

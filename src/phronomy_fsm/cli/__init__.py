@@ -28,6 +28,7 @@ def main(ctx: click.Context) -> None:
 
 def _register() -> None:
     from phronomy_fsm.cli import (
+        check_commands,
         console_commands,
         demo_commands,
         execution_commands,
@@ -44,6 +45,7 @@ def _register() -> None:
     operator_commands.register(main)
     worker_commands.register(main)
     console_commands.register(main)
+    check_commands.register(main)
 
 
 _register()

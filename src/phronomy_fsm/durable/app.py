@@ -3,11 +3,21 @@
 An application module exposes a **factory** ``factory(db_path: str) -> DurableApp``
 (named on the command line as ``--app MODULE:FACTORY``). The :class:`DurableApp` lists
 its machines — what ``phronomy-fsm recover`` needs to resume executions — and,
-optionally, what the crash-injection harness needs to drive it: scenarios that start
-executions, how a person answers a waiting execution, how an operator answers one in
+optionally, what the crash-injection harness and the interleaving checker
+(``phronomy-fsm check``) need to drive it: scenarios that start executions, how a
+person answers a waiting execution, how an operator answers one in
 ``recovery_required`` (from the application's own record of what happened outside),
-and that record of effects, which the harness checks (``docs/operations.md``, "The
-crash-injection matrix").
+that record of effects, and which signals each stored execution holds the change of —
+all of which the checker checks (``docs/operations.md``, "The crash-injection matrix"
+and "The interleaving checker").
+
+The checker's contract for signals: every dict payload it sends (a person's answer, a
+signal it injects) carries one more key, :data:`SIGNAL_MARK`, whose value is the
+signal's id. An application that keeps the payloads its actions apply in its
+context (or in a record of its own) reports them through
+:attr:`DurableApp.applied_signals`; the checker then requires that every signal the
+store marks consumed — of an event every row takes with an action — is reported
+exactly once, and nothing else.
 """
 
 from __future__ import annotations
@@ -24,6 +34,10 @@ import attrs
 from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.durable.types import Machine
 from phronomy_fsm.errors import ConfigurationError
+
+#: The key the interleaving checker adds to every dict payload it sends: the signal's
+#: id, so an application can report which signals its context holds (module docstring).
+SIGNAL_MARK = "check_signal"
 
 
 @attrs.frozen
@@ -65,11 +79,16 @@ class Scenario:
             each recovering one), repeatedly until nothing is active — e.g. start a
             handoff's target once the handoff is committed, or cancel an execution.
             It must be idempotent (it is called again after a restart).
+        signals: signals (``Answer(event=..., payload=...)``) the interleaving checker
+            may send at any step, besides those ``on_waiting`` answers (which it
+            learns by running the scenario once); e.g. a signal a person may send
+            early, or one the machine handles in a state the scenario never waits in.
     """
 
     start: Callable[[Any], Sequence[str]]
     on_waiting: Callable[[ExecutionRecord], Answer | None] = lambda record: None
     drive: Callable[[Any], None] | None = None
+    signals: Sequence[Answer] = ()
 
 
 @attrs.frozen
@@ -93,6 +112,14 @@ class DurableApp:
             :class:`~phronomy_fsm.durable.types.DurableEvent` of a runtime that runs
             the machines (an agent application keeps its conversations' history this
             way); the operator tools and the harness pass them to the runtime.
+        applied_signals: for a stored execution record, the payloads of the signals
+            whose change its context holds, one entry per application (the payload
+            as the action received it, with its :data:`SIGNAL_MARK`); ``None`` when
+            the application does not track them. Read the context of ``record`` —
+            or, if the application applies signals outside its context, its own
+            record of them: the checker then finds a signal applied twice after a
+            crash. Payloads without the mark are ignored, and so are signals of an
+            event some row takes without an action (no application code sees them).
     """
 
     machines: tuple[Machine, ...]
@@ -102,6 +129,7 @@ class DurableApp:
     accept: Callable[[ExecutionRecord], bool] | None = None
     attach: Callable[[Any], Callable[[], None] | None] | None = None
     listeners: tuple[Callable[[Any], None], ...] = ()
+    applied_signals: Callable[[ExecutionRecord], Sequence[Any]] | None = None
 
 
 def attach_app(app: DurableApp, runtime: Any) -> Callable[[], None]:
@@ -171,6 +199,7 @@ def is_durable_factory(factory: Callable[..., Any]) -> bool:
 
 
 __all__ = [
+    "SIGNAL_MARK",
     "Answer",
     "DurableApp",
     "EffectEntry",

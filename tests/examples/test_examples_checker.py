@@ -1,0 +1,71 @@
+"""The interleaving checker's quick form on the durable examples: ``phronomy-fsm check
+SPEC --app MODULE:FACTORY --json`` on each spec (the review agent's two machines each
+get a check), every kind of step run and fired, and every invariant 0 — but for the
+engine defect the checker found and this branch leaves to the engine
+(``tests/checking/known.py``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.checking.known import is_known
+
+from .conftest import ROOT, clean_env
+
+CHECKS = [
+    ("order_workflow", "docs.examples.order_workflow:create_app"),
+    ("review_agent", "docs.examples.review_agent:create_app"),
+    ("review_tool", "docs.examples.review_agent:create_app"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize(("spec", "app"), CHECKS, ids=[spec for spec, _ in CHECKS])
+def test_the_quick_check_fires_every_kind_of_step_and_keeps_every_invariant(
+    spec: str, app: str, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "phronomy_fsm.cli", "check", f"docs/examples/{spec}.yaml"]
+        + ["--app", app, "--quick", "--json", "--keep-failures", str(tmp_path / "failures")],
+        cwd=ROOT,
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=380,
+        check=False,
+    )
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
+    report = json.loads(proc.stdout)
+    assert report["machine"] == spec
+    assert report["mode"] == "quick"
+    unexpected = [v for v in report["violations"] if not is_known(v)]
+    assert unexpected == [], json.dumps(unexpected, indent=1)
+    assert set(report["invariants"]) == {
+        "lost",
+        "double_terminal",
+        "duplicate_effects",
+        "blind_resends",
+        "idempotent_keys",
+        "question_keys",
+        "signals_applied",
+        "lost_signals",
+        "stuck",
+        "app_errors",
+    }
+    assert proc.returncode == (1 if report["violations"] else 0)
+    kinds = {"kill", "signal", "cancel", "timer", "takeover"}
+    assert kinds <= set(report["by_kind"])
+    assert kinds <= {kind for kind, fired in report["fired"].items() if fired}
+    assert report["signals"] == ["approve", "reject"]
+    # the examples have no effect after a wait: the engine's @effect commit never happens
+    assert set(report["points_never_reached"]) == {
+        "barrier:@effect:before",
+        "barrier:@effect:during",
+        "barrier:@effect:after",
+    }
