@@ -220,6 +220,7 @@ def check_app(
             from ``spec``, or ``only`` names an unknown scenario or a malformed label.
     """
     cwd = (options.cwd or Path.cwd()).resolve()
+    shown = spec  # as given: the replay commands run from the same folder
     spec = spec if spec.is_absolute() else cwd / spec
     started = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="phronomy-check-"))
@@ -279,7 +280,7 @@ def check_app(
                     target = options.keep / _folder_name(r.label)
                     shutil.copytree(r.folder, target, dirs_exist_ok=True)
         return _report(
-            spec,
+            shown,
             app,
             machine.table.machine,
             options,
