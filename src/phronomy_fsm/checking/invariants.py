@@ -40,7 +40,6 @@ Must not: start processes or write to the store (it opens it read-only).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -112,18 +111,9 @@ def read_store(db: str) -> StoreFacts | None:
     return StoreFacts(records, logs, signals)
 
 
-def load_run_app(app_ref: str, db: str, folder: Path) -> DurableApp:
-    """The application of a run, built over its store (an application on PostgreSQL
-    finds its files through ``PHRONOMY_APP_DIR``)."""
-    previous = os.environ.get("PHRONOMY_APP_DIR")
-    os.environ["PHRONOMY_APP_DIR"] = str(folder)
-    try:
-        return load_app(app_ref, db)
-    finally:
-        if previous is None:
-            os.environ.pop("PHRONOMY_APP_DIR", None)
-        else:
-            os.environ["PHRONOMY_APP_DIR"] = previous
+def load_run_app(app_ref: str, db: str) -> DurableApp:
+    """The application of a run, built over its store (its files beside it)."""
+    return load_app(app_ref, db)
 
 
 def check_run(app_ref: str, db: str, folder: Path) -> list[Violation]:
@@ -136,7 +126,7 @@ def check_run(app_ref: str, db: str, folder: Path) -> list[Violation]:
         return [
             Violation("lost", eid, "started, but the store was never created") for eid in started
         ]
-    app = load_run_app(app_ref, db, folder)
+    app = load_run_app(app_ref, db)
     tables = {m.table.machine: m.table for m in app.machines}
     out: list[Violation] = []
     out += _lifecycle(log, facts)
