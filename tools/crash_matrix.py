@@ -28,6 +28,10 @@ the matrix of any durable machine: ``MODULE:FACTORY`` builds a
 ``SPEC``.
 
 Exit status: 0 when every invariant count is 0, 1 otherwise, 2 on a usage error.
+
+``phronomy-fsm check SPEC --app MODULE:FACTORY`` (``docs/operations.md``, "The
+interleaving checker") runs these kills and more for any durable machine: a signal, a
+cancel, the timers or a takeover at every crash point, and more invariants.
 """
 
 from __future__ import annotations

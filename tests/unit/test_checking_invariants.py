@@ -142,7 +142,8 @@ def test_an_idempotent_effect_under_a_key_no_durable_announcement_gives() -> Non
     assert idempotency_key("x", 2, "act") not in keys  # never committed
     entries = [
         EffectEntry("x", "act", "idempotent", good),
-        EffectEntry("x", "act", "idempotent", "act-own"),
+        EffectEntry("x", "act", "idempotent", "act-" + "0" * 32),  # the engine's form
+        EffectEntry("x", "act", "idempotent", "ticket-42"),  # the application's own: not judged
     ]
     assert names(inv._effects(app(entries), facts(record()), keys)) == ["idempotent_keys"]
     waited = facts(record(), logs={"x": [log_row(0, "@start"), log_row(1, "@wait")]})

@@ -37,7 +37,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,11 +72,11 @@ class StepPlan(FaultPlan):
     """A fault plan that traces every crash point and, at the ``nth`` hit of the
     step's point, kills the process or calls :attr:`act` with the step."""
 
-    def __init__(self, step: Step | None, trace: Any) -> None:
+    def __init__(self, step: Step | None, trace: Callable[[str], None]) -> None:
         super().__init__(None, trace=trace)
         self.step = step
         self.left = step.nth if step is not None else 0
-        self.act: Any = None
+        self.act: Callable[[Step], None] | None = None
 
     def hit(self, point: str) -> None:
         """Trace ``point``; fire the step at its hit (never returns for a kill)."""
@@ -119,7 +119,11 @@ class Child:
         trace_fd = os.open(
             trace_path(self.folder, args.process), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )
-        self.plan = StepPlan(self.step, lambda point: os.write(trace_fd, f"{point}\n".encode()))
+
+        def trace(point: str) -> None:
+            os.write(trace_fd, f"{point}\n".encode())
+
+        self.plan = StepPlan(self.step, trace)
         self.clock = SkewClock(self.folder / CLOCK)
         alphabet = self.folder / ALPHABET
         self.alphabet: dict[str, dict[str, Any]] = (

@@ -16,10 +16,11 @@ of applied signals (:class:`~phronomy_fsm.durable.app.DurableApp` ``effects`` an
   question, e.g. in a worker whose lease had passed;
 - ``blind_resends``: an ``at_most_once`` effect run again (a later attempt) without an
   operator's ``retry``;
-- ``idempotent_keys``: an ``idempotent`` effect run under a key that no durable
-  announcement of its execution gives (one key per announcement: the key is derived
-  from the revision of the commit that announced the effect, ``docs/semantics.md``
-  "Idempotency keys");
+- ``idempotent_keys``: an ``idempotent`` effect run under a key of the engine's form
+  (``<effect>-`` and 32 hex digits) that no durable announcement of its execution
+  gives (one key per announcement: the key is derived from the revision of the commit
+  that announced the effect, ``docs/semantics.md`` "Idempotency keys"); keys of an
+  application's own form are not judged;
 - ``question_keys``: an operator asked about an effect under a key no durable
   announcement gives, or answering ``retry`` or ``not_performed`` about an attempt that
   ran under another key (of that announcement or a later one);
@@ -40,7 +41,6 @@ Must not: start processes or write to the store (it opens it read-only).
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -112,18 +112,9 @@ def read_store(db: str) -> StoreFacts | None:
     return StoreFacts(records, logs, signals)
 
 
-def load_run_app(app_ref: str, db: str, folder: Path) -> DurableApp:
-    """The application of a run, built over its store (an application on PostgreSQL
-    finds its files through ``PHRONOMY_APP_DIR``)."""
-    previous = os.environ.get("PHRONOMY_APP_DIR")
-    os.environ["PHRONOMY_APP_DIR"] = str(folder)
-    try:
-        return load_app(app_ref, db)
-    finally:
-        if previous is None:
-            os.environ.pop("PHRONOMY_APP_DIR", None)
-        else:
-            os.environ["PHRONOMY_APP_DIR"] = previous
+def load_run_app(app_ref: str, db: str) -> DurableApp:
+    """The application of a run, built over its store (its files beside it)."""
+    return load_app(app_ref, db)
 
 
 def check_run(app_ref: str, db: str, folder: Path) -> list[Violation]:
@@ -136,7 +127,7 @@ def check_run(app_ref: str, db: str, folder: Path) -> list[Violation]:
         return [
             Violation("lost", eid, "started, but the store was never created") for eid in started
         ]
-    app = load_run_app(app_ref, db, folder)
+    app = load_run_app(app_ref, db)
     tables = {m.table.machine: m.table for m in app.machines}
     out: list[Violation] = []
     out += _lifecycle(log, facts)
@@ -202,6 +193,19 @@ def _announced_keys(facts: StoreFacts, tables: Mapping[str, Any]) -> set[str]:
     return keys
 
 
+def is_engine_key(key: str, effect: str) -> bool:
+    """True when ``key`` has the form of the engine's idempotency keys for ``effect``
+    (``<effect>-`` and 32 hex digits): the application says it ran the effect under
+    the key the engine gave it. An application may key an effect by ids of its own
+    (an agent's tool call id); those the checker cannot derive, and does not judge."""
+    head, sep, digits = key.rpartition("-")
+    return bool(sep) and head == effect and len(digits) == 32 and _is_hex(digits)
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
 def _retries(facts: StoreFacts) -> Counter[str]:
     retries: Counter[str] = Counter()
     for eid, signals in facts.signals.items():
@@ -238,7 +242,7 @@ def _effects(app: DurableApp, facts: StoreFacts, keys: set[str]) -> list[Violati
                 )
             )
     for e in effects:
-        if e.kind == "idempotent" and e.key not in keys:
+        if e.kind == "idempotent" and is_engine_key(e.key, e.effect) and e.key not in keys:
             out.append(
                 Violation(
                     "idempotent_keys",

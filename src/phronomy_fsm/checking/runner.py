@@ -220,11 +220,12 @@ def check_app(
             from ``spec``, or ``only`` names an unknown scenario or a malformed label.
     """
     cwd = (options.cwd or Path.cwd()).resolve()
+    shown = spec  # as given: the replay commands run from the same folder
     spec = spec if spec.is_absolute() else cwd / spec
     started = time.monotonic()
     base = Path(tempfile.mkdtemp(prefix="phronomy-check-"))
     try:
-        loaded = load_run_app(app, str(base / "probe.db"), base)
+        loaded = load_run_app(app, str(base / "probe.db"))
         machine = find_machine(loaded, spec)
         points = crash_points(machine.table)
         try:
@@ -279,7 +280,7 @@ def check_app(
                     target = options.keep / _folder_name(r.label)
                     shutil.copytree(r.folder, target, dirs_exist_ok=True)
         return _report(
-            spec,
+            shown,
             app,
             machine.table.machine,
             options,
@@ -384,7 +385,7 @@ def _fired(log: list[dict[str, Any]], steps: Sequence[Step | None], codes: list[
     return kills + takeovers + others
 
 
-def _command(
+def _command(  # run from context.cwd: ``python -m`` puts it first on sys.path
     context: _Context,
     scenario: str,
     folder: Path,
@@ -401,14 +402,6 @@ def _command(
     if step is not None:
         cmd += ["--step", step.label()]
     return cmd
-
-
-def _environment(context: _Context) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PHRONOMY_CRASH")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(context.cwd), os.environ.get("PYTHONPATH", "")) if p
-    )
-    return env
 
 
 def _child(
@@ -428,7 +421,6 @@ def _child(
                 cmd,
                 check=False,
                 cwd=context.cwd,
-                env=_environment(context),
                 stdout=out,
                 stderr=out,
                 timeout=PROCESS_TIMEOUT_SECONDS,
@@ -469,14 +461,12 @@ def _takeover(
     """Process ``process`` pauses at ``step``'s point; once its lease passed, process
     ``process + 1`` claims its executions; then the first is resumed (module
     docstring). Returns both exit statuses."""
-    env = _environment(context)
     outputs = [open(output_path(folder, n), "ab") for n in (process, process + 1)]  # noqa: SIM115
     first = second = None
     try:
         first = subprocess.Popen(
             _command(context, scenario, folder, db, mode, step, process, lease),
             cwd=context.cwd,
-            env=env,
             stdout=outputs[0],
             stderr=outputs[0],
         )
@@ -491,7 +481,6 @@ def _takeover(
         second = subprocess.Popen(
             _command(context, scenario, folder, db, "takeover", None, process + 1, lease),
             cwd=context.cwd,
-            env=env,
             stdout=outputs[1],
             stderr=outputs[1],
         )
