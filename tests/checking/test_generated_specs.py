@@ -2,8 +2,7 @@
 :func:`durable_specs`: barriers, waits with signals and timers, barrier states and
 waits taking signals by internal transitions, compound states, effects of each kind,
 an effect right after a wait), each run by the generic application with a small budget
-of each kind of step: every invariant holds — but for the engine defect listed in
-``tests/checking/known.py``. ``tools/check_generated.py`` runs many more."""
+of each kind of step: every invariant holds. ``tools/check_generated.py`` runs many more."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from hypothesis import HealthCheck, Phase, given, settings
 from phronomy_fsm.spec.loader import load_spec_text
 from phronomy_fsm.spec.validate import validate_spec
 from tests.checking.generated import check_spec_file, replay, write_spec
-from tests.checking.known import is_known
 from tests.spec_strategies import dump, durable_specs
 
 
@@ -44,9 +42,8 @@ def test_the_quick_check_of_generated_specs_keeps_every_invariant(
 ) -> None:
     path = write_spec(data, tmp_path / "specs")
     report = check_spec_file(path)
-    unexpected = [v for v in report.violations if not is_known(v)]
-    assert unexpected == [], (
+    assert report.violations == [], (
         path.read_text(),
-        [(v["invariant"], v["detail"], replay(path, v["interleaving"])) for v in unexpected],
+        [(v["invariant"], v["detail"], replay(path, v["interleaving"])) for v in report.violations],
     )
     assert report.by_kind.get("kill", 0) >= 1

@@ -209,6 +209,12 @@ class DurableRuntime:
         self._refused_lock = threading.Lock()
         self._holds = 0  # starts on their way here (see hold())
         self._holds_lock = threading.Lock()
+        #: executions whose start is committing here, not yet installed: id -> the
+        #: signals the watcher read for them meanwhile. A signal may be sent as soon as
+        #: the start is durable; the watcher's cursor moves past it before the install,
+        #: so the install applies what was kept here (loop thread, but for the key's
+        #: insertion and a failed start's removal, which the GIL keeps whole).
+        self._arriving: dict[str, list[SignalRecord]] = {}
         self._stop = threading.Event()
         self._wake_watcher = threading.Event()
         self._unlisten: Callable[[], None] | None = None
@@ -409,9 +415,11 @@ class DurableRuntime:
             self.faults.hit("barrier:@start:before")
         task: Task[ExecutionHandle] = Task(f"start {eid}")
         release = self.hold()  # until the execution is installed on the loop
+        self._arriving.setdefault(eid, [])
 
         def started(created: bool) -> None:
             if not created:
+                self._arriving.pop(eid, None)
                 release()
                 task.complete(ExecutionHandle(self, eid, created=False))
                 return
@@ -426,18 +434,23 @@ class DurableRuntime:
                     self.engine.emit(DurableEventKind.STARTED, live, record)
                     self.engine.arm_expiry(live)
                     self.engine.start_session(live)
+                    early = self._arriving.pop(eid, None)
+                    if early:
+                        self.engine.add_signals(live, early)
                 finally:
                     release()
 
             try:
                 self.dispatcher.call_soon(install)
             except PhronomyError as exc:
+                self._arriving.pop(eid, None)
                 release()
                 task.fail(exc)
                 return
             task.complete(ExecutionHandle(self, eid))
 
         def failed(error: BaseException) -> None:
+            self._arriving.pop(eid, None)
             release()
             self.note_write_error(error)
             task.fail(error)
@@ -700,6 +713,8 @@ class DurableRuntime:
             live = self.engine.live.get(execution_id)
             if live is not None:
                 self.engine.add_signals(live, items)
+            elif execution_id in self._arriving:  # its start is not installed yet
+                self._arriving[execution_id].extend(items)
 
     def refresh_signals(
         self,
