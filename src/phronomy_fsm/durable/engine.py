@@ -186,7 +186,9 @@ class LiveExecution:
     the durable point: the next one needs an announcement of its own);
     ``effect_in_flight`` / ``effect_outcome`` (the last non-pure effect started since
     that commit, and what it reported back: a cancel's record names them);
-    ``cancel_seq`` (the cancel request being applied: the same request read again, or
+    ``moved`` (its session has entered a state since it started: a wait it re-commits
+    without having left it keeps its timer's deadline); ``cancel_seq`` (the cancel
+    request being applied: the same request read again, or
     another, changes nothing); ``announcement`` (the outcome of the ``@effect`` commit the effect being started
     waits for: ``None`` once committed, else the error);
     ``delivery_scheduled`` (a look for the next signal its live session takes
@@ -210,6 +212,7 @@ class LiveExecution:
         "expiry",
         "fence",
         "halting",
+        "moved",
         "parked",
         "pending",
         "record",
@@ -234,6 +237,7 @@ class LiveExecution:
         self.replay: Replay | None = None
         self.parked: RecoveryInfo | None = None
         self.halting: str | None = None
+        self.moved = False
         self.waiters: list[Task[ExecutionResult]] = []
         self.timer: Any = None
         self.expiry: Any = None
@@ -406,6 +410,7 @@ class Engine:
         ctx = self.context(live)
         live.halting = None
         live.barrier_pending = False
+        live.moved = False
         live.session_id = self.rt.dispatcher.start_session(
             reg.binding,
             ctx,
@@ -734,6 +739,8 @@ class Engine:
         """After every transition: fail closed, or deliver the next signal."""
         live.state = target
         live.barrier_pending = False  # a move settles (or leaves) the barrier of its source
+        if session.serial != 1:  # every session starts at entry serial 1; a move raises it
+            live.moved = True
         facts = live.reg.facts
         if target == facts.fail_closed and target != source:
             self.halt(live, "fail_closed")
@@ -1033,6 +1040,20 @@ class Engine:
         live.replay = None
         timeout = live.reg.facts.states[state].timeout
         deadline = None if timeout is None else self.now() + timedelta(seconds=timeout.seconds)
+        stayed = live.record
+        if (
+            deadline is not None
+            and not live.moved
+            and stayed.point is DurablePoint.WAIT
+            and stayed.state == state
+            and stayed.deadline_at is not None
+            and stayed.deadline_at > self.now()
+        ):
+            # resumed here by a signal it took without leaving (an internal transition,
+            # or none taken): the timer counts from entering the state, not from this.
+            # A deadline already passed (its timeout event taken by no row) starts anew,
+            # or the timer would fire again at once, for ever.
+            deadline = stayed.deadline_at
         try:
             context = self.encode(live)
         except ContextSerializationError as exc:
