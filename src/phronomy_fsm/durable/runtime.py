@@ -82,7 +82,7 @@ from phronomy_fsm.errors import (
     UnknownMachineError,
 )
 from phronomy_fsm.runtime import Dispatcher, OffloadPool, bind_machine
-from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.clock import Clock, StoreClock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
 from phronomy_fsm.runtime.tasks import Task
@@ -142,7 +142,11 @@ class DurableRuntime:
             not close it unless ``own_store``.
         machines: machines to register at once.
         max_workers / queue_size: the offload pool's bounds (effects, filters).
-        clock: the clock of timers, records and leases (a manual clock in tests).
+        clock: the clock of timers, deadlines and records. By default this host's
+            clock moved onto the store's (:class:`~phronomy_fsm.runtime.clock.StoreClock`,
+            aligned at start and at every lease renewal), so workers on hosts whose
+            clocks disagree agree on every deadline (``docs/semantics.md``, "One
+            clock"); a test passes a manual clock.
         lease_seconds: this worker's lease; heartbeats renew it every third of it.
         poll_seconds: how often the inbox is polled for signals from other processes
             (with a store that notifies — PostgreSQL ``LISTEN/NOTIFY`` — the watcher
@@ -163,7 +167,7 @@ class DurableRuntime:
         machines: Iterable[Machine] = (),
         max_workers: int = 16,
         queue_size: int = 1024,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         faults: FaultPlan | None = None,
@@ -174,6 +178,10 @@ class DurableRuntime:
         if lease_seconds <= 0 or poll_seconds <= 0:
             raise ValueError("lease_seconds and poll_seconds must be positive")
         self.store = store
+        #: the default clock, aligned to the store's at every lease renewal
+        self._store_clock: StoreClock | None = None
+        if clock is None:
+            clock = self._store_clock = StoreClock(store)
         self.clock = clock
         self.faults = faults
         self.listeners: list[Listener] = list(listeners)
@@ -1128,6 +1136,8 @@ class DurableRuntime:
                     if not self.store.renew_lease(self.worker_id, self.lease_seconds):
                         self.store.register_worker(self.worker, self.lease_seconds)
                     self._verify_ownership()
+                    if self._store_clock is not None:
+                        self._store_clock.align()
                 except SchemaVersionError as exc:
                     self.note_write_error(exc)
                     return  # nothing more to renew or deliver: the runtime stopped
