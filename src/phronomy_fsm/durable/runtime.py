@@ -48,8 +48,9 @@ import orjson
 
 from phronomy_fsm.durable.claims import OtherSpecExecution, RunnableSpecs, describe_left
 from phronomy_fsm.durable.codec import json_data
-from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
+from phronomy_fsm.durable.engine import Engine
 from phronomy_fsm.durable.keys import check_id, new_execution_id
+from phronomy_fsm.durable.lifecycle import LiveExecution, Registration
 from phronomy_fsm.durable.machines import table_to_json
 from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
 from phronomy_fsm.durable.records import (
@@ -98,6 +99,8 @@ Accept = Callable[[ExecutionRecord], bool]
 DEFAULT_LEASE_SECONDS = 10.0
 #: Default interval of the inbox poll, in seconds.
 DEFAULT_POLL_SECONDS = 0.05
+#: Seconds between attempts to read an execution back after an unproven outcome.
+READBACK_DELAYS = (0.0, 0.05, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 class ExecutionHandle:
@@ -432,11 +435,11 @@ class DurableRuntime:
                 try:
                     self.engine.live[eid] = live
                     self.engine.emit(DurableEventKind.STARTED, live, record)
-                    self.engine.arm_expiry(live)
+                    self.engine.delivery.arm_expiry(live)
                     self.engine.start_session(live)
                     early = self._arriving.pop(eid, None)
                     if early:
-                        self.engine.add_signals(live, early)
+                        self.engine.delivery.add_signals(live, early)
                 finally:
                     release()
 
@@ -712,7 +715,7 @@ class DurableRuntime:
         for execution_id, items in by_execution.items():
             live = self.engine.live.get(execution_id)
             if live is not None:
-                self.engine.add_signals(live, items)
+                self.engine.delivery.add_signals(live, items)
             elif execution_id in self._arriving:  # its start is not installed yet
                 self._arriving[execution_id].extend(items)
 
@@ -757,7 +760,7 @@ class DurableRuntime:
             except LeaseLostError as exc:
                 log.warning("execution %s: signals %s not closed: %s", execution_id, seqs, exc)
                 try:
-                    self.dispatcher.call_soon(self.engine.close_refused, live, exc)
+                    self.dispatcher.call_soon(self.engine.recovery.close_refused, live, exc)
                 except PhronomyError:  # the runtime closed meanwhile: nothing runs it here
                     pass
             except PhronomyError as exc:
@@ -1058,7 +1061,7 @@ class DurableRuntime:
             if old is not None:
                 live.waiters.extend(old.waiters)
                 old.waiters.clear()
-            self.engine.install(live, record, signals)
+            self.engine.recovery.install(live, record, signals)
             self.refresh_signals(live)
 
         self.dispatcher.call_soon(install)
@@ -1086,13 +1089,15 @@ class DurableRuntime:
                         )
                     ]
                 except NotFoundError as exc:
-                    self.engine.post(self.engine.release, live, exc)
+                    self.engine.post(self.engine.recovery.release, live, exc)
                     return
                 except PhronomyError as exc:
                     log.warning("execution %s: read-back failed (%r); retrying", execution_id, exc)
                     continue
                 # posted: the runtime may have closed during the read
-                self.engine.post(self.engine.reinstall, live, record, (owner, token), signals)
+                self.engine.post(
+                    self.engine.recovery.reinstall, live, record, (owner, token), signals
+                )
                 if children:
                     try:
                         self.adopt(children)  # those live here already are left alone
@@ -1155,11 +1160,11 @@ class DurableRuntime:
         thread; the decision is taken on the loop)."""
         if self._stop.is_set():
             return
-        asked = self.dispatcher.call(self.engine.fences).result(5)
+        asked = self.dispatcher.call(self.engine.recovery.fences).result(5)
         if not asked:
             return
         stored = self.store.execution_fences(list(asked))
-        self.dispatcher.call(self.engine.check_ownership, stored, asked).result(5)
+        self.dispatcher.call(self.engine.recovery.check_ownership, stored, asked).result(5)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -1214,7 +1219,7 @@ class DurableRuntime:
             error,
         )
         try:
-            self.dispatcher.call_soon(self.engine.let_go_all, error)
+            self.dispatcher.call_soon(self.engine.recovery.let_go_all, error)
         except PhronomyError:
             pass  # the loop is stopping: nothing runs any more
         for listener in listeners:
@@ -1312,7 +1317,7 @@ class DurableRuntime:
 
     def _detach(self) -> None:
         self.engine.closing = True
-        self.engine.detach_all()
+        self.engine.recovery.detach_all()
 
 
 def _seconds(value: float) -> timedelta:
