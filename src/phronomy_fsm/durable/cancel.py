@@ -68,7 +68,7 @@ class Cancellation:
                 live, f"commit {barrier} refused for a cancel not found"
             )
 
-        self.engine.host.refresh_signals(live, on_read=arrived)
+        self.engine.host.io.refresh_signals(live, on_read=arrived)
 
     def cancel(self, live: LiveExecution, signal: SignalRecord) -> None:
         """Cancel: stop the session at once (results of work in flight become stale),
@@ -112,7 +112,7 @@ class Cancellation:
         # children another worker runs (it took them over, or claimed them) hear it
         # through their inbox — before this execution's @cancel commit consumes its own
         # request, so a crash in between cancels it, and them, again at recovery
-        cascade = self.engine.host.cancel_children_elsewhere(live.execution_id, payload, here)
+        cascade = self.engine.host.io.cancel_children_elsewhere(live.execution_id, payload, here)
 
         def commit() -> None:
             if self.engine.live.get(live.execution_id) is not live:
@@ -141,7 +141,9 @@ class Cancellation:
             )
             taken = [seq for seq in live.delivered if seq != signal.seq]
             if taken:  # delivered, never committed: closed, not left pending for ever
-                self.engine.host.drop_signals(live, taken, "dropped: the execution was cancelled")
+                self.engine.host.io.drop_signals(
+                    live, taken, "dropped: the execution was cancelled"
+                )
             live.delivered = [signal.seq] if signal.seq else []
             self.engine.finish(live, "@cancel", record)
 

@@ -120,7 +120,7 @@ class Delivery:
         if stale:  # meant for the execution as it stood at an earlier revision
             for signal in stale:
                 live.pending.remove(signal)
-            self.engine.host.drop_signals(
+            self.engine.host.io.drop_signals(
                 live,
                 [s.seq for s in stale],
                 f"rejected: stale (the execution is past revision {stale[0].expected_revision})",
@@ -142,10 +142,7 @@ class Delivery:
                 live.timer.cancel()
                 live.timer = None
             self.engine.emit(
-                DurableEventKind.RESUMED,
-                live,
-                event=signal.event,
-                signal_id=signal.signal_id,
+                DurableEventKind.RESUMED, live, event=signal.event, signal_id=signal.signal_id
             )
             self.engine.start_session(
                 live, at_state=state, event=signal.event, payload=signal.payload

@@ -377,7 +377,7 @@ class Engine:
     def step(self, live: LiveExecution, session: Session, source: str, target: str) -> None:
         """After every transition: fail closed, or deliver the next signal."""
         live.state = target
-        live.moved()  # a move settles (or leaves) the barrier of its source
+        live.took_step()  # a move settles (or leaves) the barrier of its source
         facts = live.reg.facts
         if target == facts.fail_closed and target != source:
             self.halt(live, Halt.FAIL_CLOSED)
@@ -624,7 +624,7 @@ class Engine:
                 if seqs and seqs[i] > 0:  # the signal as the store wrote it: no read
                     self.delivery.add_signals(parent, [attrs.evolve(signal, seq=seqs[i])])
                 else:  # proved by a read-back (or deduplicated): read the inbox
-                    self.host.refresh_signals(parent)
+                    self.host.io.refresh_signals(parent)
 
         self.engine_commit(
             live,
@@ -670,7 +670,7 @@ class Engine:
         if live.pending:
             dropped = [s.seq for s in live.pending]
             live.pending.clear()
-            self.host.drop_signals(live, dropped, f"dropped: finished in {record.state}")
+            self.host.io.drop_signals(live, dropped, f"dropped: finished in {record.state}")
 
     def running_count(self) -> int:
         """How many live executions are running here (:meth:`moving`). One that waits

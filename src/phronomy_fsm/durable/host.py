@@ -26,35 +26,9 @@ if TYPE_CHECKING:
     from phronomy_fsm.durable.lifecycle import LiveExecution, Registration
 
 
-class EngineHost(Protocol):
-    """The runtime as the engine sees it. Attributes are read on the loop thread;
-    the methods that do store I/O return at once and do it off the loop, posting what
-    they found back to the loop (``Engine.post``)."""
-
-    #: the store every commit and inbox write goes to
-    store: ExecutionStore
-    #: the loop the engine runs on (sessions, timers, ``call_soon``)
-    dispatcher: Dispatcher
-    #: the clock of records, timers and deadlines
-    clock: Clock
-    #: crash points (tests and the crash harness), else ``None``
-    faults: FaultPlan | None
-    #: told every durable event, on the loop thread
-    listeners: list[Callable[[DurableEvent], None]]
-
-    def registration(self, name: str) -> Registration:
-        """The registration of machine ``name``. Raises UnknownMachineError."""
-        ...
-
-    def lease_error(self, execution_id: str) -> BaseException | None:
-        """``None`` while an effect of ``execution_id`` may start (the lease holds),
-        else the error that keeps it from starting. Any thread."""
-        ...
-
-    def note_write_error(self, error: BaseException) -> None:
-        """Take note of an error a store write raised (a SchemaVersionError stops every
-        write of the runtime). Any thread."""
-        ...
+class EngineStoreIO(Protocol):
+    """The store calls the engine asks its runtime to make off the loop (each returns
+    at once; what it found is posted back to the loop with ``Engine.post``)."""
 
     def refresh_signals(
         self,
@@ -83,4 +57,35 @@ class EngineHost(Protocol):
         ...
 
 
-__all__ = ["EngineHost"]
+class EngineHost(Protocol):
+    """The runtime as the engine sees it (attributes read on the loop thread)."""
+
+    #: the store every commit and inbox write goes to
+    store: ExecutionStore
+    #: the loop the engine runs on (sessions, timers, ``call_soon``)
+    dispatcher: Dispatcher
+    #: the clock of records, timers and deadlines
+    clock: Clock
+    #: crash points (tests and the crash harness), else ``None``
+    faults: FaultPlan | None
+    #: told every durable event, on the loop thread
+    listeners: list[Callable[[DurableEvent], None]]
+    #: the store I/O the engine asks for, run off the loop
+    io: EngineStoreIO
+
+    def registration(self, name: str) -> Registration:
+        """The registration of machine ``name``. Raises UnknownMachineError."""
+        ...
+
+    def lease_error(self, execution_id: str) -> BaseException | None:
+        """``None`` while an effect of ``execution_id`` may start (the lease holds),
+        else the error that keeps it from starting. Any thread."""
+        ...
+
+    def note_write_error(self, error: BaseException) -> None:
+        """Take note of an error a store write raised (a SchemaVersionError stops every
+        write of the runtime). Any thread."""
+        ...
+
+
+__all__ = ["EngineHost", "EngineStoreIO"]

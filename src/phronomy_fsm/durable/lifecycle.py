@@ -13,7 +13,7 @@ them:
   a timer, is parked for an operator, is being installed or has finished) →
   ``RUNNING`` (:meth:`LiveExecution.session_started`) ⇄ ``AT_BARRIER`` (its spec
   barrier's commit is in flight: :meth:`~LiveExecution.barrier_started`,
-  :meth:`~LiveExecution.moved`) → ``HALTING`` (:meth:`~LiveExecution.halting_for`,
+  :meth:`~LiveExecution.took_step`) → ``HALTING`` (:meth:`~LiveExecution.halting_for`,
   with a :class:`Halt`) → ``RESTING`` (:meth:`~LiveExecution.session_ended`);
 - its **engine commit** (``committing``: ``@effect``, ``@wait``, ``@final``,
   ``@recovery``, ``@resolution``, ``@cancel`` in flight:
@@ -227,7 +227,7 @@ class LiveExecution:
         if self.phase is Phase.RUNNING:
             self._enter(Phase.AT_BARRIER)
 
-    def moved(self) -> None:
+    def took_step(self) -> None:
         """Its session took a transition: a move settles (or leaves) the barrier of
         its source state."""
         if self.phase is Phase.AT_BARRIER:

@@ -130,7 +130,7 @@ class Parking:
         def committed() -> None:
             log.warning("execution %s needs an operator: %s", live.execution_id, info.reason)
             self.engine.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=info.reason)
-            self.engine.host.refresh_signals(live)
+            self.engine.host.io.refresh_signals(live)
 
         self.engine.engine_commit(live, "@recovery", record, on_committed=committed)
 
@@ -143,7 +143,7 @@ class Parking:
         payload = signal.payload if isinstance(signal.payload, dict) else {}
         problem = resolution_problem(record, signal)
         if problem is not None or info is None:
-            self.engine.host.drop_signals(
+            self.engine.host.io.drop_signals(
                 live, [signal.seq], f"rejected: {problem or 'nothing to resolve'}"
             )
             return

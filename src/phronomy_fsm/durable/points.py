@@ -215,24 +215,14 @@ def parked(record: ExecutionRecord, now: datetime, info: RecoveryInfo) -> Execut
     context and replay origin are kept (``docs/semantics.md``, "Operator
     resolution")."""
     return _next(
-        record,
-        now,
-        status=ExecutionStatus.RECOVERY_REQUIRED,
-        recovery=info,
-        resolution=None,
+        record, now, status=ExecutionStatus.RECOVERY_REQUIRED, recovery=info, resolution=None
     )
 
 
 def resumed(record: ExecutionRecord, now: datetime, resolution: ResolutionInfo) -> ExecutionRecord:
     """``@resolution``: an operator answered; running again from the last durable
     point with ``resolution`` (the replay applies it at its subject)."""
-    return _next(
-        record,
-        now,
-        status=ExecutionStatus.RUNNING,
-        recovery=None,
-        resolution=resolution,
-    )
+    return _next(record, now, status=ExecutionStatus.RUNNING, recovery=None, resolution=resolution)
 
 
 def resolved_failed(record: ExecutionRecord, now: datetime, error: ErrorInfo) -> ExecutionRecord:

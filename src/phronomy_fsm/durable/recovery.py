@@ -60,7 +60,7 @@ class Recovery:
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
-        self.engine.host.readback(live, why)
+        self.engine.host.io.readback(live, why)
 
     def close_refused(self, live: LiveExecution, error: BaseException) -> None:
         """The store refused to close signals of ``live`` under its fence (``error``,
