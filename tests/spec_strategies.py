@@ -228,6 +228,10 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
             rows.append({"from": name, "event": chain_event, "to": nxt, "description": "chain"})
             if draw(st.integers(0, 3)) == 0:
                 body["timeout"] = {"seconds": draw(st.floats(0.001, 1e6)), "event": chain_event}
+        if work == "barrier":
+            # no outside event: every outcome leaves the state, which takes no signal
+            # while its commit is in flight (EVENT_IN_BARRIER_STATE)
+            continue
         # extra rows on outside events: a group per event, distinct guards, optional
         # unguarded last row, sometimes internal (no target)
         for event in draw(st.lists(st.sampled_from(event_names), unique=True, max_size=3)):
@@ -265,7 +269,12 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
                 rows.append(row)
     # every final state needs a way in: a row on a fresh event from an external or wait
     # state, or (when there is none) the unreferenced final state is dropped
-    waiting = [nm for nm, k in zip(names, kinds, strict=True) if k in ("external", "wait")]
+    barrier_states = {nm for nm, body in states.items() if "barrier" in body}
+    waiting = [
+        nm
+        for nm, k in zip(names, kinds, strict=True)
+        if k in ("external", "wait") and nm not in barrier_states
+    ]
     for j, (name, kind) in enumerate(zip(names, kinds, strict=True)):
         if kind != "final" or any(r.get("to") == name for r in rows):
             continue
@@ -284,7 +293,11 @@ def valid_specs(draw: st.DrawFn, *, max_states: int = 9, with_work: bool = True)
             del states[name]
     # multi-source rows: one event from several states at once (no row yet for it)
     spare = [e for e in event_names if not any(r["event"] == e for r in rows)]
-    candidates = [nm for nm, k in zip(names, kinds, strict=True) if k in ("external", "wait")]
+    candidates = [
+        nm
+        for nm, k in zip(names, kinds, strict=True)
+        if k in ("external", "wait") and nm not in barrier_states
+    ]
     if spare and len(candidates) >= 2 and draw(st.booleans()):
         sources = draw(st.lists(st.sampled_from(candidates), min_size=2, max_size=3, unique=True))
         rows.append(
@@ -407,8 +420,8 @@ def durable_specs(draw: st.DrawFn, *, max_segments: int = 4) -> dict[str, Any]:
     next (the last for ``done``):
 
     - ``effect``: a barrier state (barrier shorthand) whose committed outcome enters an
-      effect state (``idempotent``, ``at_most_once`` or ``pure``); the barrier state may
-      take a signal by an internal transition;
+      effect state (``idempotent``, ``at_most_once`` or ``pure``) (a barrier state takes
+      no outside event: ``EVENT_IN_BARRIER_STATE``);
     - ``wait``: a wait state left by a signal, perhaps also taking another by an
       internal transition, perhaps with a timer;
     - ``wait_effect``: a barrier, a wait, then an effect right after the wait (which
@@ -450,7 +463,11 @@ def durable_specs(draw: st.DrawFn, *, max_segments: int = 4) -> dict[str, Any]:
         return row
 
     rows.append({"from": "begin", "event": "state_completed", "to": target(0)})
-    rows.append({"from": target(0), "event": "quit", "to": "failed"})
+    quit_from = target(0)
+    if quit_from == "g0" and kinds[0] in ("effect", "wait_effect"):
+        # a barrier state takes no outside event (EVENT_IN_BARRIER_STATE): the next one
+        quit_from = "g0_wait" if kinds[0] == "wait_effect" else "g0_work"
+    rows.append({"from": quit_from, "event": "quit", "to": "failed"})
     for i, kind in enumerate(kinds):
         nxt = target(i + 1)
         seg: dict[str, Any] = {}
@@ -465,8 +482,6 @@ def durable_specs(draw: st.DrawFn, *, max_segments: int = 4) -> dict[str, Any]:
                     "on_not_committed": "failed",
                 },
             }
-            if draw(st.booleans()):
-                rows.append(signal_row(f"g{i}", None))
             if kind == "wait_effect":
                 seg[f"g{i}_wait"] = {"kind": "wait", "description": "a wait before the effect"}
                 rows.append(signal_row(f"g{i}_wait", f"g{i}_work"))

@@ -1,6 +1,6 @@
 """The checker on generated durable specs (``tests/spec_strategies.py``,
-:func:`durable_specs`: barriers, waits with signals and timers, barrier states and
-waits taking signals by internal transitions, compound states, effects of each kind,
+:func:`durable_specs`: barriers, waits with signals and timers, waits
+taking signals by internal transitions, compound states, effects of each kind,
 an effect right after a wait), each run by the generic application with a small budget
 of each kind of step: every invariant holds. ``tools/check_generated.py`` runs many more."""
 

@@ -120,3 +120,65 @@ def test_a_signal_whose_guards_all_fail_in_a_wait_state_is_consumed_and_the_next
         signals = [(s.payload["role"], s.outcome) for s in runtime.store.list_signals("g-1")]
     assert (result.status, result.state) == (ExecutionStatus.COMPLETED, "done")
     assert signals == [("intern", "consumed"), ("manager", "consumed")]
+
+
+REMINDED = """
+machine: reminded
+version: 1
+events:
+  note: {}
+  expired: {}
+  again: {}
+states:
+  start: {kind: auto, initial: true}
+  waiting: {kind: wait, timeout: {seconds: 100, event: expired}}
+  timed_out: {kind: final}
+transitions:
+  - {from: start, event: state_completed, to: waiting}
+  - {from: waiting, event: note, actions: [take_note]}
+  - {from: waiting, event: again, to: waiting}
+  - {from: waiting, event: expired, to: timed_out}
+"""
+
+
+class Notes:
+    def take_note(self, ctx: dict[str, Any], payload: Any) -> None:
+        ctx["notes"] += 1
+
+
+def _deadline_after(runtime: DurableRuntime, event: str, revision: int) -> Any:
+    runtime.signal("r-1", event, {})
+    wait_until(
+        lambda: runtime.store.load_record("r-1").revision > revision, 10, f"{event} committed"
+    )
+    return runtime.store.load_record("r-1")
+
+
+def test_a_signal_a_wait_takes_without_leaving_keeps_its_timers_deadline(tmp_path: Path):
+    """An internal transition (or a signal no row takes) re-commits the wait: its timer
+    still counts from entering the state, while a transition back into the state (an
+    external self-loop) enters it anew and restarts it (docs/semantics.md "Timers")."""
+    from datetime import timedelta
+
+    from phronomy_fsm.runtime.clock import ManualClock
+
+    clock = ManualClock()
+    machine = Machine(compile_table(REMINDED), Notes())
+    store = SqliteBarrierStore(tmp_path / "r.db")
+    with DurableRuntime(store, machines=[machine], clock=clock, own_store=True) as runtime:
+        handle = runtime.start("reminded", {"notes": 0}, execution_id="r-1")
+        wait_until(lambda: handle.record().status is ExecutionStatus.WAITING, 10, "the wait")
+        entered = runtime.store.load_record("r-1")
+        assert entered.deadline_at == clock.now() + timedelta(seconds=100)
+        clock.advance(60)
+        noted = _deadline_after(runtime, "note", entered.revision)
+        assert noted.context == {"notes": 1}
+        assert noted.deadline_at == entered.deadline_at  # not pushed 60 s later
+        clock.advance(30)
+        again = _deadline_after(runtime, "again", noted.revision)
+        assert again.deadline_at == clock.now() + timedelta(seconds=100)  # entered anew
+        clock.advance(99)
+        assert runtime.store.load_record("r-1").status is ExecutionStatus.WAITING
+        clock.advance(2)
+        result = handle.result(30)
+    assert (result.status, result.state) == (ExecutionStatus.COMPLETED, "timed_out")

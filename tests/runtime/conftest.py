@@ -7,18 +7,25 @@ import textwrap
 from typing import Any
 
 import pytest
-from phronomy_fsm.codegen import compile_spec
+from phronomy_fsm.codegen import compile_spec, emit, lower
 
 from phronomy_fsm.runtime import Dispatcher, ManualClock, OffloadPool
 from phronomy_fsm.spec.loader import load_spec_text
 
 
-def compile_table(yaml_text: str) -> Any:
-    """Compile a spec through the code generator and return the generated TABLE."""
+def compile_table(yaml_text: str, *, validated: bool = True) -> Any:
+    """Compile a spec through the code generator and return the generated TABLE
+    (``validated=False``: a shape the validator refuses, lowered as written, for tests
+    of what the engine guarantees where the validator cannot see)."""
     loaded = load_spec_text(textwrap.dedent(yaml_text), source_name="test.yaml")
     assert loaded.spec is not None, [i.render() for i in loaded.issues]
     namespace: dict[str, Any] = {}
-    code = compile(compile_spec(loaded.spec), "generated_test_module", "exec")
+    module = (
+        compile_spec(loaded.spec)
+        if validated
+        else emit(lower(loaded.spec), source_name="test.yaml")
+    )
+    code = compile(module, "generated_test_module", "exec")
     exec(code, namespace)  # noqa: S102 - running our own generated module is the point
     return namespace["TABLE"]
 

@@ -115,13 +115,20 @@ def test_a_retry_after_the_effect_must_pass_a_barrier_again() -> None:
     )
 
 
-def test_a_durable_event_is_a_committed_edge() -> None:
+def test_a_durable_flag_is_no_committed_edge() -> None:
+    """Issue 22 items 4 and 9: ``durable: true`` silenced the check (then an error) and
+    the effect ran twice under the crash matrix; a flag does not stand in for an
+    announcement. The check is a warning now: the engine announces the effect itself."""
     text = PAYMENT.replace("EFFECT", "effect: at_most_once").replace(
         "{from: created, event: pay, to: committing,", "{from: created, event: pay, to: charging,"
     )
     assert "EFFECT_WITHOUT_BARRIER" in _codes(text)
     durable = text.replace("pay: {description: Pay.}", "pay: {durable: true, description: Pay.}")
-    assert "EFFECT_WITHOUT_BARRIER" not in _codes(durable)
+    loaded = load_spec_text(durable)
+    assert loaded.spec is not None
+    found = [i for i in validate_spec(loaded.spec) if i.code == "EFFECT_WITHOUT_BARRIER"]
+    assert len(found) == 1 and not found[0].is_error
+    assert "announce it with an @effect commit" in found[0].message
 
 
 def test_a_wait_or_an_external_state_does_not_count_as_a_commit() -> None:
@@ -232,3 +239,40 @@ def test_the_initial_states_own_effect_is_behind_the_start_commit() -> None:
     )
     found = [(c, m) for c, _p, m in _issues(looped) if c == "EFFECT_WITHOUT_BARRIER"]
     assert len(found) == 1 and "--again--> running" in found[0][1]
+
+
+SEALING = """
+spec_format: 1
+machine: sealing
+version: 1
+events:
+  open: {description: Someone opens it.}
+states:
+  start: {kind: auto, initial: true, description: Start.}
+  sealing:
+    kind: external
+    description: Seals it durably.
+    barrier: {name: seal, on_committed: sealed, on_not_committed: failed}
+  sealed: {kind: wait, description: Sealed.}
+  opened: {kind: final, description: Opened.}
+  failed: {kind: final, description: Failed.}
+transitions:
+  - {from: start, event: state_completed, to: sealing, description: Seal.}
+  - {from: sealing, event: open, to: opened, description: Never taken.}
+  - {from: sealed, event: open, to: opened, description: Opened.}
+"""
+
+
+def test_an_outside_event_in_a_state_its_barrier_always_leaves_is_refused() -> None:
+    """Issue 22 item 9: the row is never taken (a state takes no signal while its
+    commit is in flight, and every outcome moves on); the validator says so."""
+    found = [(code, path) for code, path, _ in _issues(SEALING) if code == "EVENT_IN_BARRIER_STATE"]
+    assert found == [("EVENT_IN_BARRIER_STATE", "$.transitions[1]")]
+    # a transition back into the state runs the barrier again: still never taken
+    again = SEALING.replace("on_not_committed: failed", "on_not_committed: sealing")
+    assert "EVENT_IN_BARRIER_STATE" in _codes(again)
+    # declared around it, on a compound state, the other states take it: not reported
+    around = SEALING.replace(
+        "  - {from: sealing, event: open, to: opened, description: Never taken.}\n", ""
+    )
+    assert "EVENT_IN_BARRIER_STATE" not in _codes(around)

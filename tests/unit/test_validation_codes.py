@@ -335,6 +335,17 @@ CASES: list[tuple[str, str | bytes, str, str]] = [
     ),
     ("FAIL_CLOSED_STATE", door(insert={4: "fail_closed: locked"}), "4:1", "$.fail_closed"),
     (
+        "EVENT_IN_BARRIER_STATE",
+        door(
+            {
+                11: "  opened: {kind: external, description: Open., barrier: "
+                "{name: seal, on_committed: closed, on_not_committed: locked}}",
+            },
+        ),
+        "15:5",
+        "$.transitions[1]",
+    ),
+    (
         "OUTCOME_NOT_EXHAUSTIVE",
         door(
             {

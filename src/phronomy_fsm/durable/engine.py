@@ -377,7 +377,7 @@ class Engine:
     def step(self, live: LiveExecution, session: Session, source: str, target: str) -> None:
         """After every transition: fail closed, or deliver the next signal."""
         live.state = target
-        live.took_step()  # a move settles (or leaves) the barrier of its source
+        live.took_step(session.serial)  # a move settles (or leaves) its source's barrier
         facts = live.reg.facts
         if target == facts.fail_closed and target != source:
             self.halt(live, Halt.FAIL_CLOSED)
@@ -551,6 +551,20 @@ class Engine:
         live.replay = None
         timeout = live.reg.facts.states[state].timeout
         deadline = None if timeout is None else self.now() + timedelta(seconds=timeout.seconds)
+        stayed = live.record
+        if (
+            deadline is not None
+            and not live.moved
+            and stayed.point is DurablePoint.WAIT
+            and stayed.state == state
+            and stayed.deadline_at is not None
+            and stayed.deadline_at > self.now()
+        ):
+            # resumed here by a signal it took without leaving (an internal transition,
+            # or none taken): the timer counts from entering the state, not from this.
+            # A deadline already passed (its timeout event taken by no row) starts anew,
+            # or the timer would fire again at once, for ever.
+            deadline = stayed.deadline_at
         try:
             context = self.encode(live)
         except ContextSerializationError as exc:

@@ -134,7 +134,8 @@ class LiveExecution:
     state); ``pending`` (undelivered inbox signals, in order); ``delivered`` (seqs
     consumed by the next commit); ``replay``; ``parked`` (why it is being parked);
     ``waiters`` (tasks settled when it finishes); ``timer`` and ``expiry`` (its wait's
-    timer and its own deadline); ``effect_since_commit`` (an effect started since
+    timer and its own deadline); ``moved`` (its session has entered a state since it
+    started: a wait it re-commits without having left it keeps its timer's deadline); ``effect_since_commit`` (an effect started since
     the last commit that set the durable point: the next one needs an announcement of
     its own); ``effect_in_flight`` / ``effect_outcome`` (the last non-pure effect
     started since that commit, and what it reported back: a cancel's record names
@@ -160,6 +161,7 @@ class LiveExecution:
         "expiry",
         "fence",
         "halt",
+        "moved",
         "parked",
         "pending",
         "phase",
@@ -181,6 +183,7 @@ class LiveExecution:
         self.phase = Phase.RESTING
         self.session_id: int | None = None
         self.halt: Halt | None = None
+        self.moved = False
         self.state = record.state
         self.pending: list[SignalRecord] = []
         self.delivered: list[int] = []
@@ -215,6 +218,7 @@ class LiveExecution:
         """A session is about to start or resume (``RESTING`` → ``RUNNING``; the
         session id follows from :meth:`session_started`)."""
         self.halt = None
+        self.moved = False
         self._enter(Phase.RUNNING)
 
     def session_started(self, session_id: int) -> None:
@@ -227,11 +231,14 @@ class LiveExecution:
         if self.phase is Phase.RUNNING:
             self._enter(Phase.AT_BARRIER)
 
-    def took_step(self) -> None:
-        """Its session took a transition: a move settles (or leaves) the barrier of
-        its source state."""
+    def took_step(self, serial: int) -> None:
+        """Its session took a transition into the state entry numbered ``serial``: a
+        move settles (or leaves) the barrier of its source state; every session starts
+        at entry serial 1, so a higher one means it entered a state since."""
         if self.phase is Phase.AT_BARRIER:
             self._enter(Phase.RUNNING)
+        if serial != 1:
+            self.moved = True
 
     def halting_for(self, why: Halt) -> None:
         """Its session is being stopped for ``why`` (remembered until it ends)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from phronomy_fsm.durable.claims import Claimable, RunnableSpecs
@@ -155,6 +156,12 @@ class ExecutionStore(Protocol):
 
     def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
         """Heartbeat (store clock); False when the worker row is gone."""
+        ...
+
+    def store_time(self) -> datetime:
+        """Now on the store's clock (aware UTC, milliseconds): the clock leases,
+        signals' ``created_at`` and — through the runtime's default clock — deadlines
+        are measured on (``docs/semantics.md``, "One clock"). Raises StorageError."""
         ...
 
     def retire_worker(self, worker_id: str) -> None:

@@ -83,7 +83,7 @@ from phronomy_fsm.errors import (
     UnknownMachineError,
 )
 from phronomy_fsm.runtime import Dispatcher, OffloadPool, bind_machine
-from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.runtime.clock import Clock, StoreClock
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.runtime.processes import current_process
 from phronomy_fsm.runtime.tasks import Task
@@ -110,7 +110,11 @@ class DurableRuntime:
             not close it unless ``own_store``.
         machines: machines to register at once.
         max_workers / queue_size: the offload pool's bounds (effects, filters).
-        clock: the clock of timers, records and leases (a manual clock in tests).
+        clock: the clock of timers, deadlines and records. By default this host's
+            clock moved onto the store's (:class:`~phronomy_fsm.runtime.clock.StoreClock`,
+            aligned at start and at every lease renewal), so workers on hosts whose
+            clocks disagree agree on every deadline (``docs/semantics.md``, "One
+            clock"); a test passes a manual clock.
         lease_seconds: this worker's lease; heartbeats renew it every third of it.
         poll_seconds: how often the inbox is polled for signals from other processes
             (with a store that notifies — PostgreSQL ``LISTEN/NOTIFY`` — the watcher
@@ -131,7 +135,7 @@ class DurableRuntime:
         machines: Iterable[Machine] = (),
         max_workers: int = 16,
         queue_size: int = 1024,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock | None = None,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         faults: FaultPlan | None = None,
@@ -142,6 +146,10 @@ class DurableRuntime:
         if lease_seconds <= 0 or poll_seconds <= 0:
             raise ValueError("lease_seconds and poll_seconds must be positive")
         self.store = store
+        #: the default clock, aligned to the store's at every lease renewal
+        self.store_clock: StoreClock | None = None
+        if clock is None:
+            clock = self.store_clock = StoreClock(store)
         self.clock = clock
         self.faults = faults
         self.listeners: list[Listener] = list(listeners)

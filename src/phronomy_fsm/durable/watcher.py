@@ -3,7 +3,8 @@
 Owns :class:`Watcher`, the one thread of a
 :class:`~phronomy_fsm.durable.runtime.DurableRuntime` that renews the worker's lease
 every third of it (and, after each renewal, lets go of live executions another worker
-has claimed meanwhile: ``docs/scale-out.md``, "Leases and fencing") and polls the
+has claimed meanwhile: ``docs/scale-out.md``, "Leases and fencing"; and aligns the
+runtime's default clock to the store's: ``docs/semantics.md``, "One clock") and polls the
 whole inbox for signals sent by other processes — every ``poll_seconds``, or at once
 when a notifying store wakes it — handing them to the loop. It owns the poll's cursor
 (``ExecutionStore.signals_since``). The runtime starts it once the loop runs and joins
@@ -74,6 +75,8 @@ class Watcher:
                     if not rt.store.renew_lease(rt.worker_id, rt.lease_seconds):
                         rt.store.register_worker(rt.worker, rt.lease_seconds)
                     self.verify_ownership()
+                    if rt.store_clock is not None:
+                        rt.store_clock.align()
                 except SchemaVersionError as exc:
                     rt.note_write_error(exc)
                     return  # nothing more to renew or deliver: the runtime stopped

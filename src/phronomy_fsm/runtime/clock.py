@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Clock(Protocol):
@@ -97,3 +97,58 @@ class ManualClock:
             callbacks = list(self._callbacks)
         for callback in callbacks:
             callback()
+
+
+class StoreClock:
+    """This host's clock, moved onto the store's: the default clock of a durable
+    runtime, so every worker measures deadlines and timers on the one clock leases and
+    signals' arrival times are measured on (``docs/semantics.md``, "One clock").
+
+    ``now()`` is ``local.now()`` plus an offset, measured by :meth:`align` as the
+    store's time minus the midpoint of the local readings around asking for it (the
+    error is at most half the round trip); ``monotonic()`` is ``local.monotonic()``.
+    The runtime aligns it when it starts and at each lease renewal.
+
+    Args:
+        store: anything with ``store_time() -> datetime`` (aware UTC).
+        local: the host's clock (a test passes one that runs behind or ahead).
+
+    Raises (at construction): StorageError from the first reading of the store.
+
+    Concurrency: thread-safe; the offset is one float, replaced whole.
+    """
+
+    __slots__ = ("_local", "_offset", "_store")
+
+    def __init__(self, store: Any, local: Clock = SYSTEM_CLOCK) -> None:
+        self._store = store
+        self._local = local
+        self._offset = 0.0
+        self.align()
+
+    @property
+    def offset_seconds(self) -> float:
+        """The store's clock minus this host's, in seconds, as last measured."""
+        return self._offset
+
+    def align(self) -> float:
+        """Measure the offset again and return it (seconds). Raises StorageError
+        (the offset is then kept)."""
+        before = self._local.now()
+        at_store = self._store.store_time()
+        after = self._local.now()
+        middle = before + (after - before) / 2
+        self._offset = (at_store - middle).total_seconds()
+        return self._offset
+
+    def monotonic(self) -> float:
+        """The host clock's monotonic seconds (durations need no store)."""
+        return self._local.monotonic()
+
+    def now(self) -> datetime:
+        """Aware UTC now on the store's clock."""
+        return self._local.now() + timedelta(seconds=self._offset)
+
+    def on_advance(self, callback: Callable[[], None]) -> None:
+        """Passed to the host's clock (a manual one jumps)."""
+        self._local.on_advance(callback)

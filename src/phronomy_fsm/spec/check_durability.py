@@ -5,7 +5,11 @@ instant (``docs/spec-format.md`` "Effects and durability").
   ``idempotent`` or ``at_most_once``) starts only after a *committed edge* since the
   start and since the outcome of any non-``pure`` effect (itself included: a retry
   loop). A committed edge is a transition on the ``committed`` outcome of the barrier
-  running in its source state, or on an event declared ``durable: true``. Starting an
+  running in its source state; an event declared ``durable: true`` is not one (its
+  sender's commit does not announce this execution's effect). A warning: the engine
+  announces every such effect with a commit of its own (``@effect``) before it starts
+  (``docs/semantics.md``, "Effects"), so the machine is safe either way; a barrier
+  gathers the announcement with the step's commit instead of adding one. Starting an
   execution is committed (the engine's ``@start``) before the initial state is entered,
   so the initial state's own effect is behind that commit (a child execution started by
   its parent's barrier runs its effect at once); leaving the initial state is not a
@@ -18,6 +22,11 @@ instant (``docs/spec-format.md`` "Effects and durability").
   is reported with the references).
 - ``OUTCOME_NOT_EXHAUSTIVE``: the rows taking an offload's or barrier's outcome in its
   state always move on (the outcome arrives once).
+- ``EVENT_IN_BARRIER_STATE``: a row on an outside event declared on a state whose
+  barrier's every outcome leaves it (a transition back into the state runs the
+  barrier again: only an internal outcome row stays). A state takes no signal while its commit is in
+  flight (``docs/semantics.md``, "Signals"), and the outcome moves the session on, so
+  the row is never taken; the signal goes to the state the outcome leads to.
 
 *Engine-internal* events are the ones only the engine posts: ``state_completed`` and the
 outcome events of offloads and barriers. The checks that conclude from missing rows run
@@ -58,6 +67,7 @@ def run(ctx: CheckContext) -> None:
     _check_wait_states(ctx, work)
     _check_recovery(ctx, work)
     _check_outcomes(ctx, work)
+    _check_barrier_signals(ctx, work)
 
 
 class _Work:
@@ -106,11 +116,10 @@ class _Work:
             }
             for state, entries in self.offloads.items()
         }
-        self.durable_events = {e.name for e in resolved.events if e.durable}
 
     def is_committed_edge(self, source: str, event: str) -> bool:
         """True when taking ``event`` in ``source`` follows a durable commit."""
-        return event in self.committed.get(source, ()) or event in self.durable_events
+        return event in self.committed.get(source, ())
 
 
 def _check_fail_closed(ctx: CheckContext) -> None:
@@ -170,8 +179,10 @@ def _check_effects(ctx: CheckContext, work: _Work) -> None:
             "EFFECT_WITHOUT_BARRIER",
             f"{offload.effect.value} effect {offload.hook!r} can start without a committed "
             f"barrier since the start or the last non-pure effect: {path_to(node, via)}; "
-            "add a barrier state before it whose committed outcome leads here, or declare "
-            "'effect: pure' if running it again is harmless",
+            "the engine will announce it with an @effect commit of its own before it starts "
+            "(one more commit each time); add a barrier state before it whose committed "
+            "outcome leads here to gather that announcement with the step's commit, or "
+            "declare 'effect: pure' if running it again is harmless",
             path,
             offload.loc,
         )
@@ -282,3 +293,29 @@ def _check_outcomes(ctx: CheckContext, work: _Work) -> None:
                         path,
                         loc,
                     )
+
+
+def _check_barrier_signals(ctx: CheckContext, work: _Work) -> None:
+    for state, barriers in work.barriers.items():
+        if state in ctx.partly_damaged:
+            continue
+        outcome_rows = [
+            row
+            for _, barrier in barriers
+            for _, event in barrier.outcome_events()
+            for row in ctx.candidates(state, event)
+        ]
+        if any(row.internal for row in outcome_rows):
+            continue  # an outcome may keep the session here: the row can be taken after it
+        for row in ctx.resolved.rows:
+            if state not in row.sources or row.declared_on or row.event in work.internal:
+                continue
+            ctx.report(
+                "EVENT_IN_BARRIER_STATE",
+                f"state {state!r} takes outside event {row.event!r}, but it runs a barrier whose "
+                "every outcome leaves it, and a state takes no signal while its commit is in "
+                "flight: this row is never taken (the signal waits for the state the outcome "
+                "leads to); handle the event in the states around the barrier",
+                row.spec.where,
+                row.spec.loc,
+            )

@@ -144,7 +144,7 @@ CODES: dict[str, tuple[Severity, str]] = {
     ),
     # durability
     "EFFECT_WITHOUT_BARRIER": (
-        Severity.ERROR,
+        Severity.WARNING,
         (
             "a non-pure effect can start on a path with no committed barrier since the initial "
             "state or the last non-pure effect"
@@ -168,6 +168,10 @@ CODES: dict[str, tuple[Severity, str]] = {
     "OUTCOME_NOT_EXHAUSTIVE": (
         Severity.ERROR,
         "the rows taking an offload or barrier outcome can all fail their guards",
+    ),
+    "EVENT_IN_BARRIER_STATE": (
+        Severity.ERROR,
+        "an outside event is handled in a state whose barrier's every outcome leaves it",
     ),
     "UNUSED_EVENT": (Severity.WARNING, "an event is declared but no transition uses it"),
     "MISSING_DESCRIPTION": (Severity.WARNING, "a state or transition has no description"),

@@ -196,9 +196,11 @@ class TimeoutSpec:
 class EventSpec:
     """A declared event. ``payload`` names the payload type (documentation and the
     generated Protocol's comments only); ``unhandled`` says what happens when it arrives
-    in a state with no transition for it. ``durable`` marks an event posted only after a
-    durable commit by its sender (e.g. a parent's barrier): a transition on it counts as
-    a committed edge for the durability checks."""
+    in a state with no transition for it. ``durable`` documents an event posted only
+    after a durable commit by its sender (e.g. a parent's barrier); it is carried into
+    the table but is no committed edge for the durability checks: the sender's commit
+    does not announce this execution's effect (``docs/spec-format.md``, "Effects and
+    durability")."""
 
     name: str
     description: str = ""

@@ -385,7 +385,7 @@ SHAPES: dict[str, NodeShape] = {
             Key(
                 "durable",
                 Value({"type": "boolean"}, _boolean),
-                doc="Posted only after a durable commit by its sender (a committed edge).",
+                doc="Posted only after a durable commit by its sender (documentation; no committed edge).",
             ),
         ),
     ),

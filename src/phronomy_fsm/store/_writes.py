@@ -179,6 +179,11 @@ class SqliteWrites:
             )
             return cur.rowcount == 1
 
+    def store_time(self) -> datetime:
+        """Now on the store's clock (aware UTC, milliseconds): this host's, the host
+        every process on a SQLite file shares (``docs/semantics.md``, "One clock")."""
+        return self._commit_time()[1]
+
     def retire_worker(self, worker_id: str) -> None:
         """End a worker's lease at once (its executions become claimable)."""
         with self.maintenance_transaction("retire_worker") as cur:

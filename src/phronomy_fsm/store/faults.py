@@ -35,6 +35,7 @@ import sqlite3
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
+from datetime import datetime
 from typing import Any
 
 import attrs
@@ -346,6 +347,10 @@ class FaultInjectingStore:
     def renew_lease(self, worker_id: str, lease_seconds: float) -> bool:
         """Delegated unchanged."""
         return self.inner.renew_lease(worker_id, lease_seconds)  # type: ignore[no-any-return]
+
+    def store_time(self) -> datetime:
+        """Delegated unchanged."""
+        return self.inner.store_time()  # type: ignore[no-any-return]
 
     def retire_worker(self, worker_id: str) -> None:
         """Delegated unchanged."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from phronomy_fsm.durable.claims import Claimable, RunnableSpecs, SpecKeys, spec_keys
@@ -547,6 +548,12 @@ class PostgresReads:
             return bool(cur.rowcount == 1)
 
         return self._writing("renew_lease", run)  # type: ignore[no-any-return]
+
+    def store_time(self) -> datetime:
+        """Now on the database server's clock (aware UTC, milliseconds;
+        ``docs/semantics.md``, "One clock"). Raises StorageError."""
+        rows = self._fetchall("store_time", f"SELECT {NOW_MS}")
+        return epoch_ms_to_datetime(int(rows[0][0]))
 
     def retire_worker(self, worker_id: str) -> None:
         """End a worker's lease now (its executions become claimable; workers are
