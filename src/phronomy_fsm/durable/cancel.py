@@ -19,6 +19,7 @@ import attrs
 
 from phronomy_fsm.durable import points
 from phronomy_fsm.durable.lifecycle import Halt, LiveExecution
+from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.records import (
     EffectKind,
     ErrorInfo,
@@ -145,7 +146,7 @@ class Cancellation:
                     live, taken, "dropped: the execution was cancelled"
                 )
             live.delivered = [signal.seq] if signal.seq else []
-            self.engine.finish(live, "@cancel", record)
+            self.engine.finish(live, EngineBarrier.CANCEL, record)
 
         # commit once nothing of it runs here and the requests elsewhere are written
         waiting_for = [2]

@@ -30,6 +30,7 @@ from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.durable.keys import idempotency_key
 from phronomy_fsm.durable.lifecycle import LiveExecution
 from phronomy_fsm.durable.parking import EFFECT_OUTCOMES
+from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.records import (
     DurablePoint,
     EffectKind,
@@ -228,7 +229,7 @@ class Effects:
         try:
             self.engine.engine_commit(
                 live,
-                "@effect",
+                EngineBarrier.EFFECT,
                 record,
                 consume=consume,
                 on_committed=committed,

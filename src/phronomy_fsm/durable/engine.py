@@ -52,6 +52,7 @@ from phronomy_fsm.durable.host import EngineHost
 from phronomy_fsm.durable.keys import child_execution_id
 from phronomy_fsm.durable.lifecycle import Halt, LiveExecution, Registration, Replay
 from phronomy_fsm.durable.parking import Parking
+from phronomy_fsm.durable.points import JOURNALED, EngineBarrier
 from phronomy_fsm.durable.records import (
     DurableCommit,
     DurablePoint,
@@ -471,7 +472,7 @@ class Engine:
     def engine_commit(
         self,
         live: LiveExecution,
-        barrier: str,
+        point: EngineBarrier,
         record: ExecutionRecord,
         *,
         consume: tuple[int, ...] = (),
@@ -485,10 +486,10 @@ class Engine:
         ``committed`` run ``on_committed`` (loop thread) — after ``on_receipt`` with the
         store's receipt (``None`` when a read-back proved the commit), when given — and
         on anything else recover the execution from the store."""
+        barrier = point.value  # the name stored in the barrier log, as a plain str
         records = (
             self.engine_records(live, barrier, record.state)
-            if barrier in ("@wait", "@final", "@cancel")
-            or (barrier == "@resolution" and record.is_finished)
+            if point in JOURNALED or (point is EngineBarrier.RESOLUTION and record.is_finished)
             else BarrierRecords()
         )
         commit = DurableCommit(
@@ -580,7 +581,7 @@ class Engine:
             self.delivery.react(live)
 
         self.engine_commit(
-            live, "@wait", record, consume=tuple(live.delivered), on_committed=committed
+            live, EngineBarrier.WAIT, record, consume=tuple(live.delivered), on_committed=committed
         )
 
     def commit_final(self, live: LiveExecution, state: str) -> None:
@@ -595,7 +596,7 @@ class Engine:
         record = points.finished(
             live.record, self.now(), state=state, status=status, context=context
         )
-        self.finish(live, "@final", record)
+        self.finish(live, EngineBarrier.FINAL, record)
 
     def commit_failed(self, live: LiveExecution, error: BaseException) -> None:
         """An application error ended the session: commit ``failed`` with the error
@@ -614,9 +615,9 @@ class Engine:
             live.record, self.now(), state=live.state, context=context, error=info
         )
         log.warning("execution %s failed: %s", live.execution_id, info.render())
-        self.finish(live, "@final", record)
+        self.finish(live, EngineBarrier.FINAL, record)
 
-    def finish(self, live: LiveExecution, barrier: str, record: ExecutionRecord) -> None:
+    def finish(self, live: LiveExecution, barrier: EngineBarrier, record: ExecutionRecord) -> None:
         """Commit a finished record (with the parent's notification) and settle."""
         send: tuple[SignalRecord, ...] = ()
         if record.parent_execution_id is not None and record.notify_event is not None:

@@ -66,9 +66,10 @@ class Phase(enum.Enum):
 
 #: The moves of :class:`Phase` the ``LiveExecution`` methods make: one screen of the
 #: whole session lifecycle. A session may end (``RESTING``) from any phase: the
-#: dispatcher reports the end of a session that failed, finished or was halted.
+#: dispatcher reports the end of a session that failed, finished or was halted — also
+#: the late end of a session superseded by a reinstall, after the new one ended.
 PHASE_MOVES: dict[Phase, frozenset[Phase]] = {
-    Phase.RESTING: frozenset({Phase.RUNNING}),
+    Phase.RESTING: frozenset({Phase.RUNNING, Phase.RESTING}),
     Phase.RUNNING: frozenset({Phase.AT_BARRIER, Phase.HALTING, Phase.RESTING, Phase.RUNNING}),
     Phase.AT_BARRIER: frozenset({Phase.RUNNING, Phase.HALTING, Phase.RESTING}),
     Phase.HALTING: frozenset({Phase.HALTING, Phase.RESTING, Phase.RUNNING}),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.durable import points
 from phronomy_fsm.durable.lifecycle import LiveExecution
+from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.records import (
     ErrorInfo,
     ExecutionRecord,
@@ -132,7 +133,7 @@ class Parking:
             self.engine.emit(DurableEventKind.RECOVERY_REQUIRED, live, record, reason=info.reason)
             self.engine.host.io.refresh_signals(live)
 
-        self.engine.engine_commit(live, "@recovery", record, on_committed=committed)
+        self.engine.engine_commit(live, EngineBarrier.RECOVERY, record, on_committed=committed)
 
     def apply_resolution(self, live: LiveExecution, signal: SignalRecord) -> None:
         """Apply an operator's resolution signal to a parked execution: commit it,
@@ -155,7 +156,7 @@ class Parking:
                 ErrorInfo("ResolvedFailed", str(payload.get("error") or info.reason)),
             )
             live.delivered = [signal.seq]
-            self.engine.finish(live, "@resolution", failed)
+            self.engine.finish(live, EngineBarrier.RESOLUTION, failed)
             return
         resolution = ResolutionInfo(
             outcome=outcome,
@@ -171,7 +172,7 @@ class Parking:
             self.engine.recovery.install(live, resumed, list(live.pending), fresh_resolution=True)
 
         self.engine.engine_commit(
-            live, "@resolution", resumed, consume=(signal.seq,), on_committed=committed
+            live, EngineBarrier.RESOLUTION, resumed, consume=(signal.seq,), on_committed=committed
         )
 
     def park_record(self, live: LiveExecution, reason: str) -> None:

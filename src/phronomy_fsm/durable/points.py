@@ -13,6 +13,7 @@ runtime facade or agent layers.
 
 from __future__ import annotations
 
+import enum
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,31 @@ from phronomy_fsm.durable.records import (
     RecoveryInfo,
     ResolutionInfo,
 )
+
+
+class EngineBarrier(enum.Enum):
+    """The commits the engine makes itself (besides a spec's own barriers), by the
+    name stored in the barrier log (``docs/semantics.md``, "Commits")."""
+
+    #: an execution started (revision 0)
+    START = "@start"
+    #: an effect announced before it starts
+    EFFECT = "@effect"
+    #: halted in a wait state
+    WAIT = "@wait"
+    #: reached a final state, or failed
+    FINAL = "@final"
+    #: parked for an operator
+    RECOVERY = "@recovery"
+    #: an operator's answer applied
+    RESOLUTION = "@resolution"
+    #: cancelled
+    CANCEL = "@cancel"
+
+
+#: The engine commits the machine's ``records`` hook adds to (and an ``@resolution``
+#: that finishes the execution).
+JOURNALED = frozenset({EngineBarrier.WAIT, EngineBarrier.FINAL, EngineBarrier.CANCEL})
 
 
 def _next(record: ExecutionRecord, now: datetime, **changes: Any) -> ExecutionRecord:
@@ -241,6 +267,8 @@ def resolved_failed(record: ExecutionRecord, now: datetime, error: ErrorInfo) ->
 
 
 __all__ = [
+    "JOURNALED",
+    "EngineBarrier",
     "at_barrier",
     "cancelled",
     "effect_announced",

@@ -54,6 +54,7 @@ from phronomy_fsm.durable.keys import check_id, new_execution_id
 from phronomy_fsm.durable.lifecycle import Registration
 from phronomy_fsm.durable.machines import table_to_json
 from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
+from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import (
     DurableCommit,
@@ -384,7 +385,7 @@ class DurableRuntime:
             timeout_seconds=timeout_seconds,
         )
         fence = Fence(self.worker_id, 1)
-        commit = DurableCommit("@start", record, None, fence)
+        commit = DurableCommit(EngineBarrier.START.value, record, None, fence)
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
         task: Task[ExecutionHandle] = Task(f"start {eid}")

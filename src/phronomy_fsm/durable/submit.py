@@ -18,6 +18,7 @@ from typing import Any
 from phronomy_fsm.durable.codec import EncodedJSON
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.keys import check_id, new_execution_id
+from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import (
     DurableCommit,
@@ -163,7 +164,7 @@ def submit_execution(
         clock=clock,
         timeout_seconds=timeout_seconds,
     )
-    commit = DurableCommit("@start", record, None, None)
+    commit = DurableCommit(EngineBarrier.START.value, record, None, None)
     return eid, commit_start(store, commit)
 
 
