@@ -83,6 +83,13 @@ class ExecutionStore(Protocol):
         agent rows), without decoding their bodies."""
         ...
 
+    def count_by_status(
+        self, *, machine: str | None = None, exclusive_key: str | None = None
+    ) -> dict[str, int]:
+        """``{status: count}`` of every execution (of ``machine``, with
+        ``exclusive_key``, when given): the operator's listings. Raises StorageError."""
+        ...
+
     def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:
         """The barrier log by revision (empty when unknown)."""
         ...
