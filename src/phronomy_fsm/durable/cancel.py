@@ -118,11 +118,18 @@ class Cancellation:
         def commit() -> None:
             if self.engine.live.get(live.execution_id) is not live:
                 return
-            children = any(
-                child.record.parent_execution_id == live.execution_id
-                for child in self.engine.live.values()
-            )
-            if live.committing or children:  # decide after that commit, or the children
+            if live.committing:  # decide after that commit
+                self.engine.host.dispatcher.call_later(0.01, commit)
+                return
+            children = [
+                child
+                for child in list(self.engine.live.values())
+                if child.record.parent_execution_id == live.execution_id and child is not live
+            ]
+            for child in children:
+                if child.cancel_seq is None:  # started by the commit that was in flight
+                    self.cancel(child, attrs.evolve(signal, execution_id=child.execution_id, seq=0))
+            if children:  # once they have finished
                 self.engine.host.dispatcher.call_later(0.01, commit)
                 return
             told = error
