@@ -774,8 +774,9 @@ class DurableRuntime:
                 log.exception("worker %s: a refusal listener failed", self.worker_id)
 
     def lease_error(self, execution_id: str) -> BaseException | None:
-        """Whether a non-pure effect of ``execution_id`` may start now (any thread):
-        ``None`` while this worker's lease surely holds — renewed, and the ownership
+        """Why a non-pure effect of ``execution_id`` may not start now, or ``None``.
+
+        Any thread. ``None`` while this worker's lease surely holds — renewed, and the ownership
         of its live executions checked, less than a lease ago by this process's
         monotonic clock — else a :class:`LeaseLostError`: the worker may have been
         paused or cut off past its lease, another worker may own the execution, so
