@@ -1,0 +1,91 @@
+"""Tests written for mutants of ``durable/`` that survived the rest of ``tests/durable``
+and the checker (``tools/mutate_durable.py``; ``docs/operations.md``, "Mutation testing
+the engine"). Each names the mutant it kills: the check it guards had no test that
+would fail without it.
+"""
+
+from __future__ import annotations
+
+import enum
+from pathlib import Path
+from typing import Generic, TypeVar
+
+import attrs
+
+from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+
+from .order_app import TABLE, Order, OrderHooks
+
+
+class Priority(str, enum.Enum):
+    """A str-valued enum in the context: stored as its value only when the codec has
+    registered it (without that it reaches the JSON check as itself and is refused)."""
+
+    HIGH = "high"
+    LOW = "low"
+
+
+@attrs.define
+class Address:
+    """A nested attrs class in the context."""
+
+    city: str
+    zone: Priority = Priority.LOW
+
+
+T = TypeVar("T")
+
+
+@attrs.define
+class Box(Generic[T]):
+    """A generic attrs class: ``Box[int]`` is an attrs class to ``attrs.has`` but no
+    class to ``attrs.resolve_types``."""
+
+    item: T
+
+
+@attrs.define
+class RichOrder(Order):
+    """The order's context with an enum field, a nested attrs class and a generic one,
+    annotated as strings (``from __future__ import annotations``)."""
+
+    priority: Priority = Priority.HIGH
+    address: Address | None = None
+    box: Box[int] | None = None
+
+
+def _rich_machine(ledger: Path) -> Machine:
+    return Machine(
+        TABLE,
+        OrderHooks(ledger),
+        context_type=RichOrder,
+        final_status={"rejected": ExecutionStatus.FAILED, "failed": ExecutionStatus.FAILED},
+    )
+
+
+def test_a_context_with_enums_and_nested_classes_survives_a_new_runtime(
+    tmp_path, store_target, open_runtime
+):
+    # kills context.py `_resolve_types` mutants (the early return on `cls in seen or
+    # not attrs.has(cls)`, the recursion into nested attrs classes, its `isinstance(hint,
+    # type)`): without resolved annotations the str-valued enum reaches the JSON check as
+    # itself; a generic alias taken for a class to resolve fails the machine's binding
+    ledger = tmp_path / "ledger.jsonl"
+    runtime, events = open_runtime([_rich_machine(ledger)])
+    context = RichOrder("o-1", 1000, address=Address("Lyon", Priority.HIGH), box=Box(3))
+    runtime.start("order_flow", context, execution_id="o-1")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "o-1")
+    runtime.close(timeout_seconds=5)
+
+    again, events = open_runtime([_rich_machine(ledger)])
+    again.recover()
+    stored = again.handle("o-1").record().context  # the stored JSON data
+    assert stored["priority"] == "high"
+    assert stored["address"] == {"city": "Lyon", "zone": "high"}
+    assert stored["box"] == {"item": 3}
+    again.signal("o-1", "approve", {"by": "ops"})
+    result = again.handle("o-1").result(30)
+    assert result.status is ExecutionStatus.COMPLETED
+    assert result.context.priority is Priority.HIGH
+    assert result.context.address == Address("Lyon", Priority.HIGH)
+    assert result.context.box == Box(3)
