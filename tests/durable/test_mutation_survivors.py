@@ -13,8 +13,11 @@ from typing import Generic, TypeVar
 import attrs
 
 from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+from phronomy_fsm.durable.operations import request_cancel
+from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
-from .order_app import TABLE, Order, OrderHooks
+from .late_effect_app import create_app as create_late_effect_app
+from .order_app import TABLE, Order, OrderHooks, read_ledger
 
 
 class Priority(str, enum.Enum):
@@ -89,3 +92,26 @@ def test_a_context_with_enums_and_nested_classes_survives_a_new_runtime(
     assert result.context.priority is Priority.HIGH
     assert result.context.address == Address("Lyon", Priority.HIGH)
     assert result.context.box == Box(3)
+
+
+def test_a_cancel_recorded_before_an_effects_announcement_keeps_the_effect_from_starting(
+    tmp_path, store_target, open_runtime
+):
+    # kills engine.py `_Driver.may_start_effect` ignoring the announcement's refusal
+    # (`if error is not None: return error` → `pass`): the cancel is recorded by another
+    # process and this runtime is not told (its inbox poll is an hour away, PostgreSQL's
+    # notifications are off); the approval then leads to `ship`, whose @effect commit the
+    # store refuses (cancel_pending) — the effect must not start on its own lease
+    quiet = {"notifications": False} if is_postgres_dsn(store_target) else {}
+    app = create_late_effect_app(str(tmp_path / "store.db"))
+    runtime, events = open_runtime(list(app.machines), poll_seconds=3600, store_options=quiet)
+    runtime.start("late_effect", {"order": "late-1"}, execution_id="late-1")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "late-1")
+    with open_store(store_target) as elsewhere:
+        request_cancel(elsewhere, "late-1", reason="the customer cancelled", sender="cli")
+    runtime.signal("late-1", "approve", {"by": "ops"})
+    result = runtime.handle("late-1").result(30)
+    assert result.status is ExecutionStatus.CANCELLED
+    assert result.error.message.startswith("the customer cancelled")
+    assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == []
+    assert "@effect" not in [b.barrier for b in runtime.store.barrier_log("late-1")]
