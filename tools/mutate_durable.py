@@ -342,18 +342,32 @@ def _env(root: Path) -> dict[str, str]:
 
 
 def _check_imports(root: Path) -> None:
-    """Refuse to run when the tests would import the library from elsewhere than
-    ``root`` (an installed copy would make every mutant survive)."""
+    """Make sure the tests and every process they start import the library from
+    ``root``, else refuse to run (an installed copy would make every mutant survive).
+
+    The tests' own subprocesses (the crash helpers) set ``PYTHONPATH`` to the checkout
+    alone; for a checkout other than the installed one, a link ``root/phronomy_fsm`` →
+    ``src/phronomy_fsm`` makes that path find the mutated sources too."""
+    link = root / "phronomy_fsm"
+    if not link.exists() and _imported_from(root, {"PYTHONPATH": str(root)}) != root / "src":
+        link.symlink_to(Path("src") / "phronomy_fsm", target_is_directory=True)
+    for extra in ({}, {"PYTHONPATH": str(root)}):
+        found = _imported_from(root, extra)
+        if found not in (root / "src", root):
+            raise SystemExit(f"the tests would import the library from {found}, not {root}")
+
+
+def _imported_from(root: Path, extra: dict[str, str]) -> Path:
+    """The folder above the ``phronomy_fsm`` a child process in ``root`` imports."""
     found = subprocess.run(
-        [sys.executable, "-c", "import phronomy_fsm.durable as d; print(d.__file__)"],
+        [sys.executable, "-c", "import phronomy_fsm as p; print(p.__file__)"],
         cwd=root,
-        env=_env(root),
+        env={**_env(root), **extra},
         capture_output=True,
         text=True,
         check=True,
     ).stdout.strip()
-    if not Path(found).resolve().is_relative_to(root / "src"):
-        raise SystemExit(f"the tests would import {found}, not the sources under {root}")
+    return Path(found).parent.parent
 
 
 def run_pytest(root: Path, args: list[str], cap_seconds: float) -> tuple[str, list[str], float]:
