@@ -16,8 +16,12 @@ from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
 from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
+from .conftest import kill_at
 from .late_effect_app import create_app as create_late_effect_app
 from .order_app import TABLE, Order, OrderHooks, read_ledger
+from .transition_effect_app import create_app as create_transition_app
+
+TRANSITION_APP = "tests.durable.transition_effect_app:create_app"
 
 
 class Priority(str, enum.Enum):
@@ -115,3 +119,27 @@ def test_a_cancel_recorded_before_an_effects_announcement_keeps_the_effect_from_
     assert result.error.message.startswith("the customer cancelled")
     assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == []
     assert "@effect" not in [b.barrier for b in runtime.store.barrier_log("late-1")]
+
+
+def test_an_announced_transition_effect_is_started_again_from_its_transition(
+    tmp_path, store_target, open_runtime
+):
+    # kills engine.py `Engine.announce` not recording the transition's row
+    # (`session.node.offload is not spec` flipped): the process dies right after the
+    # @effect commit that announced `ship`, an offload of the `approve` transition; the
+    # recovery must start that transition's work again (the state has none of its own)
+    kill_at(tmp_path, "barrier:@effect:after", app=TRANSITION_APP, db=store_target)
+    assert read_ledger(tmp_path / "ledger.jsonl") == []
+    announced = open_store(store_target, read_only=True)
+    try:
+        record = announced.load_record("tr-1")
+    finally:
+        announced.close()
+    assert record.announced is not None and record.announced.effect == "ship"
+    app = create_transition_app(str(tmp_path / "store.db"))
+    runtime, _events = open_runtime(list(app.machines))
+    runtime.recover()
+    result = runtime.handle("tr-1").result(30)
+    assert result.status is ExecutionStatus.COMPLETED and result.state == "shipped"
+    [shipped] = read_ledger(tmp_path / "ledger.jsonl")
+    assert shipped["effect"] == "ship" and shipped["key"] == record.announced.key
