@@ -143,3 +143,24 @@ def test_an_announced_transition_effect_is_started_again_from_its_transition(
     assert result.status is ExecutionStatus.COMPLETED and result.state == "shipped"
     [shipped] = read_ledger(tmp_path / "ledger.jsonl")
     assert shipped["effect"] == "ship" and shipped["key"] == record.announced.key
+
+
+def test_a_barrier_lists_the_effects_it_announces_and_no_pure_offload(tmp_path, open_runtime):
+    # kills machines.py `MachineFacts._announced_from` counting a transition's pure
+    # offload as an effect (`t.offload is not None and self.is_effect(t.offload)` →
+    # `t.offload is not None`): the `announce` barrier's record lists `ship` (the
+    # idempotent offload of `approve`) and not `quote` (the pure one of `price`)
+    app = create_transition_app(str(tmp_path / "store.db"))
+    runtime, events = open_runtime(list(app.machines))
+    runtime.start("transition_effect", {"order": "tr-1"}, execution_id="tr-1")
+    committed = events.wait_for(
+        lambda e: e.kind is DurableEventKind.COMMITTED and e.detail.get("barrier") == "announce"
+    )
+    assert committed.record is not None
+    assert committed.record.pending_effects == ("ship",)
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING and e.execution_id == "tr-1")
+    runtime.signal("tr-1", "price", None)
+    runtime.signal("tr-1", "approve", {"by": "ops"})
+    result = runtime.handle("tr-1").result(30)
+    assert result.state == "shipped"
+    assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == ["ship"]

@@ -1,6 +1,8 @@
 """A machine whose effect is a transition's own offload, after a wait: ``announcing``
 (barrier) → ``awaiting_approval`` (wait) → ``approve`` → ``shipping``, the transition
-starting ``ship`` (idempotent) → ``shipped``. The engine announces ``ship`` by an
+starting ``ship`` (idempotent) → ``shipped``; a ``price`` signal takes a transition
+whose offload ``quote`` is ``pure`` (no effect: the ``announce`` barrier does not list
+it among the effects it announces). The engine announces ``ship`` by an
 ``@effect`` commit that records which transition's offload it is (``effect_row``), so a
 recovery from that commit starts the transition's work again, not the state's (which
 has none).
@@ -30,6 +32,9 @@ events:
   approve: {payload: dict}
   shipped_ok: {payload: dict}
   ship_failed: {}
+  price: {}
+  quoted: {payload: dict}
+  quote_failed: {}
   abandon: {}
 states:
   start: {kind: auto, initial: true}
@@ -38,6 +43,7 @@ states:
     barrier: {name: announce, on_committed: awaiting_approval, on_not_committed: failed}
   awaiting_approval: {kind: wait}
   shipping: {kind: external}
+  pricing: {kind: external}
   shipped: {kind: final}
   failed: {kind: final}
   recovery_required: {kind: wait}
@@ -48,6 +54,12 @@ transitions:
     to: shipping
     actions: [remember]
     offload: {hook: ship, completed: shipped_ok, failed: ship_failed, effect: idempotent}
+  - from: awaiting_approval
+    event: price
+    to: pricing
+    offload: {hook: quote, completed: quoted, failed: quote_failed, effect: pure}
+  - {from: pricing, event: quoted, to: awaiting_approval}
+  - {from: pricing, event: quote_failed, to: failed}
   - {from: shipping, event: shipped_ok, to: shipped}
   - {from: shipping, event: ship_failed, to: failed}
   - {from: recovery_required, event: abandon, to: failed}
@@ -63,6 +75,17 @@ def _table() -> Any:
 
 
 TABLE = _table()
+
+
+class TransitionHooks(Hooks):
+    """The late-effect machine's hooks, and ``quote`` (pure: it changes nothing
+    outside)."""
+
+    def quote(self, ctx: dict[str, Any], payload: Any) -> Any:
+        def work(octx: Any) -> dict[str, Any]:
+            return {"price_cents": 1500}
+
+        return work
 
 
 def create_app(db_path: str) -> Any:
@@ -89,7 +112,7 @@ def create_app(db_path: str) -> Any:
         ]
 
     return DurableApp(
-        machines=(Machine(TABLE, Hooks(ledger)),),
+        machines=(Machine(TABLE, TransitionHooks(ledger)),),
         scenarios={"approved": Scenario(start, approve)},
         operator=operator,
         effects=effects,
