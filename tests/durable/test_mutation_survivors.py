@@ -7,18 +7,26 @@ would fail without it.
 from __future__ import annotations
 
 import enum
+import hashlib
 from pathlib import Path
 from typing import Generic, TypeVar
 
 import attrs
 
-from phronomy_fsm.durable import DurableEventKind, ExecutionStatus, Machine
+from phronomy_fsm.durable import (
+    BarrierRecords,
+    DurableEventKind,
+    ExecutionStatus,
+    JournalEntry,
+    Machine,
+)
 from phronomy_fsm.durable.operations import request_cancel
+from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .conftest import kill_at
 from .late_effect_app import create_app as create_late_effect_app
-from .order_app import TABLE, Order, OrderHooks, read_ledger
+from .order_app import TABLE, Order, OrderHooks, order_machine, read_ledger
 from .transition_effect_app import create_app as create_transition_app
 
 TRANSITION_APP = "tests.durable.transition_effect_app:create_app"
@@ -164,3 +172,31 @@ def test_a_barrier_lists_the_effects_it_announces_and_no_pure_offload(tmp_path, 
     result = runtime.handle("tr-1").result(30)
     assert result.state == "shipped"
     assert [e["effect"] for e in read_ledger(tmp_path / "ledger.jsonl")] == ["ship"]
+
+
+def test_an_operators_answer_that_ends_an_execution_is_journaled_by_the_records_hook(
+    tmp_path, store_target, open_runtime
+):
+    # kills engine.py `Engine.engine_commit` not asking the records hook for an
+    # `@resolution` commit that ends the execution (`barrier == "@resolution"` flipped):
+    # an execution of a spec no worker runs any more is parked `spec_changed`, and the
+    # operator's `failed` ends it through @resolution — the hook journals that end
+    def records(ctx, commit, state):
+        return BarrierRecords(journal=(JournalEntry(commit, {"order": ctx.order_id}),))
+
+    v1 = order_machine(tmp_path / "ledger.jsonl")
+    sha = hashlib.sha256(b"order_flow version 2").hexdigest()
+    v2 = attrs.evolve(v1, table=v1.table._replace(version=2, spec_sha256=sha), records=records)
+    with open_store(store_target) as store:
+        submit_execution(store, v1, Order("o-1", 100), execution_id="o-1")
+    runtime, events = open_runtime([v2])
+    runtime.recover(park_other_specs=True)
+    events.wait_for(lambda e: e.kind is DurableEventKind.RECOVERY_REQUIRED)
+    parked = runtime.handle("o-1").record()
+    assert parked.recovery is not None and parked.recovery.subject is None
+    runtime.resolve("o-1", expected_revision=parked.revision, outcome="failed", error="retired")
+    result = runtime.handle("o-1").result(30)
+    assert result.status is ExecutionStatus.FAILED
+    journal = runtime.store.journal_entries("o-1")
+    assert [(e.kind, e.data) for e in journal] == [("@resolution", {"order": "o-1"})]
+    assert journal[0].revision == runtime.store.load_record("o-1").revision
