@@ -21,13 +21,15 @@ Operators (each a small, local change that a test of a check should notice):
 Cosmetic code is skipped: ``__repr__``/``__str__``, logging calls, docstrings,
 ``if TYPE_CHECKING``, assertions and ``__init__.py`` (exports only).
 
-Verdicts: ``killed`` (the tests failed, and the failing test ids pass when run again on
-the unmutated file — a failure that repeats on clean code is load or a flake and is
-recorded as ``clean_failure``, not as a kill), ``survived``, ``timeout`` (the run went
-past its cap) and ``invalid`` (the mutant did not compile). The run has two stages:
-every mutant runs the quick tests (``--tests``), and a mutant that survives them runs
-the slower confirming tests (``--confirm-tests``: the checker without a defect and the
-crash matrix) before it is called a survivor.
+Verdicts: ``killed`` (the tests failed, the failing tests fail again when run once
+more on the mutant, and they pass on the unmutated file), ``flaky_kill`` (the failing
+tests passed when run again on the mutant: the failure was the machine's load, not the
+mutant), ``clean_failure`` (they fail on clean code too), ``survived``, ``timeout`` (the
+run went past its cap) and ``invalid`` (the mutant did not compile). The run has two
+stages: every mutant runs the quick tests (``--tests``), and a mutant that survives them
+runs the slower confirming tests (``--confirm-tests``: the checker without a defect and
+the crash matrix) before it is called a survivor. ``recheck OUT`` applies the second
+run to the kills of a results file written without it.
 
 ``--root DIR`` mutates another checkout (a copy of this worktree, say) and puts its
 ``src`` first on ``PYTHONPATH`` for the tests and their subprocesses, so a long run does
@@ -41,6 +43,7 @@ Usage::
     python tools/mutate_durable.py run --sample 70 --seed 22 --out /tmp/mutation.json
     python tools/mutate_durable.py run --ids ID [ID ...] --out /tmp/mutation.json
     python tools/mutate_durable.py show ID
+    python tools/mutate_durable.py recheck /tmp/mutation.json
     python tools/mutate_durable.py summary /tmp/mutation.json
 """
 
@@ -425,9 +428,13 @@ def _failing(report: Path, root: Path) -> list[str]:
     return ids
 
 
-def judge(root: Path, mutant: Mutant, stages: list[tuple[str, str]], cap: float) -> Result:
-    """Apply ``mutant`` under ``root``, run the stages in order until one fails, restore
-    the file, and re-run the failing tests on the clean file."""
+def judge(
+    root: Path, mutant: Mutant, stages: list[tuple[str, str]], cap: float, *, recheck: bool = True
+) -> Result:
+    """Apply ``mutant`` under ``root``, run the stages in order until one fails, run the
+    failing tests once more on the mutant (``recheck``: a failure that does not repeat
+    is load, ``flaky_kill``), restore the file, and re-run the failing tests on the
+    clean file."""
     file = root / mutant.path
     with Restorer(file) as saved:
         text = saved.text.decode("utf-8")
@@ -446,6 +453,10 @@ def judge(root: Path, mutant: Mutant, stages: list[tuple[str, str]], cap: float)
             total += seconds
             if outcome != "passed":
                 break
+        if recheck and outcome == "failed" and failing:
+            repeat, _, _ = run_pytest(root, ["-q", "-p", "no:randomly", *failing], cap)
+            if repeat == "passed":
+                return _result(mutant, "flaky_kill", stage, total, failing, "passed when run again")
     # the file is clean again here
     if outcome == "passed":
         return _result(mutant, "survived", stage, total, [])
@@ -527,6 +538,37 @@ def _select(mutants: list[Mutant], args: argparse.Namespace) -> Iterator[Mutant]
     return iter(chosen)
 
 
+def _recheck(args: argparse.Namespace) -> int:
+    """``recheck OUT``: for each ``killed`` result of a run without the recheck, apply
+    the mutant again and run only its failing tests; a pass there makes it a
+    ``flaky_kill`` (the kill was load, not the mutant)."""
+    root = args.root.resolve()
+    _check_imports(root)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    by_id = {m.id: m for m in find_mutants(root)}
+    data = json.loads(args.out.read_text())
+    results = {r["id"]: r for r in data.pop("results")}
+    try:
+        for r in results.values():
+            if r["verdict"] != "killed" or not r["failing"] or r.get("rechecked"):
+                continue
+            ids = " ".join(shlex.quote(i) for i in r["failing"])
+            again = judge(
+                root, by_id[r["id"]], [("recheck", f"-q -p no:randomly {ids}")],
+                args.cap_seconds, recheck=False,
+            )  # fmt: skip
+            r["rechecked"] = again.verdict
+            if again.verdict == "survived":
+                r["verdict"], r["detail"] = "flaky_kill", "its failing tests pass on it"
+            _save(args.out, results, data)
+            print(f"{r['verdict']:<13} {r['id']}", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted; every file is restored", file=sys.stderr)
+        return 130
+    print(summarize(list(results.values())))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -552,11 +594,17 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--again", action="store_true", help="re-run ids already in --out")
     p = sub.add_parser("summary")
     p.add_argument("out", type=Path)
+    p = sub.add_parser("recheck", help="run each killed mutant's failing tests again on it")
+    p.add_argument("out", type=Path)
+    p.add_argument("--root", type=Path, default=ROOT, help="the checkout to mutate")
+    p.add_argument("--cap-seconds", type=float, default=600.0)
     args = parser.parse_args(argv)
 
     if args.command == "summary":
         print(summarize(list(_load(args.out).values())))
         return 0
+    if args.command == "recheck":
+        return _recheck(args)
     root = args.root.resolve()
     mutants = find_mutants(root)
     if args.command == "list":
