@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Generic, TypeVar
 
 import attrs
+import pytest
 
 from phronomy_fsm.durable import (
     BarrierRecords,
@@ -21,7 +22,9 @@ from phronomy_fsm.durable import (
     Machine,
 )
 from phronomy_fsm.durable.operations import request_cancel
+from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.durable.submit import submit_execution
+from phronomy_fsm.errors import SignalRefusedError
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .conftest import kill_at
@@ -200,3 +203,40 @@ def test_an_operators_answer_that_ends_an_execution_is_journaled_by_the_records_
     journal = runtime.store.journal_entries("o-1")
     assert [(e.kind, e.data) for e in journal] == [("@resolution", {"order": "o-1"})]
     assert journal[0].revision == runtime.store.load_record("o-1").revision
+
+
+def test_an_event_that_is_not_a_non_empty_string_is_refused_as_a_bad_event(tmp_path, open_runtime):
+    # kills operations.py `send_signal` dropping either half of `not isinstance(event,
+    # str) or not event`: an empty or non-string event name is refused as `bad_event`
+    # before the machine's events are looked at (a store whose machine no runtime
+    # registered has none to look at)
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    with pytest.raises(SignalRefusedError, match="non-empty string") as refused:
+        runtime.signal("o", "", {})
+    assert refused.value.reason == "bad_event"
+    with pytest.raises(SignalRefusedError, match="non-empty string") as refused:
+        runtime.signal("o", 5, {})  # type: ignore[arg-type]
+    assert refused.value.reason == "bad_event"
+    assert runtime.store.list_signals("o") == []
+
+
+def test_a_commit_carries_revision_0_when_it_creates_and_one_more_when_it_updates(
+    tmp_path, open_runtime
+):
+    # kills records.py `DurableCommit.__attrs_post_init__` accepting a creating commit
+    # (no expected revision) of a record at another revision, or an update that does
+    # not rise by exactly one: the store would write a revision with a gap below it
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    stored = runtime.store.load_record("o")
+    assert stored.revision > 0
+    with pytest.raises(ValueError, match="a creating commit must carry revision 0"):
+        DurableCommit("@start", attrs.evolve(stored, execution_id="o-2"), None)
+    DurableCommit("@start", attrs.evolve(stored, execution_id="o-2", revision=0), None)
+    for revision in (stored.revision, stored.revision + 2):
+        with pytest.raises(ValueError, match="revision must rise by exactly one"):
+            DurableCommit("@wait", attrs.evolve(stored, revision=revision), stored.revision)
+    DurableCommit("@wait", attrs.evolve(stored, revision=stored.revision + 1), stored.revision)
