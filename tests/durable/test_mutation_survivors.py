@@ -227,7 +227,8 @@ def test_a_commit_carries_revision_0_when_it_creates_and_one_more_when_it_update
 ):
     # kills records.py `DurableCommit.__attrs_post_init__` accepting a creating commit
     # (no expected revision) of a record at another revision, or an update that does
-    # not rise by exactly one: the store would write a revision with a gap below it
+    # not rise by exactly one (the store would write a revision with a gap below it), or
+    # a child that is not new or not under the committing parent
     runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
     runtime.start("order_flow", Order("o", 1), execution_id="o")
     events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
@@ -240,3 +241,10 @@ def test_a_commit_carries_revision_0_when_it_creates_and_one_more_when_it_update
         with pytest.raises(ValueError, match="revision must rise by exactly one"):
             DurableCommit("@wait", attrs.evolve(stored, revision=revision), stored.revision)
     DurableCommit("@wait", attrs.evolve(stored, revision=stored.revision + 1), stored.revision)
+    # a child created with the commit: at revision 0, under this parent
+    nxt = attrs.evolve(stored, revision=stored.revision + 1)
+    child = attrs.evolve(stored, execution_id="o-c", revision=0, parent_execution_id="o")
+    for wrong in (attrs.evolve(child, revision=1), attrs.evolve(child, parent_execution_id="x")):
+        with pytest.raises(ValueError, match="must be at revision 0 under its parent"):
+            DurableCommit("spawn", nxt, stored.revision, children=(wrong,))
+    DurableCommit("spawn", nxt, stored.revision, children=(child,))
