@@ -21,8 +21,14 @@ from phronomy_fsm.durable import (
     JournalEntry,
     Machine,
 )
+from phronomy_fsm.durable.machines import (
+    MachineFacts,
+    effect_kind,
+    table_from_json,
+    table_to_json,
+)
 from phronomy_fsm.durable.operations import request_cancel
-from phronomy_fsm.durable.records import DurableCommit
+from phronomy_fsm.durable.records import DurableCommit, EffectKind
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.errors import SignalRefusedError
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
@@ -248,3 +254,20 @@ def test_a_commit_carries_revision_0_when_it_creates_and_one_more_when_it_update
         with pytest.raises(ValueError, match="must be at revision 0 under its parent"):
             DurableCommit("spawn", nxt, stored.revision, children=(wrong,))
     DurableCommit("spawn", nxt, stored.revision, children=(child,))
+
+
+def test_a_stored_table_whose_offload_names_no_effect_kind_runs_it_at_most_once() -> None:
+    # kills machines.py `effect_kind` dropping `or _DEFAULT_EFFECT.value`: a machine's
+    # table read back from the store with `"effect": null` (or missing) on an offload
+    # is the safe default, at_most_once — never an error, never pure
+    data = table_to_json(TABLE)
+    for state in data["states"]:
+        if state.get("offload"):
+            state["offload"]["effect"] = None
+    facts = MachineFacts(table_from_json(data))
+    emailing = facts.effect_of("emailing")  # declared idempotent in the spec
+    assert emailing is not None and emailing.effect is None
+    assert effect_kind(emailing) is EffectKind.AT_MOST_ONCE
+    assert facts.is_effect(emailing)
+    del data["states"][4]["offload"]["effect"]  # missing: the field's default
+    assert effect_kind(table_from_json(data).states[4].offload) is EffectKind.AT_MOST_ONCE
