@@ -189,7 +189,9 @@ def test_an_operators_answer_that_ends_an_execution_is_journaled_by_the_records_
     # kills engine.py `Engine.engine_commit` not asking the records hook for an
     # `@resolution` commit that ends the execution (`barrier == "@resolution"` flipped):
     # an execution of a spec no worker runs any more is parked `spec_changed`, and the
-    # operator's `failed` ends it through @resolution — the hook journals that end
+    # operator's `failed` ends it through @resolution — the hook journals that end, and
+    # the error is the operator's text (engine.py `apply_resolution`, `payload.get("error")
+    # or info.reason`)
     def records(ctx, commit, state):
         return BarrierRecords(journal=(JournalEntry(commit, {"order": ctx.order_id}),))
 
@@ -206,6 +208,7 @@ def test_an_operators_answer_that_ends_an_execution_is_journaled_by_the_records_
     runtime.resolve("o-1", expected_revision=parked.revision, outcome="failed", error="retired")
     result = runtime.handle("o-1").result(30)
     assert result.status is ExecutionStatus.FAILED
+    assert (result.error.type, result.error.message) == ("ResolvedFailed", "retired")
     journal = runtime.store.journal_entries("o-1")
     assert [(e.kind, e.data) for e in journal] == [("@resolution", {"order": "o-1"})]
     assert journal[0].revision == runtime.store.load_record("o-1").revision
