@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Generic, TypeVar
 
@@ -28,7 +29,7 @@ from phronomy_fsm.durable.machines import (
     table_to_json,
 )
 from phronomy_fsm.durable.operations import request_cancel
-from phronomy_fsm.durable.records import DurableCommit, EffectKind
+from phronomy_fsm.durable.records import DurableCommit, EffectKind, WorkerRecord
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.errors import SignalRefusedError
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
@@ -274,3 +275,27 @@ def test_a_stored_table_whose_offload_names_no_effect_kind_runs_it_at_most_once(
     assert facts.is_effect(emailing)
     del data["states"][4]["offload"]["effect"]  # missing: the field's default
     assert effect_kind(table_from_json(data).states[4].offload) is EffectKind.AT_MOST_ONCE
+
+
+def test_an_execution_left_for_another_spec_is_not_also_reported_owned_elsewhere(
+    tmp_path, store_target, open_runtime
+):
+    # kills runtime.py `recover` dropping `or row["execution_id"] in skip`: an execution
+    # of a newer spec that names an owner with no live lease is reported once, as left
+    # for a worker of its spec, not also as owned by another worker
+    v1 = order_machine(tmp_path / "ledger.jsonl")
+    sha = hashlib.sha256(b"order_flow version 2").hexdigest()
+    v2 = attrs.evolve(v1, table=v1.table._replace(version=2, spec_sha256=sha))
+    with open_store(store_target) as store:
+        submit_execution(store, v2, Order("o-new", 100), execution_id="o-new")
+        now = datetime.now(UTC)
+        gone = WorkerRecord("gone", "elsewhere.invalid", 1, "gone", now, now, now)
+        store.register_worker(gone, lease_seconds=60)
+        assert store.claim_execution("o-new", "gone") is not None
+        store.retire_worker("gone")  # its lease has ended; the store still names it
+        assert store.execution_owner("o-new")[0] == "gone"
+    runtime, _events = open_runtime([v1])
+    report = runtime.recover()
+    assert [e.execution_id for e in report.other_spec] == ["o-new"]
+    assert report.owned_elsewhere == ()
+    assert report.claimed == ()
