@@ -32,6 +32,7 @@ from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.durable.records import DurableCommit, EffectKind, WorkerRecord
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.errors import SignalRefusedError
+from phronomy_fsm.runtime.clock import ManualClock
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 
 from .conftest import kill_at
@@ -299,3 +300,17 @@ def test_an_execution_left_for_another_spec_is_not_also_reported_owned_elsewhere
     assert [e.execution_id for e in report.other_spec] == ["o-new"]
     assert report.owned_elsewhere == ()
     assert report.claimed == ()
+
+
+def test_a_wait_ended_by_its_timer_is_reported_resumed_by_the_timer(tmp_path, open_runtime):
+    # kills engine.py `fire_timer` not emitting RESUMED: a listener sees the wait
+    # resumed by its timeout event, marked as the timer's, as it sees a signal's
+    clock = ManualClock()
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")], clock=clock)
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    clock.advance(86_401)  # past the wait's day
+    resumed = events.wait_for(lambda e: e.kind is DurableEventKind.RESUMED)
+    assert dict(resumed.detail) == {"event": "approval_expired", "timer": True}
+    result = runtime.handle("o").result(30)
+    assert (result.status, result.state) == (ExecutionStatus.FAILED, "rejected")
