@@ -22,6 +22,7 @@ from phronomy_fsm.durable import (
     JournalEntry,
     Machine,
 )
+from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import (
     MachineFacts,
     effect_kind,
@@ -31,9 +32,11 @@ from phronomy_fsm.durable.machines import (
 from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.durable.records import DurableCommit, EffectKind, WorkerRecord
 from phronomy_fsm.durable.submit import submit_execution
+from phronomy_fsm.durable.worker import Worker
 from phronomy_fsm.errors import SignalRefusedError
 from phronomy_fsm.runtime.clock import ManualClock
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
+from phronomy_fsm.testing.deadlines import wait_until
 
 from .conftest import kill_at
 from .late_effect_app import create_app as create_late_effect_app
@@ -314,3 +317,25 @@ def test_a_wait_ended_by_its_timer_is_reported_resumed_by_the_timer(tmp_path, op
     assert dict(resumed.detail) == {"event": "approval_expired", "timer": True}
     result = runtime.handle("o").result(30)
     assert (result.status, result.state) == (ExecutionStatus.FAILED, "rejected")
+
+
+def test_a_closed_worker_ends_its_lease_so_another_claims_its_executions_at_once(
+    tmp_path, store_target, open_runtime
+):
+    # kills worker.py `Worker.close` not closing its runtime: the lease would run on (a
+    # heartbeat thread keeps renewing it) and its executions stay owned by a worker
+    # that has stopped
+    machine = order_machine(tmp_path / "ledger.jsonl")
+    store = open_store(store_target)
+    try:
+        worker = Worker(store, DurableApp(machines=(machine,)), scan_seconds=0.1)
+        worker.start()
+        worker.runtime.start("order_flow", Order("o", 1), execution_id="o")
+        wait_until(lambda: store.load_record("o").status is ExecutionStatus.WAITING, 30, "o waits")
+        worker.close(timeout_seconds=5)
+        runtime, _events = open_runtime([machine])
+        report = runtime.recover()
+        assert report.claimed == (("o", "waiting"),)
+        assert report.owned_elsewhere == ()
+    finally:
+        store.close()
