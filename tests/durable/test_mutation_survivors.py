@@ -30,10 +30,10 @@ from phronomy_fsm.durable.machines import (
     table_to_json,
 )
 from phronomy_fsm.durable.operations import request_cancel
-from phronomy_fsm.durable.records import DurableCommit, EffectKind, WorkerRecord
+from phronomy_fsm.durable.records import DurableCommit, EffectKind, Fence, WorkerRecord
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.durable.worker import Worker
-from phronomy_fsm.errors import SignalRefusedError
+from phronomy_fsm.errors import ConflictError, ExecutionFinishedError, SignalRefusedError
 from phronomy_fsm.runtime.clock import ManualClock
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 from phronomy_fsm.testing.deadlines import wait_until
@@ -339,3 +339,29 @@ def test_a_closed_worker_ends_its_lease_so_another_claims_its_executions_at_once
         assert report.owned_elsewhere == ()
     finally:
         store.close()
+
+
+def test_a_commit_under_another_machines_name_is_a_conflict_that_names_both(tmp_path, open_runtime):
+    # kills store/refusals.py `update_refusal` not telling a machine mismatch, a finished
+    # execution or a stale revision apart: the store's compare-and-set matches all
+    # three, and its refusal says which failed (not "the lease has expired", which is
+    # not so)
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    store = runtime.store
+    stored = store.load_record("o")
+    owner, token, _ = store.execution_owner("o")
+    wrong = attrs.evolve(stored, machine="another_machine", revision=stored.revision + 1)
+    with pytest.raises(ConflictError, match="runs machine order_flow, not another_machine"):
+        store.commit(DurableCommit("@wait", wrong, stored.revision, Fence(owner, token)))
+    # a stale expected revision, then a finished execution: each refusal says so
+    stale = attrs.evolve(stored, revision=stored.revision)
+    with pytest.raises(ConflictError, match=f"is at revision {stored.revision}, not the"):
+        store.commit(DurableCommit("@wait", stale, stored.revision - 1, Fence(owner, token)))
+    assert store.load_record("o").revision == stored.revision
+    runtime.signal("o", "reject", {"by": "a person"})
+    final = runtime.handle("o").result(30)
+    late = attrs.evolve(stored, revision=final.revision + 1)
+    with pytest.raises(ExecutionFinishedError, match="has finished"):
+        store.commit(DurableCommit("@wait", late, final.revision, Fence(owner, token)))
