@@ -33,7 +33,13 @@ from phronomy_fsm.durable.operations import request_cancel
 from phronomy_fsm.durable.records import DurableCommit, EffectKind, Fence, WorkerRecord
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.durable.worker import Worker
-from phronomy_fsm.errors import ConflictError, ExecutionFinishedError, SignalRefusedError
+from phronomy_fsm.errors import (
+    ConflictError,
+    ExecutionFinishedError,
+    LeaseLostError,
+    NotFoundError,
+    SignalRefusedError,
+)
 from phronomy_fsm.runtime.clock import ManualClock
 from phronomy_fsm.store.open import is_postgres_dsn, open_store
 from phronomy_fsm.testing.deadlines import wait_until
@@ -365,3 +371,27 @@ def test_a_commit_under_another_machines_name_is_a_conflict_that_names_both(tmp_
     late = attrs.evolve(stored, revision=final.revision + 1)
     with pytest.raises(ExecutionFinishedError, match="has finished"):
         store.commit(DurableCommit("@wait", late, final.revision, Fence(owner, token)))
+
+
+def test_an_owners_write_under_a_stale_token_or_for_no_execution_is_refused_so(
+    tmp_path, open_runtime
+):
+    # kills store/refusals.py `fence_refusal` flipping `token != fence.token` and
+    # `inbox_write_refusal` not telling a missing execution: a worker's copy under an
+    # older fencing token of its own execution must drop it (not wait for its lease),
+    # and closing signals of an execution that does not exist is NotFoundError
+    runtime, events = open_runtime([order_machine(tmp_path / "ledger.jsonl")])
+    runtime.start("order_flow", Order("o", 1), execution_id="o")
+    events.wait_for(lambda e: e.kind is DurableEventKind.WAITING)
+    store = runtime.store
+    stored = store.load_record("o")
+    owner, token, _ = store.execution_owner("o")
+    older = Fence(owner, token - 1)
+    nxt = attrs.evolve(stored, revision=stored.revision + 1)
+    with pytest.raises(LeaseLostError, match="this worker must drop it"):
+        store.commit(DurableCommit("@wait", nxt, stored.revision, older))
+    with pytest.raises(LeaseLostError, match="this worker must drop it"):
+        store.close_signals("o", [1], "dropped: test", fence=older)
+    with pytest.raises(NotFoundError, match="nobody does not exist; nothing was written"):
+        store.close_signals("nobody", [1], "dropped: test", fence=Fence(owner, token))
+    assert store.load_record("o").revision == stored.revision
