@@ -284,6 +284,15 @@ def test_a_parents_cancel_commit_comes_after_its_childrens_cancel_requests(
                 any(s.kind.value == "cancel" for s in store.list_signals(c)) for c in children
             )
             assert slow.order == [*(f"cancel {c}" for c in children), "@cancel batch"]
+            # each child's request carries the parent's reason (mutation survivor:
+            # runtime.py `_cancel_each` dropping it for the default text)
+            reasons = {
+                s.payload["reason"]
+                for c in children
+                for s in store.list_signals(c)
+                if s.kind.value == "cancel"
+            }
+            assert reasons == {"the batch was called off"}
         finally:
             second.close(timeout_seconds=5)
     finally:
