@@ -39,6 +39,7 @@ from phronomy_fsm.agent.providers import Reply, ScriptedProvider
 from phronomy_fsm.agent.tools import Tool, ToolContext
 from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import MachineFacts
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.errors import AgentExistsError, ConfigurationError, NotFoundError
 from phronomy_fsm.generated import agent_session, tool_call
@@ -238,7 +239,7 @@ _FACTS = {
 
 
 def _report(
-    store: Any, db_path: str, execution_id: str | None, *, at_rest: bool, resumed: bool
+    store: ExecutionStore, db_path: str, execution_id: str | None, *, at_rest: bool, resumed: bool
 ) -> DemoReport:
     if execution_id is None:
         return DemoReport(db_path, None, at_rest=at_rest, resumed=resumed)
@@ -251,7 +252,7 @@ def _report(
     return DemoReport(db_path, detail, parked, at_rest=at_rest, resumed=resumed)
 
 
-def latest_execution_id(store: Any) -> str | None:
+def latest_execution_id(store: ExecutionStore) -> str | None:
     """The id of the demo agent's newest execution, or None."""
     rows = store.execution_rows(machine=agent_session.MACHINE, exclusive_key=DEMO_AGENT_ID)
     return str(rows[-1]["execution_id"]) if rows else None

@@ -177,7 +177,7 @@ def seed_engine_defect(defect: str | None) -> None:
         return
     if defect != "unannounced_effect":
         return
-    from phronomy_fsm.durable.engine import Engine
+    from phronomy_fsm.durable.effects import Effects
     from phronomy_fsm.durable.keys import idempotency_key
 
     def announce(self: Any, live: Any, session: Any, spec: Any, kind: Any, payload: Any) -> Any:
@@ -185,7 +185,7 @@ def seed_engine_defect(defect: str | None) -> None:
         key = idempotency_key(live.execution_id, live.record.point_revision, spec.name)
         return self.effect_start(live, spec.name, kind, key, 1)
 
-    Engine.announce = announce  # type: ignore[method-assign]
+    Effects.announce = announce  # type: ignore[method-assign]
 
 
 def create_app(db_path: str) -> DurableApp:

@@ -42,7 +42,7 @@ def test_the_quick_check_of_generated_specs_keeps_every_invariant(
 ) -> None:
     path = write_spec(data, tmp_path / "specs")
     report = check_spec_file(path)
-    assert report.violations == [], (
+    assert report.violations == (), (
         path.read_text(),
         [(v["invariant"], v["detail"], replay(path, v["interleaving"])) for v in report.violations],
     )

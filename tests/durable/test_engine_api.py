@@ -307,7 +307,7 @@ def test_a_worker_whose_lease_passed_commits_nothing_after_another_took_over(
     assert new.recover().claimed == (("o", "waiting"),)
     new.signal("o", "approve", {"by": "ops"})
     assert new.handle("o").result(10).state == "shipped"
-    old._verify_ownership()  # what its watcher does at its next heartbeat
+    old.watcher.verify_ownership()  # what its watcher does at its next heartbeat
     with pytest.raises(LeaseLostError, match="owned by worker"):
         waiter.result(10)  # the old runtime let the execution go
     old_events.wait_for(lambda e: e.kind is DurableEventKind.RELEASED)

@@ -46,10 +46,10 @@ def test_a_signal_the_watcher_reads_before_the_install_is_applied(tmp_path: Path
         if point != "barrier:@start:after" or runtime is None:
             return
         send_signal(sender, "g-1", "open", signal_id="early-open")
-        cursor = runtime._signal_cursor
-        runtime._wake_watcher.set()
+        cursor = runtime.watcher.cursor
+        runtime.watcher.wake.set()
         # the watcher reads it (and queues its delivery on the loop) before the install
-        wait_until(lambda: runtime._signal_cursor != cursor, 10, "the watcher's poll")
+        wait_until(lambda: runtime.watcher.cursor != cursor, 10, "the watcher's poll")
         sent.set()
 
     runtime = DurableRuntime(

@@ -539,7 +539,7 @@ class Agent:
     def active_execution(self) -> ExecutionRecord | None:
         """The agent's active execution as stored, or None (a store read)."""
         eid = self.runtime.active_execution_id(self.agent_id)
-        return None if eid is None else self.store.load_record(eid)  # type: ignore[no-any-return]
+        return None if eid is None else self.store.load_record(eid)
 
     def history(self) -> list[Message]:
         """The conversation later executions continue (a copy; read on the loop)."""
@@ -552,7 +552,7 @@ class Agent:
 
     def executions(self, *, limit: int | None = None) -> list[ExecutionRecord]:
         """The agent's executions as stored, oldest first."""
-        return self.store.list_records(  # type: ignore[no-any-return]
+        return self.store.list_records(
             machine=agent_session.MACHINE, exclusive_key=self.agent_id, limit=limit
         )
 

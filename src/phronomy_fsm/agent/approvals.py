@@ -23,6 +23,7 @@ from typing import Any
 from phronomy_fsm.agent.types import LLMResponse
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.operations import request_resolution, send_signal
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalRecord
 from phronomy_fsm.errors import (
     ApprovalError,
@@ -154,7 +155,7 @@ def check_approval(
 
 
 def send_approval(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     approval_request_id: str,
@@ -255,7 +256,7 @@ def approval_signal_id(execution_id: str, approval_request_id: str, revision: in
 
 
 def send_resolution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     expected_revision: int,
@@ -299,7 +300,7 @@ def send_resolution(
     )
 
 
-def agent_of(store: Any, execution_id: str) -> tuple[str | None, str]:
+def agent_of(store: ExecutionStore, execution_id: str) -> tuple[str | None, str]:
     """``(agent_id, session_execution_id)`` of an agent execution or of one of its
     tool calls (the agent is ``None`` for an execution of another machine).
     Raises NotFoundError."""
@@ -317,7 +318,7 @@ def agent_of(store: Any, execution_id: str) -> tuple[str | None, str]:
     return str(agent_id), record.execution_id
 
 
-def how_to_continue(store: Any, execution_id: str) -> str | None:
+def how_to_continue(store: ExecutionStore, execution_id: str) -> str | None:
     """What a caller detached from the agent execution ``execution_id`` is told to run
     to continue it, as the store has it (``docs/agent.md``, "Closing"; the promise of
     :class:`~phronomy_fsm.errors.ExecutionDetachedError`): when it (or one of its tool

@@ -31,10 +31,9 @@ the store (``docs/agent.md``, "Conversation history").
 
 from __future__ import annotations
 
-from typing import Any
-
 from phronomy_fsm.agent.context import Outcome, SessionContext
 from phronomy_fsm.agent.types import Message
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import JournalEntry
 from phronomy_fsm.durable.types import BarrierRecords
 
@@ -120,7 +119,7 @@ def history_messages(entries: list[tuple[str, JournalEntry]]) -> list[Message]:
     return out
 
 
-def history(store: Any, agent_id: str) -> list[Message]:
+def history(store: ExecutionStore, agent_id: str) -> list[Message]:
     """The conversation of ``agent_id``'s finished executions, as later LLM calls see
     it (module docstring). Raises StorageError."""
     entries = store.journal_for_key(agent_id, statuses=("completed",), kinds=MESSAGE_KINDS)

@@ -31,6 +31,7 @@ from phronomy_fsm.agent.executions import AgentExecutions
 from phronomy_fsm.agent.journal import session_records
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks
 from phronomy_fsm.agent.tool_hooks import ToolCallHooks
+from phronomy_fsm.durable.ports import AgentStore
 from phronomy_fsm.durable.records import ExecutionStatus
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DEFAULT_POLL_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import Machine
@@ -102,7 +103,7 @@ class AgentRuntime:
 
     def __init__(
         self,
-        store: Any,
+        store: AgentStore,
         *,
         max_workers: int = 16,
         queue_size: int = 1024,

@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from phronomy_fsm.durable.ports import ExecutionStore
+from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
     AgentBusyError,
     ConflictError,
@@ -58,8 +60,8 @@ def is_busy(error: BaseException) -> bool:
 
 
 def submit_with_reconciliation(
-    store: Any,
-    commit: Any,
+    store: ExecutionStore,
+    commit: DurableCommit,
     *,
     value: Any = None,
     name: str = "",

@@ -17,6 +17,7 @@ from typing import Any
 from phronomy_fsm.durable.codec import ensure_json, utc_now
 from phronomy_fsm.durable.keys import check_id, new_signal_id
 from phronomy_fsm.durable.machines import MachineFacts, table_from_json
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import (
     ExecutionRecord,
     ExecutionStatus,
@@ -34,7 +35,7 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.table import MachineTable
 
 
-def load_execution_record(store: Any, execution_id: str) -> ExecutionRecord:
+def load_execution_record(store: ExecutionStore, execution_id: str) -> ExecutionRecord:
     """The stored engine execution ``execution_id``.
 
     Raises:
@@ -46,7 +47,7 @@ def load_execution_record(store: Any, execution_id: str) -> ExecutionRecord:
     """
     check_id(execution_id)
     try:
-        return store.load_record(execution_id)  # type: ignore[no-any-return]
+        return store.load_record(execution_id)
     except SerializationError as exc:
         raise SignalRefusedError(
             f"execution {execution_id} is not run by the durable engine (an agent execution?); "
@@ -57,7 +58,7 @@ def load_execution_record(store: Any, execution_id: str) -> ExecutionRecord:
 
 
 def machine_facts(
-    store: Any, record: ExecutionRecord, table: MachineTable | None = None
+    store: ExecutionStore, record: ExecutionRecord, table: MachineTable | None = None
 ) -> MachineFacts | None:
     """The facts of ``record``'s machine: from ``table`` when given, else from the
     table a runtime registered in the store (``None`` when none did)."""
@@ -93,7 +94,7 @@ def _new_signal(
 
 
 def send_signal(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     event: str,
     payload: Any = None,
@@ -176,11 +177,11 @@ def send_signal(
         signal_id=signal_id,
         sender=sender,
     )
-    return store.send_signal(signal)  # type: ignore[no-any-return]
+    return store.send_signal(signal)
 
 
 def request_resolution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     expected_revision: int,
@@ -283,7 +284,7 @@ def request_resolution(
         sender=sender,
     )
     try:
-        return store.send_signal(signal)  # type: ignore[no-any-return]
+        return store.send_signal(signal)
     except SignalRefusedError as exc:  # stale_revision or signal_id_reused: kept
         raise ResolutionError(
             str(exc), execution_id=execution_id, reason=getattr(exc, "reason", "stale_revision")
@@ -291,7 +292,7 @@ def request_resolution(
 
 
 def request_cancel(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     reason: str = "cancelled by an operator",
@@ -326,7 +327,7 @@ def request_cancel(
         signal_id=signal_id,
         sender=sender,
     )
-    return store.send_signal(signal)  # type: ignore[no-any-return]
+    return store.send_signal(signal)
 
 
 __all__ = [

@@ -1,8 +1,11 @@
 """What the durable engine needs from a store: the :class:`ExecutionStore` protocol.
 
 The engine (:mod:`phronomy_fsm.durable.runtime`) programs against this protocol only;
-:class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` implements it, and every backend
-must pass the store conformance suite (``tests/store``). Every method is synchronous
+the agent layer adds :class:`AgentRegistry` (the ids of its agents), its own port.
+:class:`~phronomy_fsm.store.sqlite.SqliteBarrierStore` and
+:class:`~phronomy_fsm.store.postgres.PostgresStore` implement both (mypy checks each
+against both: ``_CHECKED_PORT`` in their modules), and every backend must pass the
+store conformance suite (``tests/store``). Every method is synchronous
 and thread-safe, raises only errors of the store taxonomy (``docs/store.md``), and must
 not be called on the dispatcher's loop thread (they block on I/O).
 """
@@ -78,6 +81,13 @@ class ExecutionStore(Protocol):
     ) -> list[dict[str, Any]]:
         """Column summaries of the executions matching every given filter (engine and
         agent rows), without decoding their bodies."""
+        ...
+
+    def count_by_status(
+        self, *, machine: str | None = None, exclusive_key: str | None = None
+    ) -> dict[str, int]:
+        """``{status: count}`` of every execution (of ``machine``, with
+        ``exclusive_key``, when given): the operator's listings. Raises StorageError."""
         ...
 
     def barrier_log(self, execution_id: str) -> list[BarrierLogRecord]:
@@ -215,18 +225,6 @@ class ExecutionStore(Protocol):
         """Every worker: ``(record, heartbeat epoch ms, lease expiry epoch ms)``."""
         ...
 
-    def register_agent(self, agent_id: str) -> bool:
-        """Record an agent id; False when it exists already (nothing written)."""
-        ...
-
-    def agent_exists(self, agent_id: str) -> bool:
-        """True when the agent id was registered."""
-        ...
-
-    def agent_ids(self) -> list[str]:
-        """Every registered agent id, sorted."""
-        ...
-
     def register_machine(self, record: MachineRecord) -> None:
         """Keep a machine's compiled table (idempotent)."""
         ...
@@ -234,6 +232,38 @@ class ExecutionStore(Protocol):
     def load_machine(self, machine: str, spec_sha256: str | None = None) -> MachineRecord:
         """A registered table. Raises NotFoundError."""
         ...
+
+    def close(self) -> None:
+        """Release the store's connections and threads (a runtime calls it only for a
+        store it owns). Idempotent."""
+        ...
+
+
+@runtime_checkable
+class AgentRegistry(Protocol):
+    """The ids of the agents created in a store (``docs/agent.md``, "Agents"): the
+    agent layer's own port, apart from the engine's :class:`ExecutionStore`. Every
+    method is synchronous and thread-safe and raises only errors of the store
+    taxonomy (``docs/store.md``); not on the dispatcher's loop thread."""
+
+    def register_agent(self, agent_id: str) -> bool:
+        """Record an agent id; False when it exists already (nothing written).
+        Raises SchemaVersionError, StorageError."""
+        ...
+
+    def agent_exists(self, agent_id: str) -> bool:
+        """True when the agent id was registered. Raises StorageError."""
+        ...
+
+    def agent_ids(self) -> list[str]:
+        """Every registered agent id, sorted. Raises StorageError."""
+        ...
+
+
+@runtime_checkable
+class AgentStore(ExecutionStore, AgentRegistry, Protocol):
+    """A store that holds executions and the agent registry (both stores do): what
+    an agent runtime needs."""
 
 
 @runtime_checkable
@@ -248,4 +278,4 @@ class NotifyingStore(Protocol):
         ...
 
 
-__all__ = ["ExecutionStore", "NotifyingStore"]
+__all__ = ["AgentRegistry", "AgentStore", "ExecutionStore", "NotifyingStore"]

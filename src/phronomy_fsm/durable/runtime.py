@@ -27,8 +27,11 @@ claims and starts raise that error, and its refusal listeners are told
 
 Concurrency: every public method may be called from any thread except the loop
 thread (they block on store I/O); the live executions are owned by the loop thread.
-Two threads run beside the loop: the watcher (lease heartbeat and inbox polling) and
-short-lived read-back threads after an unproven outcome.
+Beside the loop run the watcher (lease heartbeat and inbox polling) and one bounded
+executor for the store I/O the loop must not block on (:mod:`~phronomy_fsm.durable.storeio`:
+inbox reads, closing signals, read-backs after an unproven outcome, a cancel's requests
+to children elsewhere); :meth:`DurableRuntime.close` joins both
+(``docs/runtime.md``, "Threads of a durable runtime").
 """
 
 from __future__ import annotations
@@ -39,19 +42,20 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import orjson
-
+from phronomy_fsm.durable.claiming import Claims
 from phronomy_fsm.durable.claims import OtherSpecExecution, RunnableSpecs, describe_left
 from phronomy_fsm.durable.codec import json_data
-from phronomy_fsm.durable.engine import READBACK_DELAYS, Engine, LiveExecution, Registration
+from phronomy_fsm.durable.engine import Engine
 from phronomy_fsm.durable.keys import check_id, new_execution_id
+from phronomy_fsm.durable.lifecycle import Registration
 from phronomy_fsm.durable.machines import table_to_json
 from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
+from phronomy_fsm.durable.points import EngineBarrier
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import (
     DurableCommit,
     ExecutionRecord,
@@ -60,31 +64,29 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
     WorkerRecord,
 )
-from phronomy_fsm.durable.submit import start_outcome, start_record, submit_execution
+from phronomy_fsm.durable.starting import ExecutionHandle, StartHere
+from phronomy_fsm.durable.storeio import StoreIO
+from phronomy_fsm.durable.submit import start_record, submit_execution
 from phronomy_fsm.durable.types import (
     DurableEvent,
-    DurableEventKind,
     ExecutionResult,
     Machine,
     RecoveryReport,
 )
+from phronomy_fsm.durable.watcher import Watcher
 from phronomy_fsm.errors import (
-    ConflictError,
     DurableError,
     LeaseLostError,
-    NotFoundError,
-    OutcomeUnknownError,
     PhronomyError,
     RuntimeClosedError,
     SchemaVersionError,
-    StorageError,
     TaskTimeoutError,
     UnknownMachineError,
 )
 from phronomy_fsm.runtime import Dispatcher, OffloadPool, bind_machine
 from phronomy_fsm.runtime.clock import Clock, StoreClock
 from phronomy_fsm.runtime.faults import FaultPlan
-from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
+from phronomy_fsm.runtime.processes import current_process
 from phronomy_fsm.runtime.tasks import Task
 
 log = logging.getLogger("phronomy_fsm.durable")
@@ -98,39 +100,6 @@ Accept = Callable[[ExecutionRecord], bool]
 DEFAULT_LEASE_SECONDS = 10.0
 #: Default interval of the inbox poll, in seconds.
 DEFAULT_POLL_SECONDS = 0.05
-
-
-class ExecutionHandle:
-    """A handle on one execution, live in this runtime or not.
-
-    Attributes: ``execution_id``; ``created`` (False when :meth:`DurableRuntime.start`
-    found the execution existing and returned it instead).
-    """
-
-    __slots__ = ("_runtime", "created", "execution_id")
-
-    def __init__(self, runtime: DurableRuntime, execution_id: str, *, created: bool = True) -> None:
-        self._runtime = runtime
-        self.execution_id = execution_id
-        self.created = created
-
-    def __repr__(self) -> str:
-        return f"<ExecutionHandle {self.execution_id}>"
-
-    def record(self) -> ExecutionRecord:
-        """The execution as stored now (a store read). Raises NotFoundError."""
-        return self._runtime.store.load_record(self.execution_id)  # type: ignore[no-any-return]
-
-    def result(self, timeout_seconds: float | None = None) -> ExecutionResult:
-        """Wait until the execution finishes; return how (whatever its status:
-        completed, failed or cancelled — check ``result.status``).
-
-        Raises:
-            TaskTimeoutError: not finished within ``timeout_seconds`` (it goes on).
-            RuntimeClosedError: the runtime closed first (the execution lives on).
-            LeaseLostError: another worker took the execution over.
-        """
-        return self._runtime.wait(self.execution_id, timeout_seconds)
 
 
 class DurableRuntime:
@@ -162,7 +131,7 @@ class DurableRuntime:
 
     def __init__(
         self,
-        store: Any,
+        store: ExecutionStore,
         *,
         machines: Iterable[Machine] = (),
         max_workers: int = 16,
@@ -179,9 +148,9 @@ class DurableRuntime:
             raise ValueError("lease_seconds and poll_seconds must be positive")
         self.store = store
         #: the default clock, aligned to the store's at every lease renewal
-        self._store_clock: StoreClock | None = None
+        self.store_clock: StoreClock | None = None
         if clock is None:
-            clock = self._store_clock = StoreClock(store)
+            clock = self.store_clock = StoreClock(store)
         self.clock = clock
         self.faults = faults
         self.listeners: list[Listener] = list(listeners)
@@ -189,7 +158,7 @@ class DurableRuntime:
         self.poll_seconds = float(poll_seconds)
         self.name = name
         self._own_store = own_store
-        self._registrations: dict[str, Registration] = {}
+        self.registrations: dict[str, Registration] = {}
         self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
         self.dispatcher = Dispatcher(
             pool=self.pool, clock=clock, name=f"{name}-loop", faults=faults
@@ -210,26 +179,25 @@ class DurableRuntime:
             boot_id=me.boot_id,
             pid_namespace=me.pid_namespace,
         )
-        self._closed = False
+        self.closed = False
         #: the SchemaVersionError that stopped every write of this runtime, once one did
         self.refused: SchemaVersionError | None = None
         self._refusal_listeners: list[Callable[[SchemaVersionError], None]] = []
         self._refused_lock = threading.Lock()
-        self._holds = 0  # starts on their way here (see hold())
+        self.holds = 0  # starts on their way here (see hold())
         self._holds_lock = threading.Lock()
         #: executions whose start is committing here, not yet installed: id -> the
         #: signals the watcher read for them meanwhile. A signal may be sent as soon as
         #: the start is durable; the watcher's cursor moves past it before the install,
         #: so the install applies what was kept here (loop thread, but for the key's
         #: insertion and a failed start's removal, which the GIL keeps whole).
-        self._arriving: dict[str, list[SignalRecord]] = {}
-        self._stop = threading.Event()
-        self._wake_watcher = threading.Event()
+        self.arriving: dict[str, list[SignalRecord]] = {}
+        self.stopping = threading.Event()
+        #: every store call made off the loop and off the caller's thread (closed last)
+        self.io = StoreIO(self)
         self._unlisten: Callable[[], None] | None = None
-        #: where the watcher's next poll of the inbox starts (ExecutionStore.signals_since)
-        self._signal_cursor = ""
-        #: executions owned here in the store but not live: id -> (fence, first seen)
-        self._stranded: dict[str, tuple[int, float]] = {}
+        #: claiming executions and installing those claimed (store I/O: not the loop)
+        self.claims = Claims(self)
         #: held from "is it live here?" to "its install is queued" by every path that
         #: claims (claim, adopt, resume_stranded): two of them racing would each claim
         #: the same execution and run it twice, the later claim fencing out the first
@@ -241,14 +209,13 @@ class DurableRuntime:
         #: until when (time.monotonic) the lease surely holds and no execution live here
         #: has been claimed by another worker: measured from before the last renewal
         #: whose ownership check was applied (see lease_error)
-        self._lease_valid_until = registered + self.lease_seconds
-        self._signal_cursor = store.signal_cursor()
+        self.lease_valid_until = registered + self.lease_seconds
+        self.watcher = Watcher(self, store.signal_cursor())
         add_listener = getattr(store, "add_listener", None)
         if callable(add_listener):  # NotifyingStore: wake the watcher at once
-            self._unlisten = add_listener(lambda _channel, _payload: self._wake_watcher.set())
+            self._unlisten = add_listener(lambda _channel, _payload: self.watcher.wake.set())
         self.dispatcher.start()
-        self._watcher = threading.Thread(target=self._watch, name=f"{name}-watch", daemon=True)
-        self._watcher.start()
+        self.watcher.start()
 
     def __enter__(self) -> Self:
         """Use the runtime as a context manager: :meth:`close` on exit."""
@@ -270,7 +237,7 @@ class DurableRuntime:
             DurableError: a machine of this name is registered already.
             StorageError: the table could not be recorded.
         """
-        if machine.name in self._registrations:
+        if machine.name in self.registrations:
             raise DurableError(
                 f"machine {machine.name!r} is registered already", machine=machine.name
             )
@@ -292,23 +259,23 @@ class DurableRuntime:
                 registered_at=self.clock.now(),
             )
         )
-        self._registrations[machine.name] = registration
+        self.registrations[machine.name] = registration
 
     def registration(self, name: str) -> Registration:
         """The registration of machine ``name``. Raises UnknownMachineError."""
         try:
-            return self._registrations[name]
+            return self.registrations[name]
         except KeyError:
             raise UnknownMachineError(
                 f"machine {name!r} is not registered with this runtime (registered: "
-                f"{', '.join(sorted(self._registrations)) or 'none'})",
+                f"{', '.join(sorted(self.registrations)) or 'none'})",
                 machine=name,
             ) from None
 
     @property
     def machines(self) -> tuple[str, ...]:
         """The names of the registered machines, sorted."""
-        return tuple(sorted(self._registrations))
+        return tuple(sorted(self.registrations))
 
     @property
     def runnable_specs(self) -> tuple[RunnableSpecs, ...]:
@@ -316,7 +283,7 @@ class DurableRuntime:
         those its declared migrations cover — what this runtime claims
         (``docs/scale-out.md``, "Rolling upgrades")."""
         return tuple(
-            RunnableSpecs.of(self._registrations[name].machine.table) for name in self.machines
+            RunnableSpecs.of(self.registrations[name].machine.table) for name in self.machines
         )
 
     # ------------------------------------------------------------------ executions
@@ -418,94 +385,11 @@ class DurableRuntime:
             timeout_seconds=timeout_seconds,
         )
         fence = Fence(self.worker_id, 1)
-        commit = DurableCommit("@start", record, None, fence)
+        commit = DurableCommit(EngineBarrier.START.value, record, None, fence)
         if self.faults is not None:
             self.faults.hit("barrier:@start:before")
         task: Task[ExecutionHandle] = Task(f"start {eid}")
-        release = self.hold()  # until the execution is installed on the loop
-        self._arriving.setdefault(eid, [])
-
-        def started(created: bool) -> None:
-            if not created:
-                self._arriving.pop(eid, None)
-                release()
-                task.complete(ExecutionHandle(self, eid, created=False))
-                return
-            if self.faults is not None:
-                self.faults.hit("barrier:@start:after")
-            live = LiveExecution(reg, record, fence)
-            live.ctx = reg.codec.decode(orjson.loads(encoded))
-
-            def install() -> None:
-                try:
-                    self.engine.live[eid] = live
-                    self.engine.emit(DurableEventKind.STARTED, live, record)
-                    self.engine.arm_expiry(live)
-                    self.engine.start_session(live)
-                    early = self._arriving.pop(eid, None)
-                    if early:
-                        self.engine.add_signals(live, early)
-                finally:
-                    release()
-
-            try:
-                self.dispatcher.call_soon(install)
-            except PhronomyError as exc:
-                self._arriving.pop(eid, None)
-                release()
-                task.fail(exc)
-                return
-            task.complete(ExecutionHandle(self, eid))
-
-        def failed(error: BaseException) -> None:
-            self._arriving.pop(eid, None)
-            release()
-            self.note_write_error(error)
-            task.fail(error)
-
-        def read_back(error: BaseException) -> None:  # off the store's writer thread
-            """The start's outcome was not proven: read it back with backoff until the
-            store answers (``docs/semantics.md``, "Fail closed": an engine commit whose
-            outcome is not ``committed`` is read back until the store answers). A read
-            that fails proves nothing — failing the task then would leave an execution
-            committed under this worker's name that nobody runs, its exclusive key
-            busy until a restart."""
-            for delay in READBACK_DELAYS + (READBACK_DELAYS[-1],) * 1000:
-                if self._stop.wait(delay):
-                    failed(
-                        RuntimeClosedError(
-                            f"the runtime closed before the start of {eid} was read back; "
-                            "it may have committed: recover() continues it",
-                            execution_id=eid,
-                        )
-                    )
-                    return
-                try:
-                    created = start_outcome(self.store, commit, error)
-                except StorageError as exc:  # the read failed: nothing is proven
-                    log.warning("execution %s: start read-back failed (%r); retrying", eid, exc)
-                    continue
-                except BaseException as exc:  # noqa: BLE001 - the caller's task says why
-                    failed(exc)
-                    return
-                started(created)
-                return
-            failed(error)
-
-        def committed(future: Any) -> None:
-            error = future.exception()
-            if error is None:
-                started(True)
-            elif isinstance(error, OutcomeUnknownError | ConflictError):
-                threading.Thread(target=read_back, args=(error,), daemon=True).start()
-            else:
-                failed(error)
-
-        try:
-            self.store.submit(commit).add_done_callback(committed)
-        except BaseException:
-            release()
-            raise
+        StartHere(self, reg, commit, encoded, task).submit()
         return task
 
     def handle(self, execution_id: str) -> ExecutionHandle:
@@ -519,7 +403,7 @@ class DurableRuntime:
         task: Task[ExecutionResult | None] = self.dispatcher.call(self._waiter, execution_id)
         inner = task.result(timeout_seconds)
         if isinstance(inner, Task):
-            return inner.result(timeout_seconds)  # type: ignore[no-any-return]
+            return inner.result(timeout_seconds)
         return self._poll_finished(execution_id, timeout_seconds)
 
     def _waiter(self, execution_id: str) -> Task[ExecutionResult] | None:
@@ -536,7 +420,7 @@ class DurableRuntime:
         while True:
             record = self.store.load_record(execution_id)
             if record.is_finished:
-                reg = self._registrations.get(record.machine)
+                reg = self.registrations.get(record.machine)
                 context = json_data(record.context)
                 if reg is not None and reg.machine.table.spec_sha256 == record.spec_sha256:
                     context = reg.codec.decode(context)
@@ -626,67 +510,12 @@ class DurableRuntime:
         self._wake(signal)
         return signal
 
-    def cancel_children_elsewhere(
-        self, parent_execution_id: str, payload: dict[str, Any], skip: set[str]
-    ) -> Future[bool]:
-        """Record a cancel for every active child of ``parent_execution_id`` that this
-        runtime does not run (``skip``: the ones it does, cancelled in memory): their
-        owners — other workers — apply it, or whoever recovers them (off the loop;
-        ``docs/semantics.md``, "Cancel").
-
-        Returns:
-            A future set once every request is written (True) or the children could not
-            be listed (False). The parent's ``@cancel`` commit waits for it: until then
-            the parent's own cancel request stays pending, so a crash before the
-            children heard cancels the parent — and so them — again at recovery.
-        """
-        done: Future[bool] = Future()
-
-        def write() -> None:
-            try:
-                children = self.store.list_records(
-                    parent_execution_id=parent_execution_id, active=True
-                )
-            except PhronomyError as exc:
-                log.warning(
-                    "execution %s: could not list its children: %r", parent_execution_id, exc
-                )
-                done.set_result(False)
-                return
-            try:
-                self._cancel_each(children, payload, skip)
-            finally:
-                done.set_result(True)
-
-        threading.Thread(target=write, name=f"{self.name}-cancel", daemon=True).start()
-        return done
-
-    def _cancel_each(
-        self, children: list[ExecutionRecord], payload: dict[str, Any], skip: set[str]
-    ) -> None:
-        """Write a cancel request to each active child not in ``skip``."""
-        for child in children:
-            if child.is_finished or child.execution_id in skip:
-                continue
-            try:
-                request_cancel(
-                    self.store,
-                    child.execution_id,
-                    reason=str(payload.get("reason") or "its parent was cancelled"),
-                    as_failure=payload.get("status") == "failed",
-                    error_type=payload.get("error_type"),
-                    signal_id=f"cancel-of-parent:{child.execution_id}",
-                    sender=f"worker:{self.worker_id}",
-                )
-            except PhronomyError as exc:  # finished meanwhile, or unreadable
-                log.info("child %s not cancelled: %s", child.execution_id, exc)
-
     def notify(self, execution_id: str, signal: SignalRecord | None = None) -> None:
         """Something was written to ``execution_id``'s inbox by other means (an
         operator function on the store): when this runtime owns it, take ``signal``
         (the record the store returned, with its ``seq``) or, without one, read its
         inbox now rather than at the next poll. Any thread."""
-        if self._closed:
+        if self.closed:
             return
         if signal is not None and signal.seq > 0:
             self._wake(signal)
@@ -695,7 +524,7 @@ class DurableRuntime:
         def check() -> None:
             live = self.engine.live.get(execution_id)
             if live is not None:
-                self.refresh_signals(live)
+                self.io.refresh_signals(live)
 
         self.dispatcher.call_soon(check)
 
@@ -704,75 +533,28 @@ class DurableRuntime:
             record = self.store.load_record(execution_id)
         except PhronomyError:
             return None
-        reg = self._registrations.get(record.machine)
+        reg = self.registrations.get(record.machine)
         if reg is None or reg.machine.table.spec_sha256 != record.spec_sha256:
             return None
         return reg.machine.table
 
     def _wake(self, signal: SignalRecord) -> None:
-        if not self._closed:
-            self.dispatcher.call_soon(self._signals_arrived, [signal])
+        if not self.closed:
+            self.dispatcher.call_soon(self.signals_arrived, [signal])
 
-    def _signals_arrived(self, signals: list[SignalRecord]) -> None:
+    def signals_arrived(self, signals: list[SignalRecord]) -> None:
+        """Hand signals read from the inbox to their live executions (loop thread);
+        those of a start committed here but not installed yet are kept for its
+        install; others are not this runtime's."""
         by_execution: dict[str, list[SignalRecord]] = {}
         for signal in signals:
             by_execution.setdefault(signal.execution_id, []).append(signal)
         for execution_id, items in by_execution.items():
             live = self.engine.live.get(execution_id)
             if live is not None:
-                self.engine.add_signals(live, items)
-            elif execution_id in self._arriving:  # its start is not installed yet
-                self._arriving[execution_id].extend(items)
-
-    def refresh_signals(
-        self,
-        live: LiveExecution,
-        on_read: Callable[[list[SignalRecord] | None], None] | None = None,
-    ) -> None:
-        """Read ``live``'s pending signals from the store (off the loop), then queue
-        them (loop thread) — or, with ``on_read``, hand them to it on the loop thread
-        (``None`` when the read failed)."""
-        execution_id = live.execution_id
-
-        def read() -> None:
-            try:
-                signals = self.store.pending_signals(execution_id)
-            except PhronomyError as exc:
-                log.warning("execution %s: could not read its inbox: %r", execution_id, exc)
-                if on_read is not None and not self._closed:
-                    self.engine.post(on_read, None)
-                return
-            if self._closed:
-                return
-            if on_read is not None:  # posted: the runtime may close meanwhile
-                self.engine.post(on_read, signals)
-            elif signals:
-                self.engine.post(self._signals_arrived, signals)
-
-        threading.Thread(target=read, name=f"{self.name}-inbox", daemon=True).start()
-
-    def drop_signals(self, live: LiveExecution, seqs: list[int], outcome: str) -> None:
-        """Mark signals of ``live`` consumed without applying them (``outcome`` says
-        why), off the loop, under its fence. The store refuses the write
-        (LeaseLostError) once another worker owns the execution or this worker's
-        lease has passed; the live copy is then let go as after a refused commit
-        (:meth:`Engine.close_refused`; ``docs/semantics.md``, "Leases and fencing")."""
-        execution_id, fence = live.execution_id, live.fence
-
-        def write() -> None:
-            try:
-                self.store.close_signals(execution_id, seqs, outcome, fence=fence)
-            except LeaseLostError as exc:
-                log.warning("execution %s: signals %s not closed: %s", execution_id, seqs, exc)
-                try:
-                    self.dispatcher.call_soon(self.engine.close_refused, live, exc)
-                except PhronomyError:  # the runtime closed meanwhile: nothing runs it here
-                    pass
-            except PhronomyError as exc:
-                self.note_write_error(exc)
-                log.warning("execution %s: could not close signals %s: %r", execution_id, seqs, exc)
-
-        threading.Thread(target=write, name=f"{self.name}-inbox", daemon=True).start()
+                self.engine.delivery.add_signals(live, items)
+            elif execution_id in self.arriving:  # its start is not installed yet
+                self.arriving[execution_id].extend(items)
 
     # ------------------------------------------------------------------ recovery
 
@@ -809,14 +591,14 @@ class DurableRuntime:
             left = [
                 e
                 for e in self.left_for_others()
-                if accept is None or self._accepts(accept, e.execution_id)
+                if accept is None or self.claims.accepts(accept, e.execution_id)
             ]
             if park_other_specs and left:
                 with self._claiming:
                     for e in left:
                         token = self.store.claim_execution(e.execution_id, self.worker_id)
                         if token is not None:  # the engine parks it: spec_changed
-                            claimed.append(self._install_claimed(e.execution_id, token))
+                            claimed.append(self.claims.install_claimed(e.execution_id, token))
                 left = []
             if left:
                 log.warning(
@@ -837,12 +619,6 @@ class DurableRuntime:
             elif row["owner_id"] not in (None, self.worker_id):
                 owned.append((row["execution_id"], row["owner_id"]))
         return RecoveryReport(tuple(claimed), tuple(owned), tuple(unknown), tuple(left))
-
-    def _accepts(self, accept: Accept, execution_id: str) -> bool:
-        try:
-            return bool(accept(self.store.load_record(execution_id)))
-        except NotFoundError:
-            return False
 
     def left_for_others(self, limit: int = 1000) -> tuple[OtherSpecExecution, ...]:
         """The active executions of the registered machines, owned by no live worker,
@@ -877,37 +653,7 @@ class DurableRuntime:
         if wanted <= 0:
             return []
         with self._watching_schema(), self._claiming:
-            return self._claim(wanted, accept)
-
-    def _claim(self, wanted: int, accept: Accept | None) -> list[tuple[str, str]]:
-        specs = self.runnable_specs
-        if accept is not None:  # read, filter, then claim one by one
-            chosen = []
-            for execution_id, _machine in self.store.claimable_executions(
-                specs, limit=max(wanted * 4, 1000)
-            ):
-                try:
-                    record = self.store.load_record(execution_id)
-                except NotFoundError:
-                    continue
-                if accept(record):
-                    chosen.append(execution_id)
-                if len(chosen) >= wanted:
-                    break
-            return self.adopt(chosen)
-        tokens = [
-            (eid, token)
-            for eid, _m, token in self.store.claim_executions(specs, self.worker_id, limit=wanted)
-        ]
-        return [self._install_claimed(execution_id, token) for execution_id, token in tokens]
-
-    def _install_claimed(self, execution_id: str, token: int) -> tuple[str, str]:
-        """Read an execution just claimed under ``token`` and queue its install;
-        ``(execution_id, status found)``. Raises StorageError."""
-        record = self.store.load_record(execution_id)
-        signals = self.store.pending_signals(execution_id)
-        self._install(record, Fence(self.worker_id, token), signals)
-        return execution_id, record.status.value
+            return self.claims.claim(wanted, accept)
 
     def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
         """Claim and resume the given executions, as :meth:`claim` does for every
@@ -929,45 +675,7 @@ class DurableRuntime:
         with self._watching_schema():
             self.retire_dead_workers()
             with self._claiming:
-                return self._adopt(wanted)
-
-    def _adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
-        live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
-        claimed: list[tuple[str, str]] = []
-        for execution_id in wanted:
-            if execution_id in live:
-                continue
-            try:
-                record = self.store.load_record(execution_id)
-            except NotFoundError:
-                continue
-            reg = self._registrations.get(record.machine)
-            if not record.is_active or reg is None:
-                continue
-            specs = RunnableSpecs.of(reg.machine.table)
-            if not specs.runs(record.spec_version, record.spec_sha256):
-                log.info(
-                    "worker %s: %s",
-                    self.worker_id,
-                    describe_left(
-                        [
-                            OtherSpecExecution(
-                                execution_id,
-                                record.machine,
-                                record.spec_version,
-                                record.spec_sha256,
-                            )
-                        ],
-                        [specs],
-                    ),
-                )
-                continue
-            # the claim checks the spec again: a worker of another spec may have
-            # moved it on (a migration) since it was read
-            token = self.store.claim_execution(execution_id, self.worker_id, runs=specs)
-            if token is not None:
-                claimed.append(self._install_claimed(execution_id, token))
-        return claimed
+                return self.claims.adopt(wanted)
 
     def resume_stranded(self, min_age_seconds: float = 1.0) -> list[tuple[str, str]]:
         """Resume the executions the store says this runtime owns that run nowhere
@@ -989,45 +697,7 @@ class DurableRuntime:
         been resumed)."""
         self._check_open()
         with self._watching_schema(), self._claiming:
-            return self._resume_stranded(min_age_seconds)
-
-    def _resume_stranded(self, min_age_seconds: float) -> list[tuple[str, str]]:
-        owned = self.store.owned_executions(self.worker_id, self.machines)
-        if not owned:
-            self._stranded = {}
-            return []
-        try:
-            live = set(self.dispatcher.call(lambda: list(self.engine.live)).result(10))
-        except (PhronomyError, TimeoutError):  # closing, or the loop busy for seconds
-            return []
-        now = time.monotonic()
-        before = self._stranded
-        self._stranded = {}
-        for eid, token in owned.items():
-            if eid not in live:
-                earlier = before.get(eid)
-                self._stranded[eid] = (
-                    token,
-                    earlier[1] if earlier and earlier[0] == token else now,
-                )
-        if self._holds:  # a start on its way here is owned but not live yet
-            return []
-        due = [eid for eid, (_t, seen) in self._stranded.items() if now - seen >= min_age_seconds]
-        resumed: list[tuple[str, str]] = []
-        for execution_id in due:
-            del self._stranded[execution_id]
-            token = self.store.claim_execution(execution_id, self.worker_id)
-            if token is not None:
-                resumed.append(self._install_claimed(execution_id, token))
-        if resumed:
-            log.warning(
-                "worker %s: resumed %d execution(s) it owned but did not run (a claim "
-                "whose answer was lost): %s",
-                self.worker_id,
-                len(resumed),
-                ", ".join(eid for eid, _ in resumed),
-            )
-        return resumed
+            return self.claims.resume_stranded(min_age_seconds)
 
     def is_live(self, execution_id: str) -> bool:
         """True when this runtime runs ``execution_id`` now (any thread but the loop)."""
@@ -1039,144 +709,14 @@ class DurableRuntime:
         at once instead of after its lease. Returns their ids. Raises
         SchemaVersionError, StorageError."""
         with self._watching_schema():
-            return self._retire_dead_workers()
-
-    def _retire_dead_workers(self) -> list[str]:
-        me = current_process()
-        retired = []
-        for worker, _heartbeat, expires in self.store.list_workers():
-            if worker.worker_id == self.worker_id or expires <= 0:
-                continue
-            identity = ProcessIdentity(
-                worker.host, worker.pid, worker.start_time, worker.boot_id, worker.pid_namespace
-            )
-            verdict, reason = probe_owner(identity, me)
-            if verdict == DEAD:
-                log.warning("worker %s is gone (%s); ending its lease", worker.worker_id, reason)
-                self.store.retire_worker(worker.worker_id)
-                retired.append(worker.worker_id)
-        return retired
-
-    def _install(self, record: ExecutionRecord, fence: Fence, signals: list[SignalRecord]) -> None:
-        reg = self.registration(record.machine)
-        live = LiveExecution(reg, record, fence)
-
-        def install() -> None:
-            old = self.engine.live.get(record.execution_id)
-            if old is not None:
-                live.waiters.extend(old.waiters)
-                old.waiters.clear()
-            self.engine.install(live, record, signals)
-            self.refresh_signals(live)
-
-        self.dispatcher.call_soon(install)
-
-    def readback(self, live: LiveExecution, why: str) -> None:
-        """Read an execution back after an unproven outcome, with backoff (off the
-        loop), then reinstall what the store holds (loop thread) — and resume its active
-        children that run nowhere: the unproven commit may have started them (a barrier
-        with children) without this runtime knowing."""
-        execution_id = live.execution_id
-        log.info("execution %s: reading it back from the store (%s)", execution_id, why)
-
-        def read() -> None:
-            for delay in READBACK_DELAYS + (READBACK_DELAYS[-1],) * 1000:
-                if self._stop.wait(delay):
-                    return
-                try:
-                    record = self.store.load_record(execution_id)
-                    owner, token, _ = self.store.execution_owner(execution_id)
-                    signals = self.store.pending_signals(execution_id)
-                    children = [
-                        child.execution_id
-                        for child in self.store.list_records(
-                            parent_execution_id=execution_id, active=True
-                        )
-                    ]
-                except NotFoundError as exc:
-                    self.engine.post(self.engine.release, live, exc)
-                    return
-                except PhronomyError as exc:
-                    log.warning("execution %s: read-back failed (%r); retrying", execution_id, exc)
-                    continue
-                # posted: the runtime may have closed during the read
-                self.engine.post(self.engine.reinstall, live, record, (owner, token), signals)
-                if children:
-                    try:
-                        self.adopt(children)  # those live here already are left alone
-                    except PhronomyError as exc:
-                        log.warning(
-                            "execution %s: could not resume its children %s: %r",
-                            execution_id,
-                            children,
-                            exc,
-                        )
-                return
-
-        threading.Thread(target=read, name=f"{self.name}-readback", daemon=True).start()
-
-    # ------------------------------------------------------------------ watcher
-
-    def _watch(self) -> None:
-        """Renew the lease every third of it; poll the inbox for signals sent by
-        other processes every ``poll_seconds``, or at once when the store notifies."""
-        renew_every = self.lease_seconds / 3
-        next_renewal = time.monotonic() + renew_every
-        while True:
-            # a store notification ends the wait early; a renewal never waits for a poll
-            pause = min(self.poll_seconds, max(0.0, next_renewal - time.monotonic()))
-            self._wake_watcher.wait(pause)
-            self._wake_watcher.clear()
-            if self._stop.is_set():
-                return
-            if time.monotonic() >= next_renewal:
-                next_renewal = time.monotonic() + renew_every
-                asked_at = time.monotonic()
-                try:
-                    if not self.store.renew_lease(self.worker_id, self.lease_seconds):
-                        self.store.register_worker(self.worker, self.lease_seconds)
-                    self._verify_ownership()
-                    if self._store_clock is not None:
-                        self._store_clock.align()
-                except SchemaVersionError as exc:
-                    self.note_write_error(exc)
-                    return  # nothing more to renew or deliver: the runtime stopped
-                except PhronomyError as exc:
-                    log.warning("worker %s: lease renewal failed: %r", self.worker_id, exc)
-                else:
-                    # executions claimed by others meanwhile were let go on the loop
-                    # (their queued effects cancelled): effects may start again
-                    if self.refused is None:
-                        self._lease_valid_until = asked_at + self.lease_seconds
-            try:
-                poll = self.store.signals_since(self._signal_cursor)
-            except PhronomyError as exc:
-                log.debug("inbox poll failed: %r", exc)
-                continue
-            self._signal_cursor = poll.cursor
-            if poll.signals:
-                try:
-                    self.dispatcher.call_soon(self._signals_arrived, list(poll.signals))
-                except PhronomyError:
-                    return
-
-    def _verify_ownership(self) -> None:
-        """Let go of live executions another worker has claimed since (watcher
-        thread; the decision is taken on the loop)."""
-        if self._stop.is_set():
-            return
-        asked = self.dispatcher.call(self.engine.fences).result(5)
-        if not asked:
-            return
-        stored = self.store.execution_fences(list(asked))
-        self.dispatcher.call(self.engine.check_ownership, stored, asked).result(5)
+            return self.claims.retire_dead_workers()
 
     # ------------------------------------------------------------------ lifecycle
 
     def _check_open(self) -> None:
         if self.refused is not None:
             raise copy.copy(self.refused)
-        if self._closed:
+        if self.closed:
             raise RuntimeClosedError(f"the durable runtime {self.name} is closed")
 
     @contextmanager
@@ -1216,7 +756,7 @@ class DurableRuntime:
                 return
             self.refused = error
             listeners, self._refusal_listeners = self._refusal_listeners, []
-        self._lease_valid_until = 0.0  # no effect starts any more
+        self.lease_valid_until = 0.0  # no effect starts any more
         log.error(
             "worker %s stops writing: %s It claims nothing more and lets its executions "
             "go; workers of the newer code take them over once its lease has passed",
@@ -1224,7 +764,7 @@ class DurableRuntime:
             error,
         )
         try:
-            self.dispatcher.call_soon(self.engine.let_go_all, error)
+            self.dispatcher.call_soon(self.engine.recovery.let_go_all, error)
         except PhronomyError:
             pass  # the loop is stopping: nothing runs any more
         for listener in listeners:
@@ -1243,7 +783,7 @@ class DurableRuntime:
         the store refused a write for a newer schema, the refusal (no effect starts)."""
         if self.refused is not None:
             return copy.copy(self.refused)
-        if time.monotonic() < self._lease_valid_until:
+        if time.monotonic() < self.lease_valid_until:
             return None
         return LeaseLostError(
             f"execution {execution_id}: the effect did not start: worker {self.worker_id} "
@@ -1260,7 +800,7 @@ class DurableRuntime:
         :meth:`wait_at_rest` and :meth:`close` wait for it. Returns the release
         function (idempotent; any thread)."""
         with self._holds_lock:
-            self._holds += 1
+            self.holds += 1
         released = False
 
         def release() -> None:
@@ -1268,7 +808,7 @@ class DurableRuntime:
             with self._holds_lock:
                 if not released:
                     released = True
-                    self._holds -= 1
+                    self.holds -= 1
 
         return release
 
@@ -1279,7 +819,7 @@ class DurableRuntime:
         deadline = time.monotonic() + timeout_seconds
         while True:
             try:
-                if self._holds == 0 and self.dispatcher.call(self.engine.at_rest).result(
+                if self.holds == 0 and self.dispatcher.call(self.engine.at_rest).result(
                     max(0.0, deadline - time.monotonic())
                 ):
                     return True
@@ -1294,16 +834,16 @@ class DurableRuntime:
         for up to ``timeout_seconds``, then stop. Executions that have not finished
         live on in the store; their waiters fail with RuntimeClosedError. The lease
         ends at once, so another runtime may claim them. Idempotent."""
-        if self._closed:
+        if self.closed:
             return
-        self._closed = True
+        self.closed = True
         deadline = time.monotonic() + timeout_seconds
         self.wait_at_rest(timeout_seconds)
-        self._stop.set()  # the watcher first: it asks the loop things
-        self._wake_watcher.set()
+        self.stopping.set()  # the watcher first: it asks the loop things
+        self.watcher.wake.set()
         if self._unlisten is not None:
             self._unlisten()
-        self._watcher.join(5)
+        self.watcher.join(5)
         try:
             self.dispatcher.call(self._detach).result(5)
         except PhronomyError:
@@ -1312,6 +852,9 @@ class DurableRuntime:
             timeout_seconds=max(0.0, deadline - time.monotonic()), wait_for_sessions=False
         )
         self.pool.shutdown(wait=True, timeout_seconds=max(0.1, deadline - time.monotonic()))
+        # Why here: the loop is stopped, so nothing submits more; the read-backs end
+        # at _stop; and the store must outlive every call made to it (own_store).
+        self.io.close(max(1.0, deadline - time.monotonic()))
         if self.refused is None:  # else a write is refused: the lease passes by itself
             try:
                 self.store.retire_worker(self.worker_id)
@@ -1322,11 +865,17 @@ class DurableRuntime:
 
     def _detach(self) -> None:
         self.engine.closing = True
-        self.engine.detach_all()
+        self.engine.recovery.detach_all()
 
 
 def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
+
+
+if TYPE_CHECKING:  # the engine's view of its runtime, checked against it (mypy)
+    from phronomy_fsm.durable.host import EngineHost
+
+    _CHECKED_HOST: type[EngineHost] = DurableRuntime
 
 
 __all__ = ["DEFAULT_LEASE_SECONDS", "DEFAULT_POLL_SECONDS", "DurableRuntime", "ExecutionHandle"]

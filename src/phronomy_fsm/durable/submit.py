@@ -18,6 +18,8 @@ from typing import Any
 from phronomy_fsm.durable.codec import EncodedJSON
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.keys import check_id, new_execution_id
+from phronomy_fsm.durable.points import EngineBarrier
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import (
     DurableCommit,
     DurablePoint,
@@ -70,7 +72,7 @@ def start_record(
     )
 
 
-def commit_start(store: Any, commit: DurableCommit) -> bool:
+def commit_start(store: ExecutionStore, commit: DurableCommit) -> bool:
     """Commit a start (a lost response read back); returns False when an execution of
     that id and machine existed already (nothing was written).
 
@@ -82,7 +84,7 @@ def commit_start(store: Any, commit: DurableCommit) -> bool:
     return True
 
 
-def start_outcome(store: Any, commit: DurableCommit, error: BaseException) -> bool:
+def start_outcome(store: ExecutionStore, commit: DurableCommit, error: BaseException) -> bool:
     """What a start whose commit raised ``error`` (OutcomeUnknownError or
     ConflictError) amounts to, read back from the store (blocking): True when it
     committed after all, False when an execution of that id and machine existed
@@ -117,7 +119,7 @@ def start_outcome(store: Any, commit: DurableCommit, error: BaseException) -> bo
 
 
 def submit_execution(
-    store: Any,
+    store: ExecutionStore,
     machine: Machine,
     context: Any,
     *,
@@ -162,7 +164,7 @@ def submit_execution(
         clock=clock,
         timeout_seconds=timeout_seconds,
     )
-    commit = DurableCommit("@start", record, None, None)
+    commit = DurableCommit(EngineBarrier.START.value, record, None, None)
     return eid, commit_start(store, commit)
 
 

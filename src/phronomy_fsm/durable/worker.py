@@ -32,10 +32,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from phronomy_fsm.durable.app import DurableApp, attach_app
 from phronomy_fsm.durable.claims import describe_left
+from phronomy_fsm.durable.ports import ExecutionStore, NotifyingStore
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import PhronomyError, SchemaVersionError
@@ -75,7 +76,7 @@ class Worker:
 
     def __init__(
         self,
-        store: Any,
+        store: ExecutionStore,
         app: DurableApp,
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
@@ -119,7 +120,11 @@ class Worker:
         self._detach = attach_app(app, self.runtime)
         self.worker_id = self.runtime.worker_id
         self.runtime.add_refusal_listener(self._on_refused)
-        self._unlisten = store.add_listener(self._on_notification) if notifies else (lambda: None)
+        self._unlisten = (
+            cast(NotifyingStore, store).add_listener(self._on_notification)
+            if notifies
+            else (lambda: None)
+        )
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ events

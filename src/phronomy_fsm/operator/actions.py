@@ -19,6 +19,7 @@ import attrs
 from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, ResolutionOutcome
 from phronomy_fsm.errors import ResolutionError
 from phronomy_fsm.operator import agents
@@ -51,7 +52,7 @@ WAITING_FOR_STATUS = {
 
 
 def list_executions(
-    store: Any,
+    store: ExecutionStore,
     *,
     machine: str | None = None,
     status: str | None = None,
@@ -139,7 +140,7 @@ def _summary(row: Mapping[str, Any], *, has_live_owner: bool) -> ExecutionSummar
 
 
 def describe_execution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     db_path: str | None = None,
@@ -184,7 +185,7 @@ def describe_execution(
 
 
 def execution_owner(
-    store: Any, execution_id: str, *, clock: Clock = SYSTEM_CLOCK
+    store: ExecutionStore, execution_id: str, *, clock: Clock = SYSTEM_CLOCK
 ) -> WorkerLease | None:
     """The worker owning an execution (``None``: never claimed), with whether it still
     runs it: its lease has not passed at ``clock.now()`` and its process is not
@@ -196,7 +197,7 @@ def execution_owner(
     return _worker_leases(store, clock)(owner_id, expires_ms)
 
 
-def _worker_leases(store: Any, clock: Clock) -> Callable[[str, int | None], WorkerLease]:
+def _worker_leases(store: ExecutionStore, clock: Clock) -> Callable[[str, int | None], WorkerLease]:
     """A function ``(worker_id, lease_expires_ms) -> WorkerLease`` over the store's
     workers as read now, probing each worker's process at most once."""
     from phronomy_fsm.runtime.processes import DEAD, ProcessIdentity, current_process, probe_owner
@@ -227,7 +228,7 @@ def _worker_leases(store: Any, clock: Clock) -> Callable[[str, int | None], Work
 
 
 def awaited_events(
-    store: Any, record: ExecutionRecord, facts: MachineFacts | None = None
+    store: ExecutionStore, record: ExecutionRecord, facts: MachineFacts | None = None
 ) -> tuple[str, ...]:
     """The events a waiting execution takes by signal, sorted: those its wait state
     handles among the events its machine lets anyone signal (``facts``, else the
@@ -288,7 +289,7 @@ def recovery_request(
 
 
 def signal_execution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     event: str,
     payload: Any = None,
@@ -329,7 +330,7 @@ def signal_execution(
 
 
 def approve_execution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     approval_request_id: str,
@@ -386,7 +387,7 @@ def approve_execution(
 
 
 def resolve_execution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     expected_revision: int,
@@ -471,7 +472,7 @@ def _check_subject(record: ExecutionRecord, subject: str) -> None:
 
 
 def cancel_execution(
-    store: Any,
+    store: ExecutionStore,
     execution_id: str,
     *,
     reason: str = "cancelled by an operator",

@@ -13,12 +13,12 @@ two consecutive durable states directly is drawn as taken (``docs/spec-format.md
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 import attrs
 
 from phronomy_fsm.diagram import Diagram, Highlight, build_diagram
 from phronomy_fsm.durable.machines import table_from_json
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.table import MachineTable
 
 
@@ -38,7 +38,7 @@ class ExecutionDrawing:
 
 
 def execution_diagram(
-    store: Any, execution_id: str, *, table: MachineTable | None = None
+    store: ExecutionStore, execution_id: str, *, table: MachineTable | None = None
 ) -> ExecutionDrawing:
     """The diagram of ``execution_id``'s machine with its path highlighted.
 

@@ -12,10 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
 
 from phronomy_fsm.durable.app import DurableApp
 from phronomy_fsm.durable.machines import MachineFacts
+from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalKind, SignalRecord
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.operator.actions import awaited_events, execution_owner, recovery_request
@@ -67,7 +67,7 @@ def is_at_rest(
 
 
 def execution_at_rest(
-    store: Any,
+    store: ExecutionStore,
     record: ExecutionRecord,
     facts: Mapping[str, MachineFacts],
     now: datetime,
@@ -91,7 +91,7 @@ def execution_at_rest(
     )
 
 
-def with_parents(store: Any, execution_ids: Iterable[str]) -> list[str]:
+def with_parents(store: ExecutionStore, execution_ids: Iterable[str]) -> list[str]:
     """``execution_ids`` followed by the parents they notify (a child's end moves its
     parent on), each once, nearest first. Raises NotFoundError, StorageError."""
     out: list[str] = []
@@ -104,7 +104,7 @@ def with_parents(store: Any, execution_ids: Iterable[str]) -> list[str]:
 
 
 def recover_store(
-    store: Any,
+    store: ExecutionStore,
     app: DurableApp,
     *,
     wait_seconds: float = 60.0,
@@ -235,7 +235,7 @@ def _pending_approval(
 
 
 def wait_until_rest(
-    store: Any,
+    store: ExecutionStore,
     execution_ids: Iterable[str],
     facts: Mapping[str, MachineFacts],
     *,

@@ -1020,6 +1020,7 @@ def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) 
 
 
 if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
-    from phronomy_fsm.durable.ports import ExecutionStore
+    from phronomy_fsm.durable.ports import AgentRegistry, ExecutionStore
 
     _CHECKED_PORT: type[ExecutionStore] = SqliteBarrierStore
+    _CHECKED_AGENT_PORT: type[AgentRegistry] = SqliteBarrierStore

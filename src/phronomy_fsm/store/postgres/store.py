@@ -672,6 +672,7 @@ __all__ = ["MAX_GROUP_BATCH", "PostgresStore", "describe_dsn", "is_connection_er
 
 
 if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
-    from phronomy_fsm.durable.ports import ExecutionStore
+    from phronomy_fsm.durable.ports import AgentRegistry, ExecutionStore
 
     _CHECKED_PORT: type[ExecutionStore] = PostgresStore
+    _CHECKED_AGENT_PORT: type[AgentRegistry] = PostgresStore
