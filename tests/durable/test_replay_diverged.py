@@ -134,7 +134,8 @@ def test_an_answer_whose_replay_reaches_another_effect_parks_again(tmp_path: Pat
             "the replay to park again",
         )
         again = third.store.load_record("c-1")
-    gate.set()
+    gate.set()  # the live run's ship_a finishes now, on its own thread, and writes its line
+    wait_until(ledger.exists, 10, "the live run's ship_a to write the ledger")
     assert "reached effect ship_b" in again.recovery.reason
     assert "deterministic" in again.recovery.reason
     assert again.recovery.subject.effect == "ship_a"  # the question still names the answered one

@@ -12,27 +12,34 @@ durable inbox, from any process (:mod:`phronomy_fsm.durable.operations`).
 The rules are in ``docs/semantics.md``.
 """
 
-from phronomy_fsm.durable.claims import OtherSpecExecution
-from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
-from phronomy_fsm.durable.records import (
-    DurablePoint,
-    EffectKind,
-    ExecutionRecord,
-    ExecutionStatus,
-    JournalEntry,
-    ResolutionOutcome,
-    SignalRecord,
-)
-from phronomy_fsm.durable.runtime import DurableRuntime, ExecutionHandle
-from phronomy_fsm.durable.types import (
-    BarrierRecords,
-    ChildStart,
-    DurableEvent,
-    DurableEventKind,
-    ExecutionResult,
-    Machine,
-    RecoveryReport,
-)
+from typing import TYPE_CHECKING
+
+from phronomy_fsm._lazy import lazy_exports
+
+# Imported on first use (PEP 562, phronomy_fsm._lazy): importing one submodule of
+# this package must not import the others.
+if TYPE_CHECKING:
+    from phronomy_fsm.durable.claims import OtherSpecExecution
+    from phronomy_fsm.durable.operations import request_cancel, request_resolution, send_signal
+    from phronomy_fsm.durable.records import (
+        DurablePoint,
+        EffectKind,
+        ExecutionRecord,
+        ExecutionStatus,
+        JournalEntry,
+        ResolutionOutcome,
+        SignalRecord,
+    )
+    from phronomy_fsm.durable.runtime import DurableRuntime, ExecutionHandle
+    from phronomy_fsm.durable.types import (
+        BarrierRecords,
+        ChildStart,
+        DurableEvent,
+        DurableEventKind,
+        ExecutionResult,
+        Machine,
+        RecoveryReport,
+    )
 
 __all__ = [
     "BarrierRecords",
@@ -56,3 +63,38 @@ __all__ = [
     "request_resolution",
     "send_signal",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        globals(),
+        {
+            "phronomy_fsm.durable.claims": ("OtherSpecExecution",),
+            "phronomy_fsm.durable.operations": (
+                "request_cancel",
+                "request_resolution",
+                "send_signal",
+            ),
+            "phronomy_fsm.durable.records": (
+                "DurablePoint",
+                "EffectKind",
+                "ExecutionRecord",
+                "ExecutionStatus",
+                "JournalEntry",
+                "ResolutionOutcome",
+                "SignalRecord",
+            ),
+            "phronomy_fsm.durable.runtime": (
+                "DurableRuntime",
+                "ExecutionHandle",
+            ),
+            "phronomy_fsm.durable.types": (
+                "BarrierRecords",
+                "ChildStart",
+                "DurableEvent",
+                "DurableEventKind",
+                "ExecutionResult",
+                "Machine",
+                "RecoveryReport",
+            ),
+        },
+    )

@@ -28,59 +28,66 @@ first three and imports this package). Errors are the library's own
 (:mod:`phronomy_fsm.errors`); only the CLI turns them into exit codes.
 """
 
-from phronomy_fsm.operator.actions import (
-    DEFAULT_SENDER,
-    ERROR_PLACEHOLDER,
-    RESULT_PLACEHOLDER,
-    WAITING_FOR_STATUS,
-    approve_execution,
-    awaited_events,
-    cancel_execution,
-    describe_execution,
-    execution_owner,
-    list_executions,
-    recovery_request,
-    resolve_execution,
-    signal_execution,
-)
-from phronomy_fsm.operator.agents import (
-    LLM_ANSWER_PLACEHOLDER,
-    TOOL_RESULT_PLACEHOLDER,
-    agent_view,
-    approval_commands,
-    is_agent_execution,
-)
-from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
-from phronomy_fsm.operator.maintenance import migrate_store
-from phronomy_fsm.operator.recovery import (
-    execution_at_rest,
-    is_at_rest,
-    recover_store,
-    wait_until_rest,
-    with_parents,
-)
-from phronomy_fsm.operator.views import (
-    AGENT_MACHINE,
-    TOOL_CALL_MACHINE,
-    WAITS_FOR_APPROVAL,
-    WAITS_FOR_CHILD,
-    WAITS_FOR_OPERATOR,
-    WAITS_FOR_RECOVER,
-    WAITS_FOR_SIGNAL,
-    AgentView,
-    ApprovalItemView,
-    ApprovalView,
-    ExecutionDetail,
-    ExecutionPage,
-    ExecutionSummary,
-    InboxReceipt,
-    MessageView,
-    MigrationReport,
-    RecoveredExecution,
-    RecoveryRequest,
-    StoreRecoveryReport,
-    WorkerLease,
-)
+from typing import TYPE_CHECKING
+
+from phronomy_fsm._lazy import lazy_exports
+
+# Imported on first use (PEP 562, phronomy_fsm._lazy): importing one submodule of
+# this package must not import the others.
+if TYPE_CHECKING:
+    from phronomy_fsm.operator.actions import (
+        DEFAULT_SENDER,
+        ERROR_PLACEHOLDER,
+        RESULT_PLACEHOLDER,
+        WAITING_FOR_STATUS,
+        approve_execution,
+        awaited_events,
+        cancel_execution,
+        describe_execution,
+        execution_owner,
+        list_executions,
+        recovery_request,
+        resolve_execution,
+        signal_execution,
+    )
+    from phronomy_fsm.operator.agents import (
+        LLM_ANSWER_PLACEHOLDER,
+        TOOL_RESULT_PLACEHOLDER,
+        agent_view,
+        approval_commands,
+        is_agent_execution,
+    )
+    from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
+    from phronomy_fsm.operator.maintenance import migrate_store
+    from phronomy_fsm.operator.recovery import (
+        execution_at_rest,
+        is_at_rest,
+        recover_store,
+        wait_until_rest,
+        with_parents,
+    )
+    from phronomy_fsm.operator.views import (
+        AGENT_MACHINE,
+        TOOL_CALL_MACHINE,
+        WAITS_FOR_APPROVAL,
+        WAITS_FOR_CHILD,
+        WAITS_FOR_OPERATOR,
+        WAITS_FOR_RECOVER,
+        WAITS_FOR_SIGNAL,
+        AgentView,
+        ApprovalItemView,
+        ApprovalView,
+        ExecutionDetail,
+        ExecutionPage,
+        ExecutionSummary,
+        InboxReceipt,
+        MessageView,
+        MigrationReport,
+        RecoveredExecution,
+        RecoveryRequest,
+        StoreRecoveryReport,
+        WorkerLease,
+    )
 
 __all__ = [
     "AGENT_MACHINE",
@@ -130,3 +137,66 @@ __all__ = [
     "wait_until_rest",
     "with_parents",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        globals(),
+        {
+            "phronomy_fsm.operator.actions": (
+                "DEFAULT_SENDER",
+                "ERROR_PLACEHOLDER",
+                "RESULT_PLACEHOLDER",
+                "WAITING_FOR_STATUS",
+                "approve_execution",
+                "awaited_events",
+                "cancel_execution",
+                "describe_execution",
+                "execution_owner",
+                "list_executions",
+                "recovery_request",
+                "resolve_execution",
+                "signal_execution",
+            ),
+            "phronomy_fsm.operator.agents": (
+                "LLM_ANSWER_PLACEHOLDER",
+                "TOOL_RESULT_PLACEHOLDER",
+                "agent_view",
+                "approval_commands",
+                "is_agent_execution",
+            ),
+            "phronomy_fsm.operator.drawing": (
+                "ExecutionDrawing",
+                "execution_diagram",
+            ),
+            "phronomy_fsm.operator.maintenance": ("migrate_store",),
+            "phronomy_fsm.operator.recovery": (
+                "execution_at_rest",
+                "is_at_rest",
+                "recover_store",
+                "wait_until_rest",
+                "with_parents",
+            ),
+            "phronomy_fsm.operator.views": (
+                "AGENT_MACHINE",
+                "TOOL_CALL_MACHINE",
+                "WAITS_FOR_APPROVAL",
+                "WAITS_FOR_CHILD",
+                "WAITS_FOR_OPERATOR",
+                "WAITS_FOR_RECOVER",
+                "WAITS_FOR_SIGNAL",
+                "AgentView",
+                "ApprovalItemView",
+                "ApprovalView",
+                "ExecutionDetail",
+                "ExecutionPage",
+                "ExecutionSummary",
+                "InboxReceipt",
+                "MessageView",
+                "MigrationReport",
+                "RecoveredExecution",
+                "RecoveryRequest",
+                "StoreRecoveryReport",
+                "WorkerLease",
+            ),
+        },
+    )

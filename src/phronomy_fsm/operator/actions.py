@@ -16,7 +16,6 @@ from typing import Any
 
 import attrs
 
-from phronomy_fsm.agent import approvals
 from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
@@ -371,6 +370,8 @@ def approve_execution(
     Durability: committed to the inbox before it returns; two decisions sent at once
     for the same request are one signal: the second is refused.
     """
+    from phronomy_fsm.agent import approvals  # the agent layer is heavy: only when used
+
     operations.load_execution_record(store, execution_id)  # a clear error for a bad id
     signal = approvals.send_approval(
         store,
@@ -423,6 +424,8 @@ def resolve_execution(
     if subject is not None:
         _check_subject(record, subject)
     if agents.is_agent_execution(record):
+        from phronomy_fsm.agent import approvals  # the agent layer is heavy: only when used
+
         signal = approvals.send_resolution(
             store,
             execution_id,

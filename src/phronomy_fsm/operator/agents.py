@@ -24,7 +24,6 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from phronomy_fsm.agent.directory import recovery_subject
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
 from phronomy_fsm.errors import SignalRefusedError
@@ -191,6 +190,10 @@ def agent_recovery_terms(record: ExecutionRecord) -> tuple[str, dict[str, Any]] 
     machine. Pure."""
     if not is_agent_execution(record):
         return None
+    # imported here: the agent layer (httpx, the agent runtime) is heavy, and listing
+    # executions must not load it (docs/performance.md, "CLI start-up")
+    from phronomy_fsm.agent.directory import recovery_subject
+
     return str(_context(record)["agent_id"]), recovery_subject(record)
 
 

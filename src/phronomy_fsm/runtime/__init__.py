@@ -7,20 +7,27 @@ passed in explicitly (``docs/operations.md``, "Crashing at a chosen point
 yourself"). The runtime never imports jinja2 or the YAML parser.
 """
 
-from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT, MachineBinding, bind_machine
-from phronomy_fsm.runtime.cancellation import CancellationToken
-from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
-from phronomy_fsm.runtime.dispatcher import (
-    Authority,
-    Dispatcher,
-    OffloadContext,
-    SessionResult,
-    StepRecord,
-)
-from phronomy_fsm.runtime.faults import FaultPlan
-from phronomy_fsm.runtime.offload import OffloadPool, Operation
-from phronomy_fsm.runtime.tasks import Task, on_loop_thread
-from phronomy_fsm.runtime.timers import TimerQueue, TimerService
+from typing import TYPE_CHECKING
+
+from phronomy_fsm._lazy import lazy_exports
+
+# Imported on first use (PEP 562, phronomy_fsm._lazy): importing one submodule of
+# this package must not import the others.
+if TYPE_CHECKING:
+    from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT, MachineBinding, bind_machine
+    from phronomy_fsm.runtime.cancellation import CancellationToken
+    from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock, ManualClock, SystemClock
+    from phronomy_fsm.runtime.dispatcher import (
+        Authority,
+        Dispatcher,
+        OffloadContext,
+        SessionResult,
+        StepRecord,
+    )
+    from phronomy_fsm.runtime.faults import FaultPlan
+    from phronomy_fsm.runtime.offload import OffloadPool, Operation
+    from phronomy_fsm.runtime.tasks import Task, on_loop_thread
+    from phronomy_fsm.runtime.timers import TimerQueue, TimerService
 
 __all__ = [
     "DEFAULT_STEP_LIMIT",
@@ -44,3 +51,42 @@ __all__ = [
     "bind_machine",
     "on_loop_thread",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        globals(),
+        {
+            "phronomy_fsm.runtime.binding": (
+                "DEFAULT_STEP_LIMIT",
+                "MachineBinding",
+                "bind_machine",
+            ),
+            "phronomy_fsm.runtime.cancellation": ("CancellationToken",),
+            "phronomy_fsm.runtime.clock": (
+                "SYSTEM_CLOCK",
+                "Clock",
+                "ManualClock",
+                "SystemClock",
+            ),
+            "phronomy_fsm.runtime.dispatcher": (
+                "Authority",
+                "Dispatcher",
+                "OffloadContext",
+                "SessionResult",
+                "StepRecord",
+            ),
+            "phronomy_fsm.runtime.faults": ("FaultPlan",),
+            "phronomy_fsm.runtime.offload": (
+                "OffloadPool",
+                "Operation",
+            ),
+            "phronomy_fsm.runtime.tasks": (
+                "Task",
+                "on_loop_thread",
+            ),
+            "phronomy_fsm.runtime.timers": (
+                "TimerQueue",
+                "TimerService",
+            ),
+        },
+    )

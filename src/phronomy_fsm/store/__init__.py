@@ -25,11 +25,18 @@ layers. ``docs/store.md`` has the schema, the error taxonomy, durability setting
 compaction and the command line.
 """
 
-from phronomy_fsm.store.compact import CompactReport
-from phronomy_fsm.store.faults import Fault, FaultInjectingStore, FaultKind
-from phronomy_fsm.store.open import open_store
-from phronomy_fsm.store.schema import SCHEMA_VERSION
-from phronomy_fsm.store.sqlite import SqliteBarrierStore
+from typing import TYPE_CHECKING
+
+from phronomy_fsm._lazy import lazy_exports
+
+# Imported on first use (PEP 562, phronomy_fsm._lazy): importing one submodule of
+# this package must not import the others.
+if TYPE_CHECKING:
+    from phronomy_fsm.store.compact import CompactReport
+    from phronomy_fsm.store.faults import Fault, FaultInjectingStore, FaultKind
+    from phronomy_fsm.store.open import open_store
+    from phronomy_fsm.store.schema import SCHEMA_VERSION
+    from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -40,3 +47,19 @@ __all__ = [
     "SqliteBarrierStore",
     "open_store",
 ]
+
+if not TYPE_CHECKING:
+    __getattr__, __dir__ = lazy_exports(
+        globals(),
+        {
+            "phronomy_fsm.store.compact": ("CompactReport",),
+            "phronomy_fsm.store.faults": (
+                "Fault",
+                "FaultInjectingStore",
+                "FaultKind",
+            ),
+            "phronomy_fsm.store.open": ("open_store",),
+            "phronomy_fsm.store.schema": ("SCHEMA_VERSION",),
+            "phronomy_fsm.store.sqlite": ("SqliteBarrierStore",),
+        },
+    )
