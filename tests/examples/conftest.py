@@ -32,6 +32,15 @@ LLM_VARIABLES = tuple(
 )
 
 
+#: The durable examples and the application factory that runs each, as
+#: ``phronomy-fsm check`` and ``tools/crash_matrix.py --spec`` take them.
+DURABLE_EXAMPLES = [
+    ("order_workflow", "docs.examples.order_workflow:create_app"),
+    ("review_agent", "docs.examples.review_agent:create_app"),
+    ("review_tool", "docs.examples.review_agent:create_app"),
+]
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment for an example's subprocess: no LLM configuration (so the
     scripted provider answers), no crash-harness variables, plus ``extra``."""

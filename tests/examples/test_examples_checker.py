@@ -11,13 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, clean_env
+from .conftest import DURABLE_EXAMPLES, ROOT, clean_env
 
-CHECKS = [
-    ("order_workflow", "docs.examples.order_workflow:create_app"),
-    ("review_agent", "docs.examples.review_agent:create_app"),
-    ("review_tool", "docs.examples.review_agent:create_app"),
-]
+CHECKS = DURABLE_EXAMPLES
 
 
 @pytest.mark.slow

@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, TOOLS, clean_env
+from .conftest import DURABLE_EXAMPLES, ROOT, TOOLS, clean_env
 
-MATRICES = [
-    ("order_workflow", "docs.examples.order_workflow:create_app"),
-    ("review_agent", "docs.examples.review_agent:create_app"),
-    ("review_tool", "docs.examples.review_agent:create_app"),
-]
+MATRICES = DURABLE_EXAMPLES
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 
 class Clock(Protocol):
@@ -99,6 +99,14 @@ class ManualClock:
             callback()
 
 
+class StoreTime(Protocol):
+    """What :class:`StoreClock` reads: a store's clock (both stores implement it)."""
+
+    def store_time(self) -> datetime:
+        """Now on the store's clock (aware UTC). Raises StorageError."""
+        ...
+
+
 class StoreClock:
     """This host's clock, moved onto the store's: the default clock of a durable
     runtime, so every worker measures deadlines and timers on the one clock leases and
@@ -110,7 +118,7 @@ class StoreClock:
     The runtime aligns it when it starts and at each lease renewal.
 
     Args:
-        store: anything with ``store_time() -> datetime`` (aware UTC).
+        store: the store whose clock it follows (:class:`StoreTime`).
         local: the host's clock (a test passes one that runs behind or ahead).
 
     Raises (at construction): StorageError from the first reading of the store.
@@ -120,7 +128,7 @@ class StoreClock:
 
     __slots__ = ("_local", "_offset", "_store")
 
-    def __init__(self, store: Any, local: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, store: StoreTime, local: Clock = SYSTEM_CLOCK) -> None:
         self._store = store
         self._local = local
         self._offset = 0.0
