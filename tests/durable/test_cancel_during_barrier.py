@@ -9,6 +9,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from phronomy_fsm.durable import DurableRuntime, ExecutionStatus
 from phronomy_fsm.store.open import open_store
 from phronomy_fsm.testing.deadlines import scaled_seconds, wait_until
@@ -18,10 +20,13 @@ from .batch_app import Batch, ItemHooks
 
 class _HeldBarrier:
     """A store that holds the ``launch`` barrier's commit until ``release`` is set (a
-    slow disk): the cancel is then applied while that commit is in flight."""
+    slow disk): the cancel is then applied while that commit is in flight. Held
+    ``before`` the store writes it, or ``after`` (written, its outcome not yet back:
+    the children's rows are in the store but not yet live in the runtime)."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, where: str) -> None:
         self.inner = inner
+        self.where = where
         self.held = threading.Event()
         self.release = threading.Event()
 
@@ -31,10 +36,14 @@ class _HeldBarrier:
         out: Future[Any] = Future()
 
         def later() -> None:
+            if self.where == "after":
+                written = self.inner.submit(commit)
+                written.exception(scaled_seconds(30))
             self.held.set()
             self.release.wait(scaled_seconds(30))
-            inner = self.inner.submit(commit)
-            inner.add_done_callback(
+            if self.where == "before":
+                written = self.inner.submit(commit)
+            written.add_done_callback(
                 lambda f: (
                     out.set_exception(f.exception())
                     if f.exception() is not None
@@ -62,16 +71,22 @@ class _Hanging(ItemHooks):
         return work
 
 
+@pytest.mark.parametrize("where", ["before", "after"])
 def test_a_cancel_while_a_barrier_that_starts_children_commits_cancels_them_all(
-    tmp_path: Path,
+    tmp_path: Path, where: str
 ) -> None:
+    """Held ``after`` the store wrote the barrier, the cancel's cascade finds the
+    children in the store and writes each a cancel request of its own, while the
+    runtime, once they are live, cancels them too: each request must be consumed by
+    the child's ``@cancel`` commit, not left pending on a finished execution (found
+    by the interleaving checker on the agent machine)."""
     from .test_worker_capacity import _batch_machines
 
     db = str(tmp_path / "batch.db")
-    held = _HeldBarrier(open_store(db))
-    runtime = DurableRuntime(
-        held, machines=_batch_machines(_Hanging(tmp_path / "items.jsonl")), own_store=False
-    )
+    held = _HeldBarrier(open_store(db), where)
+    hooks = _Hanging(tmp_path / "items.jsonl")
+    hooks.gate = threading.Event()
+    runtime = DurableRuntime(held, machines=_batch_machines(hooks), own_store=False)
     try:
         handle = runtime.start("batch_flow", Batch(["x", "y"]), execution_id="batch")
         assert held.held.wait(scaled_seconds(10))
@@ -91,7 +106,7 @@ def test_a_cancel_while_a_barrier_that_starts_children_commits_cancels_them_all(
         # the children's work may have started: a cancel waits for it to come back
         # (docs/semantics.md "Cancel"), so it is let go once both heard the cancel
         wait_until(lambda: all(cancelling(eid) for eid in ids), 20, "the children's cancel")
-        _Hanging.gate.set()
+        hooks.gate.set()
         result = handle.result(scaled_seconds(20))
         assert result.status is ExecutionStatus.CANCELLED
         children = runtime.store.list_records(parent_execution_id="batch")
@@ -104,7 +119,13 @@ def test_a_cancel_while_a_barrier_that_starts_children_commits_cancels_them_all(
             20,
             "the children to be cancelled",
         )
+        reader = open_store(db, read_only=True)
+        try:
+            for eid in ["batch", *(c.execution_id for c in children)]:
+                assert reader.pending_signals(eid) == [], eid
+        finally:
+            reader.close()
     finally:
-        _Hanging.gate.set()
+        hooks.gate.set()
         runtime.close(timeout_seconds=5)
         held.inner.close()

@@ -233,6 +233,39 @@ def test_an_end_that_consumes_the_cancel_or_follows_a_closed_one_is_not_refused(
     assert store.load_record("e2").status is ExecutionStatus.FAILED
 
 
+def test_the_commit_that_finishes_an_execution_closes_its_pending_signals(store):
+    """Whatever still waits in the inbox of an execution that finishes — a second
+    cancel request, a child's completion, an approval nobody asked for any more — is
+    closed by that commit, in its transaction: nothing reads a finished inbox again."""
+    for eid, barrier, status in (
+        ("e1", "@final", ExecutionStatus.COMPLETED),
+        ("e2", "@cancel", ExecutionStatus.CANCELLED),
+    ):
+        commit(store, create(eid))
+        kind = SignalKind.CANCEL if barrier == "@cancel" else SignalKind.EVENT
+        taken = store.send_signal(signal(eid, f"{eid}-1", kind=kind))
+        store.send_signal(signal(eid, f"{eid}-2"))
+        if barrier == "@cancel":  # a second cancel request, read while the first applies
+            store.send_signal(signal(eid, f"{eid}-3", kind=SignalKind.CANCEL))
+        ending = step(
+            store.load_record(eid),
+            barrier,
+            state="over",
+            status=status,
+            commit_options={"consume_signals": (taken.seq,)},
+        )
+        commit(store, ending)
+        assert store.pending_signals(eid) == []
+        outcomes = {s.signal_id: s.outcome for s in store.list_signals(eid)}
+        assert outcomes.pop(f"{eid}-1") == "consumed"
+        assert set(outcomes.values()) == {"dropped: finished in over"}
+    # an active execution's commit closes nothing it did not consume
+    commit(store, create("e3"))
+    kept = store.send_signal(signal("e3", "e3-1"))
+    commit(store, step(store.load_record("e3"), "b"))
+    assert [s.seq for s in store.pending_signals("e3")] == [kept.seq]
+
+
 def test_a_child_that_exists_refuses_the_parents_commit(store):
     commit(store, create("parent"))
     commit(store, create("child"))

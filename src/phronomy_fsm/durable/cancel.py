@@ -147,11 +147,9 @@ class Cancellation:
             record = points.cancelled(
                 live.record, self.engine.now(), state=live.state, status=status, error=told
             )
-            taken = [seq for seq in live.delivered if seq != signal.seq]
-            if taken:  # delivered, never committed: closed, not left pending for ever
-                self.engine.host.io.drop_signals(
-                    live, taken, "dropped: the execution was cancelled"
-                )
+            # signals delivered but never committed, and other cancel requests, are
+            # closed by the @cancel commit itself (the store drops what a finishing
+            # commit leaves pending)
             live.delivered = [signal.seq] if signal.seq else []
             self.engine.finish(live, EngineBarrier.CANCEL, record)
 

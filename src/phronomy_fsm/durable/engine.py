@@ -682,10 +682,8 @@ class Engine:
         for task in live.waiters:
             task.complete(result)
         live.waiters.clear()
-        if live.pending:
-            dropped = [s.seq for s in live.pending]
-            live.pending.clear()
-            self.host.io.drop_signals(live, dropped, f"dropped: finished in {record.state}")
+        # the finishing commit closed every signal still pending in the store
+        live.pending.clear()
 
     def running_count(self) -> int:
         """How many live executions are running here (:meth:`moving`). One that waits

@@ -48,6 +48,8 @@ from phronomy_fsm.store.refusals import (
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    finished_outcome,
+    finishes,
     inbox_write_refusal,
     signal_sent_already_error,
     update_refusal,
@@ -154,6 +156,7 @@ class PreparedDurable:
             self.is_one_statement = (
                 commit.expected_revision is not None
                 and not commit.consume_signals
+                and not finishes(commit)
                 and not ends_unless_cancelled(commit)
             )
 
@@ -296,6 +299,12 @@ def apply_durable(
                 "(consumed by another commit?); reload and decide again",
                 execution_id=ex.execution_id,
             )
+    if finishes(commit):  # nothing reads a finished execution's inbox again
+        cur.execute(
+            "UPDATE signals SET consumed_revision=?, outcome=? WHERE execution_id=?"
+            " AND consumed_revision IS NULL",
+            (ex.revision, finished_outcome(ex.state), ex.execution_id),
+        )
     for child, body in p.children:
         try:
             _insert_execution(

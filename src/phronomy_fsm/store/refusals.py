@@ -206,6 +206,19 @@ def ends_unless_cancelled(commit: DurableCommit) -> bool:
     return not commit.execution.is_active or commit.barrier in ("@resolution", "@effect")
 
 
+def finishes(commit: DurableCommit) -> bool:
+    """True for a commit that ends an existing execution. In the same transaction the
+    store closes every signal still pending in its inbox with :func:`finished_outcome`,
+    so no finished execution keeps a signal that nothing will ever read
+    (``docs/semantics.md``, "Signals")."""
+    return commit.expected_revision is not None and not commit.execution.is_active
+
+
+def finished_outcome(state: str) -> str:
+    """The outcome of a signal left pending when its execution finished in ``state``."""
+    return f"dropped: finished in {state}"
+
+
 def cancel_pending_error(execution_id: str, seqs: list[int]) -> ConflictError:
     """The refusal of a commit that would end ``execution_id`` while the cancel
     requests ``seqs`` wait in its inbox (``reason`` ``cancel_pending``): the caller

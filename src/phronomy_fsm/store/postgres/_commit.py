@@ -47,6 +47,8 @@ from phronomy_fsm.store.refusals import (
     REFUSAL_COLUMNS,
     cancel_pending_error,
     ends_unless_cancelled,
+    finished_outcome,
+    finishes,
     inbox_write_refusal,
     signal_sent_already_error,
     update_refusal,
@@ -183,6 +185,7 @@ class PreparedCommit:
             or c.children
             or c.send_signals
             or c.journal
+            or finishes(c)
             or ends_unless_cancelled(c)
         )
 
@@ -283,6 +286,12 @@ def apply_commit(cur: Any, p: PreparedCommit) -> tuple[DurableReceipt, list[str]
                 "(consumed by another commit?); reload and decide again",
                 execution_id=ex.execution_id,
             )
+    if finishes(commit):  # nothing reads a finished execution's inbox again
+        cur.execute(
+            "UPDATE signals SET consumed_revision = %s, outcome = %s WHERE execution_id = %s"
+            " AND consumed_revision IS NULL",
+            (ex.revision, finished_outcome(ex.state), ex.execution_id),
+        )
     for child, body in p.children:
         params = _execution_params(
             child,
