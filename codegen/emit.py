@@ -213,6 +213,14 @@ class _Hook:
     returns: str
     doc: str
     body: str = "..."
+    params: str = "ctx: Any, payload: Any"
+
+
+@attrs.frozen
+class _PayloadClass:
+    name: str
+    doc: str
+    fields: tuple[_Field, ...]
 
 
 def build_view_model(
@@ -238,15 +246,30 @@ def build_view_model(
             table_fields.append(_Field(name, py_literal(value)))
     hooks = []
     uses = _hook_uses(table)
+    direct = _direct_effects(table)
     for names, returns, role in (
         (table.guards, "bool", "Guard"),
         (table.actions, "None", "Action"),
         (table.offload_hooks, "OffloadWork", "Offload hook"),
         (table.barriers, "BarrierWork", "Barrier"),
     ):
-        if returns in ("OffloadWork", "BarrierWork") and names:
+        if returns == "BarrierWork" and names:
             used.add(returns)
         for name in names:
+            if role == "Offload hook" and name in direct:
+                doc = (
+                    f"Effect; used by {uses[name]}. A plain function of a frozen snapshot "
+                    "of the context and the effect context (idempotency_key, attempt, "
+                    "cancellation, deadline), run on a worker; returns the result."
+                )
+                hooks.append(
+                    _Hook(
+                        name, "Any", py_docstring(doc, " " * 8), params="snapshot: Any, ectx: Any"
+                    )
+                )
+                continue
+            if role == "Offload hook":
+                used.add(returns)
             if role == "Barrier":
                 # optional under the durable runtime (it commits the barrier itself and
                 # calls the hook only for records to add): a real body, so a hooks
@@ -262,6 +285,15 @@ def build_view_model(
                 _Hook(name, returns, py_docstring(f"{role}; used by {uses[name]}.", " " * 8))
             )
     hooks.sort(key=lambda h: h.name)
+    payload_classes = [
+        _PayloadClass(
+            e.payload or "Payload",
+            py_docstring(f"The payload of event {e.name!r} (its declared schema).", "    "),
+            tuple(_Field(field, _annotation(kind)) for field, kind in e.fields),
+        )
+        for e in table.events
+        if e.fields
+    ]
     doc = (
         f"Transition table of machine {table.machine!r} (spec version {table.version}).\n\n"
         + (description.strip() + "\n\n" if description.strip() else "")
@@ -277,7 +309,9 @@ def build_view_model(
         },
         "module_doc": py_docstring(doc),
         "imports": sorted(used),
-        "typing_imports": "Any, Protocol" if hooks else "Protocol",
+        "typing_imports": "Any, Protocol"
+        if hooks or any(e.fields for e in table.events)
+        else "Protocol",
         "machine": py_literal(table.machine),
         "machine_plain": table.machine,
         "version": py_literal(table.version),
@@ -286,7 +320,34 @@ def build_view_model(
         "events": [_Member(e.name.upper(), py_literal(e.name)) for e in table.events],
         "table_fields": table_fields,
         "hooks": hooks,
+        "payload_classes": payload_classes,
+        "attrs_import": "\n\nimport attrs" if payload_classes else "",
+        "all_line": _all_line(
+            ["MACHINE", "SPEC_SHA256", "SPEC_VERSION", "TABLE", "Event", "Hooks", "State"]
+            + [c.name for c in payload_classes]
+        ),
     }
+
+
+def _all_line(names: list[str]) -> str:
+    """``__all__ = [...]`` sorted as ruff's RUF022 wants (constants first), one line
+    when it fits in 100 columns, else one name a line."""
+    ordered = sorted(names, key=lambda n: (not n.isupper(), n))
+    line = "__all__ = [" + ", ".join(f'"{n}"' for n in ordered) + "]"
+    if len(line) <= 100:
+        return line
+    return "__all__ = [\n" + "".join(f'    "{n}",\n' for n in ordered) + "]"
+
+
+def _annotation(kind: str) -> str:
+    """The Python annotation of a payload field type (``any`` is ``Any``)."""
+    return " | ".join("Any" if part.strip() == "any" else part.strip() for part in kind.split("|"))
+
+
+def _direct_effects(table: MachineTable) -> set[str]:
+    """Hooks of effects declared with the ``effect:`` shorthand (plain effect functions)."""
+    offloads = [s.offload for s in table.states] + [t.offload for t in table.transitions]
+    return {o.hook for o in offloads if o is not None and o.direct}
 
 
 def _hook_uses(table: MachineTable) -> dict[str, str]:

@@ -32,7 +32,9 @@ from phronomy_fsm.table import (
 def _offload(offload: OffloadSpec | None) -> OffloadRow | None:
     if offload is None:
         return None
-    return OffloadRow(offload.hook, offload.completed, offload.failed, offload.effect.value)
+    return OffloadRow(
+        offload.hook, offload.completed, offload.failed, offload.effect.value, offload.direct
+    )
 
 
 def _barrier(barrier: BarrierSpec | None) -> BarrierRow | None:
@@ -97,7 +99,7 @@ def lower(spec: MachineSpec) -> MachineTable:
         initial=resolved.initial,
         states=states,
         events=tuple(
-            EventRow(e.name, e.payload, e.unhandled.value, e.description, e.durable)
+            EventRow(e.name, e.payload, e.unhandled.value, e.description, e.durable, e.fields)
             for e in resolved.events
         ),
         transitions=transitions,

@@ -354,6 +354,13 @@ class SignalRefusedError(DurableError):
     ``used_by_execution_id`` and ``differs``: docs/semantics.md, "Signals")."""
 
 
+class SignalPayloadError(SignalRefusedError):
+    """A signal's payload does not fit the payload schema its event declares
+    (``docs/spec-format.md``, "Payload schemas"); nothing was written. ``reason`` is
+    ``payload_type``; ``event`` names the event and ``problems`` lists every mismatch
+    (a missing field, a wrong type, an undeclared field)."""
+
+
 class ResolutionError(DurableError):
     """An operator resolution was refused before anything was written: the execution
     is not waiting for one, the revision is stale, the outcome is not allowed, or the
@@ -515,6 +522,7 @@ __all__ = [
     "SchemaVersionError",
     "SerializationError",
     "SessionFaultError",
+    "SignalPayloadError",
     "SignalRefusedError",
     "SpecError",
     "StepLimitError",

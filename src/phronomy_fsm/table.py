@@ -86,12 +86,16 @@ def check_delay(seconds: object, what: str) -> float:
 class OffloadRow(NamedTuple):
     """Work run on the offload pool: the hook prepares it on the loop thread; its value
     is posted as ``completed``, its exception as ``failed``. ``effect`` is one of
-    :data:`EFFECT_KINDS` (what recovery may do with work whose outcome was lost)."""
+    :data:`EFFECT_KINDS` (what recovery may do with work whose outcome was lost).
+    ``direct`` marks an effect declared with the spec's ``effect:`` shorthand: its hook
+    is a plain function ``hook(snapshot, ectx) -> result`` run on the worker itself
+    (``docs/spec-format.md``, "Effect shorthand"), not a hook returning the work."""
 
     hook: str
     completed: str
     failed: str
     effect: str = AT_MOST_ONCE
+    direct: bool = False
 
 
 class BarrierRow(NamedTuple):
@@ -150,13 +154,17 @@ class CompoundRow(NamedTuple):
 class EventRow(NamedTuple):
     """One event; ``unhandled`` is ``"error"`` or ``"ignore"``; ``durable`` is true for
     an event posted only after a durable commit by its sender (e.g. a parent's barrier),
-    so a transition on it counts as a committed edge (``docs/spec-format.md`` "Events")."""
+    so a transition on it counts as a committed edge (``docs/spec-format.md`` "Events").
+    ``fields`` is the declared payload schema, ``(field, type)`` pairs (empty when the
+    spec names no schema): a signal's payload is checked against it before anything is
+    written (``docs/spec-format.md``, "Payload schemas")."""
 
     name: str
     payload: str | None = None
     unhandled: str = "error"
     description: str = ""
     durable: bool = False
+    fields: tuple[tuple[str, str], ...] = ()
 
 
 class TransitionRow(NamedTuple):
@@ -277,3 +285,63 @@ class PendingBarrier(NamedTuple):
 #: ``concurrent.futures.Future`` or ``phronomy_fsm.runtime.Task`` that settles with a
 #: :class:`BarrierOutcome`; or a :class:`BarrierOutcome` decided at once.
 BarrierWork = Any
+
+
+#: The field types a payload schema may name: JSON types, each optionally written
+#: ``<type> | None`` (``docs/spec-format.md``, "Payload schemas").
+PAYLOAD_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "str": (str,),
+    "int": (int,),
+    "float": (int, float),
+    "bool": (bool,),
+    "dict": (dict,),
+    "list": (list,),
+    "any": (object,),
+}
+
+
+def split_field_type(declared: str) -> tuple[str, bool]:
+    """Split a field type as written into ``(base type, optional)``: ``"str | None"``
+    gives ``("str", True)``, ``"int"`` gives ``("int", False)``."""
+    parts = [p.strip() for p in declared.split("|")]
+    optional = "None" in parts
+    base = [p for p in parts if p != "None"]
+    return (base[0] if len(base) == 1 else declared.strip()), optional
+
+
+def payload_problems(fields: tuple[tuple[str, str], ...], payload: Any) -> list[str]:
+    """Every way ``payload`` (JSON data) misses the payload schema ``fields``
+    (``(field, type)`` pairs from :attr:`EventRow.fields`); empty when it fits or when
+    there is no schema.
+
+    A payload fits when it is a mapping holding every field not declared
+    ``<type> | None``, each of its declared JSON type (``bool`` is no ``int``), and no
+    other key. Used by ``send_signal`` before anything is written
+    (``docs/semantics.md``, "Signals").
+    """
+    if not fields:
+        return []
+    if not isinstance(payload, dict):
+        names = ", ".join(f for f, _ in fields)
+        return [f"expected a mapping with fields {names}, got {type(payload).__name__}"]
+    problems: list[str] = []
+    declared = dict(fields)
+    for name, written in fields:
+        base, optional = split_field_type(written)
+        if name not in payload:
+            if not optional:
+                problems.append(f"field {name!r} ({written}) is missing")
+            continue
+        value = payload[name]
+        if value is None and optional:
+            continue
+        kinds = PAYLOAD_FIELD_TYPES.get(base, (object,))
+        wrong_bool = isinstance(value, bool) and bool not in kinds and base != "any"
+        if wrong_bool or not isinstance(value, kinds):
+            problems.append(f"field {name!r} must be {written}, got {type(value).__name__}")
+    problems.extend(
+        f"unexpected field {key!r} (declared: {', '.join(declared)})"
+        for key in payload
+        if key not in declared
+    )
+    return problems

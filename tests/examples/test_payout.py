@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import payout
+import pytest
 
 from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
 from phronomy_fsm.store import SqliteBarrierStore
@@ -58,7 +60,7 @@ def test_a_payout_cut_short_waits_for_the_operator_then_finishes(
         record = runtime.store.load_record("INV-7")
         assert (record.status, record.state) == (
             ExecutionStatus.RECOVERY_REQUIRED,
-            "announcing_payment",
+            "paying",
         )
         subject = record.recovery.subject
         assert (subject.effect, subject.attempt, subject.key[:13]) == (
@@ -70,15 +72,76 @@ def test_a_payout_cut_short_waits_for_the_operator_then_finishes(
             "INV-7",
             expected_revision=record.revision,
             outcome="succeeded",
-            result={"invoice": "INV-7", "amount_cents": 12_000, "key": subject.key},
+            result={"invoice": "INV-7", "cents": 12_000, "key": subject.key},
         )
         result = runtime.handle("INV-7").result(10)
         log = [b.barrier for b in store.barrier_log("INV-7")]
     assert (result.status, result.state) == (ExecutionStatus.COMPLETED, "done")
-    assert result.context.receipt == {
-        "invoice": "INV-7",
-        "amount_cents": 12_000,
-        "key": subject.key,
-    }
+    assert result.context.receipt == {"invoice": "INV-7", "cents": 12_000, "key": subject.key}
     assert result.context.confirmed_by == "ana"
-    assert log == ["@start", "@wait", "payment", "@recovery", "@resolution", "@final"]
+    assert log == ["@start", "@wait", "@effect", "@recovery", "@resolution", "@final"]
+
+
+#: Reads the store from a new process: how many signals INV-8 holds.
+READ_BACK = """
+import sys
+from phronomy_fsm.store import SqliteBarrierStore
+with SqliteBarrierStore(sys.argv[1]) as store:
+    print(len(store.list_signals("INV-8")))
+"""
+
+
+def _read_back(db: Path) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_BACK, str(db)],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return proc.stdout.strip()
+
+
+def test_a_signal_whose_payload_misses_its_declared_type_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """``confirm`` declares ``payload: {by: str}``: the library and the CLI refuse a wrong
+    payload with SignalPayloadError, and a new process finds no signal in the store."""
+    from click.testing import CliRunner
+
+    from phronomy_fsm.cli import main as cli
+    from phronomy_fsm.errors import SignalPayloadError
+
+    db = tmp_path / "payouts.db"
+    with DurableRuntime(SqliteBarrierStore(db), machines=[payout.PAYOUT], own_store=True) as rt:
+        rt.start("payout", payout.Payout("INV-8", 100), execution_id="INV-8")
+        with pytest.raises(SignalPayloadError) as refused:
+            rt.signal("INV-8", "confirm", {"by": 7, "note": "x"})
+        for wrong in ("ana", {}, {"by": None}, {"by": True}):
+            with pytest.raises(SignalPayloadError):
+                rt.signal("INV-8", "confirm", wrong)
+    assert refused.value.reason == "payload_type"
+    assert refused.value.problems == (
+        "field 'by' must be str, got int",
+        "unexpected field 'note' (declared: by)",
+    )
+    assert _read_back(db) == "0"
+    cli_run = CliRunner().invoke(
+        cli, ["signal", "INV-8", "confirm", "--db", str(db), "--payload", '{"by": 3}']
+    )
+    assert cli_run.exit_code == 1, cli_run.output
+    assert "does not fit its declared type (ConfirmPayload)" in cli_run.output
+    assert _read_back(db) == "0"
+    ok = CliRunner().invoke(
+        cli, ["signal", "INV-8", "confirm", "--db", str(db), "--payload", '{"by": "ana"}']
+    )
+    assert ok.exit_code == 0, ok.output
+    assert _read_back(db) == "1"
+
+
+def test_the_generated_payload_class_holds_the_declared_fields() -> None:
+    from machines.payout import ConfirmPayload
+
+    assert attrs.fields_dict(ConfirmPayload).keys() == {"by"}
+    assert ConfirmPayload(by="ana").by == "ana"

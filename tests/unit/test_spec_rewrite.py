@@ -1,5 +1,8 @@
 """The agent's first specs, rewritten with compound states and barrier shorthands (issue
-13), lower to the same tables as before that rewrite.
+13), and the examples ``payout`` and ``order_workflow`` rewritten with the effect
+shorthand (issue 23, keeping their barrier states), lower to the same tables as before
+that rewrite; the only difference an effect shorthand makes is ``OffloadRow.direct``
+(its hook is a plain effect function), checked state by state.
 
 The rewritten specs are kept under ``tests/fixtures/specs/<machine>_v1.yaml`` (the agent
 has since been re-founded on the durable engine with new specs: ``fsm_specs/``); they
@@ -89,7 +92,11 @@ def test_states_events_and_hooks_are_unchanged(machine: str) -> None:
 
     def states(table: dict[str, Any]) -> dict[str, Any]:
         keep = ("kind", "entry", "offload", "barrier", "timeout")
-        return {s["name"]: {k: s[k] for k in keep} for s in table["states"]}
+        out = {s["name"]: {k: s[k] for k in keep} for s in table["states"]}
+        for state in out.values():  # how an effect's hook is called: compared below
+            if state["offload"] is not None:
+                state["offload"] = {k: v for k, v in state["offload"].items() if k != "direct"}
+        return out
 
     def events(table: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -99,6 +106,11 @@ def test_states_events_and_hooks_are_unchanged(machine: str) -> None:
 
     assert states(after) == states(before)
     assert events(after) == events(before)
+    # the one difference an effect shorthand makes: its hook is a plain effect function
+    direct = {s["name"] for s in after["states"] if (s["offload"] or {}).get("direct")}
+    written = check_spec_file(FIXTURES / f"{machine}_v1.yaml").spec
+    assert written is not None
+    assert direct == {s.name for s in written.states if s.effect is not None}
     for key in ("initial", "guards", "actions", "offload_hooks", "barriers"):
         assert after[key] == before[key], key
     # the one migration added since: executions started under the previous release's
@@ -134,9 +146,23 @@ def test_the_rewritten_specs_use_the_new_features() -> None:
     assert [s.name for s in result.spec.states if s.compound] == ["working"]
 
 
+def test_the_effect_shorthand_shortens_the_examples() -> None:
+    # before issue 23: payout 55 lines, order_workflow 132 (docs/examples at the time)
+    for machine, before in (("payout", 55), ("order_workflow", 132)):
+        text = (FIXTURES / f"{machine}_v1.yaml").read_text("utf-8")
+        assert "effect: {hook:" in text
+        assert len(text.splitlines()) < before * 3 // 4, machine
+
+
 def test_the_frozen_copy_is_what_it_claims() -> None:
     # a frozen table is a plain JSON copy of a MachineTable without its sha256
-    assert REWRITTEN == ["agent_session", "execution_admission", "tool_invocation"]
+    assert REWRITTEN == [
+        "agent_session",
+        "execution_admission",
+        "order_workflow",
+        "payout",
+        "tool_invocation",
+    ]
     for machine in REWRITTEN:
         frozen = _before(machine)
         assert frozen["machine"] == machine and "spec_sha256" not in frozen

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         Machine,
         RecoveryReport,
     )
+    from phronomy_fsm.runtime.plain_hooks import EffectContext
 
 __all__ = [
     "BarrierRecords",
@@ -48,6 +49,7 @@ __all__ = [
     "DurableEventKind",
     "DurablePoint",
     "DurableRuntime",
+    "EffectContext",
     "EffectKind",
     "ExecutionHandle",
     "ExecutionRecord",
@@ -87,6 +89,7 @@ if not TYPE_CHECKING:
                 "DurableRuntime",
                 "ExecutionHandle",
             ),
+            "phronomy_fsm.runtime.plain_hooks": ("EffectContext",),
             "phronomy_fsm.durable.types": (
                 "BarrierRecords",
                 "ChildStart",

@@ -257,7 +257,7 @@ class Effects:
             key=key,
             attempt=attempt,
         )
-        return EffectStart(kind.value, key, attempt)
+        return EffectStart(kind.value, key, attempt, live.record.expires_at)
 
 
 __all__ = ["ANNOUNCEMENT_WAIT_SECONDS", "Effects"]

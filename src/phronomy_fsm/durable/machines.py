@@ -232,7 +232,10 @@ def table_from_json(data: Mapping[str, Any]) -> MachineTable:
         )
         for s in _iter_rows(data["states"])
     )
-    events = tuple(_build(EventRow, e) for e in _iter_rows(data["events"]))
+    events = tuple(
+        _build(EventRow, e, fields=lambda pairs: tuple(tuple(p) for p in pairs))
+        for e in _iter_rows(data["events"])
+    )
     transitions = tuple(
         _build(
             TransitionRow,

@@ -30,9 +30,10 @@ from phronomy_fsm.errors import (
     NotFoundError,
     ResolutionError,
     SerializationError,
+    SignalPayloadError,
     SignalRefusedError,
 )
-from phronomy_fsm.table import MachineTable
+from phronomy_fsm.table import MachineTable, payload_problems
 
 
 def load_execution_record(store: ExecutionStore, execution_id: str) -> ExecutionRecord:
@@ -125,6 +126,8 @@ def send_signal(
 
     Raises:
         NotFoundError: no such execution. ExecutionFinishedError: it has finished.
+        SignalPayloadError: the payload does not fit the payload schema the event
+            declares (``reason`` ``payload_type``; ``problems`` lists each mismatch).
         SignalRefusedError: undeclared or engine-internal event, payload not JSON,
             stale ``expected_revision``, ``signal_id`` already used by another signal
             (``reason`` says which: ``signal_id_reused`` names the execution it
@@ -168,6 +171,8 @@ def send_signal(
         ensure_json(payload, what="the signal's payload")
     except SerializationError as exc:
         raise SignalRefusedError(str(exc), execution_id=execution_id, reason="payload") from exc
+    if facts is not None:
+        check_signal_payload(facts.table, execution_id, event, payload)
     signal = _new_signal(
         execution_id,
         SignalKind.EVENT,
@@ -178,6 +183,28 @@ def send_signal(
         sender=sender,
     )
     return store.send_signal(signal)
+
+
+def check_signal_payload(table: MachineTable, execution_id: str, event: str, payload: Any) -> None:
+    """Check ``payload`` against the payload schema ``event`` declares in ``table``
+    (nothing to check when it declares none).
+
+    Raises:
+        SignalPayloadError: the payload misses the schema; every problem is listed.
+    """
+    row = next((e for e in table.events if e.name == event), None)
+    fields = tuple(getattr(row, "fields", ()) or ()) if row is not None else ()
+    problems = payload_problems(tuple((str(f), str(t)) for f, t in fields), payload)
+    if problems:
+        raise SignalPayloadError(
+            f"the payload of {event!r} does not fit its declared type "
+            f"({row.payload if row is not None else 'schema'}): {'; '.join(problems)}; "
+            "nothing was sent",
+            execution_id=execution_id,
+            reason="payload_type",
+            event=event,
+            problems=tuple(problems),
+        )
 
 
 def request_resolution(
@@ -331,6 +358,7 @@ def request_cancel(
 
 
 __all__ = [
+    "check_signal_payload",
     "load_execution_record",
     "machine_facts",
     "request_cancel",

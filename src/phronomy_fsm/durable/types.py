@@ -29,6 +29,7 @@ from phronomy_fsm.durable.records import (
     JournalEntry,
 )
 from phronomy_fsm.runtime.binding import DEFAULT_STEP_LIMIT
+from phronomy_fsm.runtime.plain_hooks import as_hooks
 from phronomy_fsm.table import MachineTable
 
 
@@ -38,8 +39,15 @@ class Machine:
 
     Args:
         table: the generated ``TABLE`` of the machine.
-        hooks: an object implementing the generated ``Hooks`` Protocol: every guard,
-            action and offload hook. Barrier hooks are optional: the runtime commits
+        hooks: every guard, action and offload hook of the generated ``Hooks``
+            Protocol, as an object with one callable attribute per hook (an instance of
+            a class implementing ``Hooks``, a module, a ``types.SimpleNamespace``) or a
+            mapping of hook name → plain function (kept as a namespace). Actions and
+            guards are ``hook(ctx, payload)``; an effect declared with the spec's
+            ``effect:`` shorthand is ``effect(snapshot, ectx) -> result``
+            (:class:`~phronomy_fsm.runtime.plain_hooks.EffectContext`); the set is
+            checked when the machine is registered (``MissingHookError`` names every
+            missing hook). Barrier hooks are optional: the runtime commits
             each barrier itself; a barrier hook, when present, is called as
             ``hook(ctx, payload)`` on the loop thread and may return
             :class:`BarrierRecords` to add to that commit (or ``None``).
@@ -69,7 +77,7 @@ class Machine:
     """
 
     table: MachineTable
-    hooks: Any
+    hooks: Any = attrs.field(converter=as_hooks)
     context_type: type = dict
     final_status: Mapping[str, ExecutionStatus] = attrs.field(factory=dict)
     step_limit: int = DEFAULT_STEP_LIMIT

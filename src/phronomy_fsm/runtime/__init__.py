@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     )
     from phronomy_fsm.runtime.faults import FaultPlan
     from phronomy_fsm.runtime.offload import OffloadPool, Operation
+    from phronomy_fsm.runtime.plain_hooks import ContextSnapshot, EffectContext, as_hooks
     from phronomy_fsm.runtime.tasks import Task, on_loop_thread
     from phronomy_fsm.runtime.timers import TimerQueue, TimerService
 
@@ -35,7 +36,9 @@ __all__ = [
     "Authority",
     "CancellationToken",
     "Clock",
+    "ContextSnapshot",
     "Dispatcher",
+    "EffectContext",
     "FaultPlan",
     "MachineBinding",
     "ManualClock",
@@ -48,6 +51,7 @@ __all__ = [
     "Task",
     "TimerQueue",
     "TimerService",
+    "as_hooks",
     "bind_machine",
     "on_loop_thread",
 ]
@@ -79,6 +83,11 @@ if not TYPE_CHECKING:
             "phronomy_fsm.runtime.offload": (
                 "OffloadPool",
                 "Operation",
+            ),
+            "phronomy_fsm.runtime.plain_hooks": (
+                "ContextSnapshot",
+                "EffectContext",
+                "as_hooks",
             ),
             "phronomy_fsm.runtime.tasks": (
                 "Task",

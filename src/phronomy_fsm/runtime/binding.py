@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from phronomy_fsm.errors import MissingHookError
+from phronomy_fsm.runtime.plain_hooks import as_hooks, describe_hooks, effect_work
 from phronomy_fsm.table import (
     AUTO,
     EXTERNAL,
@@ -189,9 +190,12 @@ def _offload_work(
 ) -> OffloadWorkSpec | None:
     if offload is None:
         return None
+    hook = resolve(offload.hook)
+    if getattr(offload, "direct", False):  # the effect shorthand: a plain function
+        hook = effect_work(hook)
     return OffloadWorkSpec(
         offload.hook,
-        resolve(offload.hook),
+        hook,
         offload.completed,
         offload.failed,
         getattr(offload, "effect", "at_most_once"),
@@ -240,8 +244,13 @@ def bind_machine(
     Args:
         table: a generated ``TABLE``.
         hooks: any object with a callable attribute for each guard, action, offload hook
-            and barrier the table names (the generated ``Hooks`` Protocol). Each is
-            called as ``hook(ctx, payload)`` on the loop thread.
+            and barrier the table names (the generated ``Hooks`` Protocol): a class
+            instance, a module, a ``types.SimpleNamespace``, or a mapping of name →
+            function (:func:`~phronomy_fsm.runtime.plain_hooks.as_hooks`). Each is
+            called as ``hook(ctx, payload)`` on the loop thread, except an effect
+            declared with the ``effect:`` shorthand (``OffloadRow.direct``): a plain
+            function ``effect(snapshot, ectx) -> result`` called on a worker
+            (:func:`~phronomy_fsm.runtime.plain_hooks.effect_work`).
         step_limit: transitions a session may take before it fails with
             :class:`~phronomy_fsm.errors.StepLimitError` (``docs/runtime.md``, "Sessions").
         on_transition: called as ``on_transition(ctx, source, target)`` (state names) on
@@ -264,10 +273,11 @@ def bind_machine(
         ValueError: the table is inconsistent (an unknown kind or state name) — tables
             from the code generator never are.
     """
+    hooks = as_hooks(hooks)
     missing = _missing(table, hooks, optional)
     if missing:
         raise MissingHookError(
-            f"{type(hooks).__name__} lacks {len(missing)} hook(s) required by machine "
+            f"{describe_hooks(hooks)} lacks {len(missing)} hook(s) required by machine "
             f"{table.machine!r}: {', '.join(missing)} (implement every method of the generated "
             "Hooks Protocol; inheriting its stub is not enough)",
             machine=table.machine,

@@ -9,6 +9,7 @@ match).
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from phronomy_fsm.runtime.binding import MachineBinding, Node
@@ -91,12 +92,14 @@ class DispatcherStats:
 class EffectStart(NamedTuple):
     """What a session driver says about an effect it lets start: its declared
     ``kind`` (``pure``, ``idempotent``, ``at_most_once``), its idempotency ``key`` and
-    its ``attempt`` (docs/semantics.md, "Effects"). Handed to the work as
+    its ``attempt`` (docs/semantics.md, "Effects"), and the execution's own
+    ``deadline`` (an aware datetime, or ``None``). Handed to the work as
     ``octx.effect``."""
 
     kind: str
     key: str
     attempt: int = 1
+    deadline: datetime | None = None
 
 
 #: Returned by :meth:`SessionDriver.offload` when the effect must not start: the

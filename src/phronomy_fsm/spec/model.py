@@ -109,13 +109,16 @@ class OffloadSpec:
     On entry (or when the owning transition is taken) the dispatcher asks the hook
     ``hook`` to prepare the work on the loop thread, runs it on a worker, and posts
     ``completed`` with the returned value or ``failed`` with the exception, each
-    checked for authority first.
+    checked for authority first. ``direct`` is true for an offload an
+    :class:`EffectSpec` stands for: its hook is then a plain function
+    ``effect(snapshot, ectx) -> result`` run on the worker.
     """
 
     hook: str
     completed: str
     failed: str
     effect: EffectKind = EffectKind.AT_MOST_ONCE
+    direct: bool = False
     loc: SourceLoc = UNKNOWN_LOC
 
 
@@ -131,6 +134,57 @@ class OutcomeTargetSpec:
     actions: tuple[str, ...] = ()
     description: str = ""
     loc: SourceLoc = UNKNOWN_LOC
+
+
+@attrs.frozen
+class EffectSpec:
+    """The effect shorthand of a state (``effect: {hook, kind, on_completed, on_failed}``,
+    ``docs/spec-format.md`` "Effect shorthand").
+
+    The state runs ``hook`` as an offload of kind ``kind``; its hook is a plain function
+    ``effect(snapshot, ectx) -> result``. ``completed`` and ``failed`` name the outcome
+    events (long form) or are ``None``: derived as ``<hook>_completed`` and
+    ``<hook>_failed`` (:meth:`event_for`), declared for you with payload types
+    ``result`` (default ``Any``) and ``Exception``. ``on_completed`` and ``on_failed``
+    hold the shorthand targets (rows from the state on the outcome's event; ``None``
+    when not given: then a row of the ``transitions`` list must handle it). A state
+    with an effect and no ``kind`` is ``external``.
+    """
+
+    hook: str
+    kind: EffectKind = EffectKind.AT_MOST_ONCE
+    result: str | None = None
+    completed: str | None = None
+    failed: str | None = None
+    on_completed: tuple[OutcomeTargetSpec, ...] | None = None
+    on_failed: tuple[OutcomeTargetSpec, ...] | None = None
+    loc: SourceLoc = UNKNOWN_LOC
+
+    def event_for(self, outcome: str) -> str:
+        """The event posted for ``outcome`` (``completed`` or ``failed``): the one named
+        in the spec, else ``<hook>_<outcome>``."""
+        named: str | None = getattr(self, outcome)
+        return named if named is not None else f"{self.hook}_{outcome}"
+
+    def is_derived(self, outcome: str) -> bool:
+        """True when the event of ``outcome`` is derived rather than named."""
+        return getattr(self, outcome) is None
+
+    def targets_for(self, outcome: str) -> tuple[OutcomeTargetSpec, ...] | None:
+        """The shorthand targets of ``outcome`` (``None`` when not given)."""
+        targets: tuple[OutcomeTargetSpec, ...] | None = getattr(self, f"on_{outcome}")
+        return targets
+
+    def as_offload(self) -> OffloadSpec:
+        """The offload this effect stands for (``direct``: a plain effect function)."""
+        return OffloadSpec(
+            self.hook,
+            self.event_for("completed"),
+            self.event_for("failed"),
+            self.kind,
+            direct=True,
+            loc=self.loc,
+        )
 
 
 @attrs.frozen
@@ -200,13 +254,17 @@ class EventSpec:
     after a durable commit by its sender (e.g. a parent's barrier); it is carried into
     the table but is no committed edge for the durability checks: the sender's commit
     does not announce this execution's effect (``docs/spec-format.md``, "Effects and
-    durability")."""
+    durability"). ``fields`` is a payload schema, ``(field, type)`` pairs, when the spec
+    wrote ``payload`` as a mapping (``payload`` is then the generated class's name,
+    ``<Event>Payload``): signals are checked against it (``docs/spec-format.md``,
+    "Payload schemas")."""
 
     name: str
     description: str = ""
     payload: str | None = None
     unhandled: UnhandledPolicy = UnhandledPolicy.ERROR
     durable: bool = False
+    fields: tuple[tuple[str, str], ...] = ()
     loc: SourceLoc = UNKNOWN_LOC
 
 
@@ -219,7 +277,9 @@ class StateSpec:
     their ``parent``. A compound state has no kind (``None``) and no work of its own:
     it groups the transitions declared on it (``docs/spec-format.md`` "Compound
     states"). ``kind`` is ``None`` only for compound states (and for a state whose kind
-    could not be read). ``initial`` marks the machine's initial state at the top level
+    could not be read). ``effect`` is the effect shorthand as written; the loader also
+    sets ``offload`` to the offload it stands for (:meth:`EffectSpec.as_offload`), so
+    every check reads one offload. ``initial`` marks the machine's initial state at the top level
     and the initial child inside a compound state. ``compound`` is true when the spec
     wrote ``states:`` in this state (even an empty mapping); ``parent`` names the
     compound state it sits in (``None`` at the top level).
@@ -235,6 +295,7 @@ class StateSpec:
     timeout: TimeoutSpec | None = None
     parent: str | None = None
     compound: bool = False
+    effect: EffectSpec | None = None
     loc: SourceLoc = UNKNOWN_LOC
 
     @property
@@ -307,6 +368,13 @@ _DERIVED_EVENT_TEXT = {
     "not_committed": "Barrier {barrier} is known not to have committed.",
     "conflict": "Barrier {barrier} lost its compare-and-set.",
     "outcome_unknown": "The response of barrier {barrier} was lost and could not be reconciled.",
+}
+
+
+#: Descriptions of derived effect outcome events, by outcome.
+_DERIVED_EFFECT_TEXT = {
+    "completed": "Effect {hook} returned; the payload is its result.",
+    "failed": "Effect {hook} raised; the payload is the exception.",
 }
 
 
@@ -400,7 +468,9 @@ class MachineSpec:
         """The events the generated table holds: the declared events, with
         ``state_completed`` first when it is implicit (:attr:`implicit_state_completed`),
         then the derived outcome events of barriers that the spec does not declare
-        (payload ``BarrierOutcome``; ``docs/spec-format.md`` "Barrier shorthand")."""
+        (payload ``BarrierOutcome``; ``docs/spec-format.md`` "Barrier shorthand"), then
+        those of effect shorthands (``<hook>_completed`` with the effect's ``result``
+        type, ``<hook>_failed`` with ``Exception``; "Effect shorthand")."""
         declared = {e.name for e in self.events}
         derived: list[EventSpec] = []
         for _, barrier, _ in self.barriers():
@@ -414,6 +484,25 @@ class MachineSpec:
                             description=_DERIVED_EVENT_TEXT[outcome].format(barrier=barrier.name),
                             payload="BarrierOutcome",
                             loc=barrier.loc,
+                        )
+                    )
+        for state in self.states:
+            effect = state.effect
+            if effect is None:
+                continue
+            for outcome, payload in (
+                ("completed", effect.result or "Any"),
+                ("failed", "Exception"),
+            ):
+                name = effect.event_for(outcome)
+                if effect.is_derived(outcome) and name not in declared:
+                    declared.add(name)
+                    derived.append(
+                        EventSpec(
+                            name,
+                            description=_DERIVED_EFFECT_TEXT[outcome].format(hook=effect.hook),
+                            payload=payload,
+                            loc=effect.loc,
                         )
                     )
         if not self.implicit_state_completed:
@@ -458,8 +547,17 @@ class MachineSpec:
             if t.barrier is not None:
                 yield t.where + ".barrier", t.barrier, t.target
 
+    def effects(self) -> Iterator[tuple[str, EffectSpec, str]]:
+        """Yield ``(document path, effect, state)`` for every effect shorthand."""
+        for state in self.states:
+            if state.effect is not None:
+                yield self.state_path(state.name) + ".effect", state.effect, state.name
+
     def outcome_targets(self) -> Iterator[OutcomeTargetSpec]:
-        """Every barrier shorthand target, in document order."""
+        """Every barrier and effect shorthand target, in document order."""
         for _, barrier, _ in self.barriers():
             for outcome in BARRIER_OUTCOMES:
                 yield from barrier.targets_for(outcome) or ()
+        for _, effect, _ in self.effects():
+            for outcome in OFFLOAD_OUTCOMES:
+                yield from effect.targets_for(outcome) or ()

@@ -1,4 +1,4 @@
-"""What a spec means: the state tree, the rows barrier shorthands stand for, and the
+"""What a spec means: the state tree, the rows barrier and effect shorthands stand for, and the
 flat, prioritised table of ``(leaf state, event)`` candidates the dispatcher runs.
 
 :func:`resolve_spec` is the one place that gives compound states and barrier shorthands
@@ -10,6 +10,10 @@ validator checks the result and the code generator lowers it to a
   is a row from the barrier's state on the outcome's event. An outcome ``conflict`` or
   ``outcome_unknown`` with no target and no written row from the barrier's state (or a
   compound state around it) on its event goes to the machine's ``fail_closed`` state.
+- **Rows an effect stands for.** Each effect shorthand target (``on_completed: done``)
+  is a row from the effect's state on the outcome's event (``<hook>_completed`` or
+  ``<hook>_failed`` unless named); an effect has no unproven outcome event: the engine
+  parks an effect whose outcome was lost (``docs/semantics.md``, "Effects").
 - **Compound states.** A row declared on a compound state applies to every leaf state
   inside it except final states (nothing leaves a final state); a row entering a
   compound state enters its initial child, recursively.
@@ -39,7 +43,9 @@ import attrs
 
 from phronomy_fsm.spec.model import (
     BARRIER_OUTCOMES,
+    OFFLOAD_OUTCOMES,
     BarrierSpec,
+    EffectSpec,
     EventSpec,
     MachineSpec,
     StateSpec,
@@ -55,6 +61,13 @@ _ROW_TEXT = {
     "not_committed": "Barrier {barrier} did not commit.",
     "conflict": "Barrier {barrier} lost its compare-and-set; fail closed.",
     "outcome_unknown": "Barrier {barrier} is unproven; fail closed.",
+}
+
+
+#: Descriptions of the rows effect shorthand targets stand for when the spec gives none.
+_EFFECT_ROW_TEXT = {
+    "completed": "Effect {hook} returned.",
+    "failed": "Effect {hook} raised.",
 }
 
 
@@ -224,6 +237,11 @@ class ResolvedMachine:
                 where = (barrier.loc.line, barrier.loc.column, seq)
                 rows.append(DeclaredRow(row, origin, where))
                 seq += 1
+        for path, effect, owner in self.spec.effects():
+            for row in self._effect_rows(path, effect, owner):
+                where = (effect.loc.line, effect.loc.column, seq)
+                rows.append(DeclaredRow(row, "shorthand", where))
+                seq += 1
         for t in self.spec.transitions:
             rows.append(DeclaredRow(t, "transition", (t.loc.line, t.loc.column, seq)))
             seq += 1
@@ -269,6 +287,22 @@ class ResolvedMachine:
                         loc=barrier.loc,
                     ),
                     "fail_closed",
+                )
+
+    def _effect_rows(self, path: str, effect: EffectSpec, owner: str) -> Iterable[TransitionSpec]:
+        for outcome in OFFLOAD_OUTCOMES:
+            for i, target in enumerate(effect.targets_for(outcome) or ()):
+                text = target.description or _EFFECT_ROW_TEXT[outcome].format(hook=effect.hook)
+                yield TransitionSpec(
+                    -1,
+                    (owner,),
+                    effect.event_for(outcome),
+                    target.to,
+                    guard=target.guard,
+                    actions=target.actions,
+                    description=text,
+                    path=f"{path}.on_{outcome}[{i}]",
+                    loc=target.loc,
                 )
 
     def _lower(self) -> Iterable[FlatRow]:

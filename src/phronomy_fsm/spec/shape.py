@@ -2,7 +2,7 @@
 type of each value.
 
 :data:`SHAPES` maps each node label (``machine``, ``state``, ``event``, ``transition``,
-``offload``, ``barrier``, ``target``, ``timeout``, ``migration``) to a :class:`NodeShape`:
+``offload``, ``barrier``, ``effect``, ``target``, ``timeout``, ``migration``) to a :class:`NodeShape`:
 the model class it becomes and its :class:`Key` rows (the YAML key, the model attribute
 it fills, whether it is required, and its :class:`Value` type). A value type knows both
 how to read a plain YAML value (``read``, raising :class:`ShapeError`) and its JSON
@@ -31,6 +31,7 @@ from phronomy_fsm.spec.model import (
     OFFLOAD_OUTCOMES,
     BarrierSpec,
     EffectKind,
+    EffectSpec,
     EventSpec,
     GuardRef,
     MachineSpec,
@@ -153,6 +154,39 @@ def _renames(value: Any) -> tuple[tuple[str, str], ...]:
                 "WRONG_TYPE", "rename_states maps state names (strings) to state names (strings)"
             )
     return tuple(value.items())
+
+
+#: A payload field type: a JSON type, optionally ``<type> | None``.
+FIELD_TYPE_PATTERN = r"^\s*(str|int|float|bool|dict|list|any)(\s*\|\s*None)?\s*$"
+
+
+def _payload(value: Any) -> str | tuple[tuple[str, str], ...]:
+    """A payload: a type name (documentation), or a mapping field → type (a schema),
+    read as ``(field, type)`` pairs; the loader turns a schema into ``fields``."""
+    import re
+
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, dict):
+        raise ShapeError(
+            "WRONG_TYPE",
+            f"expected a type name or a mapping of field to type, got {describe(value)}",
+        )
+    pairs: list[tuple[str, str]] = []
+    for field, kind in value.items():
+        if not isinstance(field, str) or not isinstance(kind, str):
+            raise ShapeError("WRONG_TYPE", "a payload schema maps field names to type names")
+        if not re.match(FIELD_TYPE_PATTERN, kind):
+            from phronomy_fsm.spec.suggest import did_you_mean
+
+            types = ("str", "int", "float", "bool", "dict", "list", "any")
+            raise ShapeError(
+                "BAD_VALUE",
+                f"field {field!r}: {kind!r} is not one of {', '.join(types)} (optionally "
+                f"'<type> | None'){did_you_mean(kind, types)}",
+            )
+        pairs.append((field, " | ".join(p.strip() for p in kind.split("|"))))
+    return tuple(pairs)
 
 
 def _choice(enum_type: type[enum.Enum], values: tuple[str, ...]) -> Callable[[Any], Any]:
@@ -353,15 +387,23 @@ SHAPES: dict[str, NodeShape] = {
             Key("entry", NAMES, doc="Entry actions, by name."),
             Key("offload", _node("offload")),
             Key("barrier", _node("barrier")),
+            Key(
+                "effect",
+                _node("effect"),
+                doc="Effect shorthand: a plain effect function run on entry; outcome "
+                "events and rows derived (kind defaults to external).",
+            ),
             Key("timeout", _node("timeout")),
             Key("states", _STATES_MAP, attr=None, doc="Child states: this is a compound state."),
         ),
         extra_schema={
             "if": {"required": ["states"]},
             "then": {
-                "properties": {k: False for k in ("kind", "entry", "offload", "barrier", "timeout")}
+                "properties": {
+                    k: False for k in ("kind", "entry", "offload", "barrier", "effect", "timeout")
+                }
             },
-            "else": {"required": ["kind"]},
+            "else": {"anyOf": [{"required": ["kind"]}, {"required": ["effect"]}]},
         },
     ),
     "event": NodeShape(
@@ -371,8 +413,26 @@ SHAPES: dict[str, NodeShape] = {
             Key("description", TEXT),
             Key(
                 "payload",
-                _optional(Value({"type": "string", "pattern": PAYLOAD_PATTERN}, _text)),
-                doc="Payload type name (documentation only).",
+                _optional(
+                    Value(
+                        {
+                            "oneOf": [
+                                {"type": "string", "pattern": PAYLOAD_PATTERN},
+                                {
+                                    "type": "object",
+                                    "propertyNames": {"$ref": "#/$defs/name"},
+                                    "additionalProperties": {
+                                        "type": "string",
+                                        "pattern": FIELD_TYPE_PATTERN,
+                                    },
+                                },
+                            ]
+                        },
+                        _payload,
+                    )
+                ),
+                doc="Payload type name (documentation), or a schema: field name to type "
+                "(str, int, float, bool, dict, list, any; '<type> | None' optional).",
             ),
             Key(
                 "unhandled",
@@ -459,6 +519,44 @@ SHAPES: dict[str, NodeShape] = {
                     doc=f"Where outcome {outcome} leads: a state, {{to, guard, actions}}, or a list.",
                 )
                 for outcome in BARRIER_OUTCOMES
+            ),
+        ),
+    ),
+    "effect": NodeShape(
+        "effect",
+        EffectSpec,
+        (
+            Key(
+                "hook", NAME, required=True, doc="The effect function: (snapshot, ectx) -> result."
+            ),
+            Key(
+                "kind",
+                _enum_value(
+                    EffectKind,
+                    tuple(k.value for k in EffectKind),
+                    "pure, idempotent or at_most_once (default).",
+                ),
+            ),
+            Key(
+                "result",
+                Value({"type": "string", "pattern": PAYLOAD_PATTERN}, _text),
+                doc="Type name of the result (the completed event's payload).",
+            ),
+            *(
+                Key(
+                    outcome,
+                    NAME,
+                    doc=f"Event posted for outcome {outcome} (default <hook>_{outcome}).",
+                )
+                for outcome in OFFLOAD_OUTCOMES
+            ),
+            *(
+                Key(
+                    f"on_{outcome}",
+                    TARGETS,
+                    doc=f"Where outcome {outcome} leads: a state, {{to, guard, actions}}, or a list.",
+                )
+                for outcome in OFFLOAD_OUTCOMES
             ),
         ),
     ),

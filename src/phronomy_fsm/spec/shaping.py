@@ -28,6 +28,7 @@ from phronomy_fsm.spec.model import (
     MigrationSpec,
     OutcomeTargetSpec,
     SourceLoc,
+    StateKind,
     StateSpec,
     TransitionSpec,
 )
@@ -208,6 +209,23 @@ class _Shaper:
         )
         return None
 
+    def with_effect(self, state: StateSpec, body: dict[str, Any], path: Path_) -> StateSpec:
+        """A state with an effect shorthand: its offload is the effect's, its kind
+        ``external`` unless written (``docs/spec-format.md``, "Effect shorthand")."""
+        assert state.effect is not None
+        if state.offload is not None or state.barrier is not None:
+            other = "offload" if state.offload is not None else "barrier"
+            self.problem(
+                "WORK_CONFLICT",
+                f"state {state.name!r} declares both an effect and {'an' if other == 'offload' else 'a'} "
+                f"{other}; a state runs one piece of work — chain two states instead",
+                path + ("effect",),
+                damage=False,
+            )
+            return state
+        kind = state.kind if "kind" in body else StateKind.EXTERNAL
+        return attrs.evolve(state, kind=kind, offload=state.effect.as_offload())
+
     def states(self, mapping: dict[Any, Any], path: Path_, parent: str | None) -> list[StateSpec]:
         out: list[StateSpec] = []
         for name, body in mapping.items():
@@ -223,6 +241,8 @@ class _Shaper:
                     key, parent=parent, compound=compound, loc=self.located.at(state_path)
                 )
                 self.damaged.add(render_path(state_path) + ".kind")
+            elif state.effect is not None:
+                state = self.with_effect(state, body, state_path)
             elif not compound and isinstance(body, dict) and "kind" not in body:
                 self.problem(
                     "MISSING_KEY",
@@ -238,6 +258,12 @@ class _Shaper:
                     )
                 )
         return out
+
+
+def payload_class_name(event: str) -> str:
+    """The name of the class generated for ``event``'s payload schema:
+    ``approve`` → ``ApprovePayload``, ``order_placed`` → ``OrderPlacedPayload``."""
+    return "".join(part[:1].upper() + part[1:] for part in event.split("_") if part) + "Payload"
 
 
 def shape_document(data: Any, located: Located, source_name: str, sha: str) -> Shaped:
@@ -307,6 +333,8 @@ def shape_document(data: Any, located: Located, source_name: str, sha: str) -> S
         if key is None:
             continue
         event = shaper.node("event", {} if body is None else body, ("events", name), name=key)
+        if event is not None and isinstance(event.payload, tuple):  # a payload schema
+            event = attrs.evolve(event, payload=payload_class_name(key), fields=event.payload)
         events.append(
             event if event is not None else EventSpec(key, loc=located.at(("events", name)))
         )

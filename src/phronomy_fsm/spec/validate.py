@@ -36,6 +36,7 @@ from phronomy_fsm.spec.issues import SpecIssue, sort_issues
 from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
 from phronomy_fsm.spec.model import (
     BARRIER_OUTCOMES,
+    OFFLOAD_OUTCOMES,
     MachineSpec,
     OutcomeTargetSpec,
     SourceLoc,
@@ -367,6 +368,16 @@ class _Validator:
                     if targets is not None:
                         b_changes[f"on_{outcome}"] = tuple(target(t) for t in targets)
                 changes["barrier"] = attrs.evolve(barrier, **b_changes)
+            effect = getattr(owner, "effect", None)
+            if effect is not None:
+                changes["effect"] = attrs.evolve(
+                    effect,
+                    **{
+                        f"on_{outcome}": tuple(target(t) for t in targets)
+                        for outcome in OFFLOAD_OUTCOMES
+                        if (targets := effect.targets_for(outcome)) is not None
+                    },
+                )
             timeout = getattr(owner, "timeout", None)
             if timeout is not None:
                 changes["timeout"] = attrs.evolve(timeout, event=ev(timeout.event))
@@ -408,6 +419,14 @@ def _hook_uses(spec: MachineSpec) -> Iterator[tuple[str, str, str, SourceLoc]]:
         yield barrier.name, "barrier", f"{path}.name", barrier.loc
         for outcome in BARRIER_OUTCOMES:
             for i, target in enumerate(barrier.targets_for(outcome) or ()):
+                where = f"{path}.on_{outcome}[{i}]"
+                if target.guard:
+                    yield target.guard.name, "guard", f"{where}.guard", target.guard.loc
+                for j, action in enumerate(target.actions):
+                    yield action, "action", f"{where}.actions[{j}]", target.loc
+    for path, effect, _ in spec.effects():
+        for outcome in OFFLOAD_OUTCOMES:
+            for i, target in enumerate(effect.targets_for(outcome) or ()):
                 where = f"{path}.on_{outcome}[{i}]"
                 if target.guard:
                     yield target.guard.name, "guard", f"{where}.guard", target.guard.loc
