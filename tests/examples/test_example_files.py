@@ -71,5 +71,5 @@ def test_the_guide_shows_the_payout_code_as_it_is() -> None:
     ]
     source = {_code(line) for line in (EXAMPLES / "payout.py").read_text().splitlines()}
     shown = [_code(line) for line in block.splitlines() if _code(line)]
-    assert len(shown) > 20
+    assert len(shown) > 15  # the whole of payout.py but its __main__ block
     assert [line for line in shown if line not in source] == []
