@@ -10,17 +10,20 @@ their own files about their machines (docs/getting-started.md, "Your own machine
   crash harness counts and what a truthful operator reads.
 - :func:`serve` drives a runtime's executions until none is active, acting as the person
   who answers a wait state and, when asked to, as the operator who resolves an execution
-  in ``recovery_required``.
+  in ``recovery_required``;
+- :func:`service_main` is an example's command line around it (``run`` and ``signal``).
 """
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
 import queue
+import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,9 +34,11 @@ from phronomy_fsm.durable import (
     DurableRuntime,
     ExecutionRecord,
     ExecutionStatus,
+    send_signal,
 )
-from phronomy_fsm.durable.app import Answer, EffectEntry
+from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry
 from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.store import SqliteBarrierStore
 
 #: How :func:`serve` may act as the person: send ``approve`` or ``reject`` at once,
 #: ``nobody`` answers (timers expire), or ``later`` (return while executions wait).
@@ -266,11 +271,92 @@ def serve(
             return 1
 
 
+def service_main(
+    argv: Sequence[str] | None,
+    *,
+    noun: str,
+    app: Callable[[str], DurableApp],
+    start: Callable[[DurableRuntime, argparse.Namespace], None],
+    describe: Callable[[ExecutionRecord], str],
+    person_states: Collection[str],
+    run_options: Callable[[argparse.ArgumentParser], None] = lambda parser: None,
+) -> int:
+    """A durable example's command line: ``run [ID] --db DB [--person P] [--operator]``
+    (start ``ID``, resume every unfinished execution, :func:`serve` them, print each with
+    ``describe``) and ``signal ID approve|reject --db DB`` (from any process).
+
+    Args:
+        argv: the arguments (``None``: ``sys.argv[1:]``).
+        noun: what an execution is called in messages (``order``).
+        app: the application factory (``app(db_path)``): its machines run over the SQLite
+            store, its operator answers with ``--operator``.
+        start: ``start(runtime, args)`` starts execution ``args.id`` (called only when
+            an id is given).
+        describe: one line about a stored execution.
+        person_states: where a person answers (``--person``).
+        run_options: adds the ``run`` command's own options to its parser.
+
+    Returns:
+        The exit code: 0 done, 1 gave up waiting or a signal was refused, 2 usage, 3 an
+        execution waits for an operator (run again with ``--operator``).
+    """
+    parser = argparse.ArgumentParser(description=f"A durable {noun} service (example).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run_cmd = sub.add_parser("run", help=f"start a {noun}, resume every unfinished one")
+    run_cmd.add_argument("id", nargs="?", help=f"start this {noun} (its execution id)")
+    run_cmd.add_argument("--db", required=True, help="the SQLite store")
+    run_cmd.add_argument("--person", choices=PERSON_CHOICES, default="later")
+    run_cmd.add_argument("--operator", action="store_true", help="resolve parked executions")
+    run_cmd.add_argument("--timeout-seconds", type=float, default=60.0)
+    run_options(run_cmd)
+    signal_cmd = sub.add_parser("signal", help=f"a person answers a waiting {noun}")
+    signal_cmd.add_argument("id")
+    signal_cmd.add_argument("decision", choices=("approve", "reject"))
+    signal_cmd.add_argument("--db", required=True)
+    args = parser.parse_args(argv)
+    if args.command == "signal":  # writes to the durable inbox; any process may
+        with SqliteBarrierStore(args.db) as store:
+            try:
+                sent = send_signal(store, args.id, args.decision, {"by": "person"})
+            except PhronomyError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+        print(f"{noun} {args.id}: {args.decision} recorded (signal {sent.signal_id})")
+        return 0
+    events: queue.SimpleQueue[DurableEvent] = queue.SimpleQueue()
+    application = app(args.db)
+    store = SqliteBarrierStore(args.db)
+    listeners = [printing_listener(events)]
+    with DurableRuntime(store, machines=application.machines, listeners=listeners) as rt:
+        if args.id is not None:
+            start(rt, args)
+        for execution_id, status in rt.recover().claimed:
+            print(f"{noun} {execution_id}: recovered ({status})")
+        code = serve(
+            rt,
+            person=args.person,
+            person_states=person_states,
+            operator=application.operator if args.operator else None,
+            events=events,
+            timeout_seconds=args.timeout_seconds,
+        )
+    for machine in application.machines:
+        for record in store.list_records(machine=machine.name):
+            print(describe(record))
+    store.close()
+    if code == 3:
+        print(f"a {noun} waits for an operator: run again with --operator", file=sys.stderr)
+    elif code == 1:
+        print(f"gave up after {args.timeout_seconds:g} s; run again to resume", file=sys.stderr)
+    return code
+
+
 __all__ = [
     "PERSON_CHOICES",
     "JsonLines",
     "event_line",
     "printing_listener",
     "serve",
+    "service_main",
     "truthful_answer",
 ]

@@ -309,15 +309,17 @@ def split_field_type(declared: str) -> tuple[str, bool]:
     return (base[0] if len(base) == 1 else declared.strip()), optional
 
 
-def payload_problems(fields: tuple[tuple[str, str], ...], payload: Any) -> list[str]:
+def payload_problems(
+    fields: tuple[tuple[str, str], ...], payload: Any, *, extra_keys: frozenset[str] = frozenset()
+) -> list[str]:
     """Every way ``payload`` (JSON data) misses the payload schema ``fields``
     (``(field, type)`` pairs from :attr:`EventRow.fields`); empty when it fits or when
     there is no schema.
 
     A payload fits when it is a mapping holding every field not declared
     ``<type> | None``, each of its declared JSON type (``bool`` is no ``int``), and no
-    other key. Used by ``send_signal`` before anything is written
-    (``docs/semantics.md``, "Signals").
+    other key but ``extra_keys`` (the interleaving checker's mark). Used by
+    ``send_signal`` before anything is written (``docs/semantics.md``, "Signals").
     """
     if not fields:
         return []
@@ -342,6 +344,6 @@ def payload_problems(fields: tuple[tuple[str, str], ...], payload: Any) -> list[
     problems.extend(
         f"unexpected field {key!r} (declared: {', '.join(declared)})"
         for key in payload
-        if key not in declared
+        if key not in declared and key not in extra_keys
     )
     return problems

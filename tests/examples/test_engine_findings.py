@@ -24,7 +24,7 @@ import durable_crash
 import order_workflow as ow
 import review_agent as ra
 
-from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus, Machine
+from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
 from phronomy_fsm.store import SqliteBarrierStore
 
 from .conftest import Events
@@ -66,23 +66,15 @@ def test_a_signal_sent_before_its_wait_state_is_reached_is_applied_there(
     ``awaiting_approval``, not be consumed there unread."""
     mailed = threading.Event()
 
-    class GatedHooks(ow.OrderHooks):
-        def send_confirmation(self, ctx: ow.Order, payload: Any) -> Any:
-            work = super().send_confirmation(ctx, payload)
-
-            def gated(octx: Any) -> Any:
-                mailed.wait(10)
-                return work(octx)
-
-            return gated
-
     effects = ow.ShopEffects.beside(tmp_path / "shop.db")
-    machine = Machine(
-        ow.TABLE,
-        GatedHooks(effects),
-        context_type=ow.Order,
-        final_status={"cancelled": ExecutionStatus.CANCELLED, "failed": ExecutionStatus.FAILED},
-    )
+    hooks = ow.order_hooks(effects)
+    send_confirmation = hooks["send_confirmation"]
+
+    def gated(snapshot: Any, ectx: Any) -> Any:
+        mailed.wait(10)
+        return send_confirmation(snapshot, ectx)
+
+    machine = ow.order_machine(effects, {**hooks, "send_confirmation": gated})
     store = SqliteBarrierStore(tmp_path / "shop.db")
     with DurableRuntime(store, machines=[machine], listeners=[events], own_store=True) as runtime:
         runtime.start(
@@ -132,7 +124,7 @@ def test_a_signal_arriving_while_a_wait_state_resumes_is_not_fed_to_the_session(
     """Two decisions reach a waiting order in the same turn of the loop: the first
     resumes the wait state's session; the second must stay in the inbox (the order has
     moved on: it is dropped when the order finishes), not be posted to the resuming
-    session, where it arrived in ``announcing_shipment`` and failed the order."""
+    session, where it arrived in ``shipping`` and failed the order."""
     effects = ow.ShopEffects.beside(tmp_path / "shop.db")
     store = SqliteBarrierStore(tmp_path / "shop.db")
     with DurableRuntime(

@@ -171,7 +171,8 @@ class Effects:
     def announce(
         self, live: LiveExecution, session: Session, spec: Any, kind: EffectKind, payload: Any
     ) -> Any:
-        """Commit ``@effect`` — the state, the context and the input the work reads, the
+        """Commit ``@effect`` — the state, the context and the input the work reads (none
+        for a plain effect function of the effect shorthand: it reads its snapshot), the
         effect with its kind, its key (derived from this commit) and attempt — and let
         the work start once it committed (the gate waits for it). A recovery from it
         decides about the effect as after a barrier (``docs/semantics.md``,
@@ -179,6 +180,8 @@ class Effects:
         state = session.node.name
         revision = live.record.revision + 1
         key = idempotency_key(live.execution_id, revision, spec.name)
+        if spec.direct:  # a plain effect function reads only its snapshot: no input to store
+            payload = None
         try:
             ensure_json(
                 payload,

@@ -73,16 +73,26 @@ class Row:
 
 
 class OffloadWorkSpec:
-    """A resolved offload: the preparing hook, its two outcome events and its declared
-    effect kind (``pure``, ``idempotent`` or ``at_most_once``)."""
+    """A resolved offload: the preparing hook, its two outcome events, its declared
+    effect kind (``pure``, ``idempotent`` or ``at_most_once``) and ``direct``: the hook is
+    a plain effect function of the effect shorthand (wrapped by ``effect_work``; it reads
+    only its context snapshot, never the payload of the event that entered the state)."""
 
-    __slots__ = ("completed", "effect", "failed", "name", "prepare")
+    __slots__ = ("completed", "direct", "effect", "failed", "name", "prepare")
 
     def __init__(
-        self, name: str, prepare: Hook, completed: str, failed: str, effect: str = "at_most_once"
+        self,
+        name: str,
+        prepare: Hook,
+        completed: str,
+        failed: str,
+        effect: str = "at_most_once",
+        *,
+        direct: bool = False,
     ) -> None:
         self.name, self.prepare, self.completed, self.failed = name, prepare, completed, failed
         self.effect = effect
+        self.direct = direct
 
 
 class BarrierWorkSpec:
@@ -191,7 +201,8 @@ def _offload_work(
     if offload is None:
         return None
     hook = resolve(offload.hook)
-    if getattr(offload, "direct", False):  # the effect shorthand: a plain function
+    direct = bool(getattr(offload, "direct", False))
+    if direct:  # the effect shorthand: a plain function
         hook = effect_work(hook)
     return OffloadWorkSpec(
         offload.hook,
@@ -199,6 +210,7 @@ def _offload_work(
         offload.completed,
         offload.failed,
         getattr(offload, "effect", "at_most_once"),
+        direct=direct,
     )
 
 
