@@ -200,14 +200,25 @@ def offload_effects(table: Any) -> dict[str, str]:
 
 def crash_points(table: Any, engine_barriers: Iterable[str] = ENGINE_BARRIERS) -> list[str]:
     """Every crash point of a machine's table, in a stable order: before, during and
-    after each of ``engine_barriers`` (the engine's commits the application reaches)
-    and of the table's barriers, and the points of its offloads (``effect:<hook>:before``
+    after each of ``engine_barriers`` (the engine's commits the application reaches;
+    ``@effect`` added for a machine with effect shorthands) and of the table's barriers, and the points of its offloads (``effect:<hook>:before``
     only for one that is not ``pure``: the engine starts no effect for it). The
     checker's :func:`phronomy_fsm.checking.interleavings.crash_points`, whose default
     engine commits also include ``@effect`` and ``@cancel``."""
     from phronomy_fsm.checking.interleavings import crash_points as points_of
 
-    return points_of(table, engine_barriers)
+    barriers = tuple(engine_barriers)
+    if "@effect" not in barriers and _announces_by_effect_commits(table):
+        barriers += ("@effect",)
+    return points_of(table, barriers)
+
+
+def _announces_by_effect_commits(table: Any) -> bool:
+    """True when a machine declares effects with the effect shorthand (no barrier state
+    in front: the engine announces them by its own ``@effect`` commits, so a kill
+    before, during and after one belongs to its matrix)."""
+    offloads = [s.offload for s in table.states] + [t.offload for t in table.transitions]
+    return any(o is not None and getattr(o, "direct", False) for o in offloads)
 
 
 def parking_points(tables: Iterable[Any]) -> list[str]:

@@ -79,7 +79,7 @@ class EffectContext:
         kind: ``pure``, ``idempotent`` or ``at_most_once`` (``None`` outside a durable
             execution, or for a pure effect there).
         cancellation: cancelled when the session leaves the state or ends (a cancel,
-            a deadline, a lost lease): check ``cancellation.cancelled`` or register
+            a deadline, a lost lease): check ``cancellation.is_cancelled()`` or register
             ``on_cancel`` to abort a blocking call; ``None`` when nothing can cancel
             it. The work is never interrupted by force.
         deadline: the execution's own deadline (``start(..., timeout_seconds=)``), an
