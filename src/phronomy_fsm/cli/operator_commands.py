@@ -212,7 +212,8 @@ def signal_command(
 
     Refused, writing nothing (exit 1): an unknown or finished execution, an event the
     machine does not declare or that only the engine posts (state_completed, offload
-    and barrier outcomes), a payload that is not JSON, a stale --expected-revision,
+    and barrier outcomes), a payload that is not JSON or does not fit the
+    event's declared payload schema, a stale --expected-revision,
     an agent's approval_decided (use approve) or tool_finished, a --signal-id already
     used by another signal (another payload, event or execution)."""
     value = parse_json_option(payload, "--payload")
