@@ -73,3 +73,14 @@ def test_the_guide_shows_the_payout_code_as_it_is() -> None:
     shown = [_code(line) for line in block.splitlines() if _code(line)]
     assert len(shown) > 15  # the whole of payout.py but its __main__ block
     assert [line for line in shown if line not in source] == []
+
+
+def test_the_examples_stay_within_their_size_targets() -> None:
+    """Issue 23's targets (``wc -l``): payout at most 25 spec and 40 Python lines,
+    order_workflow at most 50 and 150 (docs/performance.md, "The order workflow beside
+    DBOS")."""
+    for name, spec_lines, python_lines in (("payout", 25, 40), ("order_workflow", 50, 150)):
+        spec = (EXAMPLES / f"{name}.yaml").read_text().count("\n")
+        python = (EXAMPLES / f"{name}.py").read_text().count("\n")
+        assert spec <= spec_lines, (name, spec)
+        assert python <= python_lines, (name, python)
