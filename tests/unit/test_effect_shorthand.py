@@ -101,8 +101,9 @@ def test_an_unknown_target_is_reported_with_a_suggestion() -> None:
 def test_an_effect_beside_an_offload_is_a_work_conflict() -> None:
     both = "effect: {hook: send, on_completed: sent, on_failed: failed}\n"
     both += "offload: {hook: other, completed: buy, failed: buy}\n"
-    loaded = _load(both)
-    assert "WORK_CONFLICT" in [i.code for i in loaded.issues]
+    issues = [i for i in validate_spec(_spec(both)) if i.code == "WORK_CONFLICT"]
+    assert [i.path for i in issues] == ["$.states.sending.effect"]
+    assert "both an effect and an offload" in issues[0].message
 
 
 def test_no_barrier_is_asked_for_an_effect_shorthand_unlike_the_long_form() -> None:

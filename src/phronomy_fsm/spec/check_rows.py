@@ -112,6 +112,18 @@ def _check_work(ctx: CheckContext) -> None:
     resolved = ctx.resolved
     for state in resolved.leaves:
         base = ctx.state_path(state.name)
+        effect = state.effect
+        if effect is not None and (
+            state.barrier is not None or state.offload != effect.as_offload()
+        ):
+            other = "a barrier" if state.barrier is not None else "an offload"
+            ctx.report(
+                "WORK_CONFLICT",
+                f"state {state.name!r} declares both an effect and {other}; a state runs one "
+                "piece of work — chain two states instead",
+                f"{base}.effect",
+                effect.loc,
+            )
         _check_work_owner(ctx, base, state, state.offload, state.barrier, state.loc)
         timeout = state.timeout
         if timeout is None or state.name in ctx.kind_unknown:

@@ -209,21 +209,14 @@ class _Shaper:
         )
         return None
 
-    def with_effect(self, state: StateSpec, body: dict[str, Any], path: Path_) -> StateSpec:
-        """A state with an effect shorthand: its offload is the effect's, its kind
-        ``external`` unless written (``docs/spec-format.md``, "Effect shorthand")."""
+    def with_effect(self, state: StateSpec, body: dict[str, Any]) -> StateSpec:
+        """A state with an effect shorthand: its kind is ``external`` unless written, and
+        its offload the effect's (``docs/spec-format.md``, "Effect shorthand"). Beside an
+        offload or a barrier it keeps them: the validator reports ``WORK_CONFLICT``."""
         assert state.effect is not None
-        if state.offload is not None or state.barrier is not None:
-            other = "offload" if state.offload is not None else "barrier"
-            self.problem(
-                "WORK_CONFLICT",
-                f"state {state.name!r} declares both an effect and {'an' if other == 'offload' else 'a'} "
-                f"{other}; a state runs one piece of work — chain two states instead",
-                path + ("effect",),
-                damage=False,
-            )
-            return state
         kind = state.kind if "kind" in body else StateKind.EXTERNAL
+        if state.offload is not None or state.barrier is not None:
+            return attrs.evolve(state, kind=kind)
         return attrs.evolve(state, kind=kind, offload=state.effect.as_offload())
 
     def states(self, mapping: dict[Any, Any], path: Path_, parent: str | None) -> list[StateSpec]:
@@ -242,7 +235,7 @@ class _Shaper:
                 )
                 self.damaged.add(render_path(state_path) + ".kind")
             elif state.effect is not None:
-                state = self.with_effect(state, body, state_path)
+                state = self.with_effect(state, body)
             elif not compound and isinstance(body, dict) and "kind" not in body:
                 self.problem(
                     "MISSING_KEY",
