@@ -173,7 +173,8 @@ def test_list_and_show_say_who_an_agent_execution_waits_for(
     assert row.split()[-1] == "approval"
     assert table[-1] == (
         f"1 wait(s) for a person's approval: phronomy-fsm executions show ID --db {db} prints "
-        "the approve command(s)"
+        "the approve command(s); 1 held by no live worker: what you send waits in the inbox "
+        "until phronomy-fsm recover --app MODULE:FACTORY (or a worker) claims it"
     )
     waiting = json.loads(
         run("executions", "list", "--db", str(db), "--json", "--waiting-for", "person").stdout

@@ -389,8 +389,9 @@ def approve_command(
 @click.option(
     "--result",
     default=None,
-    help="For succeeded: the result as JSON (an LLM call's answer: "
-    '{"content": "...", "tool_calls": [...]}).',
+    help="For succeeded: the result as JSON, of the type the effect's completed event "
+    "declares in its machine's spec (executions show prints it as 'succeeded needs "
+    "--result').",
 )
 @click.option("--error", default=None, help="For failed: what went wrong.")
 @click.option(

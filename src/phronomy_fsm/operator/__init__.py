@@ -48,7 +48,9 @@ if TYPE_CHECKING:
         list_executions,
         recovery_request,
         resolve_execution,
+        result_shape,
         signal_execution,
+        wait_endings,
     )
     from phronomy_fsm.operator.agents import (
         LLM_ANSWER_PLACEHOLDER,
@@ -85,7 +87,9 @@ if TYPE_CHECKING:
         MigrationReport,
         RecoveredExecution,
         RecoveryRequest,
+        ResultShape,
         StoreRecoveryReport,
+        WaitEnding,
         WorkerLease,
     )
 
@@ -115,7 +119,9 @@ __all__ = [
     "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
+    "ResultShape",
     "StoreRecoveryReport",
+    "WaitEnding",
     "WorkerLease",
     "agent_view",
     "approval_commands",
@@ -133,7 +139,9 @@ __all__ = [
     "recover_store",
     "recovery_request",
     "resolve_execution",
+    "result_shape",
     "signal_execution",
+    "wait_endings",
     "wait_until_rest",
     "with_parents",
 ]
@@ -155,7 +163,9 @@ if not TYPE_CHECKING:
                 "list_executions",
                 "recovery_request",
                 "resolve_execution",
+                "result_shape",
                 "signal_execution",
+                "wait_endings",
             ),
             "phronomy_fsm.operator.agents": (
                 "LLM_ANSWER_PLACEHOLDER",
@@ -195,7 +205,9 @@ if not TYPE_CHECKING:
                 "MigrationReport",
                 "RecoveredExecution",
                 "RecoveryRequest",
+                "ResultShape",
                 "StoreRecoveryReport",
+                "WaitEnding",
                 "WorkerLease",
             ),
         },
