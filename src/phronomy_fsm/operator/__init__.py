@@ -10,6 +10,7 @@ dicts. The package holds :mod:`~phronomy_fsm.operator.views` (those values),
 :mod:`~phronomy_fsm.operator.agents` (what is particular to agents: their side of an
 execution, approvals, subjects in the agent's terms),
 :mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests),
+:mod:`~phronomy_fsm.operator.batch` (answering many parked executions at once),
 :mod:`~phronomy_fsm.operator.maintenance` (migrating a store) and
 :mod:`~phronomy_fsm.operator.drawing` (an execution over its machine's diagram);
 import everything from here.
@@ -58,6 +59,13 @@ if TYPE_CHECKING:
         agent_view,
         approval_commands,
         is_agent_execution,
+    )
+    from phronomy_fsm.operator.batch import (
+        ResolutionAnswer,
+        ResolutionAttempt,
+        parked_answers,
+        read_answers,
+        resolve_many,
     )
     from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
     from phronomy_fsm.operator.maintenance import migrate_store
@@ -119,6 +127,8 @@ __all__ = [
     "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
+    "ResolutionAnswer",
+    "ResolutionAttempt",
     "ResultShape",
     "StoreRecoveryReport",
     "WaitEnding",
@@ -136,9 +146,12 @@ __all__ = [
     "is_at_rest",
     "list_executions",
     "migrate_store",
+    "parked_answers",
+    "read_answers",
     "recover_store",
     "recovery_request",
     "resolve_execution",
+    "resolve_many",
     "result_shape",
     "signal_execution",
     "wait_endings",
@@ -173,6 +186,13 @@ if not TYPE_CHECKING:
                 "agent_view",
                 "approval_commands",
                 "is_agent_execution",
+            ),
+            "phronomy_fsm.operator.batch": (
+                "ResolutionAnswer",
+                "ResolutionAttempt",
+                "parked_answers",
+                "read_answers",
+                "resolve_many",
             ),
             "phronomy_fsm.operator.drawing": (
                 "ExecutionDrawing",
