@@ -117,8 +117,9 @@ def render_dot(
     title = f"{diagram.machine} (spec version {diagram.version})"
     if view == "main":
         title += " - main path"
+    titles = [title] if mark.title is None else [title, mark.title]
     graph_attr = {
-        "label": dot_text([title]),
+        "label": dot_text(titles),
         "labelloc": "t",
         "fontname": "Helvetica",
         "rankdir": "TB",
@@ -282,11 +283,18 @@ def _node_attrs(node: DiagramNode, mark: Highlight) -> dict[str, str]:
         lines.insert(1, "FAIL-CLOSED")
         style.update(fillcolor=RECOVERY_FILL, color=RECOVERY_COLOR, penwidth="3")
         style["style"] += ",bold"
+    parked = [note for name, note in mark.parked_states if name == node.name]
     if node.name == mark.current_state:
         lines.insert(1, "CURRENT")
         style.update(fillcolor=CURRENT_FILL, color=CURRENT_COLOR, penwidth="4")
     elif mark.has_state(node.name):
         style.update(color=PATH_COLOR, penwidth="3")
+    if node.name in mark.effect_states:
+        lines.insert(1, "EFFECT PASSED")
+    if parked:
+        lines.insert(1, f"RECOVERY_REQUIRED {', '.join(parked)}")
+        style.update(color=RECOVERY_COLOR, penwidth="4")
+        style["style"] = style.get("style", "") + ",dashed"
     attrs_ = {"label": dot_text(lines), "id": dot_text([f"state:{node.name}"]), **style}
     if node.description:
         attrs_["tooltip"] = dot_tooltip(node.description)
@@ -452,7 +460,12 @@ def _dot_legend(diagram: Diagram, with_highlight: bool) -> graphviz.Digraph:
         samples.append(
             (
                 "current",
-                ["CURRENT state (green)", "the execution's path in blue"],
+                [
+                    "CURRENT state (green)",
+                    "the execution's path in blue",
+                    "EFFECT PASSED: an effect state it went through",
+                    "RECOVERY_REQUIRED since rA / rA to rB: parked for an operator",
+                ],
                 {
                     **KIND_STYLE[StateKind.EXTERNAL],
                     "fillcolor": CURRENT_FILL,

@@ -193,12 +193,21 @@ class Highlight:
     the states it went through (``visited_states``), and the edges it took
     (``visited_edges``: ``(source, target)`` pairs, or ``(source, event, target)``
     triples to single out one of several parallel edges). The renderers draw them in a
-    distinct colour and keep visited edges that the main-path view would fold.
+    distinct colour and keep visited edges that the main-path view would fold. The DOT
+    renderer also draws ``title`` (the execution and its status), the effect states it
+    passed (``effect_states``) and its stays in ``recovery_required``
+    (``parked_states``: ``(state, note)`` pairs).
     """
 
     current_state: str | None = None
     visited_states: frozenset[str] = frozenset()
     visited_edges: frozenset[tuple[str, ...]] = frozenset()
+    #: A line naming the execution and its status, drawn under the diagram's title.
+    title: str | None = None
+    #: Effect states (an offload on entry) the execution passed, marked ``EFFECT PASSED``.
+    effect_states: frozenset[str] = frozenset()
+    #: States where it stayed in ``recovery_required``, each with a note (``r2 to r3``).
+    parked_states: tuple[tuple[str, str], ...] = ()
 
     def has_state(self, name: str) -> bool:
         """True when the execution was in (or is in) state ``name``."""
