@@ -9,8 +9,9 @@ so the same command works in this repository and in a user's project::
     out = "src/phronomy_fsm/generated"    # generated modules
     diagrams = "docs/diagrams"            # committed .dot/.svg/.mmd (optional)
 
-This module only reads configuration (``tomllib``); it never writes. The runtime does
-not import it.
+It also says where a project's development PostgreSQL lives
+(:func:`dev_postgres_folder`, for ``phronomy-fsm dev postgres``). This module only reads
+configuration (``tomllib``); it never writes. The runtime does not import it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,18 @@ def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def dev_postgres_folder(start: str | os.PathLike[str] | None = None) -> Path:
+    """The folder of the development server for the project around ``start`` (default
+    the working directory): ``<project>/.phronomy/postgres`` when a ``pyproject.toml`` is
+    found walking up, else ``$XDG_DATA_HOME/phronomy-fsm/postgres`` (default
+    ``~/.local/share/phronomy-fsm/postgres``). Nothing is created."""
+    pyproject = find_pyproject(start)
+    if pyproject is not None:
+        return pyproject.parent / ".phronomy" / "postgres"
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "phronomy-fsm" / "postgres"
 
 
 def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectConfig:

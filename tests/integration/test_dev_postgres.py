@@ -83,7 +83,7 @@ def test_start_connect_stop_start_again(folder: Path) -> None:
 def test_the_default_folder_is_beside_the_project(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from phronomy_fsm.store.postgres.dev import dev_postgres_folder
+    from phronomy_fsm.project import dev_postgres_folder
 
     (tmp_path / "proj" / "src").mkdir(parents=True)
     (tmp_path / "proj" / "pyproject.toml").write_text("[project]\nname = 'x'\n")

@@ -43,7 +43,7 @@ _DIR = click.option(
 
 
 def _folder(folder: Path | None) -> Path:
-    from phronomy_fsm.store.postgres.dev import dev_postgres_folder
+    from phronomy_fsm.project import dev_postgres_folder
 
     return folder if folder is not None else dev_postgres_folder()
 

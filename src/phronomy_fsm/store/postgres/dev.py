@@ -7,8 +7,9 @@ tests use to start theirs). It listens on loopback only (``127.0.0.1``) and trus
 local connection without a password: a server for one developer's machine, never for
 production (``docs/scale-out.md``, "A development server").
 
-The folder is ``.phronomy/postgres`` beside the nearest ``pyproject.toml`` (a project's
-own), else ``$XDG_DATA_HOME/phronomy-fsm/postgres`` (``~/.local/share/...``). It holds
+The CLI's default folder is ``.phronomy/postgres`` beside the nearest ``pyproject.toml``
+(a project's own), else ``$XDG_DATA_HOME/phronomy-fsm/postgres``
+(:func:`phronomy_fsm.project.dev_postgres_folder`). The folder holds
 ``data/`` (the cluster), ``server.log``, ``sock/`` and ``port`` (the TCP port chosen at
 the first start, kept so the DSN stays the same). On first start the database
 :data:`DEV_DATABASE` is created; its DSN is what ``--db`` and an application factory
@@ -54,20 +55,6 @@ class DevPostgresStatus:
     running: bool
     port: int | None
     dsn: str | None
-
-
-def dev_postgres_folder(start: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of the development server for the project around ``start`` (default
-    the working directory): ``<project>/.phronomy/postgres`` when a ``pyproject.toml`` is
-    found walking up, else ``$XDG_DATA_HOME/phronomy-fsm/postgres`` (default
-    ``~/.local/share/phronomy-fsm/postgres``). Nothing is created."""
-    from phronomy_fsm.project import find_pyproject
-
-    pyproject = find_pyproject(start)
-    if pyproject is not None:
-        return pyproject.parent / ".phronomy" / "postgres"
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "phronomy-fsm" / "postgres"
 
 
 def _dsn(port: int) -> str:
@@ -158,7 +145,6 @@ def stop_dev_postgres(folder: str | os.PathLike[str]) -> DevPostgresStatus:
 __all__ = [
     "DEV_DATABASE",
     "DevPostgresStatus",
-    "dev_postgres_folder",
     "dev_postgres_status",
     "start_dev_postgres",
     "stop_dev_postgres",
