@@ -118,16 +118,19 @@ def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
     return None
 
 
-def dev_postgres_folder(start: str | os.PathLike[str] | None = None) -> Path:
-    """The folder of the development server for the project around ``start`` (default
-    the working directory): ``<project>/.phronomy/postgres`` when a ``pyproject.toml`` is
-    found walking up, else ``$XDG_DATA_HOME/phronomy-fsm/postgres`` (default
-    ``~/.local/share/phronomy-fsm/postgres``). Nothing is created."""
+def dev_postgres_folder(
+    start: str | os.PathLike[str] | None = None, *, data_home: str | None = None
+) -> Path:
+    """The folder of the development PostgreSQL for the project around ``start``
+    (default the working directory): ``<project>/.phronomy/postgres`` when a
+    ``pyproject.toml`` is found walking up, else ``<data_home>/phronomy-fsm/postgres``
+    (``data_home``: the caller's ``$XDG_DATA_HOME``, default ``~/.local/share``).
+    Nothing is created."""
     pyproject = find_pyproject(start)
     if pyproject is not None:
         return pyproject.parent / ".phronomy" / "postgres"
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "phronomy-fsm" / "postgres"
+    home = data_home or str(Path.home() / ".local" / "share")
+    return Path(home) / "phronomy-fsm" / "postgres"
 
 
 def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectConfig:

@@ -90,5 +90,5 @@ def test_the_default_folder_is_beside_the_project(
     monkeypatch.chdir(tmp_path / "proj" / "src")
     assert dev_postgres_folder() == (tmp_path / "proj" / ".phronomy" / "postgres").resolve()
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    assert dev_postgres_folder() == tmp_path / "data" / "phronomy-fsm" / "postgres"
+    folder = dev_postgres_folder(data_home=str(tmp_path / "data"))
+    assert folder == tmp_path / "data" / "phronomy-fsm" / "postgres"

@@ -10,6 +10,7 @@ line, so ``DB=$(phronomy-fsm dev postgres start)`` works. Exit codes: 0 success 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -45,7 +46,9 @@ _DIR = click.option(
 def _folder(folder: Path | None) -> Path:
     from phronomy_fsm.project import dev_postgres_folder
 
-    return folder if folder is not None else dev_postgres_folder()
+    if folder is not None:
+        return folder
+    return dev_postgres_folder(data_home=os.environ.get("XDG_DATA_HOME") or None)
 
 
 @postgres_group.command("start")

@@ -24,7 +24,7 @@ from phronomy_fsm.diagram import Diagram, Highlight, build_diagram
 from phronomy_fsm.diagram.model import DiagramEdge
 from phronomy_fsm.durable.machines import table_from_json
 from phronomy_fsm.durable.ports import ExecutionStore
-from phronomy_fsm.durable.records import BarrierLogRecord
+from phronomy_fsm.durable.records import BarrierLogRecord, ExecutionStatus
 from phronomy_fsm.table import MachineTable
 
 
@@ -145,16 +145,19 @@ def _between(diagram: Diagram, source: str, target: str) -> list[DiagramEdge]:
     return []
 
 
+_PARKED = ExecutionStatus.RECOVERY_REQUIRED.value
+
+
 def _parked(log: list[BarrierLogRecord]) -> tuple[tuple[str, str], ...]:
     """Each stay in ``recovery_required`` of the barrier log: ``(state, "r2 to r3")``
     (``"since r2"`` while it still waits)."""
     stays = []
     for index, entry in enumerate(log):
-        if entry.status != "recovery_required":
+        if entry.status != _PARKED:
             continue
-        if index > 0 and log[index - 1].status == "recovery_required":
+        if index > 0 and log[index - 1].status == _PARKED:
             continue
-        end = next((e.revision for e in log[index + 1 :] if e.status != "recovery_required"), None)
+        end = next((e.revision for e in log[index + 1 :] if e.status != _PARKED), None)
         when = f"since r{entry.revision}" if end is None else f"r{entry.revision} to r{end}"
         stays.append((entry.state, when))
     return tuple(stays)

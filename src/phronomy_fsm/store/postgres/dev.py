@@ -138,7 +138,7 @@ def stop_dev_postgres(folder: str | os.PathLike[str]) -> DevPostgresStatus:
     if not status.running:
         return status
     server = LocalPostgres(directory=status.folder, port=status.port)
-    server._pg_ctl("stop", "-w", "-t", "60", "-m", "fast")
+    server.shutdown("fast")
     return attrs.evolve(status, running=False)
 
 

@@ -238,6 +238,13 @@ class LocalPostgres:
         server accepts connections again."""
         self._pg_ctl("restart", "-w", "-t", "60", "-m", mode, "-l", str(self.log_path))
 
+    def shutdown(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE`` on this data folder, keeping the folder (a server
+        started by another process too, as ``phronomy-fsm dev postgres stop`` does).
+        Raises RuntimeError with the server log when it fails."""
+        self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+        self.started = False
+
     def stop(self, mode: str = "immediate") -> None:
         """Stop the server (``immediate`` by default: no shutdown checkpoint) and
         remove its directory unless ``keep``. Idempotent."""
