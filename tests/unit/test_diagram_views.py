@@ -201,7 +201,7 @@ def test_the_named_final_commit_frames_the_final_states() -> None:
     assert diagram.final_commit_members == finals
     for view in ("full", "main"):
         dot = render_dot(diagram, view=view)
-        frame = dot[dot.index("subgraph cluster_terminalizing") :]
+        frame = dot[dot.index("subgraph cluster__final_commit") :]
         frame = frame[: frame.index("\n\t}")]
         assert 'label="terminalizing «@final commit»"' in frame
         assert 'id="final_commit:terminalizing"' in frame

@@ -286,7 +286,7 @@ def _final_commit_frame(
     """The named ``@final`` commit: a grey frame around the final states ``framed``
     (reaching any of them is that one commit)."""
     frame = graphviz.Digraph(
-        name=dot_id(f"cluster_{name}"),
+        name="cluster__final_commit",  # no state's name starts with "_": no clash
         graph_attr={
             "label": dot_text([f"{name} «@final commit»"]),
             "id": dot_text([f"final_commit:{name}"]),

@@ -320,7 +320,7 @@ class MachineSpec:
     passes a relative one). ``fail_closed`` names the state unproven barrier outcomes go
     to (``None``: not declared); ``fail_closed_loc`` is where it was written.
     ``final_commit`` is the name diagrams give the engine's ``@final`` commit (``None``:
-    not declared; ``docs/spec-format.md`` "Top level"); ``final_commit_loc`` is where it
+    not declared; ``docs/spec-format.md`` "Top-level keys"); ``final_commit_loc`` is where it
     was written.
     """
 
