@@ -16,7 +16,10 @@ the compiler, :func:`phronomy_fsm.codegen.lower.lower`, so both give the same pi
   other than committed; ``offload_failed``: an offload's failure; ``internal``: an
   internal transition).
 
-:class:`Highlight` marks one execution's current state and path. The renderers live in
+``final_commit`` is the name the spec gives the engine's ``@final`` commit (the
+terminal commit): the renderers draw it as a frame around the top-level final states,
+since reaching any of them is that one commit. :class:`Highlight` marks one execution's
+current state and path. The renderers live in
 :mod:`phronomy_fsm.diagram.dot` and :mod:`phronomy_fsm.diagram.mermaid`. Nothing here
 raises for a valid table.
 """
@@ -167,7 +170,9 @@ class DiagramEdge:
 @attrs.frozen
 class Diagram:
     """Everything a state diagram of one machine shows, in table order;
-    ``spec_sha256`` is the sha256 of the spec it was drawn from (``""`` when unknown)."""
+    ``spec_sha256`` is the sha256 of the spec it was drawn from (``""`` when unknown);
+    ``final_commit`` names the engine's ``@final`` commit when the spec does (module
+    docstring)."""
 
     machine: str
     version: int
@@ -178,6 +183,16 @@ class Diagram:
     spec_sha256: str = ""
     clusters: tuple[DiagramCluster, ...] = ()
     fail_closed: str | None = None
+    final_commit: str | None = None
+
+    @property
+    def final_commit_members(self) -> tuple[str, ...]:
+        """The states drawn inside the ``final_commit`` frame: the top-level final
+        states, in order (empty when the spec names no final commit; a final state
+        inside a compound state is drawn in its compound state)."""
+        if self.final_commit is None:
+            return ()
+        return tuple(n.name for n in self.nodes if n.kind is StateKind.FINAL and n.parent is None)
 
     def node(self, name: str) -> DiagramNode | None:
         """The node of state ``name``, or ``None``."""
@@ -295,6 +310,7 @@ def build_diagram(source: MachineSpec | MachineTable) -> Diagram:
         table.spec_sha256,
         tuple(DiagramCluster(c.name, c.parent, c.initial, c.description) for c in table.compounds),
         fail_closed,
+        table.final_commit,
     )
 
 
