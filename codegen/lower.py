@@ -49,8 +49,8 @@ def lower(spec: MachineSpec) -> MachineTable:
     The table holds the leaf states in document order, the effective events (implicit
     ``state_completed`` first, declared events, then derived barrier outcome events),
     the flat rows in lowered order numbered from 0 (``docs/spec-format.md`` "Compound
-    states" gives the order), the sorted hook names, the migrations, ``fail_closed`` and
-    the compound states. Deterministic: equal specs give equal tables.
+    states" gives the order), the sorted hook names, the migrations, ``fail_closed``,
+    the compound states and ``final_commit``. Deterministic: equal specs give equal tables.
 
     ``spec`` should be valid (the code generator validates first). An invalid spec still
     lowers without raising where it can; a state whose kind could not be read becomes
@@ -115,4 +115,5 @@ def lower(spec: MachineSpec) -> MachineTable:
             CompoundRow(c.name, c.parent, resolved.initial_child(c.name) or "", c.description)
             for c in resolved.compounds
         ),
+        final_commit=spec.final_commit,
     )

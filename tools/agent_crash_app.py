@@ -426,7 +426,7 @@ def approval(decide: Callable[[list[str]], Any]) -> Callable[[ExecutionRecord], 
     ``True``/``False`` (the whole request) or ``{item: bool}`` (each item)."""
 
     def on_waiting(record: ExecutionRecord) -> Answer | None:
-        if record.machine != agent_session.MACHINE or record.state != "awaiting_approval":
+        if record.machine != agent_session.MACHINE or record.state != agent_session.State.SUSPENDED:
             return None
         ctx = json_data(record.context)
         request = (ctx.get("approval") or {}) if isinstance(ctx, dict) else {}

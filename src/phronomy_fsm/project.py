@@ -9,8 +9,9 @@ so the same command works in this repository and in a user's project::
     out = "src/phronomy_fsm/generated"    # generated modules
     diagrams = "docs/diagrams"            # committed .dot/.svg/.mmd (optional)
 
-This module only reads configuration (``tomllib``); it never writes. The runtime does
-not import it.
+It also says where a project's development PostgreSQL lives
+(:func:`dev_postgres_folder`, for ``phronomy-fsm dev postgres``). This module only reads
+configuration (``tomllib``); it never writes. The runtime does not import it.
 """
 
 from __future__ import annotations
@@ -115,6 +116,21 @@ def find_pyproject(start: str | os.PathLike[str] | None = None) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def dev_postgres_folder(
+    start: str | os.PathLike[str] | None = None, *, data_home: str | None = None
+) -> Path:
+    """The folder of the development PostgreSQL for the project around ``start``
+    (default the working directory): ``<project>/.phronomy/postgres`` when a
+    ``pyproject.toml`` is found walking up, else ``<data_home>/phronomy-fsm/postgres``
+    (``data_home``: the caller's ``$XDG_DATA_HOME``, default ``~/.local/share``).
+    Nothing is created."""
+    pyproject = find_pyproject(start)
+    if pyproject is not None:
+        return pyproject.parent / ".phronomy" / "postgres"
+    home = data_home or str(Path.home() / ".local" / "share")
+    return Path(home) / "phronomy-fsm" / "postgres"
 
 
 def load_project_config(start: str | os.PathLike[str] | None = None) -> ProjectConfig:

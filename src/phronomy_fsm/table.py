@@ -209,7 +209,9 @@ class MachineTable(NamedTuple):
     application must provide (the generated ``Hooks`` Protocol declares them as methods).
     ``fail_closed`` names the state unproven barrier outcomes go to (``None`` when the
     spec declares none). ``compounds`` are the spec's compound states, parents before
-    their children (empty for a flat machine).
+    their children (empty for a flat machine). ``final_commit`` is the name diagrams
+    give the engine's ``@final`` commit (``None`` when the spec declares none); the
+    runtime does not read it.
     """
 
     machine: str
@@ -226,6 +228,7 @@ class MachineTable(NamedTuple):
     migrations: tuple[MigrationRow, ...] = ()
     fail_closed: str | None = None
     compounds: tuple[CompoundRow, ...] = ()
+    final_commit: str | None = None
 
     def state(self, name: str) -> StateRow:
         """Return the row of state ``name``; ``KeyError`` if there is none."""
@@ -237,6 +240,23 @@ class MachineTable(NamedTuple):
     def hook_names(self) -> tuple[str, ...]:
         """Every hook name the application must provide, sorted."""
         return tuple(sorted({*self.guards, *self.actions, *self.offload_hooks, *self.barriers}))
+
+    def migrated_state(self, spec_version: int, spec_sha256: str, state: str) -> str:
+        """The name in this table of ``state``, as stored by an execution pinned to spec
+        ``spec_version`` with sha256 ``spec_sha256``: renamed by the declared migration
+        covering that spec (:meth:`MigrationRow.covers`), unchanged otherwise.
+
+        The engine renames an execution's state when it recovers it, but commits the
+        new name only with the execution's next commit (``docs/spec-format.md``
+        "Migrations"): until then a reader of the store (an approval check, the
+        console) sees the old name and maps it here.
+        """
+        if spec_sha256 == self.spec_sha256:
+            return state
+        for migration in self.migrations:
+            if migration.covers(spec_version, spec_sha256):
+                return dict(migration.rename_states).get(state, state)
+        return state
 
 
 class BarrierOutcome(NamedTuple):

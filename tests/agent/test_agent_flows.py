@@ -181,7 +181,7 @@ def test_approval_waits_durably_then_approve_completes_both_tasks(
     assert event.items[0].arguments == {"q": "A1"}
     assert event.items[0].reason == "the tool requires approval"
     stored = store.load_record(event.execution_id)
-    assert stored.status is ExecutionStatus.WAITING and stored.state == "awaiting_approval"
+    assert stored.status is ExecutionStatus.WAITING and stored.state == "suspended"
     assert stored.context["approval"]["request_id"] == event.request_id
     assert log == [] and not task.done()
     result = agent.approve(

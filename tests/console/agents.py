@@ -3,7 +3,7 @@ engine, on SQLite or PostgreSQL, left with no process running them.
 
 :func:`populate_agents` leaves, in the store ``target``:
 
-- agent :data:`SUPPORT` (``support-1``): ``waiting`` in ``awaiting_approval`` — its LLM
+- agent :data:`SUPPORT` (``support-1``): ``waiting`` in ``suspended`` — its LLM
   asked for two tool calls that both need a person, ``issue_refund`` and
   ``send_voucher`` (one approval request, two items);
 - agent :data:`BILLING` (``billing-1``): its ``charge_card`` tool call (a ``tool_call``

@@ -191,3 +191,24 @@ def test_a_missing_password_is_refused_at_once_and_a_printed_dsn_leaves_it_out(p
     with pytest.raises(StorageError, match="no password supplied"):
         PostgresStore(printed, reconnect_seconds=30)
     assert not [r for r in caplog.records if "retrying" in r.getMessage()]
+
+
+def test_processes_opening_an_empty_database_at_once_migrate_it_once(pg_dsn):
+    """Two workers and a submitter started together on a new database (as
+    docs/tutorial.md does) each open it read-write: one creates the tables, the others
+    wait for it and find them (a transaction-scoped migration lock let a waiter answer
+    "no tables" from a cache filled before the wait: DuplicateTable)."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from phronomy_fsm.store.open import open_store\n"
+        "open_store(sys.argv[1]).close()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, pg_dsn], stderr=subprocess.PIPE, text=True)
+        for _ in range(6)
+    ]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors

@@ -173,7 +173,8 @@ def test_list_and_show_say_who_an_agent_execution_waits_for(
     assert row.split()[-1] == "approval"
     assert table[-1] == (
         f"1 wait(s) for a person's approval: phronomy-fsm executions show ID --db {db} prints "
-        "the approve command(s)"
+        "the approve command(s); 1 held by no live worker: what you send waits in the inbox "
+        "until phronomy-fsm recover --app MODULE:FACTORY (or a worker) claims it"
     )
     waiting = json.loads(
         run("executions", "list", "--db", str(db), "--json", "--waiting-for", "person").stdout
@@ -221,7 +222,7 @@ def test_approve_with_app_runs_the_execution_here_and_cancel_works_on_agents(
         "cancel", second, "--db", str(db), "--app", APP, "--reason", "customer called"
     )
     assert cancelled.returncode == 0, cancelled.stderr
-    assert f"{second}  agent_session  cancelled in awaiting_approval" in cancelled.stdout
+    assert f"{second}  agent_session  cancelled in suspended" in cancelled.stdout
     assert show_json(db, second)["status"] == "cancelled"
 
 
@@ -274,7 +275,7 @@ def test_an_llm_call_left_unanswered_is_described_and_answered_in_the_agents_ter
     )
     answered = run_process(*words[1:])
     assert answered.returncode == 0, answered.stderr
-    assert "agent_session  waiting in awaiting_approval" in answered.stdout
+    assert "agent_session  waiting in suspended" in answered.stdout
     assert "approval request" in answered.stdout and "phronomy-fsm approve" in answered.stdout
 
 

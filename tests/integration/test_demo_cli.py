@@ -85,7 +85,7 @@ def test_main_job_sequence_across_three_processes(tmp_path: Path) -> None:
     stored = show(db, execution)
     assert (stored["status"], stored["state"], stored["waits_for"]) == (
         "waiting",
-        "awaiting_approval",
+        "suspended",
         "approval",
     )
     approval = stored["agent"]["approval"]

@@ -80,3 +80,46 @@ def test_drawing_an_unknown_execution_is_one_error_line(tmp_path: Path) -> None:
     assert result.stderr.startswith("error:") and "nope" in result.stderr
     usage = CliRunner().invoke(main, ["diagram", "--execution", "order-a"])
     assert usage.exit_code == 2 and "--db" in usage.output
+
+
+def test_the_effect_states_passed_the_stay_in_recovery_and_the_status_are_drawn(
+    tmp_path: Path,
+) -> None:
+    """Issue 23 item 5: a crash after the charge, parked, then answered: the title
+    names the execution and its status, the effect states it passed are marked, and
+    its stay in recovery_required is marked with its revisions."""
+    from tests.integration.test_operator_cli import APP, kill_at, record, run, run_process
+
+    db = tmp_path / "store.db"
+    kill_at(db, "offload:charge_card:after")
+    assert run_process("recover", "--db", str(db), "--app", APP).returncode == 3
+
+    def draw() -> str:
+        result = CliRunner().invoke(
+            main, ["diagram", "--execution", "order-a", "--db", str(db), "--format", "dot"]
+        )
+        assert result.exit_code == 0, result.output
+        return result.stdout
+
+    parked = draw()
+    assert "execution order-a: recovery_required in announcing_charge at r2" in parked
+    assert "RECOVERY_REQUIRED since r2" in _node(parked, "announcing_charge")
+    assert "EFFECT PASSED" in _node(parked, "charging")  # the charge it may have made
+    assert "EFFECT PASSED" not in _node(parked, "emailing")
+    assert re.search(rf"announcing_charge -> charging \[[^\]]*{PATH_COLOR}", parked)
+
+    answered = run(
+        "resolve", "order-a", "--db", str(db), "--expected-revision", "2",
+        "--outcome", "succeeded", "--result", '{"charged_cents": 1000}',
+    )  # fmt: skip
+    assert answered.exit_code == 0, answered.output
+    assert run_process("recover", "--db", str(db), "--app", APP).returncode == 0
+    after = draw()
+    status = record(db, "order-a")
+    assert (
+        f"execution order-a: {status.status.value} in {status.state} at r{status.revision}" in after
+    )
+    assert "RECOVERY_REQUIRED r2 to r3" in _node(after, "announcing_charge")
+    for effect in ("charging", "emailing"):
+        assert "EFFECT PASSED" in _node(after, effect), effect
+    assert "EFFECT PASSED" not in _node(after, "shipping")

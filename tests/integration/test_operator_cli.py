@@ -509,7 +509,8 @@ def test_listing_filters_pages_and_counts(tmp_path: Path) -> None:
         "more: --offset 2",
         (
             f"1 wait(s) for a signal: phronomy-fsm executions show ID --db {db} prints the "
-            "signal command(s)"
+            "signal command(s); 1 held by no live worker: what you send waits in the inbox "
+            "until phronomy-fsm recover --app MODULE:FACTORY (or a worker) claims it"
         ),
     ]
     for args in (

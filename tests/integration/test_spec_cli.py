@@ -48,8 +48,37 @@ def test_usage_errors_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     no_project = RUNNER.invoke(main, ["generate"])
     assert no_project.exit_code == 2
     assert "no pyproject.toml found" in no_project.stderr
+
+
+def test_generate_without_out_writes_beside_the_spec(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 23 item 4: named specs, no --out, no project table -> each module beside
+    its spec, and stderr says so and what to pass instead."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "specs").mkdir()
+    (tmp_path / "specs" / "door.yaml").write_text(door())
+    result = RUNNER.invoke(main, ["generate", "specs/door.yaml"])
+    assert result.exit_code == 0, result.stderr
+    written = sorted(p.name for p in (tmp_path / "specs").glob("*.py"))
+    assert len(written) == 1 and written[0].endswith(".py")
+    assert f"specs/{written[0]}: written" in result.stdout
+    assert "writing each module beside its spec (pass --out DIR" in result.stderr
+    check = RUNNER.invoke(main, ["generate", "specs/door.yaml", "--check"])
+    assert check.exit_code == 0, check.stderr
+
+
+def test_generate_without_out_uses_the_project_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Named specs, no --out, a [tool.phronomy_fsm] table with 'out': modules go there."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.phronomy_fsm]\nout = "gen"\n')
     (tmp_path / "door.yaml").write_text(door())
-    assert RUNNER.invoke(main, ["generate", "door.yaml"]).exit_code == 2  # no --out and no table
+    result = RUNNER.invoke(main, ["generate", "door.yaml"])
+    assert result.exit_code == 0, result.stderr
+    assert [p.parent.name for p in tmp_path.rglob("*.py")] == ["gen"]
+    assert "beside its spec" not in result.stderr
 
 
 def test_validate_real_specs_text_and_json(monkeypatch: pytest.MonkeyPatch) -> None:

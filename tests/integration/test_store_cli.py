@@ -80,7 +80,7 @@ def test_list_table(db):
         "ex-live",
         "agent_session",
         "waiting",
-        "awaiting_approval",
+        "suspended",
         "a2",
         "approval",
     ]

@@ -4,7 +4,7 @@ kind of agent execution is converted as ``docs/store.md`` "Upgrading to version 
 says — read back from the store, against the rows the old code wrote:
 
 - ``store-v3-demo-suspended.db`` (made by the schema-3 code's ``phronomy-fsm demo``):
-  an execution suspended for approval waits again, in ``awaiting_approval``, with the
+  an execution suspended for approval waits again, in ``suspended``, with the
   same approval request and tool calls; approving it with today's agent runs the
   refund once, under the old tool invocation id;
 - ``store-v4-finished.db`` (``tests/fixtures/make_legacy_stores.py``): finished
@@ -143,7 +143,7 @@ def test_a_suspended_execution_waits_for_the_same_approval_and_finishes_once(
         record = store.load_record(EXECUTION)
         assert (record.status, record.state, record.point) == (
             ExecutionStatus.WAITING,
-            agent_session.State.AWAITING_APPROVAL.value,
+            agent_session.State.SUSPENDED.value,
             DurablePoint.WAIT,
         )
         assert record.recovery is None
@@ -179,7 +179,7 @@ def test_a_suspended_execution_waits_for_the_same_approval_and_finishes_once(
 
     agent = Agent.load("support-demo", store=db, **demo_options(db))
     try:
-        assert agent.active_execution().state == "awaiting_approval"
+        assert agent.active_execution().state == "suspended"
         result = agent.approve(EXECUTION, approval_request_id=REQUEST, wait_seconds=60)
         assert result.status == "completed" and "refunded $25.00" in result.output
     finally:

@@ -33,6 +33,8 @@ ALLOWED_OPENS = {
     ("store/_files.py", "MarkFile.reset"): "the commit mark beside the database",
     ("store/postgres/server.py", "LocalPostgres.start"): "a PostgreSQL data folder's config",
     ("store/postgres/server.py", "LocalPostgres.server_log"): "a PostgreSQL server's log",
+    ("store/postgres/dev.py", "_saved_port"): "a development PostgreSQL server's port file",
+    ("store/postgres/dev.py", "start_dev_postgres"): "a development PostgreSQL server's port file",
     ("runtime/processes.py", "_read_stat"): "/proc",
     ("runtime/processes.py", "_read_text"): "/proc",
     ("spec/loader.py", "load_spec"): "a YAML spec",

@@ -189,3 +189,37 @@ def test_cli_main_view(tmp_path: object) -> None:
     assert "cluster_legend" in result.stdout
     usage = CliRunner().invoke(main, ["diagram", "--all", "--view", "main"])
     assert usage.exit_code == 2
+
+
+def test_the_named_final_commit_frames_the_final_states() -> None:
+    # fsm_specs/agent_session.yaml names its @final commit `terminalizing` (issue 23):
+    # the table carries the name and every view draws it around the final states
+    assert agent_session_v2.TABLE.final_commit == "terminalizing"
+    diagram = build_diagram(agent_session_v2.TABLE)
+    finals = ("completed", "rejected", "blocked", "handed_off", "failed")
+    assert diagram.final_commit == "terminalizing"
+    assert diagram.final_commit_members == finals
+    for view in ("full", "main"):
+        dot = render_dot(diagram, view=view)
+        frame = dot[dot.index("subgraph cluster__final_commit") :]
+        frame = frame[: frame.index("\n\t}")]
+        assert 'label="terminalizing «@final commit»"' in frame
+        assert 'id="final_commit:terminalizing"' in frame
+        drawn = re.findall(r'id="state:(\w+)"', frame)
+        assert tuple(drawn) == finals, view
+        assert "grey frame terminalizing" in dot or view == "full"
+    mermaid = render_mermaid(diagram)
+    block = mermaid[mermaid.index("state s_terminalizing {") :]
+    block = block[: block.index("\n    }")]
+    assert [m for m in re.findall(r'state "(\w+)" as', block)] == list(finals)
+    # a machine that names no final commit is drawn without a frame
+    assert build_diagram(tool_call.TABLE).final_commit is None
+    assert "final_commit:" not in render_dot(build_diagram(tool_call.TABLE))
+
+
+def test_a_generated_table_names_the_final_commit_only_when_the_spec_does() -> None:
+    # tables of specs without final_commit stay byte for byte what they were
+    agent = (REPO / "src" / "phronomy_fsm" / "generated" / "agent_session.py").read_text()
+    tool = (REPO / "src" / "phronomy_fsm" / "generated" / "tool_call.py").read_text()
+    assert '    final_commit="terminalizing",\n' in agent
+    assert "final_commit" not in tool

@@ -27,8 +27,9 @@ DOCS = sorted(p for p in (ROOT / "docs").glob("*.md") if p.name != "api-referenc
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _INSTALL = re.compile(r"pip install [^\n]*?(?:phronomy-fsm|\.)\[([\w,-]+)\]")
 #: The reader's own modules in the snippets: generated tables (``docs/getting-started.md``
-#: generates ``machines.payout`` and ``my_app.generated.order``), not anything installed.
-OWN_MODULES = {"machines", "my_app"}
+#: generates ``machines.payout`` and ``my_app.generated.order``; ``docs/tutorial.md``
+#: generates ``refund`` and writes ``refunds_app``), not anything installed.
+OWN_MODULES = {"machines", "my_app", "refund", "refunds_app"}
 
 
 def named_extras(text: str) -> set[str]:

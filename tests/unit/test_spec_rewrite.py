@@ -175,12 +175,13 @@ def _shipped(path: Any) -> dict[str, Any]:
     return _plain(lower(result.spec))  # type: ignore[no-any-return]
 
 
-def test_the_shipped_agent_session_grouped_lowers_to_the_flat_version_2() -> None:
-    # version 3 of fsm_specs/agent_session.yaml only groups the states of version 2
-    # (kept as tests/fixtures/specs/agent_session_v2.yaml) into two compound states, so
-    # that its diagram is drawn in clusters: the machine that runs must not change
+def test_agent_session_version_3_grouped_lowers_to_the_flat_version_2() -> None:
+    # version 3 of fsm_specs/agent_session.yaml (kept as
+    # tests/fixtures/specs/agent_session_v3.yaml) only groups the states of version 2
+    # (tests/fixtures/specs/agent_session_v2.yaml) into two compound states, so that its
+    # diagram is drawn in clusters: the machine that runs must not change
     flat = _shipped(FIXTURES / "agent_session_v2.yaml")
-    grouped = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
+    grouped = _shipped(FIXTURES / "agent_session_v3.yaml")
     assert candidates(grouped) == candidates(flat)
     assert [s["name"] for s in grouped["states"]] == [s["name"] for s in flat["states"]]
     for key in ("events", "initial", "guards", "actions", "offload_hooks", "barriers"):
@@ -209,3 +210,44 @@ def test_the_shipped_agent_session_grouped_lowers_to_the_flat_version_2() -> Non
     # executions started under version 2 run on unchanged (nothing is renamed)
     assert flat["version"] == 2 and grouped["version"] == 3
     assert grouped["migrations"] == [{"from_version": 2, "from_sha256": None, "rename_states": []}]
+
+
+def _renamed(value: Any, renames: dict[str, str]) -> Any:
+    """``value`` (plain table data) with every string equal to an old name renamed."""
+    if isinstance(value, dict):
+        return {k: _renamed(v, renames) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_renamed(v, renames) for v in value]
+    if isinstance(value, str):
+        return renames.get(value, value)
+    return value
+
+
+def test_the_shipped_agent_session_is_version_3_with_the_approval_wait_renamed() -> None:
+    # version 4 renames the approval wait awaiting_approval to suspended (issue 23, the
+    # design's names) and declares the migrations that rename it in stored executions
+    # of versions 2 and 3; every other row, state, event and hook is unchanged
+    before = _shipped(FIXTURES / "agent_session_v3.yaml")
+    after = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
+    renames = {"awaiting_approval": "suspended"}
+    assert after["version"] == 4
+    assert after["migrations"] == [
+        {
+            "from_version": 3,
+            "from_sha256": None,
+            "rename_states": [["awaiting_approval", "suspended"]],
+        },
+        {
+            "from_version": 2,
+            "from_sha256": None,
+            "rename_states": [["awaiting_approval", "suspended"]],
+        },
+    ]
+    assert "awaiting_approval" not in json.dumps(
+        {k: v for k, v in after.items() if k != "migrations"}
+    )
+    renamed = _renamed(before, renames)
+    assert candidates(after) == candidates(renamed)
+    for key in ("states", "events", "initial", "guards", "actions", "offload_hooks", "barriers"):
+        assert after[key] == renamed[key], key
+    assert after["fail_closed"] == before["fail_closed"] == "recovery_required"

@@ -276,6 +276,8 @@ CASES: list[tuple[str, str | bytes, str, str]] = [
         "11:41",
         "$.states.opened.states.closed",
     ),
+    # the name diagrams give the @final commit must not be a state's
+    ("DUPLICATE_STATE", door(insert={4: "final_commit: locked"}), "4:1", "$.final_commit"),
     (
         "COMPOUND_NO_INITIAL",
         door(

@@ -1,6 +1,6 @@
 """Approval decisions and operator answers for agent executions, from any process.
 
-An agent execution waiting for approval rests, durably, in ``awaiting_approval``; a
+An agent execution waiting for approval rests, durably, in ``suspended``; a
 decision is the ``approval_decided`` signal, written to its inbox with the revision it
 was checked against, so it applies to exactly the request that was checked
 (``docs/agent.md``, "Approval"). :func:`send_approval` checks a decision against the
@@ -36,6 +36,12 @@ from phronomy_fsm.generated import agent_session
 from phronomy_fsm.store.open import command_target
 
 APPROVAL_EVENT = agent_session.Event.APPROVAL_DECIDED.value
+
+
+def _state(record: ExecutionRecord) -> str:
+    """The stored state of an agent execution by this spec's names (one stored by an
+    older spec's runtime may still use the old name, :meth:`MachineTable.migrated_state`)."""
+    return agent_session.TABLE.migrated_state(record.spec_version, record.spec_sha256, record.state)
 
 
 def check_decision_types(
@@ -120,7 +126,7 @@ def check_approval(
         )
     if (
         record.status is not ExecutionStatus.WAITING
-        or record.state != agent_session.State.AWAITING_APPROVAL
+        or _state(record) != agent_session.State.SUSPENDED
     ):
         raise ApprovalError(
             f"execution {eid} is not waiting for approval (status {record.status.value}, "
@@ -355,7 +361,7 @@ def how_to_continue(store: ExecutionStore, execution_id: str) -> str | None:
     request_id = approval.get("request_id")
     if (
         record.status is ExecutionStatus.WAITING
-        and record.state == agent_session.State.AWAITING_APPROVAL
+        and _state(record) == agent_session.State.SUSPENDED
         and isinstance(request_id, str)
         and not approval.get("decided")
     ):

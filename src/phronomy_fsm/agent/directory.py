@@ -283,7 +283,10 @@ class AgentDirectory:
 
     def _waiting(self, record: ExecutionRecord) -> None:
         ctx = json_data(record.context)
-        if record.state != agent_session.State.AWAITING_APPROVAL or not isinstance(ctx, dict):
+        state = agent_session.TABLE.migrated_state(
+            record.spec_version, record.spec_sha256, record.state
+        )
+        if state != agent_session.State.SUSPENDED or not isinstance(ctx, dict):
             return
         approval = ctx.get("approval") or {}
         tools = {t["tool_invocation_id"]: t for t in ctx.get("tools", [])}

@@ -63,6 +63,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "exact `phronomy-fsm resolve` commands are printed (exit 3)."
         ),
     ),
+    "dev": (
+        "dev_commands",
+        "Development helpers: a PostgreSQL server of your own in one command (dev postgres start|stop|status).",
+    ),
     "diagram": ("spec_commands", "Draw the state diagram of SPEC as DOT, SVG, PNG or Mermaid."),
     "executions": (
         "execution_commands",

@@ -39,9 +39,19 @@ def subject_lines(request: operator.RecoveryRequest) -> list[str]:
     lines = [f"  reason: {request.reason}", f"  subject: {request.describe_subject()}"]
     if request.parent_execution_id is not None:
         lines.append(f"  of execution: {request.parent_execution_id}")
+    lines.append(f"  allowed outcomes: {', '.join(request.allowed_outcomes)}")
+    shape = request.result_shape
+    if shape is not None:
+        lines.append(f"  succeeded needs --result: {shape.describe()}")
+        if shape.example is not None:
+            lines.append(f"    e.g. --result '{shape.example}'")
+    elif "succeeded" in request.allowed_outcomes:
+        lines.append(
+            "  succeeded needs --result: the effect's result as JSON (its machine's table is "
+            "not registered in this store, so its declared type is unknown)"
+        )
     return [
         *lines,
-        f"  allowed outcomes: {', '.join(request.allowed_outcomes)}",
         "  answer with one of:",
         *(f"    {command}" for command in request.commands),
     ]
@@ -179,6 +189,14 @@ def echo_detail(detail: operator.ExecutionDetail, db: str) -> None:
                 + ["--expected-revision", str(r.revision)]
             )
             echo(f"  {command}")
+    if detail.is_held_by_no_live_worker and r.status.value in ("waiting", "recovery_required"):
+        echo(
+            "  no live worker holds it: what you send waits in its inbox (and a timer does "
+            "not fire) until phronomy-fsm recover --app MODULE:FACTORY or a worker claims it"
+        )
+    for ending in detail.wait_endings:
+        echo(f"wait: {ending.describe()}")
+    echo(f"context: {clip(compact(r.context), 2000)}")
     echo(f"pending_effects: {', '.join(r.pending_effects) or '-'}")
     if r.error is not None and detail.agent is None:
         echo(f"error: {r.error.render()}")

@@ -93,8 +93,9 @@ def list_command(
     revision, and who it waits for — an operator (recovery_required: resolve), a
     person's approval (an agent: approve), a signal, or a recover (running, but no
     live worker runs it). The table ends with the counts per status and what to run
-    next; --json prints the rows only (each with needs_operator, waits_for and
-    has_live_owner)."""
+    next; the hints count the waits no live worker holds (what is sent to those
+    waits in the inbox for a recovery). --json prints the rows only (each with needs_operator,
+    waits_for, has_live_owner and held_by_no_live_worker)."""
     if agent_id is not None and exclusive_key not in (None, agent_id):
         raise click.UsageError("--agent and --exclusive-key name different keys")
     if waiting_for is not None and status not in (None, operator.WAITING_FOR_STATUS[waiting_for]):
@@ -143,10 +144,19 @@ def list_command(
         (operator.WAITS_FOR_SIGNAL, "wait(s) for a signal"),
     ):
         count = sum(1 for e in page.executions if e.waits_for == kind)
+        unheld = sum(
+            1 for e in page.executions if e.waits_for == kind and e.is_held_by_no_live_worker
+        )
         if count:
             echo(
                 f"{count} {what}: phronomy-fsm executions show ID --db {redact_dsn(db)} prints the "
                 f"{_ANSWERED_BY[kind]} command(s)"
+                + (
+                    f"; {unheld} held by no live worker: what you send waits in the inbox until "
+                    "phronomy-fsm recover --app MODULE:FACTORY (or a worker) claims it"
+                    if unheld
+                    else ""
+                )
             )
     for e in page.executions:
         if e.waits_for == operator.WAITS_FOR_CHILD:
@@ -175,10 +185,13 @@ def show_command(execution_id: str, db: str, as_json: bool) -> None:
     commands, and its conversation; for an agent's tool call the tool, its arguments
     and result or error; while it waits for an operator the recovery subject (in the
     agent's terms for an agent), the allowed outcomes and the exact resolve commands;
-    then its barrier log, signals (with how each was consumed) and journal.
+    how each stay in a wait state ended (a signal, naming it, or the timer), the
+    context as stored; then its barrier log, signals (with how each was consumed) and
+    journal.
 
     The JSON object has the keys execution_id, machine, status, state, revision,
-    point, needs_operator, waits_for, pending_effects, awaits, owner, recovery, agent,
+    point, needs_operator, waits_for, pending_effects, awaits, owner,
+    held_by_no_live_worker, recovery (with result_shape), agent, context, wait_endings,
     execution (the stored record), barriers, signals and journal."""
     with open_store(db, read_only=True) as store:
         try:

@@ -372,17 +372,17 @@ def approve_command(
 
 
 @click.command("resolve")
-@click.argument("execution_id")
+@click.argument("execution_id", required=False)
 @db_option
 @click.option(
     "--expected-revision",
-    required=True,
     type=int,
-    help="The execution's revision as read (executions show, or the recover output).",
+    default=None,
+    help="The execution's revision as read (executions show, or the recover output); "
+    "required with EXECUTION_ID.",
 )
 @click.option(
     "--outcome",
-    required=True,
     type=click.Choice(["succeeded", "failed", "not_performed", "retry"]),
     help="What happened: succeeded (give --result), failed (give --error), not_performed "
     "(nothing is sent again), or retry (run the effect again; you accept the risk).",
@@ -390,8 +390,9 @@ def approve_command(
 @click.option(
     "--result",
     default=None,
-    help="For succeeded: the result as JSON (an LLM call's answer: "
-    '{"content": "...", "tool_calls": [...]}).',
+    help="For succeeded: the result as JSON, of the type the effect's completed event "
+    "declares in its machine's spec (executions show prints it as 'succeeded needs "
+    "--result').",
 )
 @click.option("--error", default=None, help="For failed: what went wrong.")
 @click.option(
@@ -400,17 +401,46 @@ def approve_command(
     help="An optional check that the answer is about the stored subject: effect:HOOK or "
     "execution:ID, for an agent llm_call:ID or tool_invocation:ID.",
 )
+@click.option(
+    "--all",
+    "answer_all",
+    is_flag=True,
+    help="Instead of EXECUTION_ID: answer every execution waiting for an operator that "
+    "--machine, --state and --effect select (at least one), each at its own revision.",
+)
+@click.option("--machine", default=None, help="With --all: only executions of this machine.")
+@click.option("--state", default=None, help="With --all: only executions parked in this state.")
+@click.option(
+    "--effect", default=None, help="With --all: only those whose subject is this effect (hook)."
+)
+@click.option(
+    "--answers",
+    "answers_file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Instead of EXECUTION_ID: a file ('-': stdin) of answers, a JSON list or one JSON "
+    "object per line: {execution_id, expected_revision, outcome, result?, error?, subject?}.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="With --all or --answers: list the answers, write nothing."
+)
 @_apply_app_option
 @_wait_option
 @_json_option
 def resolve_command(
-    execution_id: str,
+    execution_id: str | None,
     db: str,
-    expected_revision: int,
-    outcome: str,
+    expected_revision: int | None,
+    outcome: str | None,
     result: str | None,
     error: str | None,
     subject: str | None,
+    answer_all: bool,
+    machine: str | None,
+    state: str | None,
+    effect: str | None,
+    answers_file: Any,
+    dry_run: bool,
     app: str | None,
     wait_seconds: float,
     as_json: bool,
@@ -424,7 +454,41 @@ def resolve_command(
     call belongs to) rests. Refused, writing nothing (exit 1): not waiting for an
     operator, a stale --expected-revision, an outcome not allowed for the subject, a
     --result that is not JSON (or not an LLM answer for an LLM call), another
-    --subject, a finished execution."""
+    --subject, a finished execution.
+
+    Many at once (docs/operations.md, "Answering many at once"): --all with
+    --machine/--state/--effect answers every matching execution with the same
+    --outcome (and --result or --error), or --answers FILE sends the file's answers;
+    each is checked against its own execution and revision as one resolve is, and a
+    refused one does not stop the others (exit 1 when any was refused)."""
+    if answer_all or answers_file is not None:
+        from phronomy_fsm.cli._batch import resolve_batch
+
+        if execution_id is not None or expected_revision is not None or subject is not None:
+            raise click.UsageError(
+                "--all and --answers take no EXECUTION_ID, --expected-revision or --subject "
+                "(each answer carries its own)"
+            )
+        if answer_all == (answers_file is not None):
+            raise click.UsageError("give --all (with a filter) or --answers FILE, not both")
+        resolve_batch(
+            db=db,
+            outcome=outcome,
+            result=result,
+            error=error,
+            filters={"machine": machine, "state": state, "effect": effect},
+            answers_file=answers_file,
+            dry_run=dry_run,
+            sender=SENDER,
+            as_json=as_json,
+        )
+        return
+    if execution_id is None or expected_revision is None or outcome is None:
+        raise click.UsageError(
+            "give EXECUTION_ID with --expected-revision and --outcome (or --all / --answers)"
+        )
+    if machine or state or effect or dry_run:
+        raise click.UsageError("--machine, --state, --effect and --dry-run go with --all")
     value = parse_json_option(result, "--result")
     durable_app = _load_app(app, db)
     with open_store(db) as store:

@@ -131,6 +131,42 @@ def _require(config: ProjectConfig, key: str) -> Path:
         raise click.UsageError(str(exc)) from None
 
 
+def _optional_config() -> ProjectConfig | None:
+    """The project configuration, or ``None`` when there is no ``pyproject.toml`` or
+    it has no ``[tool.phronomy_fsm]`` table. A malformed table still raises."""
+    try:
+        return load_project_config()
+    except ProjectConfigError as exc:
+        if getattr(exc, "missing", False):
+            return None
+        raise
+
+
+def _generate_beside(
+    generate: Any, spec_paths: list[Path], *, check: bool, base: Path | None
+) -> Any:
+    """Run ``generate`` once per folder of ``spec_paths``, writing each module beside
+    its spec; one report of every file and issue."""
+    by_folder: dict[Path, list[Path]] = {}
+    for path in spec_paths:
+        by_folder.setdefault(path.parent, []).append(path)
+    reports = [
+        generate(paths, folder, check=check, base=base, find_orphans=False)
+        for folder, paths in by_folder.items()
+    ]
+    if len(reports) == 1:
+        return reports[0]
+    import attrs
+
+    first = reports[0]
+    return attrs.evolve(
+        first,
+        files=tuple(f for r in reports for f in r.files),
+        issues=tuple(i for r in reports for i in r.issues),
+        orphans=(),
+    )
+
+
 def _project_root() -> Path | None:
     pyproject = find_pyproject()
     return pyproject.parent if pyproject is not None else None
@@ -244,7 +280,9 @@ def _json_result(path: Path, result: CheckResult, strict: bool) -> dict[str, obj
 def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> None:
     """Compile SPEC files into Python modules of transition tables (<out>/<machine>.py).
 
-    Without SPEC arguments the specs and the output folder come from the
+    With SPEC arguments and no --out, modules go to the 'out' folder of the
+    [tool.phronomy_fsm] table when there is one, else beside each spec (said on
+    stderr). Without SPEC arguments the specs and the output folder come from the
     [tool.phronomy_fsm] table (keys 'specs', a list of globs relative to the
     pyproject.toml, and 'out') of the nearest pyproject.toml above the current
     directory. Output is deterministic; unchanged modules are not rewritten. Headers
@@ -257,12 +295,23 @@ def generate_command(specs: tuple[Path, ...], out: Path | None, check: bool) -> 
 
     with _errors_to_exit_code():
         config: ProjectConfig | None = None
-        if not specs or out is None:
+        if not specs:
             config = _config()
+        elif out is None:
+            config = _optional_config()
         spec_paths: list[Path] = list(specs) if specs else config.spec_paths()  # type: ignore[union-attr]
-        out_dir = out if out is not None else _require(config, "out")  # type: ignore[arg-type]
         root = config.root if config is not None else _project_root()
-        report = generate(spec_paths, out_dir, check=check, base=root, find_orphans=not specs)
+        if out is None and specs and (config is None or config.out is None):
+            # Named specs, no --out and no project folder: each module goes beside its spec.
+            click.echo(
+                "no --out and no 'out' in [tool.phronomy_fsm]: writing each module beside its "
+                "spec (pass --out DIR to choose the folder)",
+                err=True,
+            )
+            report = _generate_beside(generate, spec_paths, check=check, base=root)
+        else:
+            out_dir = out if out is not None else _require(config, "out")  # type: ignore[arg-type]
+            report = generate(spec_paths, out_dir, check=check, base=root, find_orphans=not specs)
     _echo_issues(report.issues)
     if not report.ok:
         _fail(f"{sum(1 for i in report.issues if i.is_error)} spec error(s); nothing was written")

@@ -206,31 +206,19 @@ class GenericPresenter:
         return (Section("Context", text=_json_text(context), open=False),)
 
     def actions(self, view: ExecutionView) -> Sequence[Action]:
-        """One :class:`SignalAction` per awaited event, sorted by name; the event the
-        waiting state's timer sends says when it will."""
-        record = view.detail.record
-        timer_event = None
-        if view.table is not None and record.deadline_at is not None:
-            try:
-                timeout = view.table.state(record.state).timeout
-            except KeyError:
-                timeout = None
-            timer_event = None if timeout is None else timeout.event
-        actions = []
-        for event in view.detail.awaits:
-            description = view.event_description(event)
-            if event == timer_event and record.deadline_at is not None:
-                when = record.deadline_at.strftime("%Y-%m-%d %H:%M:%SZ")
-                description = f"{description} (the state's timer sends it at {when})".strip()
-            actions.append(
-                SignalAction(
-                    event=event,
-                    label=event,
-                    description=description,
-                    danger=any(word in event.lower() for word in _DANGER_WORDS),
-                )
+        """One :class:`SignalAction` per awaited event, sorted by name. The event the
+        waiting state's timer sends is not among them (``ExecutionDetail.awaits``
+        leaves it out: a timer is not a signal a person sends); the page says when
+        the timer fires."""
+        return tuple(
+            SignalAction(
+                event=event,
+                label=event,
+                description=view.event_description(event),
+                danger=any(word in event.lower() for word in _DANGER_WORDS),
             )
-        return tuple(actions)
+            for event in view.detail.awaits
+        )
 
 
 #: The presenter used for machines that have none of their own.

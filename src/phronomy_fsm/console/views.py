@@ -127,6 +127,8 @@ def list_model(page: ExecutionPage, query: ListQuery) -> dict[str, Any]:
             "parent": visible(e.parent_execution_id) if e.parent_execution_id else "",
             "needs_operator": e.needs_operator,
             "waits_for": e.waits_for or "",
+            "no_live_worker": e.is_held_by_no_live_worker
+            and e.waits_for in ("operator", "approval", "signal"),
             "parked_children": [visible(c) for c in e.parked_children],
             "deadline": format_time(e.deadline_at) if e.deadline_at and e.active else "",
         }
@@ -222,8 +224,7 @@ def signal_outcome(signal: SignalRecord) -> str:
 #: What the resolve form's result field suggests, by the kind of subject.
 RESULT_EXAMPLES = {
     "llm_call": '{"content": "the answer the LLM gave", "tool_calls": []}',
-    "tool_invocation": 'the tool\'s result as JSON, e.g. {"refund_id": "R-1"}',
-    "effect": '{"charged_cents": 1500}',
+    "tool_invocation": "the tool's result as JSON",
 }
 
 
@@ -241,10 +242,18 @@ def subject_value(request: RecoveryRequest) -> str:
 
 
 def result_example(request: RecoveryRequest) -> str:
-    """The resolve form's placeholder for ``succeeded``'s result: an LLM answer, a
-    tool's result, or an effect's result."""
+    """The resolve form's placeholder for ``succeeded``'s result: the shape the
+    subject's own machine declares (:class:`~phronomy_fsm.operator.ResultShape`: its
+    completed event's payload type), an LLM answer or a tool's result for an agent;
+    never another machine's example."""
+    shape = request.result_shape
     kind = None if request.agent_subject is None else request.agent_subject.get("type")
-    return RESULT_EXAMPLES.get(str(kind), RESULT_EXAMPLES["effect"])
+    if kind in ("llm_call", "tool_invocation"):
+        return RESULT_EXAMPLES[str(kind)]
+    if shape is None:
+        return "the effect's result as JSON"
+    text = shape.describe()
+    return text if shape.example is None else f"{text}, e.g. {shape.example}"
 
 
 def pending_effect_rows(
@@ -286,8 +295,19 @@ def detail_model(detail: ExecutionDetail, table: MachineTable | None) -> dict[st
         ("updated", format_time(r.updated_at)),
         ("owner", owner_text(detail.owner, r.is_finished)),
     ]
+    timer = ""
     if r.deadline_at is not None and r.is_active:
         facts.append(("timer", f"{format_time(r.deadline_at)} (the wait state's deadline)"))
+        state = None
+        if table is not None and r.status is ExecutionStatus.WAITING:
+            state = next((s for s in table.states if s.name == r.state), None)
+        if state is not None and state.timeout is not None:
+            timer = (
+                f"Its timer sends {state.timeout.event} at {format_time(r.deadline_at)} "
+                "(the engine sends it; it is not a signal to send by hand)."
+            )
+    for ending in detail.wait_endings:
+        facts.append(("wait", ending.describe()))
     if r.expires_at is not None:
         facts.append(("expires", f"{format_time(r.expires_at)} (the execution's own deadline)"))
     if r.exclusive_key is not None:
@@ -304,6 +324,9 @@ def detail_model(detail: ExecutionDetail, table: MachineTable | None) -> dict[st
             "subject": visible(req.describe_subject()),
             "subject_value": subject_value(req),
             "result_example": result_example(req),
+            "result_shape": ""
+            if req.result_shape is None
+            else visible(req.result_shape.describe()),
             "allowed": list(req.allowed_outcomes),
             "detected": format_time(req.detected_at),
             "commands": [visible(c) for c in req.commands],
@@ -323,6 +346,8 @@ def detail_model(detail: ExecutionDetail, table: MachineTable | None) -> dict[st
         "parent_href": execution_href(r.parent_execution_id) if r.parent_execution_id else None,
         "parent": visible(r.parent_execution_id) if r.parent_execution_id else "",
         "awaits": list(detail.awaits),
+        "timer": timer,
+        "no_live_worker": detail.is_held_by_no_live_worker,
         "recovery": recovery,
         "pending_effects": pending_effect_rows(detail, table),
         "barriers": [

@@ -4,7 +4,8 @@ execution drawn over either.
 :func:`render_dot` draws states styled by kind (auto blue, external white, wait yellow
 and dashed, final grey and double-bordered; barrier states with a red border; the
 fail-closed state red and marked FAIL-CLOSED), compound states as clusters (with a
-start dot on their initial child), and a legend. Views:
+start dot on their initial child), the spec's named ``@final`` commit as a grey frame
+around the top-level final states, and a legend. Views:
 
 - ``full``: every edge; a row declared on a compound state is one edge from its
   cluster;
@@ -61,6 +62,9 @@ KIND_STYLE: dict[StateKind, dict[str, str]] = {
 BARRIER_COLOR = "#b91c1c"
 RECOVERY_FILL = "#fecaca"
 RECOVERY_COLOR = "#7f1d1d"
+#: The frame of the named @final commit (``final_commit`` in the spec).
+FINAL_COMMIT_FILL = "#f3f4f6"
+FINAL_COMMIT_COLOR = "#111827"
 CURRENT_FILL = "#bbf7d0"
 CURRENT_COLOR = "#15803d"
 PATH_COLOR = "#1d4ed8"
@@ -97,7 +101,8 @@ def render_dot(
     Returns:
         The DOT source, deterministic for given arguments (ends with a newline). Node ids
         are the state names; each state node has ``id="state:<name>"``, each cluster
-        ``id="compound:<name>"`` and each transition edge ``id="t<index>:<source>"``
+        ``id="compound:<name>"``, the final commit's frame ``id="final_commit:<name>"``
+        and each transition edge ``id="t<index>:<source>"``
         (kept in SVG output); the start marker is ``__start`` and legend nodes start
         with ``__legend``.
 
@@ -117,8 +122,9 @@ def render_dot(
     title = f"{diagram.machine} (spec version {diagram.version})"
     if view == "main":
         title += " - main path"
+    titles = [title] if mark.title is None else [title, mark.title]
     graph_attr = {
-        "label": dot_text([title]),
+        "label": dot_text(titles),
         "labelloc": "t",
         "fontname": "Helvetica",
         "rankdir": "TB",
@@ -242,9 +248,12 @@ def _add_nodes(
     mark: Highlight,
     view: str,
 ) -> None:
+    framed = set(diagram.final_commit_members) & shown if parent is None else set()
     for node in diagram.nodes:
-        if node.parent == parent and node.name in shown:
+        if node.parent == parent and node.name in shown and node.name not in framed:
             graph.node(dot_id(node.name), **_node_attrs(node, mark))
+    if framed and diagram.final_commit is not None:
+        graph.subgraph(_final_commit_frame(diagram, diagram.final_commit, framed, mark, view))
     for cluster in diagram.clusters:
         if cluster.parent != parent or not shown & set(cluster_leaves(diagram, cluster.name)):
             continue
@@ -272,6 +281,39 @@ def _add_nodes(
         graph.subgraph(sub)
 
 
+def _final_commit_frame(
+    diagram: Diagram, name: str, framed: set[str], mark: Highlight, view: str
+) -> graphviz.Digraph:
+    """The named ``@final`` commit: a grey frame around the final states ``framed``
+    (reaching any of them is that one commit)."""
+    frame = graphviz.Digraph(
+        name="cluster__final_commit",  # no state's name starts with "_": no clash
+        graph_attr={
+            "label": dot_text([f"{name} «@final commit»"]),
+            "id": dot_text([f"final_commit:{name}"]),
+            "fontname": "Helvetica-Bold",
+            "fontsize": "16" if view == "main" else "13",
+            "style": "rounded,filled",
+            "fillcolor": FINAL_COMMIT_FILL,
+            "color": FINAL_COMMIT_COLOR,
+            "penwidth": "2",
+            "labeljust": "l",
+            "labelloc": "b",  # below its states: the edges into them come from above
+            "tooltip": dot_tooltip(
+                f"{name}: the engine's @final commit. Reaching a final state commits the "
+                "outcome, and the records the machine adds, in one transaction."
+            ),
+        },
+    )
+    # one row: the ends of the machine side by side, where every path finishes
+    row = graphviz.Digraph(graph_attr={"rank": "same"})
+    for node in diagram.nodes:
+        if node.name in framed:
+            row.node(dot_id(node.name), **_node_attrs(node, mark))
+    frame.subgraph(row)
+    return frame
+
+
 def _node_attrs(node: DiagramNode, mark: Highlight) -> dict[str, str]:
     style = dict(KIND_STYLE[node.kind])
     lines = [node.name, f"«{node.kind_note}»", *node.details]
@@ -282,11 +324,18 @@ def _node_attrs(node: DiagramNode, mark: Highlight) -> dict[str, str]:
         lines.insert(1, "FAIL-CLOSED")
         style.update(fillcolor=RECOVERY_FILL, color=RECOVERY_COLOR, penwidth="3")
         style["style"] += ",bold"
+    parked = [note for name, note in mark.parked_states if name == node.name]
     if node.name == mark.current_state:
         lines.insert(1, "CURRENT")
         style.update(fillcolor=CURRENT_FILL, color=CURRENT_COLOR, penwidth="4")
     elif mark.has_state(node.name):
         style.update(color=PATH_COLOR, penwidth="3")
+    if node.name in mark.effect_states:
+        lines.insert(1, "EFFECT PASSED")
+    if parked:
+        lines.insert(1, f"RECOVERY_REQUIRED {', '.join(parked)}")
+        style.update(color=RECOVERY_COLOR, penwidth="4")
+        style["style"] = style.get("style", "") + ",dashed"
     attrs_ = {"label": dot_text(lines), "id": dot_text([f"state:{node.name}"]), **style}
     if node.description:
         attrs_["tooltip"] = dot_tooltip(node.description)
@@ -351,6 +400,11 @@ def _main_legend(
             f"red fill: {diagram.fail_closed or 'recovery_required'} (FAIL-CLOSED);",
             "dashed frame: compound state (its rows apply to every state inside).",
         ]
+        if diagram.final_commit is not None:
+            lines.append(
+                f"grey frame {diagram.final_commit}: the @final commit; reaching a final "
+                "state commits it."
+            )
         if with_highlight:
             lines.append("green: the execution's CURRENT state; blue: the path it took.")
         lines += [
@@ -448,11 +502,34 @@ def _dot_legend(diagram: Diagram, with_highlight: bool) -> graphviz.Digraph:
                 {"shape": "box", "style": "rounded,dashed", "color": "#6b7280"},
             )
         )
+    if diagram.final_commit is not None:
+        samples.append(
+            (
+                "final_commit",
+                [
+                    f"{diagram.final_commit} (grey frame)",
+                    "the @final commit: reaching a final state",
+                    "commits the outcome in one transaction",
+                ],
+                {
+                    "shape": "box",
+                    "style": "rounded,filled",
+                    "fillcolor": FINAL_COMMIT_FILL,
+                    "color": FINAL_COMMIT_COLOR,
+                    "penwidth": "2",
+                },
+            )
+        )
     if with_highlight:
         samples.append(
             (
                 "current",
-                ["CURRENT state (green)", "the execution's path in blue"],
+                [
+                    "CURRENT state (green)",
+                    "the execution's path in blue",
+                    "EFFECT PASSED: an effect state it went through",
+                    "RECOVERY_REQUIRED since rA / rA to rB: parked for an operator",
+                ],
                 {
                     **KIND_STYLE[StateKind.EXTERNAL],
                     "fillcolor": CURRENT_FILL,

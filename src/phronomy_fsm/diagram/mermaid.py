@@ -1,6 +1,7 @@
 """The Mermaid renderer of the diagram IR (``stateDiagram-v2`` text).
 
-Compound states become composite states (``state s_x { ... }``) holding their states;
+Compound states become composite states (``state s_x { ... }``) holding their states,
+and so does the spec's named ``@final`` commit, around the top-level final states;
 the main-path view leaves out the same edges as the DOT renderer and lists them in
 ``%%`` comments (Mermaid has no legend). Deterministic; see
 :func:`render_mermaid`.
@@ -15,7 +16,7 @@ from phronomy_fsm.diagram.dot import (
     RECOVERY_FILL,
     VIEWS,
 )
-from phronomy_fsm.diagram.model import FOLDED_ROLES, Diagram
+from phronomy_fsm.diagram.model import FOLDED_ROLES, Diagram, DiagramNode
 from phronomy_fsm.diagram.text import mermaid_id, mermaid_text
 from phronomy_fsm.spec.model import StateKind
 
@@ -52,6 +53,11 @@ def render_mermaid(diagram: Diagram, *, with_actions: bool = True, view: str = "
         out.append(
             "    %% A composite state is a compound state: its rows apply to every state in it."
         )
+    if diagram.final_commit is not None:
+        out.append(
+            f"    %% The composite state {mermaid_text(diagram.final_commit)} is the @final "
+            "commit: reaching a final state in it commits the outcome."
+        )
     for kind, style in KIND_STYLE.items():
         dash = ",stroke-dasharray:5 3" if kind is StateKind.WAIT else ""
         out.append(
@@ -87,17 +93,31 @@ def render_mermaid(diagram: Diagram, *, with_actions: bool = True, view: str = "
     return "\n".join(out) + "\n"
 
 
+def _declare_node(node: DiagramNode, out: list[str], indent: str) -> None:
+    """Declare one state: its name, kind note and work lines."""
+    ident = mermaid_id(node.name)
+    out.append(f'{indent}state "{mermaid_text(node.name)}" as {ident}')
+    note = "FAIL-CLOSED " + node.kind_note if node.is_recovery else node.kind_note
+    out.append(f"{indent}{ident} : {mermaid_text(note)}")
+    for line in node.details:
+        out.append(f"{indent}{ident} : {mermaid_text(line)}")
+
+
 def _declare(diagram: Diagram, parent: str | None, out: list[str], indent: str) -> None:
     """Declare the states and composite states inside ``parent`` (``None``: top level)."""
+    framed = set(diagram.final_commit_members) if parent is None else set()
     for node in diagram.nodes:
-        if node.parent != parent:
-            continue
-        ident = mermaid_id(node.name)
-        out.append(f'{indent}state "{mermaid_text(node.name)}" as {ident}')
-        note = "FAIL-CLOSED " + node.kind_note if node.is_recovery else node.kind_note
-        out.append(f"{indent}{ident} : {mermaid_text(note)}")
-        for line in node.details:
-            out.append(f"{indent}{ident} : {mermaid_text(line)}")
+        if node.parent == parent and node.name not in framed:
+            _declare_node(node, out, indent)
+    if framed and diagram.final_commit is not None:
+        ident = mermaid_id(diagram.final_commit)
+        label = f"{diagram.final_commit} «@final commit»"
+        out.append(f'{indent}state "{mermaid_text(label)}" as {ident}')
+        out.append(f"{indent}state {ident} {{")
+        for node in diagram.nodes:
+            if node.name in framed:
+                _declare_node(node, out, indent + "    ")
+        out.append(f"{indent}}}")
     for cluster in diagram.clusters:
         if cluster.parent != parent:
             continue

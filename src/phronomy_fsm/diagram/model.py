@@ -16,7 +16,10 @@ the compiler, :func:`phronomy_fsm.codegen.lower.lower`, so both give the same pi
   other than committed; ``offload_failed``: an offload's failure; ``internal``: an
   internal transition).
 
-:class:`Highlight` marks one execution's current state and path. The renderers live in
+``final_commit`` is the name the spec gives the engine's ``@final`` commit (the
+terminal commit): the renderers draw it as a frame around the top-level final states,
+since reaching any of them is that one commit. :class:`Highlight` marks one execution's
+current state and path. The renderers live in
 :mod:`phronomy_fsm.diagram.dot` and :mod:`phronomy_fsm.diagram.mermaid`. Nothing here
 raises for a valid table.
 """
@@ -167,7 +170,9 @@ class DiagramEdge:
 @attrs.frozen
 class Diagram:
     """Everything a state diagram of one machine shows, in table order;
-    ``spec_sha256`` is the sha256 of the spec it was drawn from (``""`` when unknown)."""
+    ``spec_sha256`` is the sha256 of the spec it was drawn from (``""`` when unknown);
+    ``final_commit`` names the engine's ``@final`` commit when the spec does (module
+    docstring)."""
 
     machine: str
     version: int
@@ -178,6 +183,16 @@ class Diagram:
     spec_sha256: str = ""
     clusters: tuple[DiagramCluster, ...] = ()
     fail_closed: str | None = None
+    final_commit: str | None = None
+
+    @property
+    def final_commit_members(self) -> tuple[str, ...]:
+        """The states drawn inside the ``final_commit`` frame: the top-level final
+        states, in order (empty when the spec names no final commit; a final state
+        inside a compound state is drawn in its compound state)."""
+        if self.final_commit is None:
+            return ()
+        return tuple(n.name for n in self.nodes if n.kind is StateKind.FINAL and n.parent is None)
 
     def node(self, name: str) -> DiagramNode | None:
         """The node of state ``name``, or ``None``."""
@@ -193,12 +208,21 @@ class Highlight:
     the states it went through (``visited_states``), and the edges it took
     (``visited_edges``: ``(source, target)`` pairs, or ``(source, event, target)``
     triples to single out one of several parallel edges). The renderers draw them in a
-    distinct colour and keep visited edges that the main-path view would fold.
+    distinct colour and keep visited edges that the main-path view would fold. The DOT
+    renderer also draws ``title`` (the execution and its status), the effect states it
+    passed (``effect_states``) and its stays in ``recovery_required``
+    (``parked_states``: ``(state, note)`` pairs).
     """
 
     current_state: str | None = None
     visited_states: frozenset[str] = frozenset()
     visited_edges: frozenset[tuple[str, ...]] = frozenset()
+    #: A line naming the execution and its status, drawn under the diagram's title.
+    title: str | None = None
+    #: Effect states (an offload on entry) the execution passed, marked ``EFFECT PASSED``.
+    effect_states: frozenset[str] = frozenset()
+    #: States where it stayed in ``recovery_required``, each with a note (``r2 to r3``).
+    parked_states: tuple[tuple[str, str], ...] = ()
 
     def has_state(self, name: str) -> bool:
         """True when the execution was in (or is in) state ``name``."""
@@ -286,6 +310,7 @@ def build_diagram(source: MachineSpec | MachineTable) -> Diagram:
         table.spec_sha256,
         tuple(DiagramCluster(c.name, c.parent, c.initial, c.description) for c in table.compounds),
         fail_closed,
+        table.final_commit,
     )
 
 

@@ -1,7 +1,13 @@
 """Applications of the durable engine, as operator tools and the crash harness load them.
 
-An application module exposes a **factory** ``factory(db_path: str) -> DurableApp``
-(named on the command line as ``--app MODULE:FACTORY``). The :class:`DurableApp` lists
+An application module exposes a **factory** ``factory(db: str) -> DurableApp`` (named on
+the command line as ``--app MODULE:FACTORY``). ``db`` is the ``--db`` value as given:
+a SQLite file path, or on PostgreSQL a ``postgresql://`` DSN — open it with
+:func:`phronomy_fsm.store.open_store` when the application needs the store, and keep
+any files of its own (a ledger of effects) somewhere that does not depend on it being
+a path. The same factory serves ``phronomy-fsm worker``, ``recover --app``, ``resolve
+--app`` / ``signal --app``, the crash-injection matrix and ``phronomy-fsm check``; only
+``machines`` is required, the rest feeds the harness and the checker. The :class:`DurableApp` lists
 its machines — what ``phronomy-fsm recover`` needs to resume executions — and,
 optionally, what the crash-injection harness and the interleaving checker
 (``phronomy-fsm check``) need to drive it: scenarios that start executions, how a
@@ -93,7 +99,13 @@ class Scenario:
 
 @attrs.frozen
 class DurableApp:
-    """What an application gives the operator tools and the crash harness.
+    """What an application gives the operator tools, the workers and the crash harness:
+    the application contract (module docstring; ``docs/tutorial.md`` builds one).
+
+    A minimal one::
+
+        def create_app(db: str) -> DurableApp:   # db: a SQLite path or a postgresql:// DSN
+            return DurableApp(machines=(Machine(TABLE, MyHooks(), MyContext),))
 
     Args:
         machines: the machines it runs (``recover`` registers them).

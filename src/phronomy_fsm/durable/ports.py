@@ -34,7 +34,26 @@ from phronomy_fsm.durable.records import (
 
 @runtime_checkable
 class ExecutionStore(Protocol):
-    """Durable storage of engine executions, their inbox, leases and machines."""
+    """Durable storage of engine executions, their inbox, leases and machines.
+
+    Implemented by :class:`~phronomy_fsm.store.SqliteBarrierStore` and
+    :class:`~phronomy_fsm.store.postgres.PostgresStore`; open one from a ``--db`` value
+    (a SQLite path or a ``postgresql://`` DSN) with
+    :func:`phronomy_fsm.store.open_store`.
+
+    **What an application may call** (the rest belongs to the engine and its workers):
+    the reads :meth:`load_record`, :meth:`list_records`, :meth:`execution_rows`,
+    :meth:`count_by_status`, :meth:`barrier_log`, :meth:`journal_entries`,
+    :meth:`list_signals`, :meth:`pending_signals`, :meth:`execution_owner` and
+    :meth:`load_machine`; :meth:`close` on a store it opened. To write, an application
+    goes through the checked calls, never :meth:`submit` or :meth:`send_signal`
+    directly: :func:`phronomy_fsm.durable.submit_execution` (start an execution for a
+    worker), :func:`phronomy_fsm.durable.send_signal`,
+    :func:`phronomy_fsm.durable.request_resolution` and
+    :func:`phronomy_fsm.durable.request_cancel` (or the operator's
+    :mod:`phronomy_fsm.operator`), and a :class:`~phronomy_fsm.durable.DurableRuntime`
+    over the store to run executions itself.
+    """
 
     def submit(self, commit: DurableCommit) -> Future[DurableReceipt]:
         """Queue ``commit`` for group commit; the future is set after COMMIT (or with

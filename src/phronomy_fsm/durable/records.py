@@ -149,11 +149,25 @@ class EffectRef:
 
 @attrs.frozen
 class RecoveryInfo:
-    """Why an execution waits for an operator and what may be answered.
+    """Why an execution waits for an operator and what may be answered: the
+    **recovery question** stored on an execution in ``recovery_required``
+    (:attr:`ExecutionRecord.recovery`; ``docs/semantics.md``, "Operator resolution").
 
-    ``subject`` is the effect whose outcome is unknown (``None``: the execution as a
-    whole, e.g. its spec changed or its context cannot be read); ``allowed_outcomes``
-    are :class:`ResolutionOutcome` values."""
+    Attributes:
+        reason: why it was parked, in words (``the at_most_once effect charge_card may
+            or may not have run before the process stopped``, ``spec_changed: ...``).
+        subject: the effect whose outcome is unknown (an :class:`EffectRef`: its hook
+            ``effect``, ``kind``, ``state``, idempotency ``key`` and ``attempt``), or
+            ``None``: the execution as a whole (its spec changed, its context cannot
+            be read), which only ``failed`` ends.
+        allowed_outcomes: the :class:`ResolutionOutcome` values an answer may give
+            (an ``at_most_once`` effect: ``succeeded``, ``failed``, ``not_performed``,
+            ``retry``).
+        detected_at: when it was parked (UTC).
+
+    A ``succeeded`` answer's result becomes the payload of the effect's completed
+    event; :func:`phronomy_fsm.operator.result_shape` says which type its machine
+    declares."""
 
     reason: str
     subject: EffectRef | None

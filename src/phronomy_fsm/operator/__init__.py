@@ -10,6 +10,7 @@ dicts. The package holds :mod:`~phronomy_fsm.operator.views` (those values),
 :mod:`~phronomy_fsm.operator.agents` (what is particular to agents: their side of an
 execution, approvals, subjects in the agent's terms),
 :mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests),
+:mod:`~phronomy_fsm.operator.batch` (answering many parked executions at once),
 :mod:`~phronomy_fsm.operator.maintenance` (migrating a store) and
 :mod:`~phronomy_fsm.operator.drawing` (an execution over its machine's diagram);
 import everything from here.
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
         list_executions,
         recovery_request,
         resolve_execution,
+        result_shape,
         signal_execution,
+        wait_endings,
     )
     from phronomy_fsm.operator.agents import (
         LLM_ANSWER_PLACEHOLDER,
@@ -56,6 +59,13 @@ if TYPE_CHECKING:
         agent_view,
         approval_commands,
         is_agent_execution,
+    )
+    from phronomy_fsm.operator.batch import (
+        ResolutionAnswer,
+        ResolutionAttempt,
+        parked_answers,
+        read_answers,
+        resolve_many,
     )
     from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
     from phronomy_fsm.operator.maintenance import migrate_store
@@ -85,7 +95,9 @@ if TYPE_CHECKING:
         MigrationReport,
         RecoveredExecution,
         RecoveryRequest,
+        ResultShape,
         StoreRecoveryReport,
+        WaitEnding,
         WorkerLease,
     )
 
@@ -115,7 +127,11 @@ __all__ = [
     "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
+    "ResolutionAnswer",
+    "ResolutionAttempt",
+    "ResultShape",
     "StoreRecoveryReport",
+    "WaitEnding",
     "WorkerLease",
     "agent_view",
     "approval_commands",
@@ -130,10 +146,15 @@ __all__ = [
     "is_at_rest",
     "list_executions",
     "migrate_store",
+    "parked_answers",
+    "read_answers",
     "recover_store",
     "recovery_request",
     "resolve_execution",
+    "resolve_many",
+    "result_shape",
     "signal_execution",
+    "wait_endings",
     "wait_until_rest",
     "with_parents",
 ]
@@ -155,7 +176,9 @@ if not TYPE_CHECKING:
                 "list_executions",
                 "recovery_request",
                 "resolve_execution",
+                "result_shape",
                 "signal_execution",
+                "wait_endings",
             ),
             "phronomy_fsm.operator.agents": (
                 "LLM_ANSWER_PLACEHOLDER",
@@ -163,6 +186,13 @@ if not TYPE_CHECKING:
                 "agent_view",
                 "approval_commands",
                 "is_agent_execution",
+            ),
+            "phronomy_fsm.operator.batch": (
+                "ResolutionAnswer",
+                "ResolutionAttempt",
+                "parked_answers",
+                "read_answers",
+                "resolve_many",
             ),
             "phronomy_fsm.operator.drawing": (
                 "ExecutionDrawing",
@@ -195,7 +225,9 @@ if not TYPE_CHECKING:
                 "MigrationReport",
                 "RecoveredExecution",
                 "RecoveryRequest",
+                "ResultShape",
                 "StoreRecoveryReport",
+                "WaitEnding",
                 "WorkerLease",
             ),
         },

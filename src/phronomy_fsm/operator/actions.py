@@ -20,7 +20,14 @@ from phronomy_fsm.durable import operations
 from phronomy_fsm.durable.codec import datetime_to_epoch_ms, epoch_ms_to_datetime
 from phronomy_fsm.durable.machines import MachineFacts
 from phronomy_fsm.durable.ports import ExecutionStore
-from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, ResolutionOutcome
+from phronomy_fsm.durable.records import (
+    BarrierLogRecord,
+    ExecutionRecord,
+    ExecutionStatus,
+    ResolutionOutcome,
+    SignalKind,
+    SignalRecord,
+)
 from phronomy_fsm.errors import ResolutionError
 from phronomy_fsm.operator import agents
 from phronomy_fsm.operator.views import (
@@ -31,6 +38,8 @@ from phronomy_fsm.operator.views import (
     ExecutionSummary,
     InboxReceipt,
     RecoveryRequest,
+    ResultShape,
+    WaitEnding,
     WorkerLease,
 )
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
@@ -172,16 +181,68 @@ def describe_execution(
         children = tuple(
             child.execution_id for child in store.list_records(parent_execution_id=execution_id)
         )
+    facts = operations.machine_facts(store, record)
+    barriers = tuple(store.barrier_log(execution_id))
+    signals = tuple(store.list_signals(execution_id))
     return ExecutionDetail(
         record=record,
-        barriers=tuple(store.barrier_log(execution_id)),
-        signals=tuple(store.list_signals(execution_id)),
+        barriers=barriers,
+        signals=signals,
         journal=tuple(store.journal_entries(execution_id)),
         owner=execution_owner(store, execution_id, clock=clock),
-        awaits=awaited_events(store, record),
-        recovery=recovery_request(record, db_path=db, app_spec=app_spec),
+        awaits=awaited_events(store, record, facts),
+        recovery=recovery_request(record, db_path=db, app_spec=app_spec, facts=facts),
         agent=agents.agent_view(record, db_path=db, app_spec=app_spec, tool_calls=children),
+        wait_endings=wait_endings(barriers, signals, facts),
     )
+
+
+def wait_endings(
+    barriers: tuple[BarrierLogRecord, ...],
+    signals: tuple[SignalRecord, ...],
+    facts: MachineFacts | None,
+) -> tuple[WaitEnding, ...]:
+    """How each stay of an execution in a wait state ended (:class:`WaitEnding`),
+    oldest first, from its barrier log and its signals: a commit in status
+    ``waiting`` starts a stay; the next commit ends it — by the event signal it
+    consumed, else by a cancel or a resolution it consumed, else by the wait state's
+    timer when the state has one (``facts``: the machine's table). Pure."""
+    endings = []
+    by_revision: dict[int, list[SignalRecord]] = {}
+    for signal in signals:
+        if signal.consumed_revision is not None and signal.outcome in (None, "consumed"):
+            by_revision.setdefault(signal.consumed_revision, []).append(signal)
+    for index, row in enumerate(barriers):
+        if row.status != ExecutionStatus.WAITING.value:
+            continue
+        if index + 1 < len(barriers) and barriers[index + 1].revision == row.revision:
+            continue  # another row of the same commit
+        after = next((b for b in barriers[index + 1 :] if b.revision > row.revision), None)
+        if after is None:
+            endings.append(WaitEnding(row.revision, row.state, None, None))
+            continue
+        consumed = by_revision.get(after.revision, [])
+        event = next((s for s in consumed if s.kind is SignalKind.EVENT), None)
+        other = next(
+            (s for s in consumed if s.kind in (SignalKind.CANCEL, SignalKind.RESOLUTION)), None
+        )
+        timeout = None
+        if facts is not None and row.state in facts.states:
+            timeout = facts.states[row.state].timeout
+        if event is not None:
+            ending = WaitEnding(
+                row.revision, row.state, after.revision, "signal", event.event, event.seq
+            )
+        elif other is not None:
+            ending = WaitEnding(
+                row.revision, row.state, after.revision, other.kind.value, None, other.seq
+            )
+        elif timeout is not None:
+            ending = WaitEnding(row.revision, row.state, after.revision, "timer", timeout.event)
+        else:
+            ending = WaitEnding(row.revision, row.state, after.revision, "unknown")
+        endings.append(ending)
+    return tuple(endings)
 
 
 def execution_owner(
@@ -239,17 +300,76 @@ def awaited_events(
     facts = facts if facts is not None else operations.machine_facts(store, record)
     if facts is None:
         return ()
-    return tuple(sorted(facts.handled.get(record.state, frozenset()) & facts.signal_events))
+    events = facts.handled.get(record.state, frozenset()) & facts.signal_events
+    timeout = facts.states[record.state].timeout if record.state in facts.states else None
+    if timeout is not None:
+        events -= {timeout.event}  # its timer sends it; a person does not
+    return tuple(sorted(events))
+
+
+def result_shape(record: ExecutionRecord, facts: MachineFacts | None) -> ResultShape | None:
+    """What a ``succeeded`` answer about ``record``'s recovery subject must hold: the
+    payload type of the subject effect's ``completed`` event, from its own machine's
+    table (``facts``); for an agent's LLM call an LLM answer, for its tool call the
+    tool's result. ``None`` when there is no effect subject or the table is unknown.
+    Pure."""
+    info = record.recovery
+    if info is None or info.subject is None:
+        return None
+    terms = agents.agent_recovery_terms(record)
+    if terms is not None:
+        kind = terms[1].get("type")
+        if kind == "llm_call":
+            return ResultShape(
+                None,
+                "LLMResponse",
+                "the answer the LLM gave",
+                '{"content": "...", "tool_calls": []}',
+            )
+        if kind == "tool_invocation":
+            return ResultShape(None, None, f"the result of tool {terms[1].get('tool_name')}")
+    if facts is None:
+        return None
+    offloads = [s.offload for s in facts.table.states] + [
+        t.offload for t in facts.table.transitions
+    ]
+    offload = next((o for o in offloads if o is not None and o.hook == info.subject.effect), None)
+    if offload is None:
+        return None
+    event = next((e for e in facts.table.events if e.name == offload.completed), None)
+    payload = None if event is None else event.payload
+    return ResultShape(
+        offload.completed,
+        payload,
+        "" if event is None else event.description,
+        _JSON_EXAMPLES.get(payload or ""),
+    )
+
+
+#: A JSON text of each payload type JSON itself has, for the answer's example.
+_JSON_EXAMPLES = {
+    "dict": "{}",
+    "list": "[]",
+    "str": '""',
+    "int": "0",
+    "float": "0.0",
+    "bool": "true",
+}
 
 
 def recovery_request(
-    record: ExecutionRecord, *, db_path: str, app_spec: str | None = None
+    record: ExecutionRecord,
+    *,
+    db_path: str,
+    app_spec: str | None = None,
+    facts: MachineFacts | None = None,
 ) -> RecoveryRequest | None:
     """The :class:`RecoveryRequest` of an execution in ``recovery_required`` (``None``
     otherwise), with one ``phronomy-fsm resolve`` command per allowed outcome, naming
     ``db_path`` (and ``--app app_spec`` when given). For an agent's execution or tool
     call the subject is also described in the agent's terms and each command checks it
-    with ``--subject``. Pure."""
+    with ``--subject``. ``facts`` (the machine's table) gives the ``result_shape`` a
+    ``succeeded`` answer needs (:func:`result_shape`). Pure."""
     info = record.recovery
     if record.status is not ExecutionStatus.RECOVERY_REQUIRED or info is None:
         return None
@@ -282,6 +402,11 @@ def recovery_request(
         agent_id=agent_id,
         agent_subject=agent_subject,
         parent_execution_id=record.parent_execution_id,
+        result_shape=(
+            result_shape(record, facts)
+            if ResolutionOutcome.SUCCEEDED in info.allowed_outcomes
+            else None
+        ),
     )
 
 
@@ -515,5 +640,7 @@ __all__ = [
     "list_executions",
     "recovery_request",
     "resolve_execution",
+    "result_shape",
     "signal_execution",
+    "wait_endings",
 ]

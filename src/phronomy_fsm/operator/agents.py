@@ -156,7 +156,10 @@ def agent_view(
         pending = (
             not raw.get("decided")
             and record.status is ExecutionStatus.WAITING
-            and record.state == agent_session.State.AWAITING_APPROVAL.value
+            and agent_session.TABLE.migrated_state(
+                record.spec_version, record.spec_sha256, record.state
+            )
+            == agent_session.State.SUSPENDED.value
         )
         approval = ApprovalView(
             request_id=str(raw["request_id"]),

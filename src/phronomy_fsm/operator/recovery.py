@@ -217,7 +217,9 @@ def recover_store(
                 at_rest=execution_at_rest(store, record, facts, clock.now()),
                 owner=execution_owner(store, eid, clock=clock),
                 awaits=awaited_events(store, record, machine_facts),
-                recovery=recovery_request(record, db_path=db, app_spec=app_spec),
+                recovery=recovery_request(
+                    record, db_path=db, app_spec=app_spec, facts=machine_facts
+                ),
                 approval=_pending_approval(record, db, app_spec),
             )
         )

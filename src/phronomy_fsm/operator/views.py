@@ -138,6 +138,14 @@ class ExecutionSummary:
             return WAITS_FOR_RECOVER
         return None
 
+    @property
+    def is_held_by_no_live_worker(self) -> bool:
+        """True for an active execution (waiting, running, or waiting for an
+        operator) that no live worker holds: a signal, approval or resolution sent to
+        it waits in its inbox until ``phronomy-fsm recover`` (or a worker's takeover)
+        claims it, and a wait's timer does not fire before then."""
+        return self.active and not self.has_live_owner
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form; ``agent_id`` is set for an agent's execution."""
         return {
@@ -154,6 +162,7 @@ class ExecutionSummary:
             "parent_execution_id": self.parent_execution_id,
             "owner_id": self.owner_id,
             "has_live_owner": self.has_live_owner,
+            "held_by_no_live_worker": self.is_held_by_no_live_worker,
             "parked_children": list(self.parked_children),
             "created_at": self.created_at.isoformat(),
             "updated_at": self.updated_at.isoformat(),
@@ -193,6 +202,83 @@ class ExecutionPage:
 
 
 @attrs.frozen
+class ResultShape:
+    """What a ``succeeded`` answer's ``--result`` must be: the payload of the effect's
+    ``completed`` event, as the execution's own machine declares it (``docs/spec-format.md``,
+    events' ``payload``), or for an agent's LLM call an LLM answer and for its tool
+    call the tool's result.
+
+    ``event`` is the event the result is delivered with (``None`` for an agent's
+    subject), ``payload_type`` its declared type name (``None``: declared without one),
+    ``description`` the event's description (``""`` when none), ``example`` a JSON
+    text of that shape when the type is one JSON has (``dict`` -> ``{}``), else ``None``.
+    """
+
+    event: str | None
+    payload_type: str | None
+    description: str = ""
+    example: str | None = None
+
+    def describe(self) -> str:
+        """One line: the type, the event and its description."""
+        kind = self.payload_type or "any JSON value (the event declares no payload type)"
+        text = f"JSON of type {kind}"
+        if self.event is not None:
+            text += f", delivered as the payload of event {self.event}"
+        if self.description:
+            text += f" ({self.description})"
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "event": self.event,
+            "payload_type": self.payload_type,
+            "description": self.description,
+            "example": self.example,
+            "text": self.describe(),
+        }
+
+
+@attrs.frozen
+class WaitEnding:
+    """How one stay in a wait state ended, read from the barrier log and the signals.
+
+    ``revision`` is the commit that entered the wait (in ``state``); ``ended_revision``
+    the next commit (``None``: it still waits). ``cause`` is ``signal`` (``event``
+    delivered by signal ``signal_seq``), ``timer`` (the wait state's timeout event
+    ``event``: no signal was consumed and the state has a timer), ``cancel``,
+    ``resolution``, or ``unknown`` (the machine's table is not registered, or nothing
+    recorded says).
+    """
+
+    revision: int
+    state: str
+    ended_revision: int | None
+    cause: str | None
+    event: str | None = None
+    signal_seq: int | None = None
+
+    def describe(self) -> str:
+        """One line: ``r3 waiting in approval: ended at r4 by signal #2 approved``."""
+        head = f"r{self.revision} waiting in {self.state}: "
+        if self.ended_revision is None:
+            return head + "still waiting"
+        head += f"ended at r{self.ended_revision} "
+        if self.cause == "signal":
+            return head + f"by signal #{self.signal_seq} {self.event}"
+        if self.cause == "timer":
+            return head + f"by its timer ({self.event})"
+        if self.cause in ("cancel", "resolution"):
+            return head + f"by a {self.cause} (signal #{self.signal_seq})"
+        return head + "(cause not recorded)"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {**attrs.asdict(self), "text": self.describe()}
+
+
+@attrs.frozen
 class RecoveryRequest:
     """Why an execution waits for an operator, and how to answer.
 
@@ -208,6 +294,8 @@ class RecoveryRequest:
     (:func:`phronomy_fsm.agent.directory.recovery_subject`: ``{"type": "llm_call",
     "llm_call_id", ...}`` or ``{"type": "tool_invocation", "tool_invocation_id",
     "tool_name", "arguments", ...}``); the commands then carry a ``--subject`` check.
+    ``result_shape`` says what a ``succeeded`` answer's result must be (``None`` when
+    ``succeeded`` is not allowed or the machine's table is not registered).
     """
 
     execution_id: str
@@ -220,6 +308,7 @@ class RecoveryRequest:
     agent_id: str | None = None
     agent_subject: Mapping[str, Any] | None = None
     parent_execution_id: str | None = None
+    result_shape: ResultShape | None = None
 
     def describe_subject(self) -> str:
         """One line naming the subject: for an agent, the LLM call or the tool call
@@ -264,6 +353,7 @@ class RecoveryRequest:
             "allowed_outcomes": list(self.allowed_outcomes),
             "detected_at": self.detected_at.isoformat(),
             "resolve_commands": list(self.commands),
+            "result_shape": None if self.result_shape is None else self.result_shape.to_dict(),
         }
 
 
@@ -375,7 +465,9 @@ class AgentView:
 class ExecutionDetail:
     """What :func:`describe_execution` returns for an execution of any machine.
 
-    ``awaits`` are the events a ``waiting`` execution takes by signal (its timer aside);
+    ``awaits`` are the events a ``waiting`` execution takes by signal (its timer's
+    event is never among them: a timer is not a signal a person sends);
+    ``wait_endings`` say how each stay in a wait state ended (:class:`WaitEnding`);
     ``recovery`` is set while it waits for an operator; ``owner`` is the worker that
     owns it (``None``: never claimed); ``agent`` is the agent's side of an agent's
     execution or tool call (``None`` for other machines).
@@ -389,6 +481,12 @@ class ExecutionDetail:
     awaits: tuple[str, ...] = ()
     recovery: RecoveryRequest | None = None
     agent: AgentView | None = None
+    wait_endings: tuple[WaitEnding, ...] = ()
+
+    @property
+    def is_held_by_no_live_worker(self) -> bool:
+        """As :attr:`ExecutionSummary.is_held_by_no_live_worker`."""
+        return self.record.is_active and (self.owner is None or not self.owner.is_live)
 
     @property
     def needs_operator(self) -> bool:
@@ -421,8 +519,11 @@ class ExecutionDetail:
             "pending_effects": list(r.pending_effects),
             "awaits": list(self.awaits),
             "owner": None if self.owner is None else self.owner.to_dict(),
+            "held_by_no_live_worker": self.is_held_by_no_live_worker,
             "recovery": None if self.recovery is None else self.recovery.to_dict(),
             "agent": None if self.agent is None else self.agent.to_dict(),
+            "context": r.context,
+            "wait_endings": [w.to_dict() for w in self.wait_endings],
             "execution": _data(r),
             "barriers": [
                 {
@@ -614,6 +715,8 @@ __all__ = [
     "MigrationReport",
     "RecoveredExecution",
     "RecoveryRequest",
+    "ResultShape",
     "StoreRecoveryReport",
+    "WaitEnding",
     "WorkerLease",
 ]

@@ -387,6 +387,9 @@ class MachineSpec:
     diagnostics and in the generated header (never an absolute path when the caller
     passes a relative one). ``fail_closed`` names the state unproven barrier outcomes go
     to (``None``: not declared); ``fail_closed_loc`` is where it was written.
+    ``final_commit`` is the name diagrams give the engine's ``@final`` commit (``None``:
+    not declared; ``docs/spec-format.md`` "Top-level keys"); ``final_commit_loc`` is where it
+    was written.
     """
 
     machine: str
@@ -402,6 +405,8 @@ class MachineSpec:
     source_sha256: str = ""
     loc: SourceLoc = UNKNOWN_LOC
     fail_closed_loc: SourceLoc = UNKNOWN_LOC
+    final_commit: str | None = None
+    final_commit_loc: SourceLoc = UNKNOWN_LOC
 
     @functools.cached_property
     def _state_index(self) -> dict[str, StateSpec]:

@@ -345,6 +345,12 @@ SHAPES: dict[str, NodeShape] = {
                 NAME,
                 doc="The state unproven barrier outcomes go to (e.g. recovery_required).",
             ),
+            Key(
+                "final_commit",
+                NAME,
+                doc="The name diagrams give the engine's @final commit, drawn as a frame "
+                "around the final states (e.g. terminalizing); no state may have it.",
+            ),
             Key("events", _EVENTS_MAP, required=True, doc="Events by name."),
             Key("states", _STATES_MAP, required=True, doc="States by name."),
             Key(

@@ -313,6 +313,7 @@ def shape_document(data: Any, located: Located, source_name: str, sha: str) -> S
     version = scalar("version", 1)
     description = scalar("description", "")
     fail_closed = None if data.get("fail_closed") is None else scalar("fail_closed", None)
+    final_commit = None if data.get("final_commit") is None else scalar("final_commit", None)
 
     for required in ("events", "states", "transitions"):
         if required not in data:
@@ -376,6 +377,10 @@ def shape_document(data: Any, located: Located, source_name: str, sha: str) -> S
         source_sha256=sha,
         loc=located.at(()),
         fail_closed_loc=located.at(("fail_closed",)) if "fail_closed" in data else located.at(()),
+        final_commit=final_commit,
+        final_commit_loc=(
+            located.at(("final_commit",)) if "final_commit" in data else located.at(())
+        ),
     )
     failed = any(i.is_error for i in shaper.issues)
     return Shaped(None if failed else spec, spec, tuple(shaper.issues), frozenset(shaper.damaged))

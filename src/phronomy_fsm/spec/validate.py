@@ -237,6 +237,17 @@ class _Validator:
                 )
         if spec.fail_closed is not None:
             self.check_name(spec.fail_closed, "state", "$.fail_closed", spec.fail_closed_loc)
+        if spec.final_commit is not None:
+            self.check_name(spec.final_commit, "state", "$.final_commit", spec.final_commit_loc)
+            if spec.state(spec.final_commit) is not None:
+                self.report(
+                    "DUPLICATE_STATE",
+                    f"final_commit names state {spec.final_commit!r}; the @final commit is "
+                    "drawn as a frame of its own around the final states — give it a name no "
+                    "state has",
+                    "$.final_commit",
+                    spec.final_commit_loc,
+                )
         # guards, actions, offload hooks and barriers share the generated Protocol
         categories: dict[str, dict[str, tuple[str, SourceLoc]]] = defaultdict(dict)
         for name, category, path, loc in _hook_uses(spec):

@@ -14,7 +14,7 @@ might run twice (``docs/store.md``, "Upgrading to version 5"):
   old layer did not keep the state it was cancelled in); their journal becomes their
   journal entries, and the messages of ``completed``/``handed_off`` ones stay the
   agent's history (marked ``context``);
-- one **suspended for approval** waits again, in ``awaiting_approval``, with the same
+- one **suspended for approval** waits again, in ``suspended``, with the same
   approval request id and tool calls (their ids are the idempotency keys the old layer
   would have used): approving it runs its tools as the engine does;
 - any other **active** one (between barriers when the old process stopped: an LLM call
@@ -268,7 +268,7 @@ def convert_execution(body: dict[str, Any], records: list[dict[str, Any]]) -> Ex
         )
     if status == "suspended" and body.get("approval_request"):
         return ExecutionRecord(
-            state=agent_session.State.AWAITING_APPROVAL.value,
+            state=agent_session.State.SUSPENDED.value,
             point=DurablePoint.WAIT,
             status=ExecutionStatus.WAITING,
             context=_context(body, records, None),

@@ -282,9 +282,25 @@ def migrate(conn: Any, where: str, *, log: Callable[[str], None] | None = None) 
     with conn.transaction():
         if inspect_version(conn.cursor(), where) == SCHEMA_VERSION:
             return applied
+    # The lock is the session's, taken before the migrating transaction starts: a
+    # transaction started once it is granted sees — its catalog caches included — what
+    # a migration that held it before committed. Under a transaction-scoped lock taken
+    # inside, to_regclass answered from a cache filled before the wait, and two
+    # processes opening an empty database at once both created the tables
+    # (DuplicateTable).
+    conn.execute("SELECT pg_advisory_lock(%s)", (MIGRATION_LOCK,))
+    try:
+        return _migrate_locked(conn, where, log)
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (MIGRATION_LOCK,))
+
+
+def _migrate_locked(conn: Any, where: str, log: Callable[[str], None] | None) -> list[str]:
+    """The migration itself, in one transaction, with :data:`MIGRATION_LOCK` held by
+    the session (:func:`migrate`)."""
+    applied: list[str] = []
     with conn.transaction():
         cur = conn.cursor()
-        cur.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         version = inspect_version(cur, where)
         if version is None:
             cur.execute(

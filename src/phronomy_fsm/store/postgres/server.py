@@ -98,6 +98,9 @@ class LocalPostgres:
         base_dir: the folder to make the server's temporary directory in (default: the
             system's temporary folder), e.g. one on the disk being measured. As root,
             user ``postgres`` must be able to reach it (:meth:`start` checks).
+        directory: use this folder (created if needed) instead of a temporary one and
+            keep it on :meth:`stop` (``keep`` is then true): a server that lives across
+            processes, as ``phronomy-fsm dev postgres`` keeps one.
 
     Attributes: ``dsn`` (the ``postgres`` database as superuser ``postgres``, no
     password: trust on loopback only), ``port``, ``data_dir``.
@@ -117,13 +120,21 @@ class LocalPostgres:
         keep: bool = False,
         trust_networks: tuple[str, ...] = (),
         base_dir: str | os.PathLike[str] | None = None,
+        directory: str | os.PathLike[str] | None = None,
     ) -> None:
         self.bin = find_binaries()
         self.trust_networks = trust_networks
         self.listen = listen
         self.port = port or free_port()
+        if directory is not None:
+            # A server that outlives this object (phronomy_fsm.store.postgres.dev): its
+            # folder is given and kept; start() on an existing data folder just starts it.
+            self.base = Path(directory).resolve()
+            self.base.mkdir(parents=True, exist_ok=True)
+            keep = True
+        else:
+            self.base = Path(tempfile.mkdtemp(prefix="phronomy-pg-", dir=base_dir))
         self.keep = keep
-        self.base = Path(tempfile.mkdtemp(prefix="phronomy-pg-", dir=base_dir))
         self.data_dir = self.base / "data"
         self.log_path = self.base / "server.log"
         self.socket_dir = self.base / "sock"
@@ -226,6 +237,13 @@ class LocalPostgres:
         """``pg_ctl restart -m MODE``: every connection is cut; returns once the
         server accepts connections again."""
         self._pg_ctl("restart", "-w", "-t", "60", "-m", mode, "-l", str(self.log_path))
+
+    def shutdown(self, mode: str = "fast") -> None:
+        """``pg_ctl stop -m MODE`` on this data folder, keeping the folder (a server
+        started by another process too, as ``phronomy-fsm dev postgres stop`` does).
+        Raises RuntimeError with the server log when it fails."""
+        self._pg_ctl("stop", "-w", "-t", "60", "-m", mode)
+        self.started = False
 
     def stop(self, mode: str = "immediate") -> None:
         """Stop the server (``immediate`` by default: no shutdown checkpoint) and

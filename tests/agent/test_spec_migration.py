@@ -1,0 +1,140 @@
+"""An agent execution parked for approval under ``agent_session`` version 3 continues
+under version 4, where the wait is called ``suspended`` (issue 23; the migration is
+declared in ``fsm_specs/agent_session.yaml``, applied as ``docs/spec-format.md``
+"Migrations" says).
+
+The old execution is written by the engine itself running the version 3 table (lowered
+from ``tests/fixtures/specs/agent_session_v3.yaml``, byte for byte the spec that
+shipped), on a SQLite file; the store is then opened by today's agent runtime, which
+recovers the execution through the migration and runs it to completion on approval.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from phronomy_fsm.codegen import lower
+
+from phronomy_fsm.agent import Agent, AgentRuntime, ApprovalRequired, Reply, ScriptedProvider
+from phronomy_fsm.durable.records import DurablePoint, ExecutionStatus
+from phronomy_fsm.errors import NotFoundError
+from phronomy_fsm.generated import agent_session
+from phronomy_fsm.spec.validate import check_spec_file
+from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.table import MachineTable
+from phronomy_fsm.testing.deadlines import scaled_seconds
+
+from .conftest import Events, barrier_names, make_tool
+
+V3_SPEC = Path(__file__).resolve().parents[1] / "fixtures" / "specs" / "agent_session_v3.yaml"
+
+
+def _version_3_table() -> MachineTable:
+    result = check_spec_file(V3_SPEC)
+    assert result.ok and result.spec is not None, [i.render() for i in result.issues]
+    return lower(result.spec)
+
+
+def _wait_for_waiting(store: SqliteBarrierStore, execution_id: str) -> Any:
+    deadline = time.monotonic() + scaled_seconds(15)
+    while time.monotonic() < deadline:
+        try:
+            record = store.load_record(execution_id)
+        except NotFoundError:  # not started yet
+            record = None
+        if record is not None and record.status is ExecutionStatus.WAITING:
+            return record
+        time.sleep(0.02)  # polling the store another process would read; not a sync
+    raise AssertionError(f"{execution_id} did not come to wait")
+
+
+def test_the_declared_migration_renames_the_approval_wait() -> None:
+    old = _version_3_table()
+    assert (old.version, agent_session.TABLE.version) == (3, 4)
+    assert "awaiting_approval" in {s.name for s in old.states}
+    assert "awaiting_approval" not in {s.name for s in agent_session.TABLE.states}
+    table = agent_session.TABLE
+    assert table.migrated_state(3, old.spec_sha256, "awaiting_approval") == "suspended"
+    assert table.migrated_state(2, "any sha256", "awaiting_approval") == "suspended"
+    assert table.migrated_state(3, old.spec_sha256, "calling_llm") == "calling_llm"
+    # no migration covers version 1 (its executions are parked, never renamed)
+    assert table.migrated_state(1, "x" * 64, "awaiting_approval") == "awaiting_approval"
+
+
+def test_an_execution_waiting_under_version_3_is_approved_to_completion_under_4(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "agents.db"
+    log: list[Any] = []
+    refund = make_tool("refund", requires_approval=True, log=log)
+    old = _version_3_table()
+
+    # 1. yesterday's code: the engine runs the version 3 table, the execution comes to
+    #    wait for approval in awaiting_approval (pinned to version 3 and its sha256)
+    with monkeypatch.context() as patch:
+        patch.setattr(agent_session, "TABLE", old)
+        store = SqliteBarrierStore(db)
+        runtime = AgentRuntime(store, max_workers=4, own_store=True)
+        try:
+            agent = Agent.create(
+                "a",
+                provider=ScriptedProvider([Reply(tool_calls=(("refund", {"q": "A1"}),))]),
+                runtime=runtime,
+                tools=[refund],
+            )
+            agent.invoke_async("refund A1", execution_id="ex-1")
+            stored = _wait_for_waiting(store, "ex-1")
+        finally:
+            runtime.close(timeout_seconds=5)
+    assert (stored.state, stored.point, stored.spec_version, stored.spec_sha256) == (
+        "awaiting_approval",
+        DurablePoint.WAIT,
+        3,
+        old.spec_sha256,
+    )
+    request_id = stored.context["approval"]["request_id"]
+    assert log == []
+
+    # 2. today's code: the runtime recovers it through the migration and announces the
+    #    pending approval again; the store keeps the old name until its next commit,
+    #    and the approval check reads it by today's name
+    events = Events()
+    store = SqliteBarrierStore(db)
+    runtime = AgentRuntime(store, max_workers=4, own_store=True)
+    try:
+        agent = Agent.load(
+            "a",
+            provider=ScriptedProvider([Reply(content="refunded")]),
+            runtime=runtime,
+            tools=[refund],
+            on_event=events,
+        )
+        announced = events.wait_for("approval_required")
+        assert isinstance(announced, ApprovalRequired)
+        assert (announced.execution_id, announced.request_id) == ("ex-1", request_id)
+        assert [i.tool_name for i in announced.items] == ["refund"]
+        before = store.load_record("ex-1")
+        assert (before.state, before.spec_version) == ("awaiting_approval", 3)
+        result = agent.approve("ex-1", approval_request_id=request_id, wait_seconds=20)
+        assert (result.status, result.output) == ("completed", "refunded")
+        assert len(log) == 1  # the tool ran once, after the upgrade
+        done = store.load_record("ex-1")
+        assert (done.status, done.state, done.spec_version, done.spec_sha256) == (
+            ExecutionStatus.COMPLETED,
+            "completed",
+            4,
+            agent_session.SPEC_SHA256,
+        )
+        assert barrier_names(store, "ex-1") == [
+            "@start",
+            "initial_preparation",
+            "@wait",
+            "tool_dispatch",
+            "provider_dispatch",
+            "@final",
+        ]
+    finally:
+        runtime.close(timeout_seconds=5)
