@@ -227,7 +227,8 @@ class LocalPostgres:
         if probe.returncode != 0:
             raise RuntimeError(
                 f"user postgres cannot reach {self.base}: every folder above it must be "
-                "searchable by others (chmod o+x), or choose another base_dir"
+                "searchable by others (chmod o+x on each), or choose a folder that is "
+                "(`phronomy-fsm dev postgres start --dir DIR`)"
             )
 
     def _pg_ctl(self, *args: str) -> None:
