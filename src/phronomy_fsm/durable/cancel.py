@@ -62,7 +62,7 @@ class Cancellation:
                     live.execution_id,
                     barrier,
                 )
-                live.cancel_seq = None  # the refused end was not this cancel: apply it
+                live.cancelling = None  # the refused end was not this cancel: apply it
                 self.engine.delivery.add_signals(live, signals)
                 return
             self.engine.recovery.recover_from_store(
@@ -77,9 +77,9 @@ class Cancellation:
         children have finished, commit it finished — ``cancelled``, or ``failed``
         when the request says so (a deadline, a listener failure) — with the
         request's error."""
-        if live.cancel_seq is not None:  # being cancelled: once is enough
+        if live.cancelling is not None:  # being cancelled: once is enough
             return
-        live.cancel_seq = signal.seq
+        live.cancelling = signal
         if live.timer is not None:
             live.timer.cancel()
             live.timer = None
@@ -127,7 +127,7 @@ class Cancellation:
                 if child.record.parent_execution_id == live.execution_id and child is not live
             ]
             for child in children:
-                if child.cancel_seq is None:  # started by the commit that was in flight
+                if child.cancelling is None:  # started by the commit that was in flight
                     self.cancel(child, attrs.evolve(signal, execution_id=child.execution_id, seq=0))
             if children:  # once they have finished
                 self.engine.host.dispatcher.call_later(0.01, commit)

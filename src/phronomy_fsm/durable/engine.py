@@ -373,6 +373,14 @@ class Engine:
             child_live = LiveExecution(reg, child, Fence(live.fence.worker_id, 1))
             self.live[child.execution_id] = child_live
             self.emit(DurableEventKind.STARTED, child_live, child)
+            if live.cancelling is not None:
+                # the parent's cancel came while this commit was in flight: the child
+                # is cancelled before any of its work starts (docs/semantics.md "Cancel")
+                self.cancels.cancel(
+                    child_live,
+                    attrs.evolve(live.cancelling, execution_id=child.execution_id, seq=0),
+                )
+                continue
             self.start_session(child_live)
 
     def step(self, live: LiveExecution, session: Session, source: str, target: str) -> None:

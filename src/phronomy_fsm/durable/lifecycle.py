@@ -22,7 +22,7 @@ them:
   session runs at the effect, and a cancel may halt that session before the commit's
   outcome.
 
-A cancel being applied (``cancel_seq``) and the effect bookkeeping
+A cancel being applied (``cancelling``) and the effect bookkeeping
 (``effect_since_commit``, ``effect_in_flight``) are facts about the commits, reset by
 the engine's one post-commit path (``Engine.committed``). Everything here is touched
 on the dispatcher's loop thread only. Must not import the store or agent layers.
@@ -140,8 +140,9 @@ class LiveExecution:
     the last commit that set the durable point: the next one needs an announcement of
     its own); ``effect_in_flight`` / ``effect_outcome`` (the last non-pure effect
     started since that commit, and what it reported back: a cancel's record names
-    them); ``cancel_seq`` (the cancel request being applied: the same request read
-    again, or another, changes nothing); ``announcement`` (the outcome of the
+    them); ``cancelling`` (the cancel request being applied: the same request read
+    again, or another, changes nothing; the children a commit in flight started are
+    cancelled with it as they arrive); ``announcement`` (the outcome of the
     ``@effect`` commit the effect being started waits for: ``None`` once committed,
     else the error); ``delivery_scheduled`` (a look for the next signal its live
     session takes is queued on the loop); ``committing`` (an engine commit is in
@@ -150,7 +151,7 @@ class LiveExecution:
 
     __slots__ = (
         "announcement",
-        "cancel_seq",
+        "cancelling",
         "committing",
         "ctx",
         "delivered",
@@ -194,7 +195,7 @@ class LiveExecution:
         self.timer: Any = None
         self.expiry: Any = None
         self.delivery_scheduled = False
-        self.cancel_seq: int | None = None
+        self.cancelling: SignalRecord | None = None
         self.effect_since_commit = False
         self.effect_in_flight: EffectRef | None = None
         self.effect_outcome: str | None = None

@@ -153,7 +153,7 @@ class Recovery:
         live.delivered = []
         live.parked = None
         live.replay = None
-        live.cancel_seq = None
+        live.cancelling = None
         if record.is_finished:
             self.engine.settle(live, record)
             return
