@@ -43,4 +43,4 @@ def test_the_schedules_page_lists_every_schedule_with_its_state(
         expect(fast.locator('[data-test="paused"]')).to_be_visible()
         expect(fast).to_contain_text("buffer_one")
         expect(fast).to_contain_text("60 s")
-        screenshots(page, "console-schedules")
+        screenshots(page, "schedules")
