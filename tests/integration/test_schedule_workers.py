@@ -117,6 +117,13 @@ def test_two_workers_start_every_slot_once_and_pause_resume_from_the_cli(
     before = workers.slots("race")
     # every slot from the first on, exactly once (the execution id is the slot)
     assert before == contiguous("race", before)
+    starts = sorted(
+        datetime.fromisoformat(r.labels["slot"])
+        for r in workers.store.list_records()
+        if r.labels.get("schedule") == "race"
+    )
+    first = starts[0]
+    assert starts == [first + timedelta(seconds=k) for k in range(len(starts))], starts
     wait_until(
         lambda: workers.store.store_time() >= paused_at + timedelta(seconds=3), 20, "3 s paused"
     )
