@@ -190,6 +190,16 @@ def test_pause_starts_nothing_and_resume_starts_from_the_next_slot(rig: Any) -> 
     assert rig.store.load_schedule("p").missed == 0  # paused slots are not missed ones
 
 
+def test_a_context_that_does_not_fit_the_machine_skips_the_slot_and_goes_on(rig: Any) -> None:
+    add_schedule(rig.store, "unfit", "order_flow", "* * * * * *", context={"order_id": "o"})
+    runner = rig.runner()
+    rig.clock.at(1.0)
+    assert runner.tick() == []  # amount_cents is missing: nothing started, no error
+    record = rig.store.load_schedule("unfit")
+    assert (record.skipped, record.started, record.claim_owner) == (1, 0, None)
+    assert record.next_slot_at == slot(2) and ids_of(rig.store, "unfit") == []
+
+
 def test_bad_fields_are_all_named_and_nothing_is_stored(rig: Any) -> None:
     with pytest.raises(ScheduleError) as info:
         add_schedule(

@@ -205,3 +205,32 @@ def test_skip_waits_for_the_active_execution_and_buffer_one_keeps_one_slot(
     assert workers.slots("buffer_one")[1] == execution_id_for("buffer_one", buffered)
     wait_until(lambda: len(workers.slots("skip")) >= 2, 60, "the next slot")
     assert workers_slot(workers.slots("skip")[1]) > workers_slot(workers.slots("skip")[0])
+
+
+def test_the_cli_refuses_bad_input_writing_nothing_and_removes(workers: Workers) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "phronomy_fsm.cli", "schedules", *args, "--db", workers.db],
+            cwd=ROOT,
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    bad = run(
+        "add", "x y", "--machine", "order_flow", "--cron", "every day", "--timezone", "Nowhere"
+    )
+    assert bad.returncode == 1
+    assert "name 'x y'" in bad.stderr and "cron 'every day'" in bad.stderr
+    assert "timezone 'Nowhere'" in bad.stderr and "nothing was stored" in bad.stderr
+    assert workers.store.list_schedules() == []
+    assert run("pause", "ghost").returncode == 1
+    added = run(
+        "add", "daily", "--machine", "order_flow", "--cron", "0 9 * * *", "--context", ORDER
+    )
+    assert added.returncode == 0 and "added daily  active" in added.stdout
+    assert run("add", "daily", "--machine", "order_flow", "--cron", "0 9 * * *").returncode == 1
+    assert "removed daily" in run("remove", "daily").stdout
+    assert workers.store.list_schedules() == []
+    assert "no schedule named 'daily'" in run("remove", "daily").stderr

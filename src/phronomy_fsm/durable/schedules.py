@@ -36,7 +36,12 @@ from phronomy_fsm.durable.points import EngineBarrier
 from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.durable.submit import commit_start, start_record
 from phronomy_fsm.durable.types import Machine
-from phronomy_fsm.errors import PhronomyError, ScheduleError
+from phronomy_fsm.errors import (
+    ContextSerializationError,
+    ExecutionExistsError,
+    PhronomyError,
+    ScheduleError,
+)
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger("phronomy_fsm.schedules")
@@ -443,7 +448,16 @@ class ScheduleRunner:
         def start(slot: datetime) -> None:
             nonlocal last, active
             eid = execution_id_for(record.name, slot)
-            if self._start(record, machine, slot, eid):
+            try:
+                created = self._start(record, machine, slot, eid)
+            except (ContextSerializationError, ExecutionExistsError) as exc:
+                # the schedule's context does not fit the machine (any more), or the
+                # id runs another machine: retrying cannot help, so the slot is
+                # skipped and the schedule goes on (the log says why)
+                log.error("schedule %s: slot %s not started: %s", record.name, eid, exc)
+                counts["skipped"] += 1
+                return
+            if created:
                 started.append(eid)
             else:
                 counts["duplicates"] += 1

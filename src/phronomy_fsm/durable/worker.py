@@ -191,7 +191,12 @@ class Worker:
         executions it owns but does not run (a claim whose answer was lost:
         :meth:`DurableRuntime.resume_stranded`), then claim up to the free capacity.
         Returns ``[(execution_id, status)]`` claimed or resumed. Raises StorageError."""
-        self.schedules.tick()  # first: what it starts is claimed below at once
+        try:  # first: what it starts is claimed below at once
+            self.schedules.tick()
+        except SchemaVersionError:
+            raise
+        except PhronomyError as exc:  # claiming must not wait for the schedules
+            log.warning("worker %s: schedules not run this pass: %s", self.worker_id, exc)
         if self.probe_processes:
             self.runtime.retire_dead_workers()
         claimed = self.runtime.resume_stranded(min_age_seconds=max(1.0, self.scan_seconds))
