@@ -106,7 +106,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "operator_commands",
         "Send EVENT (a signal the machine declares) to an execution's inbox.",
     ),
-    "store": ("store_commands", "Maintain a store file."),
+    "store": ("store_commands", "Maintain a store."),
     "validate": (
         "spec_commands",
         "Validate SPEC files: load each, check every rule, report every issue.",
