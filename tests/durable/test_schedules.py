@@ -16,6 +16,7 @@ import pytest
 
 from phronomy_fsm.durable.runtime import DurableRuntime
 from phronomy_fsm.durable.schedules import (
+    MAX_SLOTS_PER_TICK,
     ScheduleRunner,
     due_slots,
     execution_id_for,
@@ -241,6 +242,17 @@ def test_slots_follow_the_time_zone_across_daylight_saving() -> None:
     slots, missed, following = due_slots(record, datetime(2026, 3, 31, 8, tzinfo=UTC))
     assert slots == [datetime(2026, 3, 31, 7, tzinfo=UTC)] and missed == 2
     assert following == datetime(2026, 4, 1, 7, tzinfo=UTC)
+
+
+def test_a_long_window_is_cut_to_its_newest_slots_without_stepping_through_the_rest() -> None:
+    record = new_schedule(
+        "s", "m", "* * * * * *", catchup_seconds=86_400, now=T0 - timedelta(hours=30)
+    )
+    slots, missed, following = due_slots(record, T0)
+    assert len(slots) == MAX_SLOTS_PER_TICK and slots[-1] == T0 - timedelta(microseconds=500_000)
+    assert slots[0] == slots[-1] - timedelta(seconds=MAX_SLOTS_PER_TICK - 1)
+    assert missed == MAX_SLOTS_PER_TICK  # counted up to the cap
+    assert following == slots[-1] + timedelta(seconds=1)
 
 
 def test_a_runtime_running_an_app_runs_the_due_schedules_itself(tmp_path: Path) -> None:

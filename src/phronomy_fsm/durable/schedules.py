@@ -294,47 +294,42 @@ def execution_id_for(name: str, slot: datetime) -> str:
 
 
 def due_slots(record: ScheduleRecord, now: datetime) -> tuple[list[datetime], int, datetime]:
-    """The slots of ``record`` to start at ``now``: every slot from its next slot up to
-    ``now`` that the catch-up window keeps (without a window only the newest), the
-    number of older ones missed, and the next slot after ``now``."""
+    """What one tick of ``record`` at ``now`` does with the slots that have passed
+    (``docs/operations.md``, "Schedules").
+
+    Returns:
+        ``(slots to start, oldest first; how many passed slots are missed; the next
+        slot after now)``. The slots to start are those from the record's next slot
+        up to ``now`` that are at most ``catchup_seconds`` old — at least the newest
+        one, at most :data:`MAX_SLOTS_PER_TICK` (the newest). The missed ones are
+        the passed slots older than those, counted up to :data:`MAX_SLOTS_PER_TICK`
+        (a longer downtime is not counted further: counting means stepping through
+        every slot). Each step is croniter's, in the record's zone.
+    """
+    from croniter import croniter
+
     zone = ZoneInfo(record.timezone)
     first = record.next_slot_at
     if first > now:
         return [], 0, first
-    window = record.catchup_seconds or 0.0
-    oldest_kept = now - timedelta(seconds=window)
-    slots: list[datetime] = []
+    floor = max(first, now - timedelta(seconds=record.catchup_seconds or 0.0))
+    # newest first, back to the window's floor: a long window is cut to its newest
+    # slots without stepping through the older ones
+    back = croniter(record.cron, (now + timedelta(microseconds=1)).astimezone(zone))
+    newest: datetime = back.get_prev(datetime).astimezone(UTC)
+    slots = [newest]  # the newest passed slot always starts (it is >= first)
+    while len(slots) < MAX_SLOTS_PER_TICK:
+        earlier: datetime = back.get_prev(datetime).astimezone(UTC)
+        if earlier < floor:
+            break
+        slots.append(earlier)
+    slots.reverse()
     missed = 0
     slot = first
-    looked = 0
-    while slot <= now:
-        looked += 1
-        if slot >= oldest_kept:
-            slots.append(slot)
-        else:
-            missed += 1
-            if looked > MAX_SLOTS_PER_TICK:  # a long downtime: jump to the window
-                slot = slot_after(record.cron, zone, oldest_kept - timedelta(microseconds=1))
-                missed += 1  # at least one more was missed; the rest are not counted
-                continue
+    while slot < slots[0] and missed < MAX_SLOTS_PER_TICK:
+        missed += 1
         slot = slot_after(record.cron, zone, slot)
-    if window == 0 and len(slots) > 1:  # defensive: without a window, only the newest
-        missed += len(slots) - 1
-        slots = slots[-1:]
-    if not slots and missed:  # no window: the newest missed slot still starts
-        missed -= 1
-        slots = [_newest_slot(record.cron, zone, now)]
-    if len(slots) > MAX_SLOTS_PER_TICK:
-        missed += len(slots) - MAX_SLOTS_PER_TICK
-        slots = slots[-MAX_SLOTS_PER_TICK:]
-    return slots, missed, slot
-
-
-def _newest_slot(cron: str, zone: ZoneInfo, now: datetime) -> datetime:
-    from croniter import croniter
-
-    start = (now + timedelta(microseconds=1)).astimezone(zone)
-    return croniter(cron, start).get_prev(datetime).astimezone(UTC)  # type: ignore[no-any-return]
+    return slots, missed, slot_after(record.cron, zone, now)
 
 
 class ScheduleRunner:
