@@ -234,6 +234,7 @@ API: dict[str, list[str]] = {
         "AgentResult",
         "AgentRuntime",
         "AgentStatus",
+        "AnthropicProvider",
         "ApprovalItem",
         "ApprovalRequired",
         "Authorization",

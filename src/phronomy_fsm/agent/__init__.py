@@ -1,13 +1,15 @@
 """The agent layer: LLM agents whose executions run on the durable engine.
 
 Start here: :class:`Agent` (create or load, invoke, stream, approve, resolve, cancel),
-:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply` and the
-OpenAI-compatible :class:`OpenAICompatibleProvider`. The events an agent delivers and
+:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply`, the
+OpenAI-compatible :class:`OpenAICompatibleProvider` and the Anthropic Messages
+:class:`AnthropicProvider`. The events an agent delivers and
 its results are typed (:mod:`phronomy_fsm.agent.events`). ``docs/agent.md`` describes
 the behaviour; ``docs/semantics.md`` the durability rules underneath.
 """
 
 from phronomy_fsm.agent.agent import Agent, EventStream
+from phronomy_fsm.agent.anthropic import AnthropicProvider
 from phronomy_fsm.agent.config import AgentConfig, ListenerErrorPolicy, LLMResend
 from phronomy_fsm.agent.events import (
     AgentEvent,
@@ -39,6 +41,7 @@ __all__ = [
     "AgentResult",
     "AgentRuntime",
     "AgentStatus",
+    "AnthropicProvider",
     "ApprovalItem",
     "ApprovalRequired",
     "Authorization",
