@@ -31,6 +31,7 @@ from phronomy_fsm.agent.events import (
 from phronomy_fsm.agent.openai import OpenAICompatibleProvider
 from phronomy_fsm.agent.providers import Provider, Reply, ScriptedProvider
 from phronomy_fsm.agent.runtime import AgentRuntime
+from phronomy_fsm.agent.streams import ExecutionEvents, StoredEvent
 from phronomy_fsm.agent.tools import Authorization, Tool, ToolCallView, ToolContext, tool
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
@@ -49,6 +50,7 @@ __all__ = [
     "Done",
     "EventStream",
     "EventType",
+    "ExecutionEvents",
     "Failed",
     "HandedOff",
     "LLMRequest",
@@ -61,6 +63,7 @@ __all__ = [
     "RecoveryRequired",
     "Reply",
     "ScriptedProvider",
+    "StoredEvent",
     "TimedOut",
     "Token",
     "Tool",
