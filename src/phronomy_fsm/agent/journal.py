@@ -22,6 +22,9 @@ final_output          ``{"text"}``
 execution_<outcome>   ``{"status", "error"}``
 ====================  =====================================================================
 
+Approval entries come where they happened (after the assistant message whose tool calls
+they are about): :func:`transcript` builds the list, and reading the same list from a
+running execution's context gives a prefix of it (``docs/agent.md``, "Event streams").
 ``message`` is an OpenAI chat message; ``context`` is true when the message joins the
 agent's **history** — the conversation later executions of the agent continue — which
 holds the messages of executions that ended ``completed`` or ``handed_off`` (the handoff
