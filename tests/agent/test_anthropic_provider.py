@@ -72,7 +72,12 @@ def rig(tmp_path: Any) -> Iterator[Any]:
 
 def test_a_tool_using_agent_runs_over_the_messages_api(rig: Any) -> None:
     script = [
-        {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "A-17"}}]},
+        {
+            "tool_calls": [
+                {"name": "lookup_order", "arguments": {"order_id": "A-17"}},
+                {"name": "lookup_order", "arguments": {"order_id": "A-18"}},
+            ]
+        },
         {
             "content": "Order A-17 has shipped.",
             "usage": {"prompt_tokens": 7, "completion_tokens": 3},
@@ -96,23 +101,30 @@ def test_a_tool_using_agent_runs_over_the_messages_api(rig: Any) -> None:
     assert first.body["max_tokens"] == 4096
     assert first.body["tools"][0]["input_schema"]["required"] == ["order_id"]
     assert [m["role"] for m in first.body["messages"]] == ["user"]
-    # the tool call went back as a tool_use block, its result as a tool_result block
+    # the tool calls went back as tool_use blocks, their results as tool_result blocks
+    # of ONE user message (consecutive tool messages joined: roles must alternate)
     assistant, tool_turn = second.body["messages"][1:]
     assert assistant == {
         "role": "assistant",
         "content": [
             {
                 "type": "tool_use",
-                "id": "toolu_0_0",
+                "id": f"toolu_0_{i}",
                 "name": "lookup_order",
-                "input": {"order_id": "A-17"},
+                "input": {"order_id": order},
             }
+            for i, order in enumerate(("A-17", "A-18"))
         ],
     }
     assert tool_turn["role"] == "user"
-    [block] = tool_turn["content"]
-    assert block["type"] == "tool_result" and block["tool_use_id"] == "toolu_0_0"
-    assert json.loads(block["content"]) == {"order_id": "A-17", "status": "shipped"}
+    assert [(b["type"], b["tool_use_id"]) for b in tool_turn["content"]] == [
+        ("tool_result", "toolu_0_0"),
+        ("tool_result", "toolu_0_1"),
+    ]
+    assert json.loads(tool_turn["content"][1]["content"]) == {
+        "order_id": "A-18",
+        "status": "shipped",
+    }
     journal = store.journal_entries(result.execution_id)
     calls = [j.data["llm_call_id"] for j in journal if j.kind == "llm_call_recorded"]
     assert [r.headers["idempotency-key"] for r in server.requests] == calls
