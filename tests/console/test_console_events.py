@@ -1,7 +1,7 @@
 """The console's Server-Sent Events endpoint ``GET /execution/events`` (issue 24 item 5,
 ``docs/console.md``, "Event streams"), read with httpx from a real uvicorn server on
-127.0.0.1 while an agent runtime in this process runs the execution on the same SQLite
-file: the client disconnects midway, reconnects with ``Last-Event-ID`` and has the whole
+127.0.0.1 while an agent runtime in this process runs the execution on the same store
+(a SQLite file, and a PostgreSQL database): the client disconnects midway, reconnects with ``Last-Event-ID`` and has the whole
 journal exactly once; ``?after=`` resumes too; bad requests get a status, not a stream."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import httpx
 
 from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider, Tool
 from phronomy_fsm.agent.journal import MESSAGE_KINDS
-from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.store.open import open_store
 from phronomy_fsm.testing.deadlines import scaled_seconds, wait_until
 
 
@@ -43,9 +43,9 @@ def _journal(store: Any, execution_id: str) -> list[dict[str, Any]]:
 
 
 def test_sse_stream_resumes_with_last_event_id_and_gives_the_journal_once(
-    sqlite_target: str, serve: Any
+    target: str, serve: Any
 ) -> None:
-    store = SqliteBarrierStore(sqlite_target)
+    store = open_store(target)
     runtime = AgentRuntime(store)
     ran: list[Any] = []
     refund = Tool(
@@ -70,7 +70,7 @@ def test_sse_stream_resumes_with_last_event_id_and_gives_the_journal_once(
         execution_id = agent.submit("Refund A1", execution_id="shop-exec")
         timeout = httpx.Timeout(scaled_seconds(20))
         with (
-            serve(sqlite_target) as served,
+            serve(target) as served,
             httpx.Client(base_url=served.url, timeout=timeout) as client,
         ):
             first: list[dict[str, str]] = []

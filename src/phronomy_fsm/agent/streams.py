@@ -20,8 +20,9 @@ agent's history is known only at the end). Streamed tokens are not events here: 
 are never durable (``Agent.stream`` delivers them).
 
 Reading polls the store every ``poll_seconds``; a store that notifies (PostgreSQL
-``LISTEN/NOTIFY``, :class:`~phronomy_fsm.durable.ports.NotifyingStore`) wakes the
-reader at once. Nothing here writes.
+``LISTEN/NOTIFY``, :class:`~phronomy_fsm.durable.ports.NotifyingStore`: a signal sent,
+work made runnable) wakes the reader early — commits themselves are found by polling.
+Nothing here writes.
 """
 
 from __future__ import annotations
