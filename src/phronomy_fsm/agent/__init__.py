@@ -4,7 +4,9 @@ Start here: :class:`Agent` (create or load, invoke, stream, approve, resolve, ca
 :class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply`, the
 OpenAI-compatible :class:`OpenAICompatibleProvider` and the Anthropic Messages
 :class:`AnthropicProvider`. The events an agent delivers and
-its results are typed (:mod:`phronomy_fsm.agent.events`). ``docs/agent.md`` describes
+its results are typed (:mod:`phronomy_fsm.agent.events`); :meth:`Agent.events` reads an
+execution's events back from the store, resumable by cursor
+(:mod:`phronomy_fsm.agent.streams`). ``docs/agent.md`` describes
 the behaviour; ``docs/semantics.md`` the durability rules underneath.
 """
 

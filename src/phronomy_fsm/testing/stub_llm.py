@@ -404,7 +404,8 @@ class _Server6(_Server):
 
 
 class StubLLMServer:
-    """A scripted chat-completions server on ``host:port`` (see the module docstring).
+    """A scripted LLM server on ``host:port``, answering chat completions and Anthropic
+    Messages (see the module docstring).
 
     Args:
         script: a list of steps (dicts or callables ``(body, n) -> dict``), or one
@@ -543,8 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m phronomy_fsm.testing.stub_llm",
-        description="A scripted OpenAI-compatible chat-completions server on a loopback "
-        "address, for tests. Prints its base URL on stdout when ready.",
+        description="A scripted LLM server (OpenAI chat completions and Anthropic "
+        "Messages) on a loopback address, for tests. Prints its base URL on stdout when "
+        "ready.",
     )
     parser.add_argument(
         "--host",
