@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from phronomy_fsm.agent import Agent, AgentRuntime, AnthropicProvider, Tool
+from phronomy_fsm.agent.anthropic import parse_message
 from phronomy_fsm.agent.types import LLMRequest, Message, Usage
 from phronomy_fsm.errors import Cancelled, ConfigurationError, LLMError
 from phronomy_fsm.store import SqliteBarrierStore
@@ -267,3 +268,17 @@ def test_configuration_names_the_anthropic_variables(monkeypatch: pytest.MonkeyP
         assert provider.model == "claude-x"
     with pytest.raises(ConfigurationError, match="max_tokens"):
         AnthropicProvider(max_tokens=0)
+
+
+def test_prompt_tokens_include_the_cached_input() -> None:
+    body = {
+        "type": "message",
+        "content": [{"type": "text", "text": "hi"}],
+        "usage": {
+            "input_tokens": 5,
+            "cache_creation_input_tokens": 100,
+            "cache_read_input_tokens": 1000,
+            "output_tokens": 3,
+        },
+    }
+    assert parse_message("llm-1", json.dumps(body)).usage == Usage(1105, 3)

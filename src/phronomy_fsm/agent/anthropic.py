@@ -19,7 +19,8 @@ Wire format (``anthropic-version: 2023-06-01``):
   requires alternating roles);
 * tools are offered as ``{"name", "description", "input_schema"}``;
 * the answer's ``text`` blocks are joined into the content, its ``tool_use`` blocks
-  become tool calls (``input`` re-encoded as a JSON string), ``usage.input_tokens`` /
+  become tool calls (``input`` re-encoded as a JSON string), ``usage.input_tokens``
+  (plus the cached ``cache_creation_input_tokens`` and ``cache_read_input_tokens``) /
   ``output_tokens`` the usage and ``stop_reason`` the finish reason (``end_turn``,
   ``tool_use``, ``max_tokens``...);
 * streaming reads the events ``message_start``, ``content_block_start``,
@@ -247,10 +248,20 @@ def _count(data: Any, key: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
+def _input_tokens(data: Any) -> int:
+    """All the prompt's tokens: ``input_tokens`` plus the cached ones
+    (``cache_creation_input_tokens``, ``cache_read_input_tokens``), which the API counts
+    apart; missing or malformed counts are zero."""
+    return sum(
+        _count(data, key) or 0
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    )
+
+
 def _usage(data: Any) -> Usage:
-    """``usage.input_tokens`` / ``output_tokens`` as a :class:`Usage`; missing or
-    malformed counts are zero (usage is informational and never fails a call)."""
-    return Usage(_count(data, "input_tokens") or 0, _count(data, "output_tokens") or 0)
+    """``usage`` as a :class:`Usage`: prompt tokens as :func:`_input_tokens`,
+    ``output_tokens`` the completion (usage is informational and never fails a call)."""
+    return Usage(_input_tokens(data), _count(data, "output_tokens") or 0)
 
 
 def _api_error(call_id: str, raw: str | bytes) -> LLMError:
@@ -390,7 +401,7 @@ class _MessageStream:
             if isinstance(message.get("model"), str) and message["model"]:
                 self.model = message["model"]
             usage = message.get("usage")
-            self.input_tokens = _count(usage, "input_tokens") or 0
+            self.input_tokens = _input_tokens(usage)
             self.output_tokens = _count(usage, "output_tokens") or 0
         elif kind == "content_block_start":
             block = item.get("content_block")
