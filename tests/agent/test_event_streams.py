@@ -196,3 +196,20 @@ def test_bad_cursors_and_foreign_ids_are_refused(store: Any, runtime: Any) -> No
         agent.events(result.execution_id)  # another agent's execution
     with pytest.raises(NotFoundError):
         agent.events("no-such-execution")
+
+
+def test_a_reader_waiting_past_wait_seconds_gets_timeout_error_and_can_resume(
+    store: Any, runtime: Any, events: Events
+) -> None:
+    agent = _approval_agent(runtime, events, [])
+    execution_id = agent.submit("Refund order A1")
+    approval = events.wait_for("approval_required")
+    seen: list[Any] = []
+    with pytest.raises(TimeoutError, match="after=<last cursor>"):
+        # the execution waits for a person: nothing new comes (extend keeps what arrived)
+        seen.extend(agent.events(execution_id, poll_seconds=0.02, wait_seconds=0.2))
+    assert seen[-1].kind == "approval_required"
+    agent.approve(execution_id, approval_request_id=approval.request_id)
+    rest = list(agent.events(execution_id, after=seen[-1].cursor, poll_seconds=0.02))
+    assert [e.cursor for e in seen + rest] == list(range(1, len(seen + rest) + 1))
+    assert rest[-1].kind == "execution_completed"

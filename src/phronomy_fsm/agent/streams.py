@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -202,7 +203,7 @@ class ExecutionEvents:
         cursor = self.after
         remove = self._listen()
         try:
-            idle = 0.0
+            progress = time.monotonic()
             while not self._closed:
                 self._wake.clear()
                 events, finished = read_events(self.store, self.execution_id)
@@ -212,8 +213,8 @@ class ExecutionEvents:
                     cursor = event.cursor
                 if finished:
                     return
-                idle = 0.0 if fresh else idle + self.poll_seconds
-                self._check_idle(idle)
+                progress = time.monotonic() if fresh else progress
+                self._check_idle(time.monotonic() - progress)
                 self._wake.wait(self.poll_seconds)
         finally:
             remove()
@@ -225,7 +226,7 @@ class ExecutionEvents:
         cursor = self.after
         remove = self._listen()
         try:
-            idle = 0.0
+            progress = time.monotonic()
             while not self._closed:
                 self._wake.clear()
                 events, finished = await asyncio.to_thread(
@@ -237,8 +238,8 @@ class ExecutionEvents:
                     cursor = event.cursor
                 if finished:
                     return
-                idle = 0.0 if fresh else idle + self.poll_seconds
-                self._check_idle(idle)
+                progress = time.monotonic() if fresh else progress
+                self._check_idle(time.monotonic() - progress)
                 await asyncio.sleep(self.poll_seconds)
         finally:
             remove()
