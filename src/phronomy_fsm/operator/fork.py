@@ -1,0 +1,354 @@
+"""Fork and restart an execution from a past commit, with a plan of what runs again.
+
+:func:`plan_fork` reads an execution's kept commits (``docs/store.md``, "Kept commits")
+and says what starting a new execution from one of them would do: which state it
+resumes in, and every effect the original ran after that commit — each with its kind
+and the idempotency key it would carry — that the fork would run again.
+:func:`fork_execution` writes the fork once the plan allows it: an ``at_most_once``
+effect that would run again is refused unless the caller names it (``allow_effects``);
+an idempotent one keeps its original key, so the service it calls recognises it,
+unless the caller asks for new keys (``new_keys``). Rules: ``docs/operations.md``,
+"Fork and restart from a past commit". ``phronomy-fsm fork`` and the console call these.
+
+The fork is a new execution, unowned, at revision 0, holding the record the chosen
+commit wrote (its state, durable point and context), which a worker — or ``recover`` —
+claims and resumes like any other. Not carried over: the original's inbox, its
+children, its journal, its own deadline and its parent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import attrs
+
+from phronomy_fsm.durable.keys import check_id, idempotency_key, new_execution_id
+from phronomy_fsm.durable.points import EngineBarrier
+from phronomy_fsm.durable.records import (
+    DurableCommit,
+    DurablePoint,
+    EffectKind,
+    ExecutionRecord,
+    ExecutionStatus,
+    KeyOrigin,
+)
+from phronomy_fsm.errors import ExecutionExistsError, ForkRefusedError, NotFoundError
+from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+
+
+@attrs.frozen
+class PlannedEffect:
+    """An effect the original ran after the fork's commit, that the fork would run
+    again on the same path: its hook name, ``kind``, the ``revision`` of the
+    original's commit that announced it, the idempotency ``key`` it ran under, the
+    key the fork would use (``fork_key``), and whether the plan allows it."""
+
+    effect: str
+    kind: EffectKind
+    revision: int
+    key: str
+    fork_key: str
+    allowed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "effect": self.effect,
+            "kind": self.kind.value,
+            "revision": self.revision,
+            "key": self.key,
+            "fork_key": self.fork_key,
+            "allowed": self.allowed,
+        }
+
+
+@attrs.frozen
+class ForkPlan:
+    """What forking ``source`` at ``revision`` into ``execution_id`` would do: the
+    ``state``, ``point`` and ``status`` it resumes from, whether it keeps the
+    original's idempotency keys (``same_keys``), the ``effects`` that would run again,
+    and the ``refusals`` (empty: the fork may be written)."""
+
+    source: str
+    revision: int
+    execution_id: str
+    machine: str
+    state: str
+    point: str
+    status: str
+    same_keys: bool
+    effects: tuple[PlannedEffect, ...]
+    refusals: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing refuses the fork."""
+        return not self.refusals
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "source": self.source,
+            "revision": self.revision,
+            "execution_id": self.execution_id,
+            "machine": self.machine,
+            "state": self.state,
+            "point": self.point,
+            "status": self.status,
+            "same_keys": self.same_keys,
+            "effects": [e.to_dict() for e in self.effects],
+            "refusals": list(self.refusals),
+            "ok": self.ok,
+        }
+
+
+def _kinds(store: Any, record: ExecutionRecord) -> dict[str, EffectKind]:
+    """Effect kinds by hook name, from the machine table registered for the record's
+    spec (empty when none is registered: each effect is then taken as at_most_once)."""
+    from phronomy_fsm.durable.machines import effect_kind, table_from_json
+
+    try:
+        machine = store.load_machine(record.machine, record.spec_sha256)
+    except NotFoundError:
+        return {}
+    table = table_from_json(machine.table)
+    rows = [s.offload for s in table.states] + [t.offload for t in table.transitions]
+    return {row.hook: effect_kind(row) for row in rows if row is not None}
+
+
+def plan_fork(
+    store: Any,
+    source: str,
+    revision: int,
+    *,
+    execution_id: str | None = None,
+    allow_effects: Iterable[str] = (),
+    new_keys: bool = False,
+) -> ForkPlan:
+    """The plan of forking execution ``source`` at its commit ``revision``.
+
+    Args:
+        store: an open store.
+        source: the execution to fork (active or finished).
+        revision: the commit to start from (the state it left, its context).
+        execution_id: the fork's id (default: a new random one).
+        allow_effects: hook names of at_most_once effects that may run again.
+        new_keys: give effects that run again new idempotency keys (derived from the
+            fork's id) instead of the original's.
+
+    Returns:
+        The plan; :attr:`ForkPlan.ok` is false when the fork would be refused.
+
+    Raises:
+        NotFoundError: no execution ``source``.
+        ForkRefusedError: no plan can be made (no such commit, or the store did not
+            keep it): ``reasons`` says why and what to do.
+        InvalidIdError: a malformed ``execution_id``.
+        StorageError: the store could not be read.
+    """
+    fork_id = check_id(execution_id) if execution_id is not None else new_execution_id()
+    current = store.load_record(source)
+    kept = store.kept_records(source)
+    if revision not in kept:
+        have = f"{min(kept)}..{max(kept)}" if kept else "none"
+        raise ForkRefusedError(
+            f"execution {source} has no commit at revision {revision} (its revisions: {have})",
+            reasons=(f"no commit at revision {revision}",),
+            plan=None,
+        )
+    base = kept[revision]
+    if base is None:
+        raise ForkRefusedError(
+            f"the store did not keep the record of {source}'s commit {revision} (commit "
+            "bodies were off when it was made: phronomy-fsm store settings "
+            "--keep-commit-bodies on keeps those made from now on)",
+            reasons=(f"revision {revision} was not kept",),
+            plan=None,
+        )
+    allowed = set(allow_effects)
+    origin = base.key_origin
+    root = (
+        KeyOrigin(source, revision)
+        if origin is None
+        else KeyOrigin(origin.execution_id, origin.revision + revision)
+    )
+    kinds = _kinds(store, base)
+    effects: list[PlannedEffect] = []
+    refusals: list[str] = []
+    for later, record in sorted(kept.items()):
+        if later <= revision:
+            continue
+        if record is None:
+            refusals.append(
+                f"the store did not keep revision {later} of {source}: what the original ran "
+                "after the fork's commit cannot all be listed"
+            )
+            continue
+        announced: list[tuple[str, EffectKind, str]] = []
+        if (
+            record.point is DurablePoint.EFFECT
+            and record.announced is not None
+            and record.point_revision == later
+        ):
+            a = record.announced
+            announced.append((a.effect, a.kind, a.key))
+        elif record.point is DurablePoint.BARRIER and record.point_revision == later:
+            for name in record.pending_effects:
+                kind = kinds.get(name, EffectKind.AT_MOST_ONCE)
+                announced.append((name, kind, record.effect_key(later, name)))
+        for name, kind, key in announced:
+            if kind is EffectKind.PURE:
+                continue
+            relative = later - revision
+            fork_key = (
+                idempotency_key(fork_id, relative, name)
+                if new_keys
+                else idempotency_key(root.execution_id, root.revision + relative, name)
+            )
+            ok = kind is not EffectKind.AT_MOST_ONCE or name in allowed
+            if not ok:
+                refusals.append(
+                    f"the at_most_once effect {name} (announced at revision {later}, key "
+                    f"{key}) would run again: pass --allow-effect {name} if running it "
+                    "again is what you want"
+                )
+            effects.append(PlannedEffect(name, kind, later, key, fork_key, ok))
+    refusals.extend(_where_it_starts(store, source, revision, base, current))
+    return ForkPlan(
+        source=source,
+        revision=revision,
+        execution_id=fork_id,
+        machine=base.machine,
+        state=base.state,
+        point=base.point.value,
+        status=base.status.value,
+        same_keys=not new_keys,
+        effects=tuple(effects),
+        refusals=tuple(refusals),
+    )
+
+
+def _where_it_starts(
+    store: Any, source: str, revision: int, base: ExecutionRecord, current: ExecutionRecord
+) -> list[str]:
+    """Why the fork cannot resume from ``base`` (empty when it can)."""
+    reasons: list[str] = []
+    if base.point is DurablePoint.FINAL:
+        reasons.append(
+            f"revision {revision} finished the execution ({base.status.value}): fork from an "
+            "earlier commit"
+        )
+    elif base.point is DurablePoint.EFFECT:
+        reasons.append(
+            f"revision {revision} announced the effect "
+            f"{base.announced.effect if base.announced else '?'}, which may have run: fork "
+            f"from revision {revision - 1}, where the plan lists it"
+        )
+    if base.status is ExecutionStatus.RECOVERY_REQUIRED:
+        reasons.append(
+            f"at revision {revision} the execution waited for an operator: fork from "
+            f"revision {base.point_revision}"
+        )
+    elif base.point_revision != revision and base.point is not DurablePoint.FINAL:
+        reasons.append(
+            f"revision {revision} kept the durable point of revision {base.point_revision} "
+            f"(an operator's commit): fork from revision {base.point_revision}"
+        )
+    for child in store.list_records(parent_execution_id=source):
+        if child.created_at <= base.updated_at and (
+            child.is_active or child.updated_at > base.updated_at
+        ):
+            reasons.append(
+                f"at revision {revision} its child {child.execution_id} was still running: "
+                "children are not forked, so the fork would wait for it for ever; fork "
+                "from a commit before it started or after it reported back"
+            )
+            break
+    if (
+        current.is_active
+        and current.exclusive_key is not None
+        and current.exclusive_key == base.exclusive_key
+    ):
+        reasons.append(
+            f"{source} is still active with the exclusive key {current.exclusive_key!r}: "
+            "cancel it first (a restart), then fork"
+        )
+    return reasons
+
+
+def fork_execution(
+    store: Any,
+    source: str,
+    revision: int,
+    *,
+    execution_id: str | None = None,
+    allow_effects: Iterable[str] = (),
+    new_keys: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
+) -> ForkPlan:
+    """Write the fork :func:`plan_fork` plans, if it allows it; returns the plan.
+
+    Raises:
+        ForkRefusedError: the plan refuses it (``reasons``, ``plan``); nothing written.
+        NotFoundError, InvalidIdError, StorageError: as :func:`plan_fork`.
+        ExecutionExistsError: the fork's id is taken by another execution.
+        AgentBusyError: an execution with the same exclusive key became active.
+
+    Durability: one creating commit (barrier ``@fork``, ``EngineBarrier.FORK``); a worker claims it.
+    """
+    from phronomy_fsm.durable.submit import commit_start
+
+    plan = plan_fork(
+        store,
+        source,
+        revision,
+        execution_id=execution_id,
+        allow_effects=allow_effects,
+        new_keys=new_keys,
+    )
+    if not plan.ok:
+        raise ForkRefusedError(
+            f"fork of {source} at revision {revision} refused: " + "; ".join(plan.refusals),
+            reasons=plan.refusals,
+            plan=plan,
+        )
+    base = store.kept_records(source)[revision]
+    origin = base.key_origin
+    now = clock.now()
+    record = attrs.evolve(
+        base,
+        execution_id=plan.execution_id,
+        revision=0,
+        point_revision=0,
+        created_at=now,
+        updated_at=now,
+        parent_execution_id=None,
+        notify_event=None,
+        expires_at=None,
+        recovery=None,
+        resolution=None,
+        error=None,
+        labels={**base.labels, "forked_from": f"{source}@{revision}"},
+        key_origin=None
+        if new_keys
+        else (
+            KeyOrigin(source, revision)
+            if origin is None
+            else KeyOrigin(origin.execution_id, origin.revision + revision)
+        ),
+    )
+    if not commit_start(store, DurableCommit(EngineBarrier.FORK.value, record, None, None)):
+        raise ExecutionExistsError(
+            f"an execution {plan.execution_id} exists already: choose another --execution-id",
+            execution_id=plan.execution_id,
+        )
+    return plan
+
+
+__all__ = [
+    "ForkPlan",
+    "PlannedEffect",
+    "fork_execution",
+    "plan_fork",
+]
