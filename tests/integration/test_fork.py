@@ -105,8 +105,10 @@ def test_a_fork_lists_what_runs_again_refuses_an_at_most_once_effect_and_keeps_k
     refused = _fork(db, "o1", "--revision", str(waited), "--execution-id", "o1-again", "--json")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     plan = json.loads(refused.stdout)
-    assert [(e["effect"], e["kind"], e["allowed"]) for e in plan["effects"]] == [
-        ("ship_order", "at_most_once", False)
+    # what the original ran after the wait, then what else the machine can reach
+    assert [(e["effect"], e["kind"], e["ran_before"], e["allowed"]) for e in plan["effects"]] == [
+        ("ship_order", "at_most_once", True, False),
+        ("refund_card", "idempotent", False, True),
     ]
     assert plan["written"] is False and "--allow-effect ship_order" in plan["refusals"][0]
     assert plan["state"] == "awaiting_approval" and plan["point"] == "wait"
@@ -120,7 +122,7 @@ def test_a_fork_lists_what_runs_again_refuses_an_at_most_once_effect_and_keeps_k
         "--allow-effect", "charge_card", "--allow-effect", "ship_order",
     )  # fmt: skip
     assert allowed.returncode == 0, allowed.stdout + allowed.stderr
-    assert "send_confirmation (idempotent)" in allowed.stdout
+    assert "send_confirmation (idempotent): ran at revision 1" in allowed.stdout
     assert "written: o1-fork" in allowed.stdout
     fork = _resume(db, module, "o1-fork")
     assert fork.status is ExecutionStatus.COMPLETED
@@ -128,7 +130,10 @@ def test_a_fork_lists_what_runs_again_refuses_an_at_most_once_effect_and_keeps_k
     charges = [e for e in shop.card.effects() if e.effect == "charge_card"]
     assert len(charges) == 2 and charges[0].key == charges[1].key  # the same key, twice
     assert len(shop.outbox.effects()) == 1  # recognised by its key: sent once
-    assert fork.context["shipment"]["tracking"] != ship_key
+    # the allowed at_most_once shipment ran again, under the original's key too
+    shipments = shop.carrier.effects()
+    assert len(shipments) == 2 and shipments[0].key == shipments[1].key
+    assert fork.context["shipment"]["tracking"] == ship_key
 
     # with new keys the e-mail is a new one
     fresh = _fork(
@@ -169,5 +174,6 @@ def test_the_plan_refuses_an_at_most_once_effect_on_postgresql(
     assert out.returncode == 1, out.stdout + out.stderr
     plan = json.loads(out.stdout)
     assert plan["effects"][0]["effect"] == "ship_order" and not plan["ok"]
+    assert plan["effects"][0]["ran_before"]
     with open_store(pg_dsn) as store:
         assert [r.execution_id for r in store.list_records()] == ["o3"]

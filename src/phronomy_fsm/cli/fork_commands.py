@@ -95,12 +95,17 @@ def _print(plan: object, *, written: bool) -> None:
     )
     keys = "the original's" if plan.same_keys else "new ones"
     if plan.effects:
-        echo(f"effects that would run again (idempotency keys: {keys}):")
+        echo(f"effects the fork may run (keys of those that ran before: {keys}):")
         for e in plan.effects:
             mark = "allowed" if e.allowed else "REFUSED"
-            echo(f"  revision {e.revision}: {e.effect} ({e.kind.value}) key {e.fork_key}  [{mark}]")
+            again = (
+                f"ran at revision {e.revision}, key {e.fork_key}"
+                if e.ran_before
+                else "not run by the original after this commit"
+            )
+            echo(f"  {e.effect} ({e.kind.value}): {again}  [{mark}]")
     else:
-        echo("no effect of the original would run again")
+        echo("no effect can run from there")
     for reason in plan.refusals:
         echo(one_line(f"refused: {reason}"))
     if written:

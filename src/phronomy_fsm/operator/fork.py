@@ -2,10 +2,11 @@
 
 :func:`plan_fork` reads an execution's kept commits (``docs/store.md``, "Kept commits")
 and says what starting a new execution from one of them would do: which state it
-resumes in, and every effect the original ran after that commit — each with its kind
-and the idempotency key it would carry — that the fork would run again.
+resumes in, and every effect it may run — each effect the machine can reach from there
+(its registered table), with its kind, and for each the original ran after that commit,
+the commit that announced it and the idempotency key it would carry again.
 :func:`fork_execution` writes the fork once the plan allows it: an ``at_most_once``
-effect that would run again is refused unless the caller names it (``allow_effects``);
+effect that may run is refused unless the caller names it (``allow_effects``);
 an idempotent one keeps its original key, so the service it calls recognises it,
 unless the caller asks for new keys (``new_keys``). Rules: ``docs/operations.md``,
 "Fork and restart from a past commit". ``phronomy-fsm fork`` and the console call these.
@@ -35,21 +36,29 @@ from phronomy_fsm.durable.records import (
 )
 from phronomy_fsm.errors import ExecutionExistsError, ForkRefusedError, NotFoundError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
+from phronomy_fsm.table import MachineTable
 
 
 @attrs.frozen
 class PlannedEffect:
-    """An effect the original ran after the fork's commit, that the fork would run
-    again on the same path: its hook name, ``kind``, the ``revision`` of the
-    original's commit that announced it, the idempotency ``key`` it ran under, the
-    key the fork would use (``fork_key``), and whether the plan allows it."""
+    """An effect the fork may run: its hook name and ``kind``; if the original ran it
+    after the fork's commit, the ``revision`` of the commit that announced it and the
+    idempotency ``key`` it ran under, else ``None`` for both (the machine can reach it
+    from where the fork starts); the key the fork's run of that same announcement
+    would carry (``fork_key``, ``None`` when the original did not run it); and whether
+    the plan allows it."""
 
     effect: str
     kind: EffectKind
-    revision: int
-    key: str
-    fork_key: str
+    revision: int | None
+    key: str | None
+    fork_key: str | None
     allowed: bool
+
+    @property
+    def ran_before(self) -> bool:
+        """True when the original ran it after the fork's commit."""
+        return self.revision is not None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
@@ -59,6 +68,7 @@ class PlannedEffect:
             "revision": self.revision,
             "key": self.key,
             "fork_key": self.fork_key,
+            "ran_before": self.ran_before,
             "allowed": self.allowed,
         }
 
@@ -103,18 +113,67 @@ class ForkPlan:
         }
 
 
-def _kinds(store: Any, record: ExecutionRecord) -> dict[str, EffectKind]:
-    """Effect kinds by hook name, from the machine table registered for the record's
-    spec (empty when none is registered: each effect is then taken as at_most_once)."""
-    from phronomy_fsm.durable.machines import effect_kind, table_from_json
+def _table(store: Any, record: ExecutionRecord) -> MachineTable | None:
+    """The machine table registered for the record's spec (``None`` when no runtime
+    registered it in this store)."""
+    from phronomy_fsm.durable.machines import table_from_json
 
     try:
         machine = store.load_machine(record.machine, record.spec_sha256)
     except NotFoundError:
-        return {}
-    table = table_from_json(machine.table)
-    rows = [s.offload for s in table.states] + [t.offload for t in table.transitions]
-    return {row.hook: effect_kind(row) for row in rows if row is not None}
+        return None
+    return table_from_json(machine.table)
+
+
+def reachable_effects(table: MachineTable, state: str, *, entering: bool) -> dict[str, EffectKind]:
+    """Every effect (hook -> kind) the machine can run from ``state`` on: the offloads
+    of the states it can reach and of the rows it can take; ``state``'s own only when
+    the fork enters it (``entering``: from a start) rather than resumes in it."""
+    from phronomy_fsm.durable.machines import effect_kind
+
+    states = {row.name: row for row in table.states}
+    found: dict[str, EffectKind] = {}
+    seen = {state}
+    todo = [state]
+    while todo:
+        here = todo.pop()
+        row = states.get(here)
+        if row is not None and row.offload is not None and (here != state or entering):
+            found.setdefault(row.offload.hook, effect_kind(row.offload))
+        for t in table.transitions:
+            if here not in t.sources:
+                continue
+            if t.offload is not None:
+                found.setdefault(t.offload.hook, effect_kind(t.offload))
+            if t.target is not None and t.target not in seen:
+                seen.add(t.target)
+                todo.append(t.target)
+    return found
+
+
+def _history(
+    kept: dict[int, ExecutionRecord | None], revision: int
+) -> tuple[dict[str, tuple[int, EffectKind | None, str]], list[int]]:
+    """The effects the original announced after ``revision`` (hook -> the first
+    ``(revision, kind, key)``; kind ``None`` when only a barrier named it) and the
+    later revisions the store did not keep."""
+    ran: dict[str, tuple[int, EffectKind | None, str]] = {}
+    missing: list[int] = []
+    for later, record in sorted(kept.items()):
+        if later <= revision:
+            continue
+        if record is None:
+            missing.append(later)
+            continue
+        if record.point_revision != later:
+            continue
+        if record.point is DurablePoint.EFFECT and record.announced is not None:
+            a = record.announced
+            ran.setdefault(a.effect, (later, a.kind, a.key))
+        elif record.point is DurablePoint.BARRIER:
+            for name in record.pending_effects:
+                ran.setdefault(name, (later, None, record.effect_key(later, name)))
+    return ran, missing
 
 
 def plan_fork(
@@ -173,47 +232,57 @@ def plan_fork(
         if origin is None
         else KeyOrigin(origin.execution_id, origin.revision + revision)
     )
-    kinds = _kinds(store, base)
-    effects: list[PlannedEffect] = []
+    ran, missing = _history(kept, revision)
     refusals: list[str] = []
-    for later, record in sorted(kept.items()):
-        if later <= revision:
+    if missing:
+        refusals.append(
+            f"the store did not keep revisions {', '.join(map(str, missing))} of {source}: "
+            "what the original ran after the fork's commit cannot all be listed"
+        )
+    table = _table(store, base)
+    if table is None:
+        refusals.append(
+            f"no runtime registered the {base.machine} machine of this spec in the store: "
+            "the effects the fork may run cannot be listed (run a worker of it once)"
+        )
+        reachable: dict[str, EffectKind] = {}
+    else:
+        reachable = reachable_effects(table, base.state, entering=base.point is DurablePoint.START)
+    effects: list[PlannedEffect] = []
+    for name in [*ran, *(n for n in reachable if n not in ran)]:
+        before = ran.get(name)
+        kind = reachable.get(name) or (before[1] if before else None) or EffectKind.AT_MOST_ONCE
+        if kind is EffectKind.PURE:
             continue
-        if record is None:
-            refusals.append(
-                f"the store did not keep revision {later} of {source}: what the original ran "
-                "after the fork's commit cannot all be listed"
-            )
-            continue
-        announced: list[tuple[str, EffectKind, str]] = []
-        if (
-            record.point is DurablePoint.EFFECT
-            and record.announced is not None
-            and record.point_revision == later
-        ):
-            a = record.announced
-            announced.append((a.effect, a.kind, a.key))
-        elif record.point is DurablePoint.BARRIER and record.point_revision == later:
-            for name in record.pending_effects:
-                kind = kinds.get(name, EffectKind.AT_MOST_ONCE)
-                announced.append((name, kind, record.effect_key(later, name)))
-        for name, kind, key in announced:
-            if kind is EffectKind.PURE:
-                continue
-            relative = later - revision
+        fork_key = None
+        if before is not None:
+            relative = before[0] - revision
             fork_key = (
                 idempotency_key(fork_id, relative, name)
                 if new_keys
                 else idempotency_key(root.execution_id, root.revision + relative, name)
             )
-            ok = kind is not EffectKind.AT_MOST_ONCE or name in allowed
-            if not ok:
-                refusals.append(
-                    f"the at_most_once effect {name} (announced at revision {later}, key "
-                    f"{key}) would run again: pass --allow-effect {name} if running it "
-                    "again is what you want"
-                )
-            effects.append(PlannedEffect(name, kind, later, key, fork_key, ok))
+        ok = kind is not EffectKind.AT_MOST_ONCE or name in allowed
+        if not ok:
+            what = (
+                f"ran after revision {revision} (announced at {before[0]}, key {before[2]})"
+                if before is not None
+                else f"can run from {base.state}"
+            )
+            refusals.append(
+                f"the at_most_once effect {name} {what}: pass --allow-effect {name} if "
+                "running it (again) is what you want"
+            )
+        effects.append(
+            PlannedEffect(
+                name,
+                kind,
+                None if before is None else before[0],
+                None if before is None else before[2],
+                fork_key,
+                ok,
+            )
+        )
     refusals.extend(_where_it_starts(store, source, revision, base, current))
     return ForkPlan(
         source=source,
@@ -351,4 +420,5 @@ __all__ = [
     "PlannedEffect",
     "fork_execution",
     "plan_fork",
+    "reachable_effects",
 ]

@@ -63,8 +63,8 @@ _LOG_COLUMNS = (
     " owner_id, fence, body"
 )
 #: The barrier-log row of the commit, with the record it wrote while the store keeps
-#: commit bodies (``phronomy_meta.keep_commit_bodies``; ``docs/store.md``, "Kept
-#: commits").
+#: commit bodies (``phronomy_meta.keep_commit_bodies``;
+#: ``docs/store.md``, "Kept commits").
 _LOG_INSERT = (
     "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,"
     " state, worker_id, fence, body) SELECT execution_id, revision, last_barrier,"
