@@ -383,6 +383,13 @@ class EffectNotPerformedError(DurableError):
     it as ``not_performed``: it did not happen and will not be sent again."""
 
 
+class ForkRefusedError(DurableError):
+    """A fork from a past commit was refused before anything was written
+    (``docs/operations.md``, "Fork and restart from a past commit"): ``reasons`` holds
+    one sentence per problem, each saying what to do; ``plan`` the
+    :class:`~phronomy_fsm.operator.fork.ForkPlan` when one could be made."""
+
+
 class ReplayDivergedError(DurableError):
     """Recovery replayed from the last barrier and did not reach the effect it
     expected (``expected``, ``reached``): the code between a barrier and its effect is
@@ -506,6 +513,7 @@ __all__ = [
     "ExecutionFinishedError",
     "ExecutionOwnedError",
     "ExecutionTimeoutError",
+    "ForkRefusedError",
     "GenerationError",
     "HookError",
     "InvalidIdError",

@@ -172,3 +172,39 @@ def test_a_read_only_console_shows_no_forms(
         expect(page.locator('[data-test="recovery"]')).to_be_visible()
         expect(page.locator("form[method=post]")).to_have_count(0)
         expect(page.get_by_text("Sign in")).to_have_count(0)
+
+
+def test_an_operator_plans_a_fork_sees_the_refusal_and_forks_in_the_browser(
+    populated_sqlite: str, serve: Any, browser: Any, screenshots: Any
+) -> None:
+    """The fork form of a finished order (docs/operations.md, "Fork and restart from a
+    past commit"): the plan from its wait lists the shipment that ran after it as
+    refused, and nothing is written; naming the effect lets the fork be written under
+    the id the plan showed, and the browser lands on the new execution."""
+    page = browser
+    target = populated_sqlite
+    with serve(target) as served:
+        sign_in(page, served.url, "/execution?id=order-2")
+        form = page.locator('[data-test="fork-form"]')
+        waited = form.locator("select[name=revision] option", has_text="@wait")
+        form.locator("select[name=revision]").select_option(waited.get_attribute("value"))
+        before = snapshot(target)
+        form.get_by_role("button", name="Show the plan").click()
+        plan = page.locator('[data-test="fork-plan"]')
+        expect(plan).to_contain_text("ship_parcel")
+        expect(plan.locator(".error")).to_contain_text("--allow-effect ship_parcel")
+        expect(page.locator('[data-test="fork-confirm"]')).to_have_count(0)
+        assert snapshot(target) == before  # a plan writes nothing
+
+        form = page.locator('[data-test="fork-form"]')
+        form.locator('input[name="allow_effects"]').fill("ship_parcel")
+        form.get_by_role("button", name="Show the plan").click()
+        confirm = page.locator('[data-test="fork-confirm"]')
+        expect(confirm).to_be_visible()
+        screenshots(page, "console-fork-plan")
+        fork_id = page.locator('input[name="fork_id"]').input_value()
+        confirm.click()
+        expect(page).to_have_url(re.compile(re.escape(fork_id)))
+        record, _ = load(target, fork_id)
+        assert record.labels["forked_from"].startswith("order-2@")
+        assert record.state == "awaiting_approval" and record.revision == 0

@@ -76,6 +76,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "and journal."
         ),
     ),
+    "fork": (
+        "fork_commands",
+        "Start a new execution from a past commit of ID, after a plan of what would run again.",
+    ),
     "generate": (
         "spec_commands",
         "Compile SPEC files into Python modules of transition tables (<out>/<machine>.py).",

@@ -112,6 +112,29 @@ def parse_keep(values: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+@store_group.command("settings")
+@db_option
+@click.option(
+    "--keep-commit-bodies",
+    "keep",
+    type=click.Choice(["on", "off"]),
+    default=None,
+    help="Keep the record each commit writes (for forks from past commits), or only its "
+    "digest; applies to commits made from now on, by every process.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
+def settings_command(db: str, keep: str | None, as_json: bool) -> None:
+    """Show or change the store's retention settings (docs/store.md "Kept commits")."""
+    with open_store(db, read_only=keep is None) as store:
+        if keep is not None:
+            store.set_keep_commit_bodies(keep == "on")
+        kept = store.keeps_commit_bodies()
+    if as_json:
+        emit_json({"keep_commit_bodies": kept})
+    else:
+        click.echo(f"keep_commit_bodies: {'on' if kept else 'off'}")
+
+
 @store_group.command("migrate")
 @db_option
 @click.option(

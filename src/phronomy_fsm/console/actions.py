@@ -1,5 +1,5 @@
-"""The console's actions (``POST``): signal, approve, resolve and cancel an execution,
-and signing in and out.
+"""The console's actions (``POST``): signal, approve, resolve, cancel and fork an
+execution, and signing in and out.
 
 Each action checks the session (signed in, the form's CSRF token, not
 ``--read-only``), parses the form (:mod:`~phronomy_fsm.console.forms`) and calls
@@ -22,12 +22,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from phronomy_fsm import operator
-from phronomy_fsm.errors import PhronomyError
+from phronomy_fsm.errors import ForkRefusedError, PhronomyError
 
 from . import views
 from .forms import (
     parse_approval_form,
     parse_cancel_form,
+    parse_fork_form,
     parse_resolve_form,
     parse_signal_form,
 )
@@ -207,6 +208,53 @@ async def cancel_action(console: Console, request: Request) -> Response:
             clock=console.clock,
         ),
     )
+
+
+async def fork_action(console: Console, request: Request) -> Response:
+    """``POST /execution/fork``: :func:`phronomy_fsm.operator.plan_fork` (``action=plan``:
+    the page again with the plan) or :func:`phronomy_fsm.operator.fork_execution`
+    (``action=fork``: to the new execution's page; refused: the page with the plan and
+    why, nothing written)."""
+    fields, refused = await _write_form(console, request)
+    if refused is not None:
+        return refused
+    try:
+        form = parse_fork_form(fields)
+        act = operator.plan_fork if form.plan_only else operator.fork_execution
+        plan = await run_in_threadpool(
+            lambda: act(
+                console.stores.writer(),
+                form.execution_id,
+                form.revision,
+                execution_id=form.fork_id,
+                allow_effects=form.allow_effects,
+                new_keys=form.new_keys,
+            )
+        )
+    except ForkRefusedError as exc:
+        refused_plan = getattr(exc, "plan", None)
+        if refused_plan is None:
+            return await _refused(console, request, fields, "fork", exc)
+        return await show_execution(
+            console,
+            request,
+            form.execution_id,
+            error=str(exc),
+            status_code=409,
+            failed={"kind": "fork", **{k: v for k, v in fields.items() if k != "csrf"}},
+            fork_plan=refused_plan.to_dict(),
+        )
+    except PhronomyError as exc:
+        return await _refused(console, request, fields, "fork", exc)
+    if form.plan_only:
+        return await show_execution(
+            console,
+            request,
+            form.execution_id,
+            failed={"kind": "fork", **{k: v for k, v in fields.items() if k != "csrf"}},
+            fork_plan=plan.to_dict(),
+        )
+    return RedirectResponse(views.execution_href(plan.execution_id), status_code=303)
 
 
 # ------------------------------------------------------------------ signing in

@@ -172,6 +172,7 @@ def create_app(
         Route("/execution/approve", bind(actions.approve_action), methods=["POST"]),
         Route("/execution/resolve", bind(actions.resolve_action), methods=["POST"]),
         Route("/execution/cancel", bind(actions.cancel_action), methods=["POST"]),
+        Route("/execution/fork", bind(actions.fork_action), methods=["POST"]),
         Route("/login", bind(actions.login_page), methods=["GET"]),
         Route("/login", bind(actions.login_action), methods=["POST"]),
         Route("/logout", bind(actions.logout_action), methods=["POST"]),

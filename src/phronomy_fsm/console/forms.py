@@ -177,6 +177,39 @@ class CancelForm:
     signal_id: str
 
 
+@attrs.frozen
+class ForkForm:
+    """A fork of ``execution_id`` from its commit ``revision`` (``docs/operations.md``,
+    "Fork and restart from a past commit"): the at_most_once effects it may run
+    (``allow_effects``), new idempotency keys or not, and whether only the plan is
+    asked for (``plan_only``)."""
+
+    execution_id: str
+    revision: int
+    allow_effects: tuple[str, ...]
+    new_keys: bool
+    plan_only: bool
+    fork_id: str | None = None
+
+
+def parse_fork_form(fields: Mapping[str, Any]) -> ForkForm:
+    """Parse the fork form (``execution_id``, ``revision``, ``allow_effects`` — hook
+    names separated by commas or spaces —, ``new_keys``, ``fork_id`` — the id the plan
+    shown drew — and ``action`` = ``plan`` or ``fork``). Raises FormError."""
+    action = _text(fields, "action", required=False).strip() or "plan"
+    if action not in ("plan", "fork"):
+        raise FormError(f"action must be plan or fork, got {action[:40]!r}", field="action")
+    allowed = _text(fields, "allow_effects", required=False).replace(",", " ").split()
+    return ForkForm(
+        execution_id=_text(fields, "execution_id"),
+        revision=_int(fields, "revision"),
+        allow_effects=tuple(allowed),
+        new_keys=_text(fields, "new_keys", required=False).strip() in ("on", "1", "true"),
+        plan_only=action == "plan",
+        fork_id=_text(fields, "fork_id", required=False).strip() or None,
+    )
+
+
 def parse_signal_form(fields: Mapping[str, Any]) -> SignalForm:
     """Parse the signal form (``execution_id``, ``event``, ``payload`` JSON or empty,
     ``expected_revision``, ``signal_id``). Raises FormError."""
@@ -278,12 +311,14 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "ApprovalForm",
     "CancelForm",
+    "ForkForm",
     "FormError",
     "ListQuery",
     "ResolveForm",
     "SignalForm",
     "parse_approval_form",
     "parse_cancel_form",
+    "parse_fork_form",
     "parse_list_query",
     "parse_resolve_form",
     "parse_signal_form",

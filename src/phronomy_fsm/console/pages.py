@@ -252,9 +252,12 @@ async def show_execution(
     conflict: bool = False,
     status_code: int = 200,
     failed: Mapping[str, Any] | None = None,
+    fork_plan: Mapping[str, Any] | None = None,
 ) -> Response:
     """Render one execution's page as the store has it now; ``error`` (with
-    ``failed``: the form that was refused and its fields, shown again) on top."""
+    ``failed``: the form that was refused and its fields, shown again) on top;
+    ``fork_plan``: the plan of a fork asked for (:meth:`ForkPlan.to_dict
+    <phronomy_fsm.operator.fork.ForkPlan.to_dict>`), shown in the fork form."""
     try:
         data = await run_in_threadpool(gather_execution, console, execution_id, view)
     except PhronomyError as exc:
@@ -290,6 +293,7 @@ async def show_execution(
         error=None if error is None else views.visible(error),
         conflict=conflict,
         failed=failed or {},
+        fork_plan=fork_plan,
         nonce="console-" + secrets.token_hex(16),
         live_url="/execution/live?" + href.partition("?")[2],
         live_value=f"{data['model']['revision']}:{data['model']['status']}",

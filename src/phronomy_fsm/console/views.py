@@ -26,7 +26,6 @@ import orjson
 from markupsafe import Markup
 
 from phronomy_fsm.diagram import render_dot, render_svg
-from phronomy_fsm.durable.keys import idempotency_key
 from phronomy_fsm.durable.machines import effect_kind
 from phronomy_fsm.durable.records import ExecutionStatus, SignalRecord
 from phronomy_fsm.operator import (
@@ -272,7 +271,7 @@ def pending_effect_rows(
         {
             "name": visible(name),
             "kind": kinds.get(name, "?"),
-            "key": idempotency_key(r.execution_id, r.point_revision, name),
+            "key": r.effect_key(r.point_revision, name),
         }
         for name in r.pending_effects
     ]

@@ -27,7 +27,6 @@ import attrs
 
 from phronomy_fsm.durable import points
 from phronomy_fsm.durable.codec import ensure_json
-from phronomy_fsm.durable.keys import idempotency_key
 from phronomy_fsm.durable.lifecycle import LiveExecution
 from phronomy_fsm.durable.parking import EFFECT_OUTCOMES
 from phronomy_fsm.durable.points import EngineBarrier
@@ -87,7 +86,7 @@ class Effects:
             kind = EffectKind(policy(session.ctx, spec.name, kind))
         if kind is EffectKind.PURE:
             return None
-        key = idempotency_key(live.execution_id, live.record.point_revision, spec.name)
+        key = live.record.effect_key(live.record.point_revision, spec.name)
         replay = live.replay
         if replay is not None:
             live.replay = None
@@ -179,7 +178,7 @@ class Effects:
         "Effects")."""
         state = session.node.name
         revision = live.record.revision + 1
-        key = idempotency_key(live.execution_id, revision, spec.name)
+        key = live.record.effect_key(revision, spec.name)
         if spec.direct:  # a plain effect function reads only its snapshot: no input to store
             payload = None
         try:

@@ -37,6 +37,9 @@ class EngineBarrier(enum.Enum):
 
     #: an execution started (revision 0)
     START = "@start"
+    #: an execution forked from a past commit of another (revision 0;
+    #: ``docs/operations.md``, "Fork and restart from a past commit")
+    FORK = "@fork"
     #: an effect announced before it starts
     EFFECT = "@effect"
     #: halted in a wait state

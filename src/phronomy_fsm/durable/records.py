@@ -188,6 +188,18 @@ class ResolutionInfo:
 
 
 @attrs.frozen
+class KeyOrigin:
+    """Where an execution forked from a past commit takes its idempotency keys from
+    (``docs/operations.md``, "Fork and restart from a past commit"): its revision
+    ``r`` is revision ``revision + r`` of ``execution_id`` for
+    :func:`~phronomy_fsm.durable.keys.idempotency_key`, so an effect it runs again
+    on the same path carries the key the first run used."""
+
+    execution_id: str
+    revision: int
+
+
+@attrs.frozen
 class ExecutionRecord:
     """One execution of a machine, as committed by its last commit.
 
@@ -222,6 +234,9 @@ class ExecutionRecord:
             (the payload of the event that entered ``state``), as JSON.
         effect_row: for point ``effect``: the index of the transition whose own
             offload it is (``None``: the offload of ``state``).
+        key_origin: for an execution forked from a past commit of another that keeps
+            that one's idempotency keys, where they come from (:class:`KeyOrigin`);
+            ``None``: keys derive from this execution's own id.
     """
 
     execution_id: str
@@ -250,6 +265,18 @@ class ExecutionRecord:
     announced: EffectRef | None = None
     effect_payload: JSON = None
     effect_row: int | None = None
+    key_origin: KeyOrigin | None = None
+
+    def effect_key(self, revision: int, effect: str) -> str:
+        """The idempotency key of ``effect`` announced by this execution's commit at
+        ``revision`` (``docs/semantics.md``, "Idempotency keys"; a fork's follow its
+        :attr:`key_origin`)."""
+        from phronomy_fsm.durable.keys import idempotency_key
+
+        origin = self.key_origin
+        if origin is None:
+            return idempotency_key(self.execution_id, revision, effect)
+        return idempotency_key(origin.execution_id, origin.revision + revision, effect)
 
     @property
     def is_active(self) -> bool:
@@ -421,6 +448,7 @@ class BarrierLogRecord:
 
 
 RECORD_CLASSES: tuple[type, ...] = (
+    KeyOrigin,
     ErrorInfo,
     EffectRef,
     RecoveryInfo,
@@ -486,6 +514,7 @@ __all__ = [
     "ExecutionStatus",
     "Fence",
     "JournalEntry",
+    "KeyOrigin",
     "MachineRecord",
     "RecoveryInfo",
     "ResolutionInfo",

@@ -12,6 +12,7 @@ execution, approvals, subjects in the agent's terms),
 :mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests),
 :mod:`~phronomy_fsm.operator.batch` (answering many parked executions at once),
 :mod:`~phronomy_fsm.operator.maintenance` (migrating a store),
+:mod:`~phronomy_fsm.operator.fork` (forking an execution from a past commit),
 :mod:`~phronomy_fsm.operator.spec_change` (checking a spec change against the
 executions in flight) and
 :mod:`~phronomy_fsm.operator.drawing` (an execution over its machine's diagram);
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
         resolve_many,
     )
     from phronomy_fsm.operator.drawing import ExecutionDrawing, execution_diagram
+    from phronomy_fsm.operator.fork import ForkPlan, PlannedEffect, fork_execution, plan_fork
     from phronomy_fsm.operator.maintenance import migrate_store
     from phronomy_fsm.operator.recovery import (
         execution_at_rest,
@@ -139,9 +141,11 @@ __all__ = [
     "ExecutionPage",
     "ExecutionSummary",
     "ExecutionVerdict",
+    "ForkPlan",
     "InboxReceipt",
     "MessageView",
     "MigrationReport",
+    "PlannedEffect",
     "RecoveredExecution",
     "RecoveryRequest",
     "ResolutionAnswer",
@@ -163,6 +167,7 @@ __all__ = [
     "execution_at_rest",
     "execution_diagram",
     "execution_owner",
+    "fork_execution",
     "is_agent_execution",
     "is_at_rest",
     "list_executions",
@@ -170,6 +175,7 @@ __all__ = [
     "migrate_store",
     "parked_answers",
     "pause_schedule",
+    "plan_fork",
     "read_answers",
     "recover_store",
     "recovery_request",
@@ -233,6 +239,12 @@ if not TYPE_CHECKING:
                 "SpecChangeReport",
                 "Verdict",
                 "check_spec_change",
+            ),
+            "phronomy_fsm.operator.fork": (
+                "ForkPlan",
+                "PlannedEffect",
+                "fork_execution",
+                "plan_fork",
             ),
             "phronomy_fsm.operator.drawing": (
                 "ExecutionDrawing",

@@ -36,7 +36,7 @@ from phronomy_fsm.durable.records import (
 )
 from phronomy_fsm.errors import NotFoundError, StorageError
 from phronomy_fsm.store._sqlerrors import storage_error
-from phronomy_fsm.store.schema import BARRIER_CHAIN
+from phronomy_fsm.store.schema import BARRIER_CHAIN, KEEP_COMMITS
 from phronomy_fsm.table import COMMITTED, CONFLICT, NOT_COMMITTED
 
 #: The columns :func:`signal_from_row` reads, in order.
@@ -284,6 +284,29 @@ class SqliteReads:
             BarrierLogRecord(eid, rev, barrier, epoch_ms_to_datetime(ms), dig, status, state)
             for eid, rev, barrier, ms, dig, status, state in rows
         ]
+
+    def kept_records(self, execution_id: str) -> dict[int, ExecutionRecord | None]:
+        """revision -> the execution record that commit wrote, for every commit of one
+        execution (empty when unknown); ``None`` for a commit made while the store did
+        not keep commit bodies (``docs/store.md``, "Kept commits"). Raises
+        StorageError, SerializationError."""
+        with self._reading("kept_records") as conn:
+            rows = conn.execute(
+                f"{BARRIER_CHAIN} SELECT revision, body FROM barriers"
+                " WHERE seq IN (SELECT seq FROM chain) ORDER BY revision",
+                (execution_id,),
+            ).fetchall()
+        return {
+            int(rev): None if body is None else from_json(ExecutionRecord, body)
+            for rev, body in rows
+        }
+
+    def keeps_commit_bodies(self) -> bool:
+        """Whether commits keep the record they write (the store's retention setting,
+        ``docs/store.md``, "Kept commits"). Raises StorageError."""
+        with self._reading("keeps_commit_bodies") as conn:
+            row = conn.execute(f"SELECT value FROM meta WHERE key = '{KEEP_COMMITS}'").fetchone()
+        return row is not None and row[0] == "on"
 
     def reconcile(self, commit: DurableCommit) -> str:
         """Read back after OutcomeUnknownError (``docs/semantics.md``, "Barrier

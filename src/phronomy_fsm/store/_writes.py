@@ -119,6 +119,20 @@ class SqliteWrites:
             seq = int(cur.lastrowid or 0)
         return signal_from_row((seq, body, None, None))
 
+    def set_keep_commit_bodies(self, keep: bool) -> None:
+        """Turn the store's retention setting for commit bodies on or off
+        (``docs/store.md``, "Kept commits"): from the next commit of any process on,
+        each commit keeps the record it writes, or only its digest. Raises
+        StorageError."""
+        from phronomy_fsm.store.schema import KEEP_COMMITS
+
+        with self.maintenance_transaction("set_keep_commit_bodies") as cur:
+            cur.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (KEEP_COMMITS, "on" if keep else "off"),
+            )
+
     def close_signals(
         self, execution_id: str, seqs: list[int], outcome: str, *, fence: Fence
     ) -> int:

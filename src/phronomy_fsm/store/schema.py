@@ -8,7 +8,7 @@ written to a file: it must be a SQLite database, a phronomy store (or empty), an
 newer than this code. It must not hold connection policy or the commit logic
 (``sqlite.py``, ``_commit.py``).
 
-Tables at version 6 (all STRICT; bodies are canonical JSON of the records of
+Tables at version 7 (all STRICT; bodies are canonical JSON of the records of
 :mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
 - ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
@@ -18,12 +18,13 @@ Tables at version 6 (all STRICT; bodies are canonical JSON of the records of
   WHERE active = 1`` (at most one active execution per exclusive key) and indexes by
   key, creation time, machine and status, parent, and owner.
 - ``barriers(seq INTEGER PRIMARY KEY, execution_id, revision, barrier,
-  committed_epoch_ms, digest, status, state, previous_seq)``: the barrier log, appended
+  committed_epoch_ms, digest, status, state, previous_seq, body)``: the barrier log, appended
   in commit order by the triggers ``executions_log_insert``/``executions_log_update``
   from the ``last_barrier``/``last_digest`` columns written by the same statement that
   moves the execution; each row links to the execution's previous one
   (``previous_seq``) and the execution keeps its newest (``last_barrier_seq``), so
-  :data:`BARRIER_CHAIN` walks an execution's log back.
+  :data:`BARRIER_CHAIN` walks an execution's log back. ``body`` is the execution
+  record that commit wrote, kept while ``meta.keep_commit_bodies`` is ``on``.
 - ``signals(seq INTEGER PRIMARY KEY, signal_id UNIQUE, execution_id, kind, event, body,
   created_epoch_ms, consumed_revision, outcome)``: the durable inbox.
 - ``execution_journal(execution_id, revision, position, kind, body)``: the records
@@ -46,7 +47,8 @@ workers and machines), ``0005_agents_on_the_engine`` (version 5: the agent layer
 executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
 into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
 dropped; ``docs/store.md``, "Upgrading to version 5"), ``0006_schedules`` (version
-6: the ``schedules`` table, nothing else changes).
+6: the ``schedules`` table, nothing else changes), ``0007_kept_commits`` (version 7:
+``barriers.body`` and the ``keep_commit_bodies`` setting).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -411,6 +413,43 @@ def _m0006_schedules(db: sqlite_utils.Database) -> None:
         " claim_expires_epoch_ms INTEGER NOT NULL DEFAULT 0) STRICT"
     )
     db.execute("CREATE INDEX schedules_by_machine ON schedules(machine)")
+
+
+#: ``meta`` key of the store's retention setting for commit bodies: ``on`` (the
+#: default) keeps each commit's execution record — its context included — with its
+#: barrier-log row, for forks and restarts from a past commit (``docs/store.md``,
+#: "Kept commits"); ``off`` keeps only its digest.
+KEEP_COMMITS = "keep_commit_bodies"
+
+
+def _log_triggers(db: sqlite_utils.Database) -> None:
+    """The barrier-log triggers (module docstring) writing ``body`` too when the
+    store keeps commit bodies (:data:`KEEP_COMMITS`)."""
+    kept = f"(SELECT value FROM meta WHERE key = '{KEEP_COMMITS}') = 'on'"
+    for event, previous in (("INSERT", "NULL"), ("UPDATE OF revision", "old.last_barrier_seq")):
+        name = "insert" if event == "INSERT" else "update"
+        db.execute(f"DROP TRIGGER IF EXISTS executions_log_{name}")
+        db.execute(
+            f"CREATE TRIGGER executions_log_{name} AFTER {event} ON executions BEGIN"
+            " INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest,"
+            " status, state, previous_seq, body) VALUES (new.execution_id, new.revision,"
+            " new.last_barrier, new.updated_epoch_ms, new.last_digest, new.status, new.state,"
+            f" {previous}, CASE WHEN {kept} THEN new.body END);"
+            " UPDATE executions SET last_barrier_seq = last_insert_rowid()"
+            " WHERE rowid = new.rowid; END"
+        )
+
+
+@MIGRATIONS(name="0007_kept_commits")
+def _m0007_kept_commits(db: sqlite_utils.Database) -> None:
+    # Why: a fork or restart from a past commit needs the execution as that commit
+    # left it, not only its digest (docs/store.md, "Kept commits"). Earlier commits
+    # stay without one.
+    db.execute("ALTER TABLE barriers ADD COLUMN body TEXT")
+    db.execute(
+        f"INSERT INTO meta(key, value) VALUES ('{KEEP_COMMITS}', 'on') ON CONFLICT(key) DO NOTHING"
+    )
+    _log_triggers(db)
 
 
 #: Migration names this code knows, in order.

@@ -60,11 +60,17 @@ _LEASE_OK = (
 )
 _LOG_COLUMNS = (
     "execution_id, revision, last_barrier, updated_epoch_ms, last_digest, status, state,"
-    " owner_id, fence"
+    " owner_id, fence, body"
 )
+#: The barrier-log row of the commit, with the record it wrote while the store keeps
+#: commit bodies (``phronomy_meta.keep_commit_bodies``;
+#: ``docs/store.md``, "Kept commits").
 _LOG_INSERT = (
     "INSERT INTO barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,"
-    " state, worker_id, fence) SELECT * FROM c RETURNING committed_epoch_ms"
+    " state, worker_id, fence, body) SELECT execution_id, revision, last_barrier,"
+    " updated_epoch_ms, last_digest, status, state, owner_id, fence, CASE WHEN EXISTS"
+    " (SELECT 1 FROM phronomy_meta WHERE key = 'keep_commit_bodies' AND value = 'on')"
+    " THEN body END FROM c RETURNING committed_epoch_ms"
 )
 
 INSERT_EXECUTION = (

@@ -261,6 +261,39 @@ class PostgresReads:
             for eid, rev, b, ms, dig, status, state in rows
         ]
 
+    def kept_records(self, execution_id: str) -> dict[int, ExecutionRecord | None]:
+        """revision -> the execution record that commit wrote (``None`` when the store
+        did not keep it then), as the SQLite store's."""
+        rows = self._fetchall(
+            "kept_records",
+            "SELECT revision, body FROM barriers WHERE execution_id = %s ORDER BY revision",
+            (execution_id,),
+        )
+        return {
+            int(rev): None if body is None else from_json(ExecutionRecord, body)
+            for rev, body in rows
+        }
+
+    def keeps_commit_bodies(self) -> bool:
+        """Whether commits keep the record they write, as the SQLite store's."""
+        rows = self._fetchall(
+            "keeps_commit_bodies",
+            "SELECT value FROM phronomy_meta WHERE key = 'keep_commit_bodies'",
+        )
+        return bool(rows) and rows[0][0] == "on"
+
+    def set_keep_commit_bodies(self, keep: bool) -> None:
+        """Turn keeping commit bodies on or off, as the SQLite store's."""
+
+        def run(cur: Any) -> None:
+            cur.execute(
+                "INSERT INTO phronomy_meta(key, value) VALUES ('keep_commit_bodies', %s)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                ("on" if keep else "off",),
+            )
+
+        self._writing("set_keep_commit_bodies", run)
+
     def barrier_owners(self, execution_id: str) -> list[tuple[int, str, str | None, int | None]]:
         """``(revision, barrier, worker_id, fence)`` of each commit of one execution:
         which worker, under which fencing token, made it (PostgreSQL only)."""

@@ -18,8 +18,9 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
   unique index ``executions_one_active(exclusive_key) WHERE active`` and
   ``executions_runnable(machine, created_epoch_ms) WHERE active`` (the claim scan);
 - ``barriers(execution_id, revision, barrier, committed_epoch_ms, digest, status,
-  state, worker_id, fence)``, PK ``(execution_id, revision)``: the barrier log, with the
-  worker and fencing token each commit was made under (who committed what);
+  state, worker_id, fence, body)``, PK ``(execution_id, revision)``: the barrier log, with the
+  worker and fencing token each commit was made under (who committed what) and, while
+  ``phronomy_meta.keep_commit_bodies`` is ``on`` (version 5), the record it wrote;
 - ``signals(seq identity PK, signal_id UNIQUE, execution_id, kind, event, body,
   created_epoch_ms, consumed_revision, outcome, xact_id)``: the durable inbox;
   ``xact_id`` (version 3) is the 64-bit id of the transaction that added the row
@@ -48,7 +49,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -192,12 +193,22 @@ CREATE TABLE schedules (
 CREATE INDEX schedules_by_machine ON schedules (machine);
 """
 
+#: Version 5: each barrier-log row keeps the record its commit wrote while
+#: ``phronomy_meta.keep_commit_bodies`` is ``on`` (the default; ``docs/store.md``,
+#: "Kept commits"), for forks and restarts from a past commit.
+_0005 = """
+ALTER TABLE barriers ADD COLUMN body text;
+INSERT INTO phronomy_meta(key, value) VALUES ('keep_commit_bodies', 'on')
+    ON CONFLICT (key) DO NOTHING;
+"""
+
 #: The named migrations, in order: ``(name, SQL)``.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_engine_port", _0001),
     ("0002_agents", _0002),
     ("0003_signal_xact_id", _0003),
     ("0004_schedules", _0004),
+    ("0005_kept_commits", _0005),
 )
 
 #: Migration names this code knows, in order.
