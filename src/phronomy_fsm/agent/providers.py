@@ -141,9 +141,7 @@ def _call_index(request: LLMRequest) -> int:
     Deterministic across restarts."""
     count = 0
     for message in reversed(request.messages):
-        if message.role == "user" and not (message.content or "").startswith(
-            OUTPUT_RETRY_PREFIX
-        ):
+        if message.role == "user" and not (message.content or "").startswith(OUTPUT_RETRY_PREFIX):
             break
         if message.role == "assistant":
             count += 1

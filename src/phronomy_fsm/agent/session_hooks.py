@@ -668,8 +668,7 @@ class AgentSessionHooks(agent_session.Hooks):
             else f"output_retries={ctx.output_retries}"
         )
         error = OutputValidationError(
-            f"the final answer is not valid output after {attempts} answer(s) ({limit}): "
-            f"{reason}",
+            f"the final answer is not valid output after {attempts} answer(s) ({limit}): {reason}",
             execution_id=ctx.execution_id,
             attempts=attempts,
             reason=reason,

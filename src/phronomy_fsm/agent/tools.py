@@ -34,8 +34,8 @@ from typing import Any
 import attrs
 import jsonschema_rs
 
-from phronomy_fsm.agent.typed import describe, parameters_schema, to_json
 from phronomy_fsm.agent.typed import CONVERTER as _CONVERTER
+from phronomy_fsm.agent.typed import describe, parameters_schema, to_json
 from phronomy_fsm.agent.types import ToolSpec
 from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.durable.records import EffectKind
@@ -320,8 +320,10 @@ def is_plain_tool_function(fn: Callable[..., Any]) -> bool:
     ):
         return False
     first, second = (p.annotation for p in params)
-    first_plain = first in _PLAIN_ARGUMENTS or typing.get_origin(first) is dict and (
-        typing.get_args(first) in ((str, Any),)
+    first_plain = (
+        first in _PLAIN_ARGUMENTS
+        or typing.get_origin(first) is dict
+        and (typing.get_args(first) in ((str, Any),))
     )
     return first_plain and (second in _PLAIN_CONTEXT or second is ToolContext)
 
@@ -424,7 +426,7 @@ def _typed_call(
         for key, value in given.items():
             try:
                 kwargs[key] = _CONVERTER.structure(value, types_by_name[key])
-            except Exception as exc:  # noqa: BLE001 - any conversion failure is the call's
+            except Exception as exc:
                 raise ToolArgumentsError(
                     f"invalid arguments for tool {tool_name!r}: {key}: {describe(exc)}",
                     tool_name=tool_name,

@@ -107,8 +107,7 @@ class _Builder:
         shown = getattr(tp, "__name__", None) if isinstance(tp, type) else None
         shown = shown or repr(tp)
         return TypeSchemaError(
-            f"{self.where}: {why or f'the type {shown} has no JSON Schema'}; "
-            f"use {SUPPORTED}",
+            f"{self.where}: {why or f'the type {shown} has no JSON Schema'}; use {SUPPORTED}",
             where=self.where,
             annotation=shown,
         )
@@ -166,10 +165,7 @@ class _Builder:
                 raise self.refuse(tp, f"the keys of {tp} must be str (JSON object keys are)")
             return {"type": "object", "additionalProperties": self.schema(args[1])}
         if isinstance(tp, type) and (
-            issubclass(tp, enum.Enum)
-            or attrs.has(tp)
-            or is_typeddict(tp)
-            or is_pydantic_model(tp)
+            issubclass(tp, enum.Enum) or attrs.has(tp) or is_typeddict(tp) or is_pydantic_model(tp)
         ):
             return {"$ref": f"#/$defs/{self.named(tp)}"}
         raise self.refuse(tp)
@@ -380,8 +376,10 @@ def to_json(value: Any) -> Any:
     """``value`` as JSON data: attrs instances, TypedDicts, Pydantic models, enums,
     tuples and sets unstructured (the inverse of :meth:`TypeSchema.convert`); JSON data
     is returned as it is."""
-    if value is None or isinstance(value, str | int | float | bool) and not isinstance(
-        value, enum.Enum
+    if (
+        value is None
+        or isinstance(value, str | int | float | bool)
+        and not isinstance(value, enum.Enum)
     ):
         return value
     out = CONVERTER.unstructure(value)
