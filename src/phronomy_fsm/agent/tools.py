@@ -27,6 +27,7 @@ import enum
 import inspect
 import json
 import re
+import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -368,6 +369,27 @@ def doc_arguments(fn: Callable[..., Any]) -> dict[str, str]:
     return out
 
 
+def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s annotations resolved to types. Names a string annotation cannot find
+    in ``fn``'s module (types defined in the function that defines ``fn``, under
+    ``from __future__ import annotations``) are looked up in the locals of the frames
+    that are defining the tool, innermost first — as Pydantic resolves a model
+    defined in a function. Raises NameError when none has them."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError as first:
+        frame = sys._getframe(1)
+        for _ in range(8):
+            frame = frame.f_back  # type: ignore[assignment]
+            if frame is None:
+                break
+            try:
+                return typing.get_type_hints(fn, localns=dict(frame.f_locals))
+            except NameError:
+                continue
+        raise first
+
+
 def _typed_call(
     fn: Callable[..., Any], tool_name: str
 ) -> tuple[dict[str, Any], Callable[[Any, ToolContext], Any]]:
@@ -378,7 +400,7 @@ def _typed_call(
         raise TypeSchemaError(f"{where}: {fn!r} is not a function", where=where, annotation="")
     try:
         signature = inspect.signature(fn)
-        hints = typing.get_type_hints(fn)
+        hints = resolved_hints(fn)
     except (NameError, TypeError, ValueError) as exc:
         raise TypeSchemaError(
             f"{where}: the annotations of {getattr(fn, '__qualname__', fn)!r} cannot be "
