@@ -198,9 +198,7 @@ def _call_index(request: LLMRequest) -> int:
     counts)."""
     count = 0
     for message in reversed(request.messages):
-        if message.role == "user" and not (message.content or "").startswith(
-            OUTPUT_RETRY_PREFIX
-        ):
+        if message.role == "user" and not (message.content or "").startswith(OUTPUT_RETRY_PREFIX):
             break
         count += message.role == "assistant"
     return count
@@ -623,9 +621,9 @@ __all__ = [
     "Effects",
     "LedgerProvider",
     "Stock",
+    "again_answer",
     "agent_configs",
     "agent_options",
-    "again_answer",
     "create_app",
     "operator_answer",
     "scenarios",

@@ -41,7 +41,7 @@ from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.errors import NotFoundError, PhronomyError
 from phronomy_fsm.generated import agent_session
 from phronomy_fsm.store.open import open_store
-from tools.agent_crash_app import AGAIN, AGENTS, Effects, agent_options, again_answer, make_tools
+from tools.agent_crash_app import AGAIN, AGENTS, Effects, again_answer, agent_options, make_tools
 
 INVARIANTS = (
     "llm_sent_twice",

@@ -104,9 +104,7 @@ def test_an_invalid_first_answer_is_re_asked_and_the_second_is_parsed(
     assert_stored_conversations_are_legal(store, "triage")
 
 
-def test_answers_that_never_validate_exhaust_the_retries_and_fail(
-    store: Any, runtime: Any
-) -> None:
+def test_answers_that_never_validate_exhaust_the_retries_and_fail(store: Any, runtime: Any) -> None:
     provider = ScriptedProvider(
         [
             Reply(content='{"label": "spam"}'),  # confidence missing
@@ -122,7 +120,7 @@ def test_answers_that_never_validate_exhaust_the_retries_and_fail(
     error = info.value
     assert error.attempts == 3  # type: ignore[attr-defined]
     assert "after 3 answer(s) (output_retries=2)" in str(error)
-    assert "label: 3 is not of type \"string\"" in str(error)
+    assert 'label: 3 is not of type "string"' in str(error)
     assert len(provider.requests) == 3
     assert barrier_names(store, "ex-2") == [
         "@start",
@@ -175,9 +173,7 @@ def test_pydantic_and_builtin_output_types_are_parsed(store: Any, runtime: Any) 
         runtime=runtime,
         output_type=Summary,
     )
-    assert summary.invoke("sum up", wait_seconds=30).parsed == Summary(
-        title="T", points=["a", "b"]
-    )
+    assert summary.invoke("sum up", wait_seconds=30).parsed == Summary(title="T", points=["a", "b"])
     numbers = Agent.create(
         "numbers",
         provider=ScriptedProvider([Reply(content="[3, 1, 2]")]),
@@ -185,9 +181,7 @@ def test_pydantic_and_builtin_output_types_are_parsed(store: Any, runtime: Any) 
         output_type=list[int],
     )
     assert numbers.invoke("count", wait_seconds=30).parsed == [3, 1, 2]
-    plain = Agent.create(
-        "plain", provider=ScriptedProvider([Reply(content="hi")]), runtime=runtime
-    )
+    plain = Agent.create("plain", provider=ScriptedProvider([Reply(content="hi")]), runtime=runtime)
     assert plain.invoke("hello", wait_seconds=30).parsed is None
 
 

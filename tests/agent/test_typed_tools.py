@@ -232,14 +232,16 @@ def test_a_function_becomes_a_tool_with_its_docstring_defaults_and_context() -> 
         },
     }
     # the schema is what the arguments are checked against (jsonschema-rs)
-    assert search.validate('{"query": "pen", "filters": {"tags": ["a"], "color": "red"}}')[1] is None
+    assert (
+        search.validate('{"query": "pen", "filters": {"tags": ["a"], "color": "red"}}')[1] is None
+    )
     _, error = search.validate('{"query": "pen", "filters": {"tags": ["a"], "color": "green"}}')
     assert error is not None and "filters:" in error and "green" in error
 
 
 def test_the_plain_form_is_kept_for_arguments_and_context_functions() -> None:
     @tool()
-    def plain(arguments, context):  # type: ignore[no-untyped-def]  # noqa: ANN001
+    def plain(arguments, context):  # type: ignore[no-untyped-def]
         """A plain tool."""
         return arguments
 

@@ -377,17 +377,18 @@ def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
     defined in a function. Raises NameError when none has them."""
     try:
         return typing.get_type_hints(fn)
-    except NameError as first:
-        frame = sys._getframe(1)
-        for _ in range(8):
-            frame = frame.f_back  # type: ignore[assignment]
-            if frame is None:
-                break
-            try:
-                return typing.get_type_hints(fn, localns=dict(frame.f_locals))
-            except NameError:
-                continue
-        raise first
+    except NameError as exc:
+        first = exc
+    frame = sys._getframe(1)
+    for _ in range(8):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            break
+        try:
+            return typing.get_type_hints(fn, localns=dict(frame.f_locals))
+        except NameError:
+            continue
+    raise first
 
 
 def _typed_call(
