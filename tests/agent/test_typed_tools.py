@@ -376,3 +376,21 @@ def test_arguments_a_pydantic_validator_refuses_fail_the_call_and_the_llm_is_tol
     told = provider.requests[1].messages[-1].content or ""
     assert told.startswith("Error: ToolArgumentsError: invalid arguments for tool 'count': item:")
     assert "n must be positive" in told
+
+
+def test_union_arguments_convert_to_the_member_their_json_is_of() -> None:
+    got: list[Any] = []
+
+    def f(a: Filters | int, b: float | str, c: Color | None = None) -> tuple[Any, ...]:
+        got.append((a, b, c))
+        return (a, {b}, c)  # a tuple, a set, an attrs instance and an enum come back as JSON
+
+    typed = Tool.from_function(f)
+    assert typed.fn({"a": {"tags": ["t"]}, "b": 2, "c": "red"}, None) == [
+        {"tags": ["t"], "color": None},
+        [2.0],
+        "red",
+    ]
+    typed.fn({"a": 7, "b": "two"}, None)
+    assert got == [(Filters(tags=["t"]), 2.0, Color.RED), (7, "two", None)]
+    assert type(got[0][1]) is float

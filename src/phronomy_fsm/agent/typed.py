@@ -91,6 +91,26 @@ def _structured(tp: Any) -> bool:
     return origin is not Literal
 
 
+def _is_plain_value(value: Any, member: Any) -> bool:
+    """Whether JSON ``value`` is of the plain union member ``member`` (a JSON primitive
+    type, None, Any or a Literal)."""
+    if member is Any:
+        return True
+    if member is type(None):
+        return value is None
+    if member is bool:
+        return type(value) is bool
+    if member is int:
+        return type(value) is int
+    if member is float:
+        return type(value) in (int, float)
+    if member is str:
+        return isinstance(value, str)
+    if typing.get_origin(member) is Literal:
+        return any(value == v and type(value) is type(v) for v in typing.get_args(member))
+    return False
+
+
 def _def_name(tp: Any) -> str:
     return str(getattr(tp, "__name__", None) or repr(tp))
 
@@ -239,20 +259,23 @@ def _converter() -> cattrs.Converter:
         is_pydantic_model, lambda model: model.model_dump(mode="json")
     )
 
-    def passthrough_union(tp: Any) -> bool:
-        return _is_union(typing.get_origin(tp)) and not any(
-            _structured(a) for a in typing.get_args(tp)
-        )
+    def is_union(tp: Any) -> bool:
+        return _is_union(typing.get_origin(tp))
 
-    def structure_plain_union(value: Any, tp: Any) -> Any:
-        # the schema accepted the value: a union of JSON primitives keeps it as it is
-        # (an int given for a float-or-str union becomes a float, as float alone does)
+    def structure_union(value: Any, tp: Any) -> Any:
+        # The schema accepted the value and a union has at most one structured member
+        # (checked at definition), so a value of a plain member's JSON type is that
+        # member's; anything else is the structured member's.
         args = typing.get_args(tp)
-        if type(value) is int and float in args and int not in args:
-            return float(value)
-        return value
+        for member in args:
+            if not _structured(member) and _is_plain_value(value, member):
+                return float(value) if member is float else value
+        structured = [a for a in args if _structured(a)]
+        if not structured:
+            return value
+        return conv.structure(value, structured[0])
 
-    conv.register_structure_hook_func(passthrough_union, structure_plain_union)
+    conv.register_structure_hook_func(is_union, structure_union)
     conv.register_structure_hook(Any, lambda value, _tp: value)
     return conv
 
@@ -382,10 +405,17 @@ def to_json(value: Any) -> Any:
         and not isinstance(value, enum.Enum)
     ):
         return value
-    out = CONVERTER.unstructure(value)
-    if isinstance(out, tuple | set | frozenset):
-        return [to_json(v) for v in out]
-    return out
+    return _plain_json(CONVERTER.unstructure(value))
+
+
+def _plain_json(value: Any) -> Any:
+    # cattrs keeps the class of containers it meets without an annotation (a set
+    # inside a dict stays a set): make every one a list, at any depth
+    if isinstance(value, dict):
+        return {k: _plain_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_plain_json(v) for v in value]
+    return value
 
 
 def describe(exc: BaseException) -> str:
