@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
@@ -52,6 +54,7 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool
 
+from phronomy_fsm.durable.codec import epoch_ms_to_datetime
 from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
     LockTimeoutError,
@@ -73,6 +76,9 @@ from phronomy_fsm.store.postgres._commit import (
 )
 from phronomy_fsm.store.postgres._reads import PostgresReads
 from phronomy_fsm.store.postgres.listen import Notifier
+
+if TYPE_CHECKING:
+    from phronomy_fsm.store.compact import CompactReport
 
 log = logging.getLogger("phronomy_fsm.store.postgres")
 
@@ -621,6 +627,34 @@ class PostgresStore(PostgresReads):
         return results
 
     # ------------------------------------------------------------------ notifications
+
+    def compact(
+        self,
+        *,
+        older_than_days: float,
+        archive_path: str | os.PathLike[str] | None = None,
+        now: datetime | None = None,
+        keep_days: Mapping[str, float] | None = None,
+    ) -> CompactReport:
+        """Remove (after copying them to ``archive_path`` when given) finished
+        executions whose last commit is older than ``older_than_days`` days (or the
+        days ``keep_days`` gives their machine), with their barrier log, journal
+        entries and signals. The policy and errors: :func:`phronomy_fsm.store.
+        postgres.compact.compact_postgres` (``docs/store.md``, "Compaction").
+
+        Concurrency: any thread and any number of processes; commits of running
+        executions go on meanwhile.
+        """
+        from phronomy_fsm.store.postgres.compact import compact_postgres
+
+        return compact_postgres(
+            self,
+            older_than_days=older_than_days,
+            archive_path=archive_path,
+            # commit times are the server's clock: so is the cutoff
+            now=now or epoch_ms_to_datetime(self.server_time_ms()),
+            keep_days=keep_days,
+        )
 
     def add_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
         """Call ``callback(channel, payload)`` for every notification of this
