@@ -100,7 +100,13 @@ def test_an_invalid_first_answer_is_re_asked_and_the_second_is_parsed(
     record = store.load_record("ex-1")
     assert record.context["output_retries"] == 1
     assert record.context["parsed_output"] == {"label": "spam", "confidence": 0.9}
-    assert "output_rejected" in journal_kinds(store, "ex-1")
+    kinds = journal_kinds(store, "ex-1")
+    # the refusal is journaled where it happened: right before the re-ask
+    at = kinds.index("output_rejected")
+    assert kinds[at - 1 : at + 2] == ["assistant_message", "output_rejected", "user_message"]
+    [rejected] = [e for e in store.journal_entries("ex-1") if e.kind == "output_rejected"]
+    assert rejected.data["attempt"] == 1
+    assert rejected.data["error"].startswith("the answer is not JSON")
     assert_stored_conversations_are_legal(store, "triage")
 
 

@@ -645,13 +645,14 @@ class AgentSessionHooks(agent_session.Hooks):
         audited (journal ``output_rejected``)."""
         ctx.output_retries += 1
         reason = payload.invalid_reason or "the answer is not valid output"
-        ctx.messages.append(Message("user", retry_message(reason)).to_json())
         ctx.audit.append(
             {
                 "kind": "output_rejected",
                 "data": {"attempt": ctx.output_retries, "error": reason},
+                "at": len(ctx.messages),  # the transcript places it before the re-ask
             }
         )
+        ctx.messages.append(Message("user", retry_message(reason)).to_json())
 
     def output_retry(self, ctx: SessionContext, payload: Any) -> BarrierRecords | None:
         """Barrier ``output_retry``: the refusal message and the next LLM call's id
