@@ -5,8 +5,9 @@
 can do — a plain answer, tools without approval (``pure``, ``at_most_once`` and
 ``idempotent``), two tool rounds, a tool needing approval (approved, rejected, decided
 item by item), a tool that raises, a handoff to a second agent, LLM calls that may be
-re-sent (``llm_resend="resend"``), a cancel and an execution deadline — one agent per
-scenario, so the harness's runs do not meet.
+re-sent (``llm_resend="resend"``), a cancel, an execution deadline and a structured
+answer re-asked once (``output_type``) — one agent per scenario, so the harness's runs
+do not meet.
 
 The outside world keeps its own record beside the store (``<db stem>-effects/``), one
 fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`):
@@ -51,6 +52,7 @@ from phronomy_fsm.agent import (
 from phronomy_fsm.agent.app import agent_app, start_execution
 from phronomy_fsm.agent.config import AgentConfig, LLMResend
 from phronomy_fsm.agent.ids import handoff_target_execution_id
+from phronomy_fsm.agent.providers import OUTPUT_RETRY_PREFIX
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks
 from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry, Scenario
 from phronomy_fsm.durable.codec import json_data
@@ -146,14 +148,15 @@ class LedgerProvider:
     Args:
         agent_id: the agent it answers for.
         script: the scripted answers of one execution, by call index; an execution
-            whose input is :data:`AGAIN` gets a plain answer instead.
+            whose input is :data:`AGAIN` gets ``again`` instead.
         ledger: the LLM call record.
         kind: the kind of the agent's LLM calls (``at_most_once``, or ``idempotent``
             under ``llm_resend="resend"``).
+        again: the answer to :data:`AGAIN` (:func:`again_answer`).
     """
 
     def __init__(
-        self, agent_id: str, script: Sequence[Reply], ledger: JsonLines, kind: str
+        self, agent_id: str, script: Sequence[Reply], ledger: JsonLines, kind: str, again: str
     ) -> None:
         self.agent_id = agent_id
         self.ledger = ledger
@@ -162,7 +165,7 @@ class LedgerProvider:
         def step(index: int) -> Callable[[LLMRequest, int], Reply]:
             def answer(request: LLMRequest, _index: int) -> Reply:
                 if last_user_text(request) == AGAIN:
-                    return Reply(content=f"{agent_id} answers again.")
+                    return Reply(content=again)
                 return script[index]
 
             return answer
@@ -191,10 +194,11 @@ class LedgerProvider:
 
 def _call_index(request: LLMRequest) -> int:
     """The index of the call in its execution: assistant messages after the last user
-    message (as :class:`ScriptedProvider` counts)."""
+    message that is not a re-ask for valid output (as :class:`ScriptedProvider`
+    counts)."""
     count = 0
     for message in reversed(request.messages):
-        if message.role == "user":
+        if message.role == "user" and not (message.content or "").startswith(OUTPUT_RETRY_PREFIX):
             break
         count += message.role == "assistant"
     return count
@@ -285,12 +289,28 @@ def make_tools(effects: Effects) -> dict[str, Tool]:
 @attrs.frozen
 class AgentDef:
     """One agent of the application: its id, the script of its LLM, its tools (names
-    of :func:`make_tools`), and more :meth:`AgentConfig.build` options."""
+    of :func:`make_tools`), more :meth:`AgentConfig.build` options, and its answer to
+    :data:`AGAIN` when it is not the default of :func:`again_answer`."""
 
     agent_id: str
     script: tuple[Reply, ...]
     tools: tuple[str, ...] = ()
     options: Mapping[str, Any] = attrs.field(factory=dict)
+    again: str | None = None
+
+
+def again_answer(agent: AgentDef) -> str:
+    """What ``agent``'s LLM answers to :data:`AGAIN` (``"<agent id> answers
+    again."`` unless the agent says otherwise)."""
+    return agent.again if agent.again is not None else f"{agent.agent_id} answers again."
+
+
+@attrs.frozen
+class Stock:
+    """The structured answer of the ``output_retry`` scenario's agent."""
+
+    item: str
+    count: int
 
 
 def _calls(*calls: tuple[str, str]) -> Reply:
@@ -358,6 +378,12 @@ AGENTS: dict[str, AgentDef] = {
         AgentDef("a-idempotent", (_calls(("open_ticket", "lamp")), Reply("Ticket opened."))),
         AgentDef("a-cancel", (_calls(("send_email", "never")), Reply("unreachable"))),
         AgentDef("a-deadline", (_calls(("send_email", "late")), Reply("unreachable"))),
+        AgentDef(
+            "a-structured",
+            (Reply("three pens, I think"), Reply('{"item": "pen", "count": 3}')),
+            options={"output_type": Stock, "output_retries": 1},
+            again='{"item": "again", "count": 0}',
+        ),
     )
 }
 
@@ -368,7 +394,9 @@ def agent_options(agent: AgentDef, effects: Effects, tools: Mapping[str, Tool]) 
     resend = LLMResend(agent.options.get("llm_resend", LLMResend.ASK_OPERATOR))
     kind = "idempotent" if resend is LLMResend.RESEND else "at_most_once"
     return {
-        "provider": LedgerProvider(agent.agent_id, agent.script, effects.llm, kind),
+        "provider": LedgerProvider(
+            agent.agent_id, agent.script, effects.llm, kind, again_answer(agent)
+        ),
         "tools": [tools[name] for name in _tool_names(agent)],
         "system_prompt": SYSTEM_PROMPT,
         **agent.options,
@@ -517,6 +545,7 @@ def scenarios() -> dict[str, Scenario]:
             starter("cancel", "a-cancel"), drive=cancel_when_waiting(execution_id_of("cancel"))
         ),
         "deadline": Scenario(starter("deadline", "a-deadline", timeout_seconds=DEADLINE_SECONDS)),
+        "output_retry": Scenario(starter("output_retry", "a-structured")),
     }
 
 
@@ -591,6 +620,8 @@ __all__ = [
     "AgentDef",
     "Effects",
     "LedgerProvider",
+    "Stock",
+    "again_answer",
     "agent_configs",
     "agent_options",
     "create_app",

@@ -41,7 +41,7 @@ from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.errors import NotFoundError, PhronomyError
 from phronomy_fsm.generated import agent_session
 from phronomy_fsm.store.open import open_store
-from tools.agent_crash_app import AGAIN, AGENTS, SYSTEM_PROMPT, Effects, agent_options, make_tools
+from tools.agent_crash_app import AGAIN, AGENTS, Effects, again_answer, agent_options, make_tools
 
 INVARIANTS = (
     "llm_sent_twice",
@@ -252,7 +252,7 @@ def _invoke_again(
         return
     finally:
         runtime.close(timeout_seconds=5)
-    answer = f"{agent_id} answers again."
+    answer = again_answer(AGENTS[agent_id])
     for output_filter in AGENTS[agent_id].options.get("output_filters", ()):
         answer = output_filter(answer)
     if result.status.value != "completed" or result.output != answer:
@@ -264,7 +264,7 @@ def _invoke_again(
         return
     calls = sent()
     expected = [
-        {"role": "system", "content": SYSTEM_PROMPT},
+        *(m.to_json() for m in agent.config.head()),  # the system prompt (and output schema)
         *before,
         {"role": "user", "content": AGAIN},
     ]

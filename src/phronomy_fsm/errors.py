@@ -414,6 +414,34 @@ class ConfigurationError(AgentError):
     """An agent, tool, provider or policy was configured inconsistently."""
 
 
+class TypeSchemaError(ConfigurationError):
+    """A Python type has no JSON Schema: a typed tool's parameter, or an agent's
+    ``output_type``, is annotated with a type none of the supported kinds (str, int,
+    float, bool, None, Any, list/set/tuple, dict[str, ...], unions with one structured
+    member, Literal, Enum, attrs classes, TypedDicts, Pydantic models), or the
+    function cannot be a tool (no annotation, ``*args``). Raised when the tool or the
+    agent is defined, before anything runs (``docs/agent.md``, "Typed tools").
+    Attributes: ``where`` (e.g. ``tool 'search', parameter 'when'``) and
+    ``annotation`` (the type as written)."""
+
+
+class ToolArgumentsError(AgentError):
+    """A typed tool's arguments passed its JSON Schema but did not convert to the
+    annotated types (a Pydantic validator refused them, say). Raised on the worker
+    before the tool's function runs: the call fails and the LLM sees this message as
+    its result (``docs/agent.md``, "Typed tools"). Attributes: ``tool_name``,
+    ``parameter``."""
+
+
+class OutputValidationError(AgentError):
+    """An agent with an ``output_type`` answered with text that is not JSON of that
+    type, as many times as its ``output_retries`` allowed re-asking (plus the first):
+    the execution ends ``failed`` with this error (``docs/agent.md``, "Structured
+    output"). The message says what was wrong with the last answer. Attributes:
+    ``execution_id``, ``attempts`` (answers refused), ``reason`` (the last answer's
+    problem)."""
+
+
 class AgentExistsError(AgentError):
     """``Agent.create`` was called for an id that already exists; use ``Agent.load``."""
 
@@ -526,6 +554,7 @@ __all__ = [
     "MissingHookError",
     "NotFoundError",
     "OutcomeUnknownError",
+    "OutputValidationError",
     "PhronomyError",
     "PoolShutdownError",
     "ProjectConfigError",
@@ -547,6 +576,8 @@ __all__ = [
     "StoreRegressedError",
     "StreamCallbackError",
     "TaskTimeoutError",
+    "ToolArgumentsError",
+    "TypeSchemaError",
     "UndeclaredEventError",
     "UnknownMachineError",
     "UnknownSessionError",

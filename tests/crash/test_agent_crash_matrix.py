@@ -28,7 +28,7 @@ def test_the_points_are_those_of_the_session_and_the_tool_call() -> None:
     barriers = (*durable_crash.ENGINE_BARRIERS, "@cancel")
     points = durable_crash.crash_points(agent_session.TABLE, barriers)
     points += [p for p in durable_crash.crash_points(tool_call.TABLE, barriers) if p not in points]
-    assert len(points) == len(set(points)) == 3 * (6 + 3) + 7
+    assert len(points) == len(set(points)) == 3 * (6 + 4) + 7
     assert {"effect:call_llm:before", "offload:call_llm:after"} <= set(points)
     assert {"effect:execute_tool:before", "offload:execute_tool:after"} <= set(points)
     assert "offload:filter_input:after" in points

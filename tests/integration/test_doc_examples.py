@@ -42,3 +42,30 @@ def test_support_agent_example_runs_twice_on_one_store(tmp_path: Path) -> None:
         tmp_path,
     )
     assert listing.count('"status": "completed"') == 2
+
+
+def test_typed_agent_example_converts_arguments_and_parses_the_re_asked_answer(
+    tmp_path: Path,
+) -> None:
+    for _ in range(2):  # the second run loads the agent created by the first
+        out = run(
+            [sys.executable, str(EXAMPLES / "typed_agent.py"), str(tmp_path / "typed.db")],
+            tmp_path,
+        )
+        lines = out.splitlines()
+        assert lines[0] == (
+            'filters schema: {"additionalProperties": false, "properties": {"category": '
+            '{"$ref": "#/$defs/Category"}, "max_price": {"anyOf": [{"type": "number"}, '
+            '{"type": "null"}]}}, "required": ["category"], "type": "object"}'
+        )
+        assert lines[1] == (
+            "search got: 'pen', Filters(category=<Category.PENS: 'pens'>, max_price=5.0), "
+            "order='cheap'"
+        )
+        # the prose answer was re-asked once: three LLM calls in this process
+        assert lines[2] == "LLM calls: 3"
+        assert lines[3] == (
+            "parsed: Recommendation(product='fine liner', reason='the best pen under 5')"
+        )
+    out = run([sys.executable, str(EXAMPLES / "typed_agent.py")], tmp_path)  # a temporary store
+    assert out.splitlines()[-1].startswith("parsed: Recommendation(")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,12 +21,17 @@ import attrs
 from phronomy_fsm.agent.events import AgentEvent
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
+from phronomy_fsm.agent.typed import TypeSchema
 from phronomy_fsm.agent.types import Message, ToolSpec
 from phronomy_fsm.durable.records import EffectKind
 from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.table import check_delay
 
 Listener = Callable[[AgentEvent], None]
+
+#: Default of the agent option ``output_retries``: an answer that is not valid output
+#: is re-asked once (``docs/agent.md``, "Structured output").
+DEFAULT_OUTPUT_RETRIES = 1
 TextFilter = Callable[[str], str]
 
 
@@ -67,6 +73,7 @@ class AgentConfig:
     """How one agent behaves (see :meth:`build` for each option).
 
     ``tool_specs`` is what the LLM is told: the tools, then one tool per handoff.
+    ``output`` is the schema of ``output_type`` (None: the answer is free text).
     """
 
     agent_id: str
@@ -84,6 +91,8 @@ class AgentConfig:
     listener_error_policy: ListenerErrorPolicy = ListenerErrorPolicy.REPORT
     max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES
     llm_resend: LLMResend = LLMResend.ASK_OPERATOR
+    output: TypeSchema | None = None
+    output_retries: int = DEFAULT_OUTPUT_RETRIES
 
     @classmethod
     def build(
@@ -103,6 +112,8 @@ class AgentConfig:
         listener_error_policy: ListenerErrorPolicy | str = ListenerErrorPolicy.REPORT,
         max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES,
         llm_resend: LLMResend | str = LLMResend.ASK_OPERATOR,
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
     ) -> AgentConfig:
         """Check the options and return the configuration.
 
@@ -132,8 +143,17 @@ class AgentConfig:
                 text kept and sent to the LLM (default 256 KiB; None: no cap).
             llm_resend: :class:`LLMResend` — what recovery does with an LLM call a
                 crash left unanswered.
+            output_type: the type of the final answer (an attrs class, a Pydantic
+                model, a TypedDict, a builtin such as ``list[str]``...; the kinds of
+                :mod:`phronomy_fsm.agent.typed`), or None for free text. The answer's
+                text must then be JSON of that type; ``AgentResult.parsed`` holds it
+                converted (``docs/agent.md``, "Structured output").
+            output_retries: how many times an answer that does not validate is
+                re-asked (a new LLM call told what was wrong) before the execution
+                ends ``failed`` with OutputValidationError (default 1; 0: never).
 
         Raises:
+            TypeSchemaError: ``output_type`` has no JSON Schema (a ConfigurationError).
             ConfigurationError: the first bad option, saying what is expected.
         """
         try:
@@ -198,6 +218,16 @@ class AgentConfig:
             )
         if system_prompt is not None and not isinstance(system_prompt, str):
             raise ConfigurationError("system_prompt must be a string or None")
+        if type(output_retries) is not int or output_retries < 0:
+            raise ConfigurationError(
+                "output_retries must be an int ≥ 0 (how many times an answer that is not "
+                f"valid output is re-asked), got {output_retries!r}"
+            )
+        output = (
+            None
+            if output_type is None
+            else TypeSchema.of(output_type, where=f"agent {agent_id!r}, output_type")
+        )
         specs = tuple(t.spec() for t in tools) + tuple(
             _handoff_spec(name, target) for name, target in sorted(handoff_map.items())
         )
@@ -217,6 +247,8 @@ class AgentConfig:
             listener_error_policy=policy,
             max_tool_result_bytes=max_tool_result_bytes,
             llm_resend=resend,
+            output=output,
+            output_retries=output_retries,
         )
 
     def llm_effect(self) -> EffectKind:
@@ -228,8 +260,24 @@ class AgentConfig:
         )
 
     def head(self) -> list[Message]:
-        """The messages every LLM call starts with: the system prompt, if any."""
-        return [Message("system", self.system_prompt)] if self.system_prompt else []
+        """The messages every LLM call starts with: one system message of the system
+        prompt and, with an ``output_type``, the instruction to answer with JSON of its
+        schema (none when there is neither)."""
+        parts = [self.system_prompt] if self.system_prompt else []
+        if self.output is not None:
+            parts.append(output_instruction(self.output.schema))
+        return [Message("system", "\n\n".join(parts))] if parts else []
+
+
+def output_instruction(schema: dict[str, Any]) -> str:
+    """What the system message tells the LLM of an agent with an ``output_type``: to
+    end with an answer that is only JSON matching ``schema`` (``docs/agent.md``,
+    "Structured output")."""
+    return (
+        "When you give your final answer, answer with only a JSON value (no prose, no "
+        "code fence) that matches this JSON Schema:\n"
+        + json.dumps(schema, sort_keys=True, ensure_ascii=False)
+    )
 
 
 def config_options(options: Mapping[str, Any]) -> dict[str, Any]:
@@ -254,4 +302,5 @@ __all__ = [
     "ListenerErrorPolicy",
     "TextFilter",
     "config_options",
+    "output_instruction",
 ]

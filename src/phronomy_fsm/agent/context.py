@@ -129,6 +129,9 @@ class SessionContext:
         handoff: ``{target_agent_id, target_execution_id, tool_call_id, arguments,
             llm_call_id, message}`` for a handoff.
         usage: token counts so far (``prompt_tokens``, ``completion_tokens``).
+        output_retries: answers refused as structured output and re-asked so far.
+        parsed_output: the final answer parsed as JSON, for an agent with an
+            ``output_type`` (``AgentResult.parsed`` is it converted to the type).
     """
 
     agent_id: str
@@ -154,6 +157,8 @@ class SessionContext:
     handoff: dict[str, JSON] | None = None
     handoff_error: str | None = None
     usage: dict[str, int] = attrs.Factory(lambda: {"prompt_tokens": 0, "completion_tokens": 0})
+    output_retries: int = 0
+    parsed_output: JSON = None
 
     def tool(self, tool_invocation_id: str) -> ToolCallState | None:
         """The tool call with this id in the current batch, or None."""

@@ -40,6 +40,7 @@ from phronomy_fsm.agent.events import (
     RecoveryRequired,
     TimedOut,
 )
+from phronomy_fsm.agent.typed import describe
 from phronomy_fsm.agent.types import Message, Usage
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus
@@ -51,6 +52,7 @@ from phronomy_fsm.errors import (
     ExecutionDetachedError,
     ExecutionFailedError,
     ExecutionTimeoutError,
+    OutputValidationError,
     StreamCallbackError,
 )
 from phronomy_fsm.errors import Cancelled as CancelledError
@@ -327,8 +329,34 @@ class AgentDirectory:
         """Settle the callers of a finished ``agent_session`` execution read from the
         store (it finished before they asked; nothing else is told). Loop thread."""
         ctx = json_data(record.context)
-        result, error, _event = finished_outcome(record, ctx if isinstance(ctx, dict) else {}, None)
+        data = ctx if isinstance(ctx, dict) else {}
+        result, error, _event = finished_outcome(record, data, None)
+        result, error = self._parse_output(result, error, data)
         self._settle(record.execution_id, result, error)
+
+    def _parse_output(
+        self, result: AgentResult | None, error: BaseException | None, ctx: dict[str, Any]
+    ) -> tuple[AgentResult | None, BaseException | None]:
+        """``result`` with ``parsed``: the stored parsed answer converted to the
+        agent's ``output_type`` (it was checked on a worker before the execution
+        completed; should the type have changed since, the caller gets
+        OutputValidationError instead)."""
+        if result is None or result.status is not AgentStatus.COMPLETED:
+            return result, error
+        config = self.find(result.agent_id)
+        if config is None or config.output is None:
+            return result, error
+        try:
+            value = config.output.convert(ctx.get("parsed_output"))
+        except Exception as exc:  # noqa: BLE001 - whatever the converter raises
+            return None, OutputValidationError(
+                f"execution {result.execution_id}'s answer does not convert to the "
+                f"output_type of agent {result.agent_id!r} any more: {describe(exc)}",
+                execution_id=result.execution_id,
+                attempts=0,
+                reason=describe(exc),
+            )
+        return attrs.evolve(result, parsed=value), error
 
     def _settle(
         self, execution_id: str, result: AgentResult | None, error: BaseException | None
@@ -350,6 +378,7 @@ class AgentDirectory:
         execution_id = record.execution_id
         live_error = self._errors.pop(execution_id, None)
         result, error, terminal = finished_outcome(record, ctx, live_error)
+        result, error = self._parse_output(result, error, ctx)
         listener_error = self.emit(agent_id, terminal)
         live = self._agents.get(agent_id)
         if (
@@ -473,6 +502,13 @@ def finished_outcome(
         )
     if info is None and ctx.get("error") is not None:
         error_type, message = ctx.get("error_type"), ctx.get("error")
+    if error_type == "OutputValidationError" and live_error is None:
+        live_error = OutputValidationError(
+            str(message),
+            execution_id=execution_id,
+            attempts=int(ctx.get("output_retries") or 0) + 1,
+            reason=str(message),
+        )
     error = live_error or ExecutionFailedError(
         f"{error_type or 'Error'}: {message or 'the execution failed'}",
         execution_id=execution_id,

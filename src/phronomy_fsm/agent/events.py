@@ -207,7 +207,9 @@ class AgentResult:
     cancellations are raised instead); ``output`` the final answer; ``revision`` the
     execution's last revision; ``handoff`` ``{"target_agent_id",
     "target_execution_id", ...}`` for a handoff; ``finish_reason`` the last LLM
-    answer's finish reason when the provider gave one."""
+    answer's finish reason when the provider gave one; ``parsed`` the final answer
+    converted to the agent's ``output_type`` (an instance of it; None for an agent
+    without one: ``docs/agent.md``, "Structured output")."""
 
     agent_id: str
     execution_id: str
@@ -217,6 +219,7 @@ class AgentResult:
     usage: Usage = attrs.field(factory=Usage)
     handoff: dict[str, Any] | None = None
     finish_reason: str | None = None
+    parsed: Any = None
 
     @property
     def rejected(self) -> bool:

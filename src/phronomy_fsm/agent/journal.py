@@ -18,6 +18,8 @@ tool_result           ``{"tool_invocation_id", "tool_call_id", "tool_name", "sta
 tool_message          ``{"message", "context", "tool_invocation_id"}``
 approval_required     ``{"approval_request_id", "items"}``
 approval_decided      ``{"approval_request_id", "decisions", "approved"}``
+output_rejected       ``{"attempt", "error"}`` — an answer that was not valid structured output
+                      (``docs/agent.md``, "Structured output")
 final_output          ``{"text"}``
 execution_<outcome>   ``{"status", "error"}``
 ====================  =====================================================================

@@ -129,12 +129,19 @@ class Reply:
 ScriptStep = Reply | BaseException | Callable[[LLMRequest, int], "Reply | LLMResponse"]
 
 
+#: How the user message that re-asks an agent for valid structured output begins
+#: (``docs/agent.md``, "Structured output"); :class:`ScriptedProvider` does not count
+#: such a message as a new input.
+OUTPUT_RETRY_PREFIX = "Your answer is not valid output: "
+
+
 def _call_index(request: LLMRequest) -> int:
     """How many assistant answers this execution already has: the number of assistant
-    messages after the last user message. Deterministic across restarts."""
+    messages after the last user message that is not a re-ask for valid output.
+    Deterministic across restarts."""
     count = 0
     for message in reversed(request.messages):
-        if message.role == "user":
+        if message.role == "user" and not (message.content or "").startswith(OUTPUT_RETRY_PREFIX):
             break
         if message.role == "assistant":
             count += 1
@@ -145,7 +152,8 @@ class ScriptedProvider:
     """A deterministic provider for tests and the demo.
 
     The answer to a request is ``script[i]`` where ``i`` counts the assistant messages
-    after the last user message — so a recovered execution that repeats a call gets the
+    after the last user message (a re-ask for valid structured output is not one: the
+    re-asked answer is the next step) — so a recovered execution that repeats a call gets the
     same answer, whichever process asks. A step may be a :class:`Reply`, an exception
     (raised), or a callable ``(request, i) -> Reply | LLMResponse``. When the script is
     exhausted the last step repeats. Tool-call ids derive from the ``llm_call_id``.

@@ -18,7 +18,9 @@ before the next commit. The rules are in ``docs/agent.md``.
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from typing import Any
 
 import attrs
@@ -34,8 +36,9 @@ from phronomy_fsm.agent.context import (
 from phronomy_fsm.agent.directory import AgentDirectory
 from phronomy_fsm.agent.events import Token, ToolCalled, ToolResulted
 from phronomy_fsm.agent.ids import handoff_target_execution_id, new_id, tool_invocation_id
-from phronomy_fsm.agent.providers import check_response
+from phronomy_fsm.agent.providers import OUTPUT_RETRY_PREFIX, check_response
 from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_authorization
+from phronomy_fsm.agent.typed import TypeSchema, describe
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
 from phronomy_fsm.durable.records import EffectKind, ExecutionStatus
 from phronomy_fsm.durable.types import BarrierRecords, ChildStart
@@ -45,6 +48,7 @@ from phronomy_fsm.errors import (
     ConfigurationError,
     ContentBlockedError,
     LLMError,
+    OutputValidationError,
 )
 from phronomy_fsm.generated import agent_session, tool_call
 from phronomy_fsm.runtime.session import OffloadContext
@@ -65,10 +69,14 @@ class InputFilterResult:
 
 @attrs.frozen
 class OutputFilterResult:
-    """Output of the ``filter_output`` offload: the final text, or why it is blocked."""
+    """Output of the ``filter_output`` offload: the final text, or why it is blocked;
+    for an agent with an ``output_type``, the text parsed as JSON (``parsed``) or why
+    it is not valid output (``invalid_reason``)."""
 
     text: str | None
     blocked_reason: str | None = None
+    parsed: Any = None
+    invalid_reason: str | None = None
 
 
 @attrs.frozen
@@ -590,10 +598,13 @@ class AgentSessionHooks(agent_session.Hooks):
     # ------------------------------------------------------------------ output
 
     def filter_output(self, ctx: SessionContext, payload: Any) -> Any:
-        """Offload (pure): run the output filters on the final answer."""
-        filters = self.directory.config(ctx.agent_id).output_filters
+        """Offload (pure): run the output filters on the final answer, then, for an
+        agent with an ``output_type``, parse the filtered text as JSON and check it
+        against the type (``docs/agent.md``, "Structured output")."""
+        config = self.directory.config(ctx.agent_id)
+        filters, output = config.output_filters, config.output
         text = ctx.answer
-        if not filters:
+        if not filters and output is None:
             return Settled(OutputFilterResult(text))
 
         def work() -> OutputFilterResult:
@@ -603,7 +614,10 @@ class AgentSessionHooks(agent_session.Hooks):
                     current = flt(current or "")
                 except ContentBlockedError as exc:
                     return OutputFilterResult(text, str(exc) or "blocked")
-            return OutputFilterResult(current)
+            if output is None:
+                return OutputFilterResult(current)
+            parsed, reason = check_output(output, current)
+            return OutputFilterResult(current, parsed=parsed, invalid_reason=reason)
 
         return work
 
@@ -611,11 +625,66 @@ class AgentSessionHooks(agent_session.Hooks):
         """An output filter blocked the answer."""
         return payload.blocked_reason is not None
 
+    def output_invalid(self, ctx: SessionContext, payload: OutputFilterResult) -> bool:
+        """The answer is not valid output of the agent's ``output_type``."""
+        return payload.invalid_reason is not None
+
+    def output_retry_allowed(self, ctx: SessionContext, payload: OutputFilterResult) -> bool:
+        """The answer is not valid output, a re-ask is left (``output_retries``) and
+        the re-ask would not pass ``max_iterations``."""
+        config = self.directory.config(ctx.agent_id)
+        return (
+            payload.invalid_reason is not None
+            and ctx.output_retries < config.output_retries
+            and ctx.llm_calls < config.max_iterations
+        )
+
+    def record_output_error(self, ctx: SessionContext, payload: OutputFilterResult) -> None:
+        """The answer is refused as output: the LLM is told why in a user message
+        (committed by ``output_retry`` with the next call's id) and the refusal is
+        audited (journal ``output_rejected``)."""
+        ctx.output_retries += 1
+        reason = payload.invalid_reason or "the answer is not valid output"
+        ctx.audit.append(
+            {
+                "kind": "output_rejected",
+                "data": {"attempt": ctx.output_retries, "error": reason},
+                "at": len(ctx.messages),  # the transcript places it before the re-ask
+            }
+        )
+        ctx.messages.append(Message("user", retry_message(reason)).to_json())
+
+    def output_retry(self, ctx: SessionContext, payload: Any) -> BarrierRecords | None:
+        """Barrier ``output_retry``: the refusal message and the next LLM call's id
+        become durable before the call is made."""
+        self._announce_call(ctx)
+        return None
+
+    def mark_output_invalid(self, ctx: SessionContext, payload: OutputFilterResult) -> None:
+        """End ``failed`` with OutputValidationError: the answer is not valid output
+        and no re-ask is left."""
+        reason = payload.invalid_reason or "the answer is not valid output"
+        attempts = ctx.output_retries + 1
+        limit = (
+            "max_iterations reached"
+            if ctx.llm_calls >= self.directory.config(ctx.agent_id).max_iterations
+            else f"output_retries={ctx.output_retries}"
+        )
+        error = OutputValidationError(
+            f"the final answer is not valid output after {attempts} answer(s) ({limit}): {reason}",
+            execution_id=ctx.execution_id,
+            attempts=attempts,
+            reason=reason,
+        )
+        self.mark_failed(ctx, error)
+
     # ------------------------------------------------------------------ endings
 
     def mark_completed(self, ctx: SessionContext, payload: OutputFilterResult) -> None:
-        """End ``completed`` with the filtered answer."""
+        """End ``completed`` with the filtered answer (and, for an agent with an
+        ``output_type``, its parsed JSON)."""
         ctx.output = payload.text
+        ctx.parsed_output = payload.parsed
         ctx.outcome = Outcome.COMPLETED
 
     def mark_rejected(self, ctx: SessionContext, payload: Any) -> None:
@@ -660,6 +729,42 @@ class AgentSessionHooks(agent_session.Hooks):
         return declared if config is None else config.llm_effect()
 
 
+def check_output(output: TypeSchema, text: str | None) -> tuple[Any, str | None]:
+    """``(parsed, None)`` when ``text`` is JSON that ``output``'s schema accepts and
+    that converts to its type, else ``(None, why)`` — the text the LLM is told.
+    A single surrounding Markdown code fence is tolerated. Pure; runs on a worker."""
+    body = (text or "").strip()
+    fenced = _FENCE.fullmatch(body)
+    if fenced is not None:
+        body = fenced.group(1).strip()
+    if not body:
+        return None, "the answer is empty; the answer must be a JSON value"
+    try:
+        parsed = json.loads(body)
+    except ValueError as exc:
+        return None, f"the answer is not JSON ({exc})"
+    problems = output.problems(parsed)
+    if problems is not None:
+        return None, f"the answer does not match the schema: {problems}"
+    try:
+        output.convert(parsed)
+    except Exception as exc:  # noqa: BLE001 - a validator's refusal, whatever its type
+        return None, f"the answer does not convert to the output type: {describe(exc)}"
+    return parsed, None
+
+
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n(.*)\n\s*```", re.DOTALL)
+
+
+def retry_message(reason: str) -> str:
+    """The user message that re-asks the LLM for valid output (``docs/agent.md``,
+    "Structured output")."""
+    return (
+        f"{OUTPUT_RETRY_PREFIX}{reason}. Answer again with only a JSON value that "
+        "matches the JSON Schema in the system message."
+    )
+
+
 def usage_of(ctx: SessionContext) -> Usage:
     """The token counts of ``ctx`` so far."""
     return Usage(ctx.usage.get("prompt_tokens", 0), ctx.usage.get("completion_tokens", 0))
@@ -670,6 +775,8 @@ __all__ = [
     "InputFilterResult",
     "OutputFilterResult",
     "ToolDecision",
+    "check_output",
+    "retry_message",
     "tool_message_text",
     "usage_of",
 ]

@@ -13,22 +13,39 @@ same key) or ``pure`` (a read: run again).
 Arguments are validated against the tool's JSON schema (Draft 2020-12, by the compiled
 validator of jsonschema-rs) before authorization; invalid arguments make that tool call fail with a message the LLM
 sees as the tool result.
+
+A **typed tool** (:meth:`Tool.from_function`, or :func:`tool` on a function with typed
+parameters) is made from an annotated function: its parameters become the schema
+(:mod:`phronomy_fsm.agent.typed`), its docstring the description, and on the worker the
+validated JSON arguments are converted to the annotated types before the call
+(``docs/agent.md``, "Typed tools").
 """
 
 from __future__ import annotations
 
 import enum
+import inspect
 import json
+import re
+import sys
+import typing
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 import jsonschema_rs
 
+from phronomy_fsm.agent.typed import CONVERTER as _CONVERTER
+from phronomy_fsm.agent.typed import describe, parameters_schema, to_json
 from phronomy_fsm.agent.types import ToolSpec
 from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.durable.records import EffectKind
-from phronomy_fsm.errors import ConfigurationError, SerializationError
+from phronomy_fsm.errors import (
+    ConfigurationError,
+    SerializationError,
+    ToolArgumentsError,
+    TypeSchemaError,
+)
 from phronomy_fsm.runtime.cancellation import CancellationToken
 
 #: Default of the agent option ``max_tool_result_bytes``: the most UTF-8 bytes of a
@@ -152,6 +169,50 @@ class Tool:
             ) from exc
         object.__setattr__(self, "_validator", validator)
 
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        requires_approval: bool = False,
+        effect: EffectKind | str = EffectKind.AT_MOST_ONCE,
+    ) -> Tool:
+        """A typed tool made from an annotated function (``docs/agent.md``, "Typed
+        tools").
+
+        Each parameter becomes a property of the arguments object, typed by its
+        annotation (the kinds :mod:`phronomy_fsm.agent.typed` supports), required
+        unless it has a default (a JSON scalar default is written into the schema);
+        one parameter annotated :class:`ToolContext` receives the context instead.
+        The description is the docstring's first paragraph and each property's
+        description its line in an ``Args:`` section. On the worker the arguments
+        are converted to the annotated types (cattrs; ``model_validate`` for
+        Pydantic models) and ``fn`` is called with them as keywords; what it returns
+        is turned back into JSON (attrs instances, Pydantic models, enums).
+
+        Args:
+            fn: the function; its name is the tool's unless ``name`` is given.
+            name, description, requires_approval, effect: as for :class:`Tool`.
+
+        Raises:
+            TypeSchemaError: a parameter has no annotation, an annotation has no JSON
+                Schema, or the function takes ``*args``/``**kwargs`` or a positional-
+                only parameter (the message names the parameter).
+            ConfigurationError: as for :class:`Tool`.
+        """
+        tool_name = name or getattr(fn, "__name__", "") or ""
+        schema, call = _typed_call(fn, tool_name)
+        return cls(
+            tool_name,
+            call,
+            description if description is not None else doc_summary(fn),
+            schema,
+            requires_approval,
+            _effect_kind(effect),
+        )
+
     def spec(self) -> ToolSpec:
         """What the LLM is told about this tool."""
         return ToolSpec(self.name, self.description, self.parameters)
@@ -178,6 +239,11 @@ class Tool:
         return None, f"invalid arguments for tool {self.name!r}: {details}"
 
 
+@typing.overload
+def tool(name: Callable[..., Any], /) -> Tool: ...
+
+
+@typing.overload
 def tool(
     name: str | None = None,
     *,
@@ -185,14 +251,47 @@ def tool(
     parameters: dict[str, Any] | None = None,
     requires_approval: bool = False,
     effect: EffectKind | str = EffectKind.AT_MOST_ONCE,
-) -> Callable[[Callable[[Any, ToolContext], Any]], Tool]:
-    """Decorator: make a :class:`Tool` from ``fn(arguments, context)``; the name
-    defaults to the function name and the description to its docstring (the other
-    arguments are :class:`Tool`'s)."""
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
-    def make(fn: Callable[[Any, ToolContext], Any]) -> Tool:
+
+def tool(
+    name: str | Callable[..., Any] | None = None,
+    *,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    requires_approval: bool = False,
+    effect: EffectKind | str = EffectKind.AT_MOST_ONCE,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Decorator: make a :class:`Tool` of a function, as ``@tool`` or ``@tool(...)``.
+
+    A function of the plain form — exactly ``(arguments, context)`` with neither
+    annotated beyond ``dict``/``Any``/``ToolContext`` — or any function given explicit
+    ``parameters`` is wrapped as it is: ``fn(arguments, context)``, with
+    ``parameters`` (default: any object) as its schema. Any other function is a typed
+    tool (:meth:`Tool.from_function`). The name defaults to the function's name and
+    the description to its docstring (the first paragraph for a typed tool); the
+    other arguments are :class:`Tool`'s (``docs/agent.md``, "Typed tools").
+
+    Raises:
+        TypeSchemaError: a typed tool's parameter cannot be described (see
+            :meth:`Tool.from_function`).
+        ConfigurationError: as for :class:`Tool`.
+    """
+    if callable(name):  # bare @tool
+        return tool()(name)
+    tool_name = name
+
+    def make(fn: Callable[..., Any]) -> Tool:
+        if parameters is None and not is_plain_tool_function(fn):
+            return Tool.from_function(
+                fn,
+                name=tool_name,
+                description=description,
+                requires_approval=requires_approval,
+                effect=effect,
+            )
         return Tool(
-            name or fn.__name__,
+            tool_name or fn.__name__,
             fn,
             description if description is not None else (fn.__doc__ or "").strip(),
             parameters if parameters is not None else dict(DEFAULT_PARAMETERS),
@@ -201,6 +300,169 @@ def tool(
         )
 
     return make
+
+
+_PLAIN_ARGUMENTS = (inspect.Parameter.empty, Any, dict, "Any", "dict", "dict[str, Any]")
+_PLAIN_CONTEXT = (inspect.Parameter.empty, Any, "Any", "ToolContext")
+
+
+def is_plain_tool_function(fn: Callable[..., Any]) -> bool:
+    """True when ``fn`` has the plain tool form ``fn(arguments, context)``: exactly two
+    positional parameters without defaults, the first unannotated or annotated
+    ``dict``/``dict[str, Any]``/``Any``, the second unannotated or annotated
+    ``ToolContext``/``Any`` (``docs/agent.md``, "Typed tools")."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return True  # a builtin or C callable: nothing to derive a schema from
+    if len(params) != 2 or any(
+        p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.default is not p.empty
+        for p in params
+    ):
+        return False
+    first, second = (p.annotation for p in params)
+    first_plain = (
+        first in _PLAIN_ARGUMENTS
+        or typing.get_origin(first) is dict
+        and (typing.get_args(first) in ((str, Any),))
+    )
+    return first_plain and (second in _PLAIN_CONTEXT or second is ToolContext)
+
+
+def doc_summary(fn: Callable[..., Any]) -> str:
+    """The first paragraph of ``fn``'s docstring, its lines joined by spaces ("" for
+    none)."""
+    doc = inspect.getdoc(fn) or ""
+    paragraph = doc.strip().split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in paragraph.splitlines()).strip()
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Params):\s*$")
+_ENTRY = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+
+
+def doc_arguments(fn: Callable[..., Any]) -> dict[str, str]:
+    """Parameter name → description, from a Google-style ``Args:`` section of ``fn``'s
+    docstring (``name: text`` or ``name (type): text``, continued on more indented
+    lines); empty when there is none."""
+    lines = (inspect.getdoc(fn) or "").splitlines()
+    out: dict[str, str] = {}
+    inside, indent, current = False, None, None
+    for line in lines:
+        if not inside:
+            inside = bool(_SECTION.match(line.strip())) and not line.startswith(" ")
+            continue
+        if not line.strip():
+            current = None
+            continue
+        width = len(line) - len(line.lstrip())
+        if width == 0:  # the next section
+            break
+        if indent is None:
+            indent = width
+        entry = _ENTRY.match(line.strip())
+        if width == indent and entry:
+            current = entry.group(1)
+            out[current] = entry.group(2).strip()
+        elif current is not None and width > indent:
+            out[current] = (out[current] + " " + line.strip()).strip()
+    return out
+
+
+def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    """``fn``'s annotations resolved to types. Names a string annotation cannot find
+    in ``fn``'s module (types defined in the function that defines ``fn``, under
+    ``from __future__ import annotations``) are looked up in the locals of the frames
+    that are defining the tool, innermost first — as Pydantic resolves a model
+    defined in a function. Raises NameError when none has them."""
+    try:
+        return typing.get_type_hints(fn)
+    except NameError as exc:
+        first = exc
+    frame = sys._getframe(1)
+    for _ in range(8):
+        frame = frame.f_back  # type: ignore[assignment]
+        if frame is None:
+            break
+        try:
+            return typing.get_type_hints(fn, localns=dict(frame.f_locals))
+        except NameError:
+            continue
+    raise first
+
+
+def _typed_call(
+    fn: Callable[..., Any], tool_name: str
+) -> tuple[dict[str, Any], Callable[[Any, ToolContext], Any]]:
+    """The arguments schema of typed tool ``fn`` and the ``(arguments, context)``
+    function that converts the arguments and calls it. Raises TypeSchemaError."""
+    where = f"tool {tool_name!r}"
+    if not callable(fn):
+        raise TypeSchemaError(f"{where}: {fn!r} is not a function", where=where, annotation="")
+    try:
+        signature = inspect.signature(fn)
+        hints = resolved_hints(fn)
+    except (NameError, TypeError, ValueError) as exc:
+        raise TypeSchemaError(
+            f"{where}: the annotations of {getattr(fn, '__qualname__', fn)!r} cannot be "
+            f"resolved ({exc}); define the types it names at module level",
+            where=where,
+            annotation="",
+        ) from exc
+    context_name: str | None = None
+    params: list[tuple[str, Any, bool, Any, str | None]] = []
+    described = doc_arguments(fn)
+    for param in signature.parameters.values():
+        at = f"{where}, parameter {param.name!r}"
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+            raise TypeSchemaError(
+                f"{at}: a typed tool is called with keyword arguments, so *args, **kwargs "
+                "and positional-only parameters cannot be filled; name each argument",
+                where=at,
+                annotation=str(param.kind),
+            )
+        hint = hints.get(param.name, inspect.Parameter.empty)
+        if hint is inspect.Parameter.empty:
+            raise TypeSchemaError(
+                f"{at} has no annotation; annotate it (str, int, list[str], an attrs "
+                "class...) so its JSON Schema can be derived",
+                where=at,
+                annotation="",
+            )
+        if hint is ToolContext:
+            if context_name is not None:
+                raise TypeSchemaError(
+                    f"{at}: only one parameter may receive the ToolContext",
+                    where=at,
+                    annotation="ToolContext",
+                )
+            context_name = param.name
+            continue
+        required = param.default is inspect.Parameter.empty
+        params.append((param.name, hint, required, param.default, described.get(param.name)))
+    schema = parameters_schema(params, where=where)
+    types_by_name = {name: hint for name, hint, *_ in params}
+
+    def call(arguments: Any, context: ToolContext) -> Any:
+        given = arguments if isinstance(arguments, dict) else {}
+        kwargs: dict[str, Any] = {}
+        for key, value in given.items():
+            try:
+                kwargs[key] = _CONVERTER.structure(value, types_by_name[key])
+            except Exception as exc:
+                raise ToolArgumentsError(
+                    f"invalid arguments for tool {tool_name!r}: {key}: {describe(exc)}",
+                    tool_name=tool_name,
+                    parameter=key,
+                ) from exc
+        if context_name is not None:
+            kwargs[context_name] = context
+        return to_json(fn(**kwargs))
+
+    call.__name__ = getattr(fn, "__name__", tool_name)
+    call.__doc__ = getattr(fn, "__doc__", None)
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return schema, call
 
 
 def normalize_authorization(value: Any) -> Authorization:
