@@ -8,6 +8,7 @@ the behaviour; ``docs/semantics.md`` the durability rules underneath.
 """
 
 from phronomy_fsm.agent.agent import Agent, EventStream
+from phronomy_fsm.agent.budget import Budget, BudgetPolicy, ModelPrice
 from phronomy_fsm.agent.config import AgentConfig, ListenerErrorPolicy, LLMResend
 from phronomy_fsm.agent.events import (
     AgentEvent,
@@ -15,6 +16,7 @@ from phronomy_fsm.agent.events import (
     AgentStatus,
     ApprovalItem,
     ApprovalRequired,
+    BudgetExhausted,
     Cancelled,
     Done,
     EventType,
@@ -42,6 +44,9 @@ __all__ = [
     "ApprovalItem",
     "ApprovalRequired",
     "Authorization",
+    "Budget",
+    "BudgetExhausted",
+    "BudgetPolicy",
     "Cancelled",
     "Done",
     "EventStream",
@@ -53,6 +58,7 @@ __all__ = [
     "LLMResponse",
     "ListenerErrorPolicy",
     "Message",
+    "ModelPrice",
     "OpenAICompatibleProvider",
     "Provider",
     "RecoveryRequired",

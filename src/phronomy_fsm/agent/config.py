@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from phronomy_fsm.agent.budget import Budget, BudgetPolicy
 from phronomy_fsm.agent.events import AgentEvent
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
@@ -84,6 +85,8 @@ class AgentConfig:
     listener_error_policy: ListenerErrorPolicy = ListenerErrorPolicy.REPORT
     max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES
     llm_resend: LLMResend = LLMResend.ASK_OPERATOR
+    budget: Budget | None = None
+    on_budget_exhausted: BudgetPolicy = BudgetPolicy.FAIL
 
     @classmethod
     def build(
@@ -103,6 +106,8 @@ class AgentConfig:
         listener_error_policy: ListenerErrorPolicy | str = ListenerErrorPolicy.REPORT,
         max_tool_result_bytes: int | None = DEFAULT_MAX_TOOL_RESULT_BYTES,
         llm_resend: LLMResend | str = LLMResend.ASK_OPERATOR,
+        budget: Budget | None = None,
+        on_budget_exhausted: BudgetPolicy | str = BudgetPolicy.FAIL,
     ) -> AgentConfig:
         """Check the options and return the configuration.
 
@@ -132,6 +137,12 @@ class AgentConfig:
                 text kept and sent to the LLM (default 256 KiB; None: no cap).
             llm_resend: :class:`LLMResend` — what recovery does with an LLM call a
                 crash left unanswered.
+            budget: the limits of each execution (:class:`~phronomy_fsm.agent.budget.
+                Budget`: tokens, LLM calls, tool calls, US dollars from a price table),
+                or None (``docs/agent.md``, "Budgets").
+            on_budget_exhausted: ``fail`` (the default: the execution ends ``failed``
+                with BudgetExhaustedError) or ``wait`` (it waits in
+                ``budget_exhausted`` for ``Agent.extend_budget``).
 
         Raises:
             ConfigurationError: the first bad option, saying what is expected.
@@ -149,6 +160,18 @@ class AgentConfig:
             raise ConfigurationError(
                 f"llm_resend must be one of {[r.value for r in LLMResend]}, got {llm_resend!r}"
             ) from None
+        try:
+            budget_policy = BudgetPolicy(on_budget_exhausted)
+        except ValueError:
+            raise ConfigurationError(
+                "on_budget_exhausted must be one of "
+                f"{[p.value for p in BudgetPolicy]}, got {on_budget_exhausted!r}"
+            ) from None
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"budget must be a Budget(max_tokens=..., ...) or None, got {budget!r}"
+            )
+        checked_budget = None if budget is None else budget.checked()
         if type(max_iterations) is not int or max_iterations < 1:
             raise ConfigurationError(f"max_iterations must be an int ≥ 1, got {max_iterations!r}")
         if max_tool_result_bytes is not None and (
@@ -217,6 +240,8 @@ class AgentConfig:
             listener_error_policy=policy,
             max_tool_result_bytes=max_tool_result_bytes,
             llm_resend=resend,
+            budget=checked_budget,
+            on_budget_exhausted=budget_policy,
         )
 
     def llm_effect(self) -> EffectKind:

@@ -129,6 +129,13 @@ class SessionContext:
         handoff: ``{target_agent_id, target_execution_id, tool_call_id, arguments,
             llm_call_id, message}`` for a handoff.
         usage: token counts so far (``prompt_tokens``, ``completion_tokens``).
+        tool_calls_started: tool calls started so far (child executions committed).
+        budget: the execution's budget, ``{"limits", "prices", "on_exhausted"}``
+            (``agent/budget.py``), set from its agent's configuration with the input and
+            changed only by extensions; None: no limits.
+        budget_request: the pending (or last) budget request while it waits in
+            ``budget_exhausted``: ``{"request_id", "limit", "spent", "allowed",
+            "call", "calls", "decided"}`` (``docs/agent.md``, "Budgets").
     """
 
     agent_id: str
@@ -154,6 +161,9 @@ class SessionContext:
     handoff: dict[str, JSON] | None = None
     handoff_error: str | None = None
     usage: dict[str, int] = attrs.Factory(lambda: {"prompt_tokens": 0, "completion_tokens": 0})
+    tool_calls_started: int = 0
+    budget: dict[str, JSON] | None = None
+    budget_request: dict[str, JSON] | None = None
 
     def tool(self, tool_invocation_id: str) -> ToolCallState | None:
         """The tool call with this id in the current batch, or None."""
