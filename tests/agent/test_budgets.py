@@ -27,9 +27,11 @@ from phronomy_fsm.errors import BudgetError, BudgetExhaustedError, Configuration
 from .conftest import Events, barrier_names, make_tool
 
 
-def _looping_provider(usage: Usage = Usage(100, 20)) -> ScriptedProvider:
-    """An LLM that asks for the lookup tool at every turn (never answers)."""
-    return ScriptedProvider([Reply(tool_calls=(("lookup", {"q": "x"}),), usage=usage)])
+def _looping_provider(usage: Usage | None = None) -> ScriptedProvider:
+    """An LLM that asks for the lookup tool at every turn (never answers); 120 tokens
+    a call unless ``usage`` says otherwise."""
+    step = Reply(tool_calls=(("lookup", {"q": "x"}),), usage=usage or Usage(100, 20))
+    return ScriptedProvider([step])
 
 
 def test_fail_policy_ends_failed_naming_the_limit_and_makes_no_further_call(

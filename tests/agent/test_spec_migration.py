@@ -1,7 +1,8 @@
 """An agent execution parked for approval under ``agent_session`` version 3 continues
-under version 4, where the wait is called ``suspended`` (issue 23; the migration is
-declared in ``fsm_specs/agent_session.yaml``, applied as ``docs/spec-format.md``
-"Migrations" says).
+under today's version, where the wait is called ``suspended`` (issue 23), and one parked
+under version 4 continues under version 5, which added the budget states (issue 24); the
+migrations are declared in ``fsm_specs/agent_session.yaml``, applied as
+``docs/spec-format.md`` "Migrations" says.
 
 The old execution is written by the engine itself running the version 3 table (lowered
 from ``tests/fixtures/specs/agent_session_v3.yaml``, byte for byte the spec that
@@ -29,11 +30,16 @@ from phronomy_fsm.testing.deadlines import scaled_seconds
 
 from .conftest import Events, barrier_names, make_tool
 
-V3_SPEC = Path(__file__).resolve().parents[1] / "fixtures" / "specs" / "agent_session_v3.yaml"
+SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "specs"
+V3_SPEC = SPECS / "agent_session_v3.yaml"
 
 
 def _version_3_table() -> MachineTable:
-    result = check_spec_file(V3_SPEC)
+    return _old_table(3)
+
+
+def _old_table(version: int) -> MachineTable:
+    result = check_spec_file(SPECS / f"agent_session_v{version}.yaml")
     assert result.ok and result.spec is not None, [i.render() for i in result.issues]
     return lower(result.spec)
 
@@ -53,7 +59,7 @@ def _wait_for_waiting(store: SqliteBarrierStore, execution_id: str) -> Any:
 
 def test_the_declared_migration_renames_the_approval_wait() -> None:
     old = _version_3_table()
-    assert (old.version, agent_session.TABLE.version) == (3, 4)
+    assert (old.version, agent_session.TABLE.version) == (3, 5)
     assert "awaiting_approval" in {s.name for s in old.states}
     assert "awaiting_approval" not in {s.name for s in agent_session.TABLE.states}
     table = agent_session.TABLE
@@ -64,13 +70,21 @@ def test_the_declared_migration_renames_the_approval_wait() -> None:
     assert table.migrated_state(1, "x" * 64, "awaiting_approval") == "awaiting_approval"
 
 
-def test_an_execution_waiting_under_version_3_is_approved_to_completion_under_4(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_version_5_keeps_every_state_of_4() -> None:
+    old = _old_table(4)
+    assert old.version == 4
+    assert {s.name for s in old.states} <= {s.name for s in agent_session.TABLE.states}
+    assert agent_session.TABLE.migrated_state(4, old.spec_sha256, "suspended") == "suspended"
+
+
+@pytest.mark.parametrize(("version", "wait_state"), [(3, "awaiting_approval"), (4, "suspended")])
+def test_an_execution_waiting_under_an_old_version_is_approved_to_completion_today(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, wait_state: str
 ) -> None:
     db = tmp_path / "agents.db"
     log: list[Any] = []
     refund = make_tool("refund", requires_approval=True, log=log)
-    old = _version_3_table()
+    old = _old_table(version)
 
     # 1. yesterday's code: the engine runs the version 3 table, the execution comes to
     #    wait for approval in awaiting_approval (pinned to version 3 and its sha256)
@@ -90,9 +104,9 @@ def test_an_execution_waiting_under_version_3_is_approved_to_completion_under_4(
         finally:
             runtime.close(timeout_seconds=5)
     assert (stored.state, stored.point, stored.spec_version, stored.spec_sha256) == (
-        "awaiting_approval",
+        wait_state,
         DurablePoint.WAIT,
-        3,
+        version,
         old.spec_sha256,
     )
     request_id = stored.context["approval"]["request_id"]
@@ -117,7 +131,7 @@ def test_an_execution_waiting_under_version_3_is_approved_to_completion_under_4(
         assert (announced.execution_id, announced.request_id) == ("ex-1", request_id)
         assert [i.tool_name for i in announced.items] == ["refund"]
         before = store.load_record("ex-1")
-        assert (before.state, before.spec_version) == ("awaiting_approval", 3)
+        assert (before.state, before.spec_version) == (wait_state, version)
         result = agent.approve("ex-1", approval_request_id=request_id, wait_seconds=20)
         assert (result.status, result.output) == ("completed", "refunded")
         assert len(log) == 1  # the tool ran once, after the upgrade
@@ -125,7 +139,7 @@ def test_an_execution_waiting_under_version_3_is_approved_to_completion_under_4(
         assert (done.status, done.state, done.spec_version, done.spec_sha256) == (
             ExecutionStatus.COMPLETED,
             "completed",
-            4,
+            agent_session.TABLE.version,
             agent_session.SPEC_SHA256,
         )
         assert barrier_names(store, "ex-1") == [
