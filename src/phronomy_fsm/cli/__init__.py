@@ -76,6 +76,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "and journal."
         ),
     ),
+    "extend-budget": (
+        "operator_commands",
+        "Extend the budget of an agent execution that waits for one, from any process.",
+    ),
     "generate": (
         "spec_commands",
         "Compile SPEC files into Python modules of transition tables (<out>/<machine>.py).",

@@ -396,6 +396,46 @@ class ApprovalView:
 
 
 @attrs.frozen
+class BudgetView:
+    """An agent execution's budget (``docs/agent.md``, "Budgets"): ``limits`` (limit
+    name → value or None), ``spent`` (``tokens``, ``llm_calls``, ``tool_calls``,
+    ``cost_usd``), ``on_exhausted`` (``fail`` or ``wait``), ``request`` (the pending or
+    last budget request: ``request_id``, ``limit``, ``spent``, ``allowed``, ``call``,
+    ``decided``), ``pending`` (it waits for an extension now) and, then, the
+    ``extend-budget`` command that answers it."""
+
+    limits: Mapping[str, Any]
+    spent: Mapping[str, Any]
+    on_exhausted: str
+    request: Mapping[str, Any] | None = None
+    pending: bool = False
+    command: str | None = None
+
+    def rows(self) -> list[tuple[str, Any, Any]]:
+        """``(limit, spent, allowed)`` for each limit, in a fixed order."""
+        spent_key = {
+            "max_tokens": "tokens",
+            "max_llm_calls": "llm_calls",
+            "max_tool_calls": "tool_calls",
+            "max_cost_usd": "cost_usd",
+        }
+        return [
+            (name, self.spent.get(key), self.limits.get(name)) for name, key in spent_key.items()
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "limits": dict(self.limits),
+            "spent": dict(self.spent),
+            "on_exhausted": self.on_exhausted,
+            "request": None if self.request is None else dict(self.request),
+            "pending": self.pending,
+            "command": self.command,
+        }
+
+
+@attrs.frozen
 class MessageView:
     """One message of an agent execution's conversation: ``role`` (``user``,
     ``assistant``, ``tool``), its text, the tool calls an assistant message asks for
@@ -424,7 +464,8 @@ class AgentView:
     Session: ``input`` as received, ``messages`` (this execution's conversation),
     ``output`` (the final answer), ``outcome`` (how it ended), ``error`` (``Type:
     message``), ``approval`` (the pending or last approval request) and ``tool_calls``
-    (the ids of its tool-call executions). Tool call: ``tool_name``, ``arguments``,
+    (the ids of its tool-call executions), ``budget`` (:class:`BudgetView`, when it
+    has one). Tool call: ``tool_name``, ``arguments``,
     ``result`` or ``error``, and ``parent_execution_id`` (the agent's execution).
     """
 
@@ -438,6 +479,7 @@ class AgentView:
     approval: ApprovalView | None = None
     tool_calls: tuple[str, ...] = ()
     tool_name: str | None = None
+    budget: BudgetView | None = None
     arguments: Any = None
     result: Any = None
     parent_execution_id: str | None = None
@@ -458,6 +500,7 @@ class AgentView:
             "arguments": self.arguments,
             "result": self.result,
             "parent_execution_id": self.parent_execution_id,
+            "budget": None if self.budget is None else self.budget.to_dict(),
         }
 
 
@@ -707,6 +750,7 @@ __all__ = [
     "AgentView",
     "ApprovalItemView",
     "ApprovalView",
+    "BudgetView",
     "ExecutionDetail",
     "ExecutionPage",
     "ExecutionSummary",
