@@ -5,8 +5,8 @@
 can do — a plain answer, tools without approval (``pure``, ``at_most_once`` and
 ``idempotent``), two tool rounds, a tool needing approval (approved, rejected, decided
 item by item), a tool that raises, a handoff to a second agent, LLM calls that may be
-re-sent (``llm_resend="resend"``), a cancel and an execution deadline — one agent per
-scenario, so the harness's runs do not meet.
+re-sent (``llm_resend="resend"``), a cancel, an execution deadline and a budget that
+runs out, waits and is extended by a person — one agent per scenario, so the harness's runs do not meet.
 
 The outside world keeps its own record beside the store (``<db stem>-effects/``), one
 fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`):
@@ -40,6 +40,7 @@ import attrs
 from docs.examples.durable_service import JsonLines
 from phronomy_fsm.agent import (
     Authorization,
+    Budget,
     LLMRequest,
     LLMResponse,
     Reply,
@@ -358,6 +359,11 @@ AGENTS: dict[str, AgentDef] = {
         AgentDef("a-idempotent", (_calls(("open_ticket", "lamp")), Reply("Ticket opened."))),
         AgentDef("a-cancel", (_calls(("send_email", "never")), Reply("unreachable"))),
         AgentDef("a-deadline", (_calls(("send_email", "late")), Reply("unreachable"))),
+        AgentDef(
+            "a-budget",
+            (_calls(("lookup", "hat")), _calls(("charge", "hat")), Reply("Within budget.")),
+            options={"budget": Budget(max_llm_calls=1), "on_budget_exhausted": "wait"},
+        ),
     )
 }
 
@@ -442,6 +448,28 @@ def approval(decide: Callable[[list[str]], Any]) -> Callable[[ExecutionRecord], 
     return on_waiting
 
 
+def budget_extension(limits: Mapping[str, int]) -> Callable[[ExecutionRecord], Answer | None]:
+    """A person extending the budget of an execution waiting in ``budget_exhausted``
+    to ``limits`` (the ``budget_extended`` signal for its pending request)."""
+
+    def on_waiting(record: ExecutionRecord) -> Answer | None:
+        if (
+            record.machine != agent_session.MACHINE
+            or record.state != agent_session.State.BUDGET_EXHAUSTED
+        ):
+            return None
+        ctx = json_data(record.context)
+        request = (ctx.get("budget_request") or {}) if isinstance(ctx, dict) else {}
+        payload = {
+            "request_id": request.get("request_id"),
+            "limits": dict(limits),
+            "by": "crash-harness",
+        }
+        return Answer(event="budget_extended", payload=payload)
+
+    return on_waiting
+
+
 def start_pending_handoffs(runtime: Any) -> None:
     """What loading a handoff's target agent does (``Agent.load``): start each
     committed handoff whose target execution was never started, under its derived id
@@ -517,6 +545,9 @@ def scenarios() -> dict[str, Scenario]:
             starter("cancel", "a-cancel"), drive=cancel_when_waiting(execution_id_of("cancel"))
         ),
         "deadline": Scenario(starter("deadline", "a-deadline", timeout_seconds=DEADLINE_SECONDS)),
+        "budget_wait": Scenario(
+            starter("budget_wait", "a-budget"), budget_extension({"max_llm_calls": 3})
+        ),
     }
 
 
