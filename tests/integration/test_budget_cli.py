@@ -110,6 +110,9 @@ def test_a_budget_wait_survives_sigkill_and_is_extended_from_other_processes(
     assert budget["command"].startswith(f"phronomy-fsm extend-budget {execution_id} --db ")
     text = cli("executions", "show", execution_id, "--db", str(db)).stdout
     assert "max_llm_calls: spent 2 of 2" in text and "extend it with:" in text
+    assert "<- waits for a budget extension" in text
+    listing = cli("executions", "list", "--db", str(db)).stdout
+    assert "1 wait(s) for a budget extension" in listing and "extend-budget command" in listing
 
     # a bad extension: refused, exit 1, nothing written
     before = snapshot(db)

@@ -280,6 +280,7 @@ API: dict[str, list[str]] = {
         "TOOL_RESULT_PLACEHOLDER",
         "WAITING_FOR_STATUS",
         "WAITS_FOR_APPROVAL",
+        "WAITS_FOR_BUDGET",
         "WAITS_FOR_CHILD",
         "WAITS_FOR_OPERATOR",
         "WAITS_FOR_RECOVER",

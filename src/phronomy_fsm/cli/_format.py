@@ -98,6 +98,7 @@ def _signal_subject(signal: Any) -> str:
 _WAITS = {
     operator.WAITS_FOR_OPERATOR: "  <- waits for an operator",
     operator.WAITS_FOR_APPROVAL: "  <- waits for a person's approval",
+    operator.WAITS_FOR_BUDGET: "  <- waits for a budget extension",
     operator.WAITS_FOR_SIGNAL: "  <- waits for a signal",
 }
 

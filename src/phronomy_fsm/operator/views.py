@@ -39,6 +39,7 @@ TOOL_CALL_MACHINE = tool_call.MACHINE
 #: (an agent execution whose tool call is parked: answer the child).
 WAITS_FOR_OPERATOR = "operator"
 WAITS_FOR_APPROVAL = "approval"
+WAITS_FOR_BUDGET = "budget"
 WAITS_FOR_SIGNAL = "signal"
 WAITS_FOR_RECOVER = "recover"
 WAITS_FOR_CHILD = "child"
@@ -122,7 +123,8 @@ class ExecutionSummary:
     def waits_for(self) -> str | None:
         """Who must act before it moves: ``operator`` (``recovery_required``: answer
         with ``resolve``), ``approval`` (an agent execution waiting for a person's
-        decision: ``approve``), ``signal`` (a wait state of another machine: ``signal``
+        decision: ``approve``), ``budget`` (an agent execution waiting in
+        ``budget_exhausted``: ``extend-budget``), ``signal`` (a wait state of another machine: ``signal``
         one of the events it awaits, or its timer), ``child`` (running, but one of its
         children — :attr:`parked_children`, an agent's tool call — waits for an
         operator: ``resolve`` the child), ``recover`` (running, but no live worker runs
@@ -131,6 +133,8 @@ class ExecutionSummary:
         if self.status == ExecutionStatus.RECOVERY_REQUIRED.value:
             return WAITS_FOR_OPERATOR
         if self.status == ExecutionStatus.WAITING.value:
+            if self.is_agent and self.state == agent_session.State.BUDGET_EXHAUSTED.value:
+                return WAITS_FOR_BUDGET
             return WAITS_FOR_APPROVAL if self.is_agent else WAITS_FOR_SIGNAL
         if self.status == ExecutionStatus.RUNNING.value and self.parked_children:
             return WAITS_FOR_CHILD
@@ -542,6 +546,11 @@ class ExecutionDetail:
         if self.needs_operator:
             return WAITS_FOR_OPERATOR
         if self.record.status is ExecutionStatus.WAITING:
+            if (
+                self.record.machine == AGENT_MACHINE
+                and self.record.state == agent_session.State.BUDGET_EXHAUSTED.value
+            ):
+                return WAITS_FOR_BUDGET
             return WAITS_FOR_APPROVAL if self.record.machine == AGENT_MACHINE else WAITS_FOR_SIGNAL
         return None
 
@@ -743,6 +752,7 @@ __all__ = [
     "AGENT_MACHINE",
     "TOOL_CALL_MACHINE",
     "WAITS_FOR_APPROVAL",
+    "WAITS_FOR_BUDGET",
     "WAITS_FOR_CHILD",
     "WAITS_FOR_OPERATOR",
     "WAITS_FOR_RECOVER",
