@@ -228,7 +228,7 @@ def test_the_shipped_agent_session_is_version_3_with_the_approval_wait_renamed()
     # design's names) and declares the migrations that rename it in stored executions
     # of versions 2 and 3; every other row, state, event and hook is unchanged
     before = _shipped(FIXTURES / "agent_session_v3.yaml")
-    after = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
+    after = _shipped(FIXTURES / "agent_session_v4.yaml")  # as shipped, before version 5
     renames = {"awaiting_approval": "suspended"}
     assert after["version"] == 4
     assert after["migrations"] == [
@@ -251,3 +251,24 @@ def test_the_shipped_agent_session_is_version_3_with_the_approval_wait_renamed()
     for key in ("states", "events", "initial", "guards", "actions", "offload_hooks", "barriers"):
         assert after[key] == renamed[key], key
     assert after["fail_closed"] == before["fail_closed"] == "recovery_required"
+
+
+def test_the_shipped_agent_session_is_version_4_with_the_budget_states_added() -> None:
+    # version 5 adds the budget check and its wait (issue 24): every state, event and
+    # hook of version 4 is still there, so its executions go on with no rename
+    before = _shipped(FIXTURES / "agent_session_v4.yaml")
+    after = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
+    assert after["version"] == 5
+    assert after["migrations"][0] == {"from_version": 4, "from_sha256": None, "rename_states": []}
+    assert after["migrations"][1:] == before["migrations"]
+    names = {s["name"] if isinstance(s, dict) else s for s in after["states"]}
+    old = {s["name"] if isinstance(s, dict) else s for s in before["states"]}
+    assert names - old == {"checking_budget", "budget_exhausted"} and old <= names
+    assert set(after["guards"]) - set(before["guards"]) == {"budget_fails", "budget_waits"}
+    assert set(after["actions"]) - set(before["actions"]) == {
+        "apply_budget_extension",
+        "mark_budget_failed",
+        "request_budget",
+    }
+    assert after["barriers"] == before["barriers"]
+    assert after["offload_hooks"] == before["offload_hooks"]
