@@ -13,6 +13,7 @@ import pytest
 
 from phronomy_fsm.agent import (
     Agent,
+    AgentRuntime,
     Budget,
     BudgetExhausted,
     ModelPrice,
@@ -22,7 +23,12 @@ from phronomy_fsm.agent import (
 )
 from phronomy_fsm.agent.budget import refusal, spent_of
 from phronomy_fsm.durable.records import ExecutionStatus
-from phronomy_fsm.errors import BudgetError, BudgetExhaustedError, ConfigurationError
+from phronomy_fsm.errors import (
+    BudgetError,
+    BudgetExhaustedError,
+    ConfigurationError,
+    ExecutionDetachedError,
+)
 
 from .conftest import Events, barrier_names, make_tool
 
@@ -239,6 +245,29 @@ def test_cancel_still_works_while_waiting_for_a_budget(
     with pytest.raises(BaseException, match="cancel"):
         task.result(10)
     assert store.load_record(event.execution_id).status is ExecutionStatus.CANCELLED
+
+
+def test_closing_the_runtime_while_it_waits_names_the_extend_budget_command(
+    store: Any, events: Events
+) -> None:
+    runtime = AgentRuntime(store, max_workers=4)
+    agent = Agent.create(
+        "a",
+        provider=_looping_provider(),
+        runtime=runtime,
+        tools=[make_tool("lookup")],
+        budget=Budget(max_llm_calls=1),
+        on_budget_exhausted="wait",
+        on_event=events,
+    )
+    task = agent.invoke_async("go")
+    event = events.wait_for("budget_exhausted")
+    runtime.close(timeout_seconds=5)
+    with pytest.raises(ExecutionDetachedError) as caught:
+        task.result(10)
+    assert "it waits for a budget extension (max_llm_calls: spent 1 of 1)" in str(caught.value)
+    assert f"phronomy-fsm extend-budget {event.execution_id} --db " in str(caught.value)
+    assert "--max-llm-calls '<new limit>'" in str(caught.value)
 
 
 def test_budget_options_are_checked() -> None:
