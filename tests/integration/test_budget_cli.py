@@ -125,6 +125,11 @@ def test_a_budget_wait_survives_sigkill_and_is_extended_from_other_processes(
         refused = cli("extend-budget", execution_id, "--db", str(db), *bad)
         assert refused.returncode == 1, (bad, refused.stdout, refused.stderr)
         assert says in refused.stderr, (bad, refused.stderr)
+    by_hand = cli(
+        "signal", execution_id, "budget_extended", "--db", str(db),
+        "--payload", '{"limits": {"max_llm_calls": 9}}',
+    )  # fmt: skip
+    assert by_hand.returncode == 1 and "phronomy-fsm extend-budget" in by_hand.stderr
     assert snapshot(db) == before
 
     # another process extends it by one call and runs it here (--app): the third call
