@@ -452,6 +452,7 @@ class AgentSessionHooks(agent_session.Hooks):
             {
                 "kind": "approval_required",
                 "data": {"approval_request_id": ctx.approval.request_id, "items": items},
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 
@@ -499,6 +500,7 @@ class AgentSessionHooks(agent_session.Hooks):
                     "decisions": request.decisions,
                     "by": data.get("by"),
                 },
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 
@@ -649,7 +651,13 @@ class AgentSessionHooks(agent_session.Hooks):
         ):
             return
         ctx.budget_request = {**refused.to_dict(), "request_id": new_id(), "decided": False}
-        ctx.audit.append({"kind": "budget_exhausted", "data": dict(ctx.budget_request)})
+        ctx.audit.append(
+            {
+                "kind": "budget_exhausted",
+                "data": dict(ctx.budget_request),
+                "at": len(ctx.messages),  # where the transcript places it
+            }
+        )
 
     def apply_budget_extension(self, ctx: SessionContext, payload: Any) -> None:
         """A person's extension (the ``budget_extended`` signal: ``{"request_id",
@@ -685,6 +693,7 @@ class AgentSessionHooks(agent_session.Hooks):
                     "limits": limits,
                     "by": data.get("by"),
                 },
+                "at": len(ctx.messages),
             }
         )
 
