@@ -184,7 +184,16 @@ def test_wait_then_extend_runs_on_and_counts_tool_calls(
     assert final.context["budget"]["limits"]["max_tool_calls"] == 3
     assert final.context["tool_calls_started"] == 3
     kinds = [e.kind for e in store.journal_entries(result.execution_id)]
-    assert "budget_exhausted" in kinds and "budget_extended" in kinds
+    # where they happened: after the second answer (whose tool calls were refused)
+    at = kinds.index("budget_exhausted")
+    assert kinds[at - 2 : at + 2] == [
+        "llm_call_recorded",
+        "assistant_message",
+        "budget_exhausted",
+        "budget_extended",
+    ]
+    streamed = [e.kind for e in agent.events(result.execution_id, wait_seconds=10)]
+    assert streamed == kinds  # the event stream of the execution says the same
     assert barrier_names(store, result.execution_id).count("@wait") == 1
 
 
