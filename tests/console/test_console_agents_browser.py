@@ -231,4 +231,11 @@ def test_an_agent_waiting_for_a_budget_shows_spent_against_its_limits(
         expect(section).to_contain_text("max_cost_usd")
         expect(section).to_contain_text(f"phronomy-fsm extend-budget {execution_id}")
         expect(section).to_contain_text("(pending)")
+        expect(page.locator('[data-test="actions"] h2')).to_have_text(
+            "Waits for a budget extension"
+        )
+        page.goto(served.url + "/")
+        row = page.locator(f'tr[data-execution="{execution_id}"]')
+        expect(row).to_contain_text("budget exhausted")
+        page.goto(served.url + f"/execution?id={execution_id}")
         screenshots(page, "agent-budget")
