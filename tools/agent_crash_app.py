@@ -5,9 +5,9 @@
 can do — a plain answer, tools without approval (``pure``, ``at_most_once`` and
 ``idempotent``), two tool rounds, a tool needing approval (approved, rejected, decided
 item by item), a tool that raises, a handoff to a second agent, LLM calls that may be
-re-sent (``llm_resend="resend"``), a cancel, an execution deadline and a structured
-answer re-asked once (``output_type``) — one agent per scenario, so the harness's runs
-do not meet.
+re-sent (``llm_resend="resend"``), a cancel, an execution deadline, a structured
+answer re-asked once (``output_type``) and a budget that runs out, waits and is
+extended by a person — one agent per scenario, so the harness's runs do not meet.
 
 The outside world keeps its own record beside the store (``<db stem>-effects/``), one
 fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`):
@@ -41,6 +41,7 @@ import attrs
 from docs.examples.durable_service import JsonLines
 from phronomy_fsm.agent import (
     Authorization,
+    Budget,
     LLMRequest,
     LLMResponse,
     Reply,
@@ -384,6 +385,11 @@ AGENTS: dict[str, AgentDef] = {
             options={"output_type": Stock, "output_retries": 1},
             again='{"item": "again", "count": 0}',
         ),
+        AgentDef(
+            "a-budget",
+            (_calls(("lookup", "hat")), _calls(("charge", "hat")), Reply("Within budget.")),
+            options={"budget": Budget(max_llm_calls=1), "on_budget_exhausted": "wait"},
+        ),
     )
 }
 
@@ -470,6 +476,28 @@ def approval(decide: Callable[[list[str]], Any]) -> Callable[[ExecutionRecord], 
     return on_waiting
 
 
+def budget_extension(limits: Mapping[str, int]) -> Callable[[ExecutionRecord], Answer | None]:
+    """A person extending the budget of an execution waiting in ``budget_exhausted``
+    to ``limits`` (the ``budget_extended`` signal for its pending request)."""
+
+    def on_waiting(record: ExecutionRecord) -> Answer | None:
+        if (
+            record.machine != agent_session.MACHINE
+            or record.state != agent_session.State.BUDGET_EXHAUSTED
+        ):
+            return None
+        ctx = json_data(record.context)
+        request = (ctx.get("budget_request") or {}) if isinstance(ctx, dict) else {}
+        payload = {
+            "request_id": request.get("request_id"),
+            "limits": dict(limits),
+            "by": "crash-harness",
+        }
+        return Answer(event="budget_extended", payload=payload)
+
+    return on_waiting
+
+
 def start_pending_handoffs(runtime: Any) -> None:
     """What loading a handoff's target agent does (``Agent.load``): start each
     committed handoff whose target execution was never started, under its derived id
@@ -546,6 +574,9 @@ def scenarios() -> dict[str, Scenario]:
         ),
         "deadline": Scenario(starter("deadline", "a-deadline", timeout_seconds=DEADLINE_SECONDS)),
         "output_retry": Scenario(starter("output_retry", "a-structured")),
+        "budget_wait": Scenario(
+            starter("budget_wait", "a-budget"), budget_extension({"max_llm_calls": 3})
+        ),
     }
 
 

@@ -18,6 +18,9 @@ that :mod:`agent_crash_app` keeps beside it, counts
   that is not the concatenation of the conversations of its executions that ended
   ``completed`` or ``handed_off`` (the handoff call left out), in order;
 - ``handoff_lost``: a committed handoff whose target execution was never started;
+- ``budget_miscounted``: a finished agent execution with a budget whose spent counts
+  (LLM calls, tool calls started) are not those the outside world saw it make, or that
+  made more LLM calls than its final limit allows (``docs/agent.md``, "Budgets");
 - ``second_invoke_failed``: after the run, a new ``invoke`` of each of the run's agents
   (loaded with ``Agent.load`` on the same store) that does not complete, or whose LLM
   call does not see the system prompt, the agent's history and the new input;
@@ -50,6 +53,7 @@ INVARIANTS = (
     "journal_not_once",
     "history_mismatch",
     "handoff_lost",
+    "budget_miscounted",
     "second_invoke_failed",
 )
 #: Seconds the invoke after the run may take.
@@ -89,6 +93,7 @@ def check_run(db: str, folder: Path) -> dict[str, int]:
         for agent_id in agents:
             _check_history(agent_id, sessions, histories[agent_id], findings)
         _check_handoffs(store, sessions, findings)
+        _check_budgets(effects, sessions, findings)
         idle = [a for a in agents if not any(r.is_active for r in sessions if _agent(r) == a)]
     for agent_id in idle:
         _invoke_again(db, effects, agent_id, histories[agent_id], findings)
@@ -148,6 +153,31 @@ def _check_sends(effects: Effects, retries: Counter[str], findings: Findings) ->
                 len(keys) - 1,
                 call=list(what),
                 keys=sorted(keys),
+            )
+
+
+def _check_budgets(effects: Effects, sessions: list[ExecutionRecord], findings: Findings) -> None:
+    llm_keys: dict[str, set[str]] = defaultdict(set)
+    for entry in effects.llm.entries():
+        llm_keys[str(entry["execution_id"])].add(entry["key"])
+    tool_keys: dict[str, set[str]] = defaultdict(set)
+    for entry in effects.tools.entries():
+        tool_keys[str(entry["parent_execution_id"])].add(entry["key"])
+    for record in sessions:
+        ctx = _context(record)
+        budget = ctx.get("budget")
+        if record.is_active or not isinstance(budget, dict):
+            continue
+        eid = record.execution_id
+        made = (len(llm_keys[eid]), len(tool_keys[eid]))
+        # a call announced but never sent (the operator said not_performed) is spent
+        counted = (int(ctx.get("llm_calls") or 0), int(ctx.get("tool_calls_started") or 0))
+        limit = (budget.get("limits") or {}).get("max_llm_calls")
+        if counted[0] < made[0] or counted[1] != made[1] or (limit is not None and made[0] > limit):
+            findings.add(
+                "budget_miscounted",
+                f"spent (LLM calls, tool calls) {counted}, made {made}, LLM call limit {limit}",
+                execution_id=eid,
             )
 
 

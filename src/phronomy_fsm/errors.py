@@ -473,6 +473,22 @@ class ApprovalError(AgentError):
     name every item. Nothing was sent; the execution is untouched."""
 
 
+class BudgetExhaustedError(AgentError):
+    """An agent execution's next LLM call or tool calls would pass a limit of its
+    budget and the agent's ``on_budget_exhausted`` is ``fail``: the execution ended
+    ``failed`` with this error and the call was not made (``docs/agent.md``,
+    "Budgets"). Attributes: ``execution_id``, ``limit`` (``max_tokens``,
+    ``max_llm_calls``, ``max_tool_calls`` or ``max_cost_usd``), ``spent`` (what the
+    execution had spent of it), ``allowed`` (the limit's value)."""
+
+
+class BudgetError(AgentError):
+    """A budget extension was refused: the execution does not wait for one, another
+    request is pending, an unknown or non-positive limit, a limit lowered, or new
+    limits that still refuse the waiting call (``reason`` says which; ``docs/agent.md``,
+    "Budgets"). Nothing was sent; the execution is untouched."""
+
+
 class ApprovalPolicyError(AgentError):
     """The agent's ``approval_policy`` raised — anything, ``Cancelled`` and
     ``SystemExit`` included — while deciding a tool call. The execution ends ``failed``
@@ -523,6 +539,8 @@ __all__ = [
     "ApprovalError",
     "ApprovalPolicyError",
     "BackpressureError",
+    "BudgetError",
+    "BudgetExhaustedError",
     "Cancelled",
     "ConfigurationError",
     "ConflictError",

@@ -1,8 +1,8 @@
 """An agent execution parked for approval under ``agent_session`` version 3 continues
-under today's version, where the wait is called ``suspended`` (issue 23), and one
-parked under version 4 continues under version 5, which added the re-ask of invalid
-structured output (issue 24; the migrations are declared in
-``fsm_specs/agent_session.yaml``, applied as ``docs/spec-format.md`` "Migrations" says).
+under today's version, where the wait is called ``suspended`` (issue 23), and one parked
+under version 4 continues under version 5, which added the re-ask of invalid structured
+output and the budget states (issue 24); the migrations are declared in
+``fsm_specs/agent_session.yaml``, applied as ``docs/spec-format.md`` "Migrations" says.
 
 The old execution is written by the engine itself running the old table (lowered from
 ``tests/fixtures/specs/agent_session_v3.yaml`` or ``_v4.yaml``, byte for byte the spec
@@ -34,14 +34,14 @@ from .conftest import Events, barrier_names, make_tool
 SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "specs"
 
 
+def _version_3_table() -> MachineTable:
+    return _old_table(3)
+
+
 def _old_table(version: int = 3) -> MachineTable:
     result = check_spec_file(SPECS / f"agent_session_v{version}.yaml")
     assert result.ok and result.spec is not None, [i.render() for i in result.issues]
     return lower(result.spec)
-
-
-def _version_3_table() -> MachineTable:
-    return _old_table(3)
 
 
 def _wait_for_waiting(store: SqliteBarrierStore, execution_id: str) -> Any:
@@ -68,17 +68,26 @@ def test_the_declared_migration_renames_the_approval_wait() -> None:
     assert table.migrated_state(3, old.spec_sha256, "calling_llm") == "calling_llm"
     # no migration covers version 1 (its executions are parked, never renamed)
     assert table.migrated_state(1, "x" * 64, "awaiting_approval") == "awaiting_approval"
-    # version 4 had every state of 5 but one: nothing is renamed
+    # version 4 had every state of 5 but three: nothing is renamed
     v4 = _old_table(4)
     assert {s.name for s in v4.states} == {s.name for s in table.states} - {
-        "preparing_output_retry"
+        "preparing_output_retry",
+        "checking_budget",
+        "budget_exhausted",
     }
     assert table.migrated_state(4, v4.spec_sha256, "suspended") == "suspended"
 
 
-@pytest.mark.parametrize(("version", "waiting_state"), [(3, "awaiting_approval"), (4, "suspended")])
+def test_version_5_keeps_every_state_of_4() -> None:
+    old = _old_table(4)
+    assert old.version == 4
+    assert {s.name for s in old.states} <= {s.name for s in agent_session.TABLE.states}
+    assert agent_session.TABLE.migrated_state(4, old.spec_sha256, "suspended") == "suspended"
+
+
+@pytest.mark.parametrize(("version", "wait_state"), [(3, "awaiting_approval"), (4, "suspended")])
 def test_an_execution_waiting_under_an_old_version_is_approved_to_completion_today(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, waiting_state: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: int, wait_state: str
 ) -> None:
     db = tmp_path / "agents.db"
     log: list[Any] = []
@@ -103,7 +112,7 @@ def test_an_execution_waiting_under_an_old_version_is_approved_to_completion_tod
         finally:
             runtime.close(timeout_seconds=5)
     assert (stored.state, stored.point, stored.spec_version, stored.spec_sha256) == (
-        waiting_state,
+        wait_state,
         DurablePoint.WAIT,
         version,
         old.spec_sha256,
@@ -130,7 +139,7 @@ def test_an_execution_waiting_under_an_old_version_is_approved_to_completion_tod
         assert (announced.execution_id, announced.request_id) == ("ex-1", request_id)
         assert [i.tool_name for i in announced.items] == ["refund"]
         before = store.load_record("ex-1")
-        assert (before.state, before.spec_version) == (waiting_state, version)
+        assert (before.state, before.spec_version) == (wait_state, version)
         result = agent.approve("ex-1", approval_request_id=request_id, wait_seconds=20)
         assert (result.status, result.output) == ("completed", "refunded")
         assert len(log) == 1  # the tool ran once, after the upgrade
@@ -138,7 +147,7 @@ def test_an_execution_waiting_under_an_old_version_is_approved_to_completion_tod
         assert (done.status, done.state, done.spec_version, done.spec_sha256) == (
             ExecutionStatus.COMPLETED,
             "completed",
-            5,
+            agent_session.TABLE.version,
             agent_session.SPEC_SHA256,
         )
         assert barrier_names(store, "ex-1") == [

@@ -12,12 +12,22 @@ documentation's pictures), else to the test's folder.
 from __future__ import annotations
 
 import re
+import sys
+import threading
+from pathlib import Path
 from typing import Any
 
 from playwright.sync_api import expect
 
 from phronomy_fsm import operator
-from phronomy_fsm.agent import Agent, Reply, ScriptedProvider, Tool
+from phronomy_fsm.agent import (
+    Agent,
+    AgentRuntime,
+    BudgetExhausted,
+    Reply,
+    ScriptedProvider,
+    Tool,
+)
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.store.open import open_store
 from tests.console.agents import (
@@ -179,3 +189,53 @@ def test_a_parked_tool_call_is_resolved_in_the_browser_and_its_agent_goes_on(
     assert charged == []
     record, _signals = load(agents_populated, tool_call)
     assert json_data(record.context)["result"] == {"charged": True, "bank_reference": "B-77"}
+
+
+def test_an_agent_waiting_for_a_budget_shows_spent_against_its_limits(
+    agents_sqlite: str, serve: Any, browser: Any, screenshots: Any, tmp_path: Any
+) -> None:
+    """``docs/agent.md``, "Budgets": the execution page of an agent execution waiting in
+    ``budget_exhausted`` shows what it spent against each limit, the pending request and
+    the ``extend-budget`` command (the agent is the offline example's)."""
+    examples = Path(__file__).resolve().parents[2] / "docs" / "examples"
+    sys.path.insert(0, str(examples))
+    try:
+        import budget_agent  # type: ignore[import-not-found]
+    finally:
+        sys.path.remove(str(examples))
+    arrived = threading.Event()
+    seen: list[Any] = []
+
+    def on_event(event: Any) -> None:
+        if isinstance(event, BudgetExhausted):
+            seen.append(event)
+            arrived.set()
+
+    runtime = AgentRuntime.for_store(agents_sqlite)
+    try:
+        agent = Agent.create(
+            budget_agent.AGENT_ID, runtime=runtime, on_event=on_event, **budget_agent.options()
+        )
+        agent.invoke_async("Where are orders A1, A2 and A3?")
+        assert arrived.wait(30)
+    finally:
+        runtime.close()
+    execution_id = seen[0].execution_id
+    with serve(agents_sqlite) as served:
+        page = browser
+        page.goto(served.url + f"/execution?id={execution_id}")
+        expect(page.locator('h1 [data-test="status"]')).to_have_text("waiting")
+        section = page.locator('[data-test="section-budget"]')
+        expect(section).to_contain_text("max_llm_calls")
+        expect(section).to_contain_text("spent 2 of 2")
+        expect(section).to_contain_text("max_cost_usd")
+        expect(section).to_contain_text(f"phronomy-fsm extend-budget {execution_id}")
+        expect(section).to_contain_text("(pending)")
+        expect(page.locator('[data-test="actions"] h2')).to_have_text(
+            "Waits for a budget extension"
+        )
+        page.goto(served.url + "/")
+        row = page.locator(f'tr[data-execution="{execution_id}"]')
+        expect(row).to_contain_text("budget exhausted")
+        page.goto(served.url + f"/execution?id={execution_id}")
+        screenshots(page, "agent-budget")

@@ -69,3 +69,15 @@ def test_typed_agent_example_converts_arguments_and_parses_the_re_asked_answer(
         )
     out = run([sys.executable, str(EXAMPLES / "typed_agent.py")], tmp_path)  # a temporary store
     assert out.splitlines()[-1].startswith("parsed: Recommendation(")
+
+
+def test_budget_agent_example_waits_for_a_budget_and_completes_once_extended(
+    tmp_path: Path,
+) -> None:
+    out = run([sys.executable, str(EXAMPLES / "budget_agent.py"), str(tmp_path / "b.db")], tmp_path)
+    assert out.splitlines() == [
+        "waits: max_llm_calls spent 2 of 2 (llm_call)",
+        # 3 calls of 1200 + 80 tokens and one of 1500 + 40, at $0.15 / $0.60 a million
+        "spent: 4 LLM calls of 4, 5380 tokens, $0.000933 of $0.05",
+        "completed All three orders have shipped.",
+    ]

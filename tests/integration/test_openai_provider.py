@@ -685,3 +685,66 @@ def test_a_cancel_interrupts_a_call_blocked_on_the_network(tmp_path: Path) -> No
         finally:
             rt.close()
             store.close()
+
+
+# ------------------------------------------------------------------ budgets
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_budget_counts_the_usage_and_model_the_server_reports(
+    make: Any, tmp_path: Any, stream: bool
+) -> None:
+    """``docs/agent.md``, "Budgets": the tokens and the cost an execution has spent are
+    the ``usage`` the server reported (in the response, or in the last stream chunk with
+    ``stream_options.include_usage``), priced by the model the server named."""
+    from phronomy_fsm.agent import Agent, AgentRuntime, Budget, Tool
+    from phronomy_fsm.errors import BudgetExhaustedError
+    from phronomy_fsm.store import SqliteBarrierStore
+
+    step = {
+        "tool_calls": [{"name": "lookup", "arguments": {"q": "x"}}],
+        "usage": {"prompt_tokens": 700, "completion_tokens": 300},
+        "model": "served-model",
+    }
+    server, provider = make([step, step, {"content": "never"}])
+    lookup = Tool(
+        "lookup",
+        lambda arguments, context: {"ok": True},
+        "Look something up.",
+        {"type": "object", "properties": {"q": {"type": "string"}}},
+    )
+    runtime = AgentRuntime(SqliteBarrierStore(tmp_path / "a.db"), own_store=True)
+    try:
+        agent = Agent.create(
+            "a",
+            provider=provider,
+            runtime=runtime,
+            tools=[lookup],
+            budget=Budget(max_tokens=2000, prices={"served-model": (1.0, 2.0)}),
+        )
+        run = agent.stream("go") if stream else None
+        with pytest.raises(BudgetExhaustedError) as caught:
+            if run is not None:
+                for _event in run:
+                    pass
+                run.result(20)
+            else:
+                agent.invoke("go", wait_seconds=20)
+        assert (caught.value.limit, caught.value.spent, caught.value.allowed) == (
+            "max_tokens",
+            2000,
+            2000,
+        )
+        assert len(server.requests) == 2  # the third call was refused, not sent
+        if stream:
+            assert server.requests[0].body["stream_options"] == {"include_usage": True}
+        facts = runtime.store.load_record(caught.value.execution_id).context["llm_responses"]
+        assert [(f["model"], f["usage"], f["cost_usd"]) for f in facts] == [
+            (
+                "served-model",
+                {"prompt_tokens": 700, "completion_tokens": 300},
+                pytest.approx((700 * 1.0 + 300 * 2.0) / 1e6),
+            )
+        ] * 2
+    finally:
+        runtime.close(timeout_seconds=5)

@@ -228,7 +228,7 @@ def test_agent_session_version_4_renamed_the_approval_wait() -> None:
     # design's names) and declares the migrations that rename it in stored executions
     # of versions 2 and 3; every other row, state, event and hook is unchanged
     before = _shipped(FIXTURES / "agent_session_v3.yaml")
-    after = _shipped(FIXTURES / "agent_session_v4.yaml")
+    after = _shipped(FIXTURES / "agent_session_v4.yaml")  # as shipped, before version 5
     renames = {"awaiting_approval": "suspended"}
     assert after["version"] == 4
     assert after["migrations"] == [
@@ -253,27 +253,26 @@ def test_agent_session_version_4_renamed_the_approval_wait() -> None:
     assert after["fail_closed"] == before["fail_closed"] == "recovery_required"
 
 
-def test_the_shipped_agent_session_is_version_5_which_only_adds_the_output_retry() -> None:
+def test_the_shipped_agent_session_is_version_5_which_adds_the_output_retry_and_the_budget() -> (
+    None
+):
     # version 5 (issue 24) adds the re-ask of an answer that is not valid structured
-    # output: the state preparing_output_retry (barrier output_retry) and the rows out of
-    # output_filtering that lead to it or fail; it renames nothing, so an execution of
+    # output (the state preparing_output_retry, barrier output_retry, and the rows out of
+    # output_filtering that lead to it or fail) and the budget check and its wait
+    # (checking_budget, budget_exhausted); it renames nothing, so an execution of
     # version 4 is recovered as it stood (the migration from 4 renames no state)
     before = _shipped(FIXTURES / "agent_session_v4.yaml")
     after = _shipped(REPO / "fsm_specs" / "agent_session.yaml")
     assert after["version"] == 5
     assert after["migrations"][0] == {"from_version": 4, "from_sha256": None, "rename_states": []}
     assert after["migrations"][1:] == before["migrations"]
+    added = {"preparing_output_retry", "checking_budget", "budget_exhausted"}
     names = [s["name"] for s in after["states"]]
-    assert [n for n in names if n != "preparing_output_retry"] == [
-        s["name"] for s in before["states"]
-    ]
+    assert {n for n in names if n in added} == added
+    assert [n for n in names if n not in added] == [s["name"] for s in before["states"]]
     old, new = candidates(before), candidates(after)
-    changed = {key for key, rows in new.items() if old.get(key) != rows}
     assert set(old) <= set(new)  # nothing an execution of version 4 did is gone
-    assert {key for key in changed if key[0] != "preparing_output_retry"} == {
-        ("output_filtering", "output_filtered")
-    }
-    assert ("preparing_output_retry", "output_retry_committed") in changed
+    assert ("preparing_output_retry", "output_retry_committed") in new
     # out of output_filtering: the blocked row first, then the two new guarded rows, then
     # the rows of version 4 in their order
     rows = new[("output_filtering", "output_filtered")]
@@ -290,9 +289,15 @@ def test_the_shipped_agent_session_is_version_5_which_only_adds_the_output_retry
     assert set(after["guards"]) - set(before["guards"]) == {
         "output_invalid",
         "output_retry_allowed",
+        "budget_fails",
+        "budget_waits",
     }
     assert set(after["actions"]) - set(before["actions"]) == {
         "mark_output_invalid",
         "record_output_error",
+        "apply_budget_extension",
+        "mark_budget_failed",
+        "request_budget",
     }
+    assert after["offload_hooks"] == before["offload_hooks"]
     assert after["fail_closed"] == before["fail_closed"] == "recovery_required"

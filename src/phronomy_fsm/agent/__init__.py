@@ -12,6 +12,7 @@ the behaviour; ``docs/semantics.md`` the durability rules underneath.
 
 from phronomy_fsm.agent.agent import Agent, EventStream
 from phronomy_fsm.agent.anthropic import AnthropicProvider
+from phronomy_fsm.agent.budget import Budget, BudgetPolicy, ModelPrice
 from phronomy_fsm.agent.config import AgentConfig, ListenerErrorPolicy, LLMResend
 from phronomy_fsm.agent.events import (
     AgentEvent,
@@ -19,6 +20,7 @@ from phronomy_fsm.agent.events import (
     AgentStatus,
     ApprovalItem,
     ApprovalRequired,
+    BudgetExhausted,
     Cancelled,
     Done,
     EventType,
@@ -48,6 +50,9 @@ __all__ = [
     "ApprovalItem",
     "ApprovalRequired",
     "Authorization",
+    "Budget",
+    "BudgetExhausted",
+    "BudgetPolicy",
     "Cancelled",
     "Done",
     "EventStream",
@@ -60,6 +65,7 @@ __all__ = [
     "LLMResponse",
     "ListenerErrorPolicy",
     "Message",
+    "ModelPrice",
     "OpenAICompatibleProvider",
     "Provider",
     "RecoveryRequired",

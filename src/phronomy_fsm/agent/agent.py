@@ -420,6 +420,82 @@ class Agent:
             decisions=decisions,
         ).result(wait_seconds)
 
+    # --------------------------------------------------------------- budgets
+
+    def extend_budget_async(
+        self,
+        execution_id: str,
+        *,
+        request_id: str | None = None,
+        max_tokens: int | None = None,
+        max_llm_calls: int | None = None,
+        max_tool_calls: int | None = None,
+        max_cost_usd: float | None = None,
+    ) -> Task[AgentResult]:
+        """Extend the budget of an execution waiting in ``budget_exhausted``: the
+        limits given replace its own (the others stay); the task then observes how
+        the execution ends, like the invoke task (``docs/agent.md``, "Budgets").
+
+        Args:
+            execution_id / request_id: from the
+                :class:`~phronomy_fsm.agent.events.BudgetExhausted` event (``None``:
+                the request pending now).
+            max_tokens / max_llm_calls / max_tool_calls: new limits, ints ≥ 1.
+            max_cost_usd: a new limit in US dollars (> 0).
+
+        Raises:
+            BudgetError: refused (not waiting, another request, no limit given, a limit
+                lowered, or limits that still refuse the waiting call); nothing is
+                sent. AgentClosedError, NotFoundError, StorageError.
+
+        Durability: the extension is in the execution's inbox before this returns.
+        """
+        self._check_open()
+        given = {
+            "max_tokens": max_tokens,
+            "max_llm_calls": max_llm_calls,
+            "max_tool_calls": max_tool_calls,
+            "max_cost_usd": max_cost_usd,
+        }
+        limits = {name: value for name, value in given.items() if value is not None}
+        task: Task[AgentResult] = Task(f"{self.agent_id} extend budget {execution_id}")
+        self._observe(execution_id, task)
+        try:
+            signal = approvals.send_budget_extension(
+                self.store,
+                execution_id,
+                limits=limits,
+                request_id=request_id,
+                by=f"agent:{self.agent_id}",
+                sender=f"worker:{self.runtime.durable.worker_id}",
+            )
+        except BaseException as exc:
+            self._unobserve(execution_id, task, exc)
+            raise
+        self.runtime.durable.notify(execution_id, signal)
+        return task
+
+    def extend_budget(
+        self,
+        execution_id: str,
+        *,
+        request_id: str | None = None,
+        max_tokens: int | None = None,
+        max_llm_calls: int | None = None,
+        max_tool_calls: int | None = None,
+        max_cost_usd: float | None = None,
+        wait_seconds: float | None = None,
+    ) -> AgentResult:
+        """:meth:`extend_budget_async`, then wait for how the execution ends."""
+        return self.extend_budget_async(
+            execution_id,
+            request_id=request_id,
+            max_tokens=max_tokens,
+            max_llm_calls=max_llm_calls,
+            max_tool_calls=max_tool_calls,
+            max_cost_usd=max_cost_usd,
+        ).result(wait_seconds)
+
     # --------------------------------------------------------------- recovery
 
     def resolve_async(

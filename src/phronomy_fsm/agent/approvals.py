@@ -7,6 +7,9 @@ was checked against, so it applies to exactly the request that was checked
 stored execution and writes nothing when it refuses. :func:`send_resolution` does the
 same for an operator's answer to an agent execution (or one of its tool calls) in
 ``recovery_required``: an LLM answer supplied as ``succeeded`` must parse as one.
+:func:`send_budget_extension` checks a person's new limits for an execution waiting in
+``budget_exhausted`` (``docs/agent.md``, "Budgets") and writes them as the
+``budget_extended`` signal the same way.
 
 Both are what :class:`~phronomy_fsm.agent.agent.Agent` and the operator library
 (``phronomy-fsm approve`` / ``resolve``) call.
@@ -20,6 +23,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from phronomy_fsm.agent.budget import check_extension, check_extension_limits
 from phronomy_fsm.agent.types import LLMResponse
 from phronomy_fsm.durable.codec import json_data
 from phronomy_fsm.durable.operations import request_resolution, send_signal
@@ -27,6 +31,7 @@ from phronomy_fsm.durable.ports import ExecutionStore
 from phronomy_fsm.durable.records import ExecutionRecord, ExecutionStatus, SignalRecord
 from phronomy_fsm.errors import (
     ApprovalError,
+    BudgetError,
     NotFoundError,
     PhronomyError,
     ResolutionError,
@@ -36,6 +41,7 @@ from phronomy_fsm.generated import agent_session
 from phronomy_fsm.store.open import command_target
 
 APPROVAL_EVENT = agent_session.Event.APPROVAL_DECIDED.value
+BUDGET_EVENT = agent_session.Event.BUDGET_EXTENDED.value
 
 
 def _state(record: ExecutionRecord) -> str:
@@ -261,6 +267,122 @@ def approval_signal_id(execution_id: str, approval_request_id: str, revision: in
     return "approval-" + hashlib.sha256(raw).hexdigest()[:32]
 
 
+def send_budget_extension(
+    store: ExecutionStore,
+    execution_id: str,
+    *,
+    limits: Mapping[str, int | float],
+    request_id: str | None = None,
+    by: str | None = None,
+    expected_revision: int | None = None,
+    sender: str = "",
+) -> SignalRecord:
+    """Check new limits against the stored execution waiting in ``budget_exhausted``,
+    then write them to its inbox as the ``budget_extended`` signal (the owner applies
+    them; any process may send them; ``docs/agent.md``, "Budgets").
+
+    Args:
+        limits: limit name (``max_tokens``, ``max_llm_calls``, ``max_tool_calls``,
+            ``max_cost_usd``) → its new value (a positive int; US dollars > 0 for
+            ``max_cost_usd``); the limits not named stay as they are.
+        request_id: the pending budget request (``BudgetExhausted`` event, ``executions
+            show``); None: the one pending now.
+        by: who extended it (kept in the journal); sender: kept with the signal.
+        expected_revision: refuse unless the execution is still at this revision.
+
+    Raises:
+        BudgetError: ``reason`` ``bad_arguments`` (not limits), ``not_agent``,
+            ``finished``, ``not_waiting``, ``other_request``, ``already_extended`` (an
+            extension is already in its inbox), ``stale_revision``, ``lowers_limit``,
+            ``not_enough`` (the waiting call would still be refused).
+        NotFoundError, StorageError. Nothing is written when it raises.
+
+    Durability: the signal is committed before this returns; its id is derived from the
+    execution, the request and the revision checked, so of two extensions sent at once
+    one is stored and the other refused.
+    """
+    checked = check_extension_limits(limits)
+    record = store.load_record(execution_id)
+    eid = record.execution_id
+    if record.machine != agent_session.MACHINE:
+        raise BudgetError(
+            f"execution {eid} is a {record.machine} execution, not an agent execution",
+            execution_id=eid,
+            reason="not_agent",
+        )
+    if record.is_finished:
+        raise BudgetError(
+            f"execution {eid} is {record.status.value}; there is no budget to extend",
+            execution_id=eid,
+            reason="finished",
+        )
+    ctx = json_data(record.context)
+    ctx = ctx if isinstance(ctx, dict) else {}
+    pending = ctx.get("budget_request") or {}
+    if (
+        record.status is not ExecutionStatus.WAITING
+        or _state(record) != agent_session.State.BUDGET_EXHAUSTED
+        or pending.get("decided")
+    ):
+        raise BudgetError(
+            f"execution {eid} does not wait for a budget extension (status "
+            f"{record.status.value}, state {record.state}); nothing was written",
+            execution_id=eid,
+            reason="not_waiting",
+        )
+    pending_id = str(pending.get("request_id"))
+    if request_id is not None and request_id != pending_id:
+        raise BudgetError(
+            f"budget request {request_id!r} does not match the pending request "
+            f"{pending_id!r} of execution {eid}; nothing was written",
+            execution_id=eid,
+            reason="other_request",
+        )
+    if expected_revision is not None and expected_revision != record.revision:
+        raise BudgetError(
+            f"execution {eid} is at revision {record.revision}, not {expected_revision}; "
+            "read it again; nothing was written",
+            execution_id=eid,
+            reason="stale_revision",
+        )
+    check_extension(ctx, checked, execution_id=eid)
+    already = BudgetError(
+        f"budget request {pending_id} of execution {eid} already has an extension on its "
+        "way (in the execution's inbox); nothing was written",
+        execution_id=eid,
+        reason="already_extended",
+    )
+    for signal in store.pending_signals(eid):
+        payload = signal.payload if isinstance(signal.payload, dict) else {}
+        if signal.event == BUDGET_EVENT and payload.get("request_id") == pending_id:
+            raise already
+    nonce = os.urandom(8).hex()
+    raw = f"{eid}\x00{pending_id}\x00{record.revision}".encode()
+    try:
+        stored = send_signal(
+            store,
+            eid,
+            BUDGET_EVENT,
+            {"request_id": pending_id, "limits": checked, "by": by, "nonce": nonce},
+            expected_revision=record.revision,
+            signal_id="budget-" + hashlib.sha256(raw).hexdigest()[:32],
+            sender=sender,
+            table=agent_session.TABLE,
+        )
+    except SignalRefusedError as exc:
+        if getattr(exc, "reason", None) == "signal_id_reused":
+            raise already from exc
+        raise BudgetError(
+            f"execution {eid} moved on while the extension was sent ({exc}); read it again",
+            execution_id=eid,
+            reason="stale_revision",
+        ) from exc
+    payload = stored.payload if isinstance(stored.payload, dict) else {}
+    if payload.get("nonce") != nonce:
+        raise already
+    return stored  # type: ignore[no-any-return]
+
+
 def send_resolution(
     store: ExecutionStore,
     execution_id: str,
@@ -370,16 +492,32 @@ def how_to_continue(store: ExecutionStore, execution_id: str) -> str | None:
             f"it waits for approval of request {request_id}: `{shlex.join(words)}` (add "
             "--reject to reject it), then load its agent again (Agent.load) to continue it"
         )
+    budget_request = (ctx.get("budget_request") or {}) if isinstance(ctx, dict) else {}
+    if (
+        record.status is ExecutionStatus.WAITING
+        and _state(record) == agent_session.State.BUDGET_EXHAUSTED
+        and not budget_request.get("decided")
+    ):
+        limit = str(budget_request.get("limit"))
+        words = ["phronomy-fsm", "extend-budget", execution_id, "--db", db]
+        words += [f"--{limit.replace('_', '-')}", "<new limit>"]
+        return (
+            f"it waits for a budget extension ({limit}: spent {budget_request.get('spent')} "
+            f"of {budget_request.get('allowed')}): `{shlex.join(words)}`, then load its "
+            "agent again (Agent.load) to continue it"
+        )
     return None
 
 
 __all__ = [
     "APPROVAL_EVENT",
+    "BUDGET_EVENT",
     "agent_of",
     "approval_signal_id",
     "check_approval",
     "check_decision_types",
     "how_to_continue",
     "send_approval",
+    "send_budget_extension",
     "send_resolution",
 ]

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from phronomy_fsm.agent.budget import Budget, BudgetPolicy
 from phronomy_fsm.agent.events import AgentEvent
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
@@ -93,6 +94,8 @@ class AgentConfig:
     llm_resend: LLMResend = LLMResend.ASK_OPERATOR
     output: TypeSchema | None = None
     output_retries: int = DEFAULT_OUTPUT_RETRIES
+    budget: Budget | None = None
+    on_budget_exhausted: BudgetPolicy = BudgetPolicy.FAIL
 
     @classmethod
     def build(
@@ -114,6 +117,8 @@ class AgentConfig:
         llm_resend: LLMResend | str = LLMResend.ASK_OPERATOR,
         output_type: Any = None,
         output_retries: int = DEFAULT_OUTPUT_RETRIES,
+        budget: Budget | None = None,
+        on_budget_exhausted: BudgetPolicy | str = BudgetPolicy.FAIL,
     ) -> AgentConfig:
         """Check the options and return the configuration.
 
@@ -151,6 +156,12 @@ class AgentConfig:
             output_retries: how many times an answer that does not validate is
                 re-asked (a new LLM call told what was wrong) before the execution
                 ends ``failed`` with OutputValidationError (default 1; 0: never).
+            budget: the limits of each execution (:class:`~phronomy_fsm.agent.budget.
+                Budget`: tokens, LLM calls, tool calls, US dollars from a price table),
+                or None (``docs/agent.md``, "Budgets").
+            on_budget_exhausted: ``fail`` (the default: the execution ends ``failed``
+                with BudgetExhaustedError) or ``wait`` (it waits in
+                ``budget_exhausted`` for ``Agent.extend_budget``).
 
         Raises:
             TypeSchemaError: ``output_type`` has no JSON Schema (a ConfigurationError).
@@ -169,6 +180,18 @@ class AgentConfig:
             raise ConfigurationError(
                 f"llm_resend must be one of {[r.value for r in LLMResend]}, got {llm_resend!r}"
             ) from None
+        try:
+            budget_policy = BudgetPolicy(on_budget_exhausted)
+        except ValueError:
+            raise ConfigurationError(
+                "on_budget_exhausted must be one of "
+                f"{[p.value for p in BudgetPolicy]}, got {on_budget_exhausted!r}"
+            ) from None
+        if budget is not None and not isinstance(budget, Budget):
+            raise ConfigurationError(
+                f"budget must be a Budget(max_tokens=..., ...) or None, got {budget!r}"
+            )
+        checked_budget = None if budget is None else budget.checked()
         if type(max_iterations) is not int or max_iterations < 1:
             raise ConfigurationError(f"max_iterations must be an int ≥ 1, got {max_iterations!r}")
         if max_tool_result_bytes is not None and (
@@ -249,6 +272,8 @@ class AgentConfig:
             llm_resend=resend,
             output=output,
             output_retries=output_retries,
+            budget=checked_budget,
+            on_budget_exhausted=budget_policy,
         )
 
     def llm_effect(self) -> EffectKind:

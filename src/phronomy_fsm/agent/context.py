@@ -132,6 +132,13 @@ class SessionContext:
         output_retries: answers refused as structured output and re-asked so far.
         parsed_output: the final answer parsed as JSON, for an agent with an
             ``output_type`` (``AgentResult.parsed`` is it converted to the type).
+        tool_calls_started: tool calls started so far (child executions committed).
+        budget: the execution's budget, ``{"limits", "prices", "on_exhausted"}``
+            (``agent/budget.py``), set from its agent's configuration with the input and
+            changed only by extensions; None: no limits.
+        budget_request: the pending (or last) budget request while it waits in
+            ``budget_exhausted``: ``{"request_id", "limit", "spent", "allowed",
+            "call", "calls", "decided"}`` (``docs/agent.md``, "Budgets").
     """
 
     agent_id: str
@@ -159,6 +166,9 @@ class SessionContext:
     usage: dict[str, int] = attrs.Factory(lambda: {"prompt_tokens": 0, "completion_tokens": 0})
     output_retries: int = 0
     parsed_output: JSON = None
+    tool_calls_started: int = 0
+    budget: dict[str, JSON] | None = None
+    budget_request: dict[str, JSON] | None = None
 
     def tool(self, tool_invocation_id: str) -> ToolCallState | None:
         """The tool call with this id in the current batch, or None."""

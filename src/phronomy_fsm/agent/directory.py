@@ -33,6 +33,7 @@ from phronomy_fsm.agent.events import (
     AgentStatus,
     ApprovalItem,
     ApprovalRequired,
+    BudgetExhausted,
     Cancelled,
     Done,
     Failed,
@@ -48,6 +49,7 @@ from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import (
     HOOK_ERRORS,
     AgentNotLoadedError,
+    BudgetExhaustedError,
     ContentBlockedError,
     ExecutionDetachedError,
     ExecutionFailedError,
@@ -288,7 +290,23 @@ class AgentDirectory:
         state = agent_session.TABLE.migrated_state(
             record.spec_version, record.spec_sha256, record.state
         )
-        if state != agent_session.State.SUSPENDED or not isinstance(ctx, dict):
+        if not isinstance(ctx, dict):
+            return
+        if state == agent_session.State.BUDGET_EXHAUSTED:
+            request = ctx.get("budget_request") or {}
+            self.emit(
+                str(ctx.get("agent_id")),
+                BudgetExhausted(
+                    record.execution_id,
+                    str(request.get("request_id") or ""),
+                    str(request.get("limit") or ""),
+                    request.get("spent") or 0,
+                    request.get("allowed") or 0,
+                    str(request.get("call") or ""),
+                ),
+            )
+            return
+        if state != agent_session.State.SUSPENDED:
             return
         approval = ctx.get("approval") or {}
         tools = {t["tool_invocation_id"]: t for t in ctx.get("tools", [])}
@@ -509,6 +527,16 @@ def finished_outcome(
             attempts=int(ctx.get("output_retries") or 0) + 1,
             reason=str(message),
         )
+    if error_type == "BudgetExhaustedError":
+        refused = ctx.get("budget_request") or {}
+        error = BudgetExhaustedError(
+            str(message),
+            execution_id=execution_id,
+            limit=refused.get("limit"),
+            spent=refused.get("spent"),
+            allowed=refused.get("allowed"),
+        )
+        return None, error, Failed(execution_id, AgentStatus.FAILED, f"{error_type}: {message}")
     error = live_error or ExecutionFailedError(
         f"{error_type or 'Error'}: {message or 'the execution failed'}",
         execution_id=execution_id,

@@ -7,6 +7,8 @@ Every event is a frozen attrs class with ``execution_id`` and a ``type`` (an
 - :class:`ToolCalled` — the LLM asked for a tool call;
 - :class:`ToolResulted` — a tool call's result (or error) joined the conversation;
 - :class:`ApprovalRequired` — the execution waits, durably, for a person's decision;
+- :class:`BudgetExhausted` — the execution waits, durably, for a person to extend its
+  budget (``docs/agent.md``, "Budgets");
 - :class:`RecoveryRequired` — an effect may or may not have happened; an operator must
   answer (``phronomy-fsm resolve``);
 - terminal: :class:`Done`, :class:`HandedOff`, :class:`Failed` (``kind``: ``error``,
@@ -33,6 +35,7 @@ class EventType(enum.StrEnum):
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
     APPROVAL_REQUIRED = "approval_required"
+    BUDGET_EXHAUSTED = "budget_exhausted"
     RECOVERY_REQUIRED = "recovery_resolution_required"
     DONE = "done"
     HANDOFF = "handoff"
@@ -129,6 +132,22 @@ class ApprovalRequired(AgentEvent):
     type: ClassVar[EventType] = EventType.APPROVAL_REQUIRED
     request_id: str = ""
     items: tuple[ApprovalItem, ...] = ()
+
+
+@attrs.frozen
+class BudgetExhausted(AgentEvent):
+    """The execution is durably waiting in ``budget_exhausted``: its next call would
+    pass ``limit`` (``spent`` of ``allowed`` spent; ``call`` is ``llm_call`` or
+    ``tool_calls``). Answer with ``Agent.extend_budget(execution_id,
+    request_id=request_id, ...)`` or ``phronomy-fsm extend-budget`` from any process
+    (``docs/agent.md``, "Budgets")."""
+
+    type: ClassVar[EventType] = EventType.BUDGET_EXHAUSTED
+    request_id: str = ""
+    limit: str = ""
+    spent: int | float = 0
+    allowed: int | float = 0
+    call: str = ""
 
 
 @attrs.frozen
@@ -233,6 +252,7 @@ __all__ = [
     "AgentStatus",
     "ApprovalItem",
     "ApprovalRequired",
+    "BudgetExhausted",
     "Cancelled",
     "Done",
     "EventType",

@@ -11,6 +11,7 @@ kind                  data
 input_received        ``{"input"}`` — the input exactly as received
 user_message          ``{"message", "context"}`` — the filtered input
 llm_call_recorded     ``{"llm_call_id", "model", "usage", "finish_reason", "tool_call_count"}``
+                      (and ``cost_usd`` for an agent with a price table)
 assistant_message     ``{"message", "context", "llm_call_id"}``
 tool_result           ``{"tool_invocation_id", "tool_call_id", "tool_name", "status",
                       "result", "error", "original_bytes"}`` — the error text of a tool
@@ -20,11 +21,14 @@ approval_required     ``{"approval_request_id", "items"}``
 approval_decided      ``{"approval_request_id", "decisions", "approved"}``
 output_rejected       ``{"attempt", "error"}`` — an answer that was not valid structured output
                       (``docs/agent.md``, "Structured output")
+budget_exhausted      ``{"request_id", "limit", "spent", "allowed", "call", "calls"}`` — the
+                      execution waited for a budget (``docs/agent.md``, "Budgets")
+budget_extended       ``{"request_id", "limits", "by"}``
 final_output          ``{"text"}``
 execution_<outcome>   ``{"status", "error"}``
 ====================  =====================================================================
 
-Approval entries come where they happened (after the assistant message whose tool calls
+Approval and budget entries come where they happened (after the assistant message whose tool calls
 they are about): :func:`transcript` builds the list, and reading the same list from a
 running execution's context gives a prefix of it (``docs/agent.md``, "Event streams").
 ``message`` is an OpenAI chat message; ``context`` is true when the message joins the

@@ -25,6 +25,7 @@ from typing import Any
 
 import attrs
 
+from phronomy_fsm.agent import budget
 from phronomy_fsm.agent.context import (
     ApprovalRequestState,
     Outcome,
@@ -44,6 +45,8 @@ from phronomy_fsm.durable.records import EffectKind, ExecutionStatus
 from phronomy_fsm.durable.types import BarrierRecords, ChildStart
 from phronomy_fsm.errors import (
     ApprovalPolicyError,
+    BudgetError,
+    BudgetExhaustedError,
     Cancelled,
     ConfigurationError,
     ContentBlockedError,
@@ -150,6 +153,9 @@ class AgentSessionHooks(agent_session.Hooks):
         """The filtered input becomes the conversation's user message."""
         ctx.filtered_input = payload.text
         ctx.messages.append(Message("user", payload.text).to_json())
+        if ctx.budget is None:  # the agent's budget as this execution starts with it
+            config = self.directory.config(ctx.agent_id)
+            ctx.budget = budget.budget_state(config.budget, config.on_budget_exhausted)
 
     # ------------------------------------------------------------------ LLM calls
 
@@ -245,18 +251,20 @@ class AgentSessionHooks(agent_session.Hooks):
             "completion_tokens": ctx.usage.get("completion_tokens", 0)
             + response.usage.completion_tokens,
         }
-        ctx.llm_responses.append(
-            {
-                "llm_call_id": call_id,
-                "model": response.model,
-                "usage": {
-                    "prompt_tokens": response.usage.prompt_tokens,
-                    "completion_tokens": response.usage.completion_tokens,
-                },
-                "finish_reason": response.finish_reason,
-                "tool_call_count": len(response.tool_calls),
-            }
-        )
+        fact: dict[str, Any] = {
+            "llm_call_id": call_id,
+            "model": response.model,
+            "usage": {
+                "prompt_tokens": response.usage.prompt_tokens,
+                "completion_tokens": response.usage.completion_tokens,
+            },
+            "finish_reason": response.finish_reason,
+            "tool_call_count": len(response.tool_calls),
+        }
+        if ctx.budget is not None and ctx.budget.get("prices"):
+            # priced once, when answered: the spent cost is the sum of these facts
+            fact["cost_usd"] = budget.call_cost(ctx.budget, response.model, fact["usage"])
+        ctx.llm_responses.append(fact)
         ctx.answer = response.content
         ctx.finish_reason = response.finish_reason
         ctx.pending_llm_call_id = None
@@ -514,6 +522,7 @@ class AgentSessionHooks(agent_session.Hooks):
             if call.status is not ToolCallStatus.AUTHORIZED:
                 continue
             call.status = ToolCallStatus.RUNNING
+            ctx.tool_calls_started += 1  # committed with the children: counted once
             children.append(
                 ChildStart(
                     tool_call.MACHINE,
@@ -594,6 +603,107 @@ class AgentSessionHooks(agent_session.Hooks):
     def iteration_limit_reached(self, ctx: SessionContext, payload: Any) -> bool:
         """The agent's ``max_iterations`` LLM calls were made."""
         return ctx.llm_calls >= self.directory.config(ctx.agent_id).max_iterations
+
+    # ------------------------------------------------------------------ budget
+
+    def _refusal(self, ctx: SessionContext) -> budget.Refusal | None:
+        # the same arithmetic an operator's process runs on the stored context
+        return budget.refusal(
+            {
+                "budget": ctx.budget,
+                "llm_responses": ctx.llm_responses,
+                "llm_calls": ctx.llm_calls,
+                "tool_calls_started": ctx.tool_calls_started,
+                "tools": [{"status": t.status.value} for t in ctx.tools],
+            }
+        )
+
+    def budget_fails(self, ctx: SessionContext, payload: Any) -> bool:
+        """The next call (the authorized tool calls, else the next LLM call) would pass
+        a limit, and the policy is ``fail`` — or a call's model has no price
+        (``docs/agent.md``, "Budgets")."""
+        refused = self._refusal(ctx)
+        if refused is None or ctx.budget is None:
+            return False
+        return (
+            refused.unpriced_model is not None
+            or ctx.budget.get("on_exhausted") != budget.BudgetPolicy.WAIT.value
+        )
+
+    def budget_waits(self, ctx: SessionContext, payload: Any) -> bool:
+        """The next call would pass a limit and the policy is ``wait``."""
+        return self._refusal(ctx) is not None
+
+    def mark_budget_failed(self, ctx: SessionContext, payload: Any) -> None:
+        """End ``failed`` with BudgetExhaustedError naming the limit, the spent amount
+        and the limit (BudgetError for a model with no price); the call is not made."""
+        refused = self._refusal(ctx)
+        assert refused is not None  # the guard just said so
+        ctx.outcome = Outcome.FAILED
+        ctx.budget_request = {**refused.to_dict(), "request_id": None, "decided": False}
+        error_type = BudgetError if refused.unpriced_model else BudgetExhaustedError
+        ctx.error_type, ctx.error = error_type.__name__, refused.message()
+
+    def request_budget(self, ctx: SessionContext, payload: Any) -> None:
+        """Open the budget request the wait in ``budget_exhausted`` is for (the same
+        request when it is already open for the same limit); an ``budget_exhausted``
+        audit entry."""
+        refused = self._refusal(ctx)
+        assert refused is not None
+        current = ctx.budget_request
+        if (
+            current is not None
+            and not current.get("decided")
+            and current.get("request_id")
+            and current.get("limit") == refused.limit
+        ):
+            return
+        ctx.budget_request = {**refused.to_dict(), "request_id": new_id(), "decided": False}
+        ctx.audit.append(
+            {
+                "kind": "budget_exhausted",
+                "data": dict(ctx.budget_request),
+                "at": len(ctx.messages),  # where the transcript places it
+            }
+        )
+
+    def apply_budget_extension(self, ctx: SessionContext, payload: Any) -> None:
+        """A person's extension (the ``budget_extended`` signal: ``{"request_id",
+        "limits", "by"}``, checked by whoever sent it): its limits replace the
+        execution's. One for another request, or with limits that are not limits
+        (a hand-made signal), changes nothing: the check that follows asks again."""
+        data = payload if isinstance(payload, dict) else {}
+        request = ctx.budget_request
+        try:
+            limits = budget.check_extension_limits(data.get("limits"))
+        except BudgetError as exc:
+            log.warning("execution %s: budget extension ignored: %s", ctx.execution_id, exc)
+            return
+        if (
+            request is None
+            or ctx.budget is None
+            or data.get("request_id") != request.get("request_id")
+        ):
+            log.warning(
+                "execution %s: budget extension for request %r ignored (pending: %r)",
+                ctx.execution_id,
+                data.get("request_id"),
+                None if request is None else request.get("request_id"),
+            )
+            return
+        ctx.budget = {**ctx.budget, "limits": {**(ctx.budget.get("limits") or {}), **limits}}
+        request["decided"] = True
+        ctx.audit.append(
+            {
+                "kind": "budget_extended",
+                "data": {
+                    "request_id": request.get("request_id"),
+                    "limits": limits,
+                    "by": data.get("by"),
+                },
+                "at": len(ctx.messages),
+            }
+        )
 
     # ------------------------------------------------------------------ output
 

@@ -58,7 +58,8 @@ class StoredEvent:
         kind: the journal kind (``input_received``, ``user_message``,
             ``llm_call_recorded``, ``assistant_message``, ``tool_result``,
             ``tool_message``, ``approval_required``, ``approval_decided``, ``output_rejected``,
-            ``final_output``, ``execution_<outcome>``; their data is described in
+            ``budget_exhausted``, ``budget_extended``, ``final_output``,
+            ``execution_<outcome>``; their data is described in
             :mod:`phronomy_fsm.agent.journal`).
         data: the entry's JSON data (message entries without ``context``).
     """

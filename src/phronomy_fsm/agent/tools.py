@@ -27,7 +27,6 @@ import enum
 import inspect
 import json
 import re
-import sys
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -379,9 +378,10 @@ def resolved_hints(fn: Callable[..., Any]) -> dict[str, Any]:
         return typing.get_type_hints(fn)
     except NameError as exc:
         first = exc
-    frame = sys._getframe(1)
+    current = inspect.currentframe()
+    frame = current.f_back if current is not None else None  # the caller's
     for _ in range(8):
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back if frame is not None else None
         if frame is None:
             break
         try:

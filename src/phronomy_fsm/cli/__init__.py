@@ -76,6 +76,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "and journal."
         ),
     ),
+    "extend-budget": (
+        "operator_commands",
+        "Extend the budget of an agent execution that waits for one, from any process.",
+    ),
     "fork": (
         "fork_commands",
         "Start a new execution from a past commit of ID, after a plan of what would run again.",

@@ -98,6 +98,7 @@ def _signal_subject(signal: Any) -> str:
 _WAITS = {
     operator.WAITS_FOR_OPERATOR: "  <- waits for an operator",
     operator.WAITS_FOR_APPROVAL: "  <- waits for a person's approval",
+    operator.WAITS_FOR_BUDGET: "  <- waits for a budget extension",
     operator.WAITS_FOR_SIGNAL: "  <- waits for a signal",
 }
 
@@ -117,6 +118,28 @@ def approval_lines(approval: operator.ApprovalView) -> list[str]:
     if approval.commands:
         lines.append("  decide with:")
         lines += [f"    {command}" for command in approval.commands]
+    return lines
+
+
+def budget_lines(budget: operator.BudgetView) -> list[str]:
+    """An agent execution's budget: spent against each limit, the pending request and
+    the extend-budget command that answers it."""
+    lines = [f"budget (on exhausted: {budget.on_exhausted}):"]
+    for name, spent, allowed in budget.rows():
+        if allowed is not None or spent:
+            lines.append(f"  {name}: spent {spent} of {'no limit' if allowed is None else allowed}")
+    request = budget.request
+    if request is not None:
+        state = (
+            "pending" if budget.pending else ("extended" if request.get("decided") else "refused")
+        )
+        lines.append(
+            f"  budget request {request.get('request_id')} ({state}): {request.get('limit')} "
+            f"spent {request.get('spent')} of {request.get('allowed')} "
+            f"({request.get('calls')} {request.get('call')})"
+        )
+    if budget.command:
+        lines += ["  extend it with:", f"    {budget.command}"]
     return lines
 
 
@@ -149,6 +172,8 @@ def agent_lines(view: operator.AgentView) -> list[str]:
         lines.append(f"error: {view.error}")
     if view.approval is not None:
         lines += approval_lines(view.approval)
+    if view.budget is not None:
+        lines += budget_lines(view.budget)
     if view.tool_calls:
         lines.append(f"tool calls: {', '.join(view.tool_calls)}")
     lines.append(f"conversation ({len(view.messages)}):")
@@ -299,6 +324,7 @@ __all__ = [
     "MESSAGE_CHARS",
     "agent_lines",
     "approval_lines",
+    "budget_lines",
     "clip",
     "compact",
     "echo_detail",

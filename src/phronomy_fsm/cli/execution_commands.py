@@ -35,6 +35,7 @@ STATUSES = sorted(s.value for s in ExecutionStatus)
 _ANSWERED_BY = {
     operator.WAITS_FOR_OPERATOR: "resolve",
     operator.WAITS_FOR_APPROVAL: "approve",
+    operator.WAITS_FOR_BUDGET: "extend-budget",
     operator.WAITS_FOR_SIGNAL: "signal",
 }
 
@@ -141,6 +142,7 @@ def list_command(
     for kind, what in (
         (operator.WAITS_FOR_OPERATOR, "wait(s) for an operator"),
         (operator.WAITS_FOR_APPROVAL, "wait(s) for a person's approval"),
+        (operator.WAITS_FOR_BUDGET, "wait(s) for a budget extension"),
         (operator.WAITS_FOR_SIGNAL, "wait(s) for a signal"),
     ):
         count = sum(1 for e in page.executions if e.waits_for == kind)

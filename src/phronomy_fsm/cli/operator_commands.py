@@ -1,5 +1,5 @@
-"""Operator commands: ``phronomy-fsm recover``, ``resolve``, ``approve``, ``signal``
-and ``cancel`` (``docs/operations.md``, "Operating durable executions").
+"""Operator commands: ``phronomy-fsm recover``, ``resolve``, ``approve``,
+``extend-budget``, ``signal`` and ``cancel`` (``docs/operations.md``, "Operating durable executions").
 
 They work on executions of any machine in a store — an agent's executions and tool
 calls included. Each command parses, calls :mod:`phronomy_fsm.operator` and formats
@@ -371,6 +371,75 @@ def approve_command(
     _finish(f"{verb} request {request_id}", receipt, report, db, as_json, wait_seconds)
 
 
+@click.command("extend-budget")
+@click.argument("execution_id")
+@db_option
+@click.option(
+    "--request",
+    "request_id",
+    default=None,
+    help="The budget request id (executions show prints it); default: the pending one.",
+)
+@click.option("--max-tokens", type=int, default=None, help="New limit: prompt + completion tokens.")
+@click.option("--max-llm-calls", type=int, default=None, help="New limit: LLM calls.")
+@click.option("--max-tool-calls", type=int, default=None, help="New limit: tool calls started.")
+@click.option("--max-cost-usd", type=float, default=None, help="New limit: US dollars.")
+@click.option("--by", default=None, help="Who extended it (kept in the execution's audit).")
+@click.option(
+    "--expected-revision",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Refuse unless the execution is at this revision (read it with executions show).",
+)
+@_apply_app_option
+@_wait_option
+@_json_option
+def extend_budget_command(
+    execution_id: str,
+    db: str,
+    request_id: str | None,
+    max_tokens: int | None,
+    max_llm_calls: int | None,
+    max_tool_calls: int | None,
+    max_cost_usd: float | None,
+    by: str | None,
+    expected_revision: int | None,
+    app: str | None,
+    wait_seconds: float,
+    as_json: bool,
+) -> None:
+    """Extend the budget of an agent execution that waits for one, from any process.
+
+    The new limits (the others stay) are checked against the stored execution and
+    written to its durable inbox; the worker that runs the execution applies them and
+    checks its next call again (docs/agent.md, "Budgets"). Refused, writing nothing
+    (exit 1): not waiting for a budget, another request, no limit given, a limit that
+    is not positive or is lower than the current one, limits that still refuse the
+    waiting call, an extension already on its way, or a stale --expected-revision."""
+    given = {
+        "max_tokens": max_tokens,
+        "max_llm_calls": max_llm_calls,
+        "max_tool_calls": max_tool_calls,
+        "max_cost_usd": max_cost_usd,
+    }
+    limits = {name: value for name, value in given.items() if value is not None}
+    durable_app = _load_app(app, db)
+    with open_store(db) as store:
+        _check_app_runs(store, durable_app, app, execution_id)
+        receipt = operator.extend_budget_execution(
+            store,
+            execution_id,
+            limits=limits,
+            request_id=request_id,
+            by=by or SENDER,
+            expected_revision=expected_revision,
+            sender=SENDER,
+        )
+        report = _apply(store, durable_app, app, execution_id, db, wait_seconds)
+    named = ", ".join(f"{name} {value}" for name, value in limits.items())
+    _finish(f"extended the budget ({named})", receipt, report, db, as_json, wait_seconds)
+
+
 @click.command("resolve")
 @click.argument("execution_id", required=False)
 @db_option
@@ -595,11 +664,13 @@ def recover_command(
 
 
 def register(main: click.Group) -> None:
-    """Add ``recover``, ``resolve``, ``approve``, ``signal`` and ``cancel``."""
+    """Add ``recover``, ``resolve``, ``approve``, ``extend-budget``, ``signal`` and
+    ``cancel``."""
     for command in (
         recover_command,
         resolve_command,
         approve_command,
+        extend_budget_command,
         signal_command,
         cancel_command,
     ):

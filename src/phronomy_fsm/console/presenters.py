@@ -38,6 +38,7 @@ from phronomy_fsm.operator import (
     AGENT_MACHINE,
     TOOL_CALL_MACHINE,
     AgentView,
+    BudgetView,
     ExecutionDetail,
     MessageView,
 )
@@ -269,6 +270,29 @@ def _pending_decision(detail: ExecutionDetail, request_id: str) -> str | None:
     return None
 
 
+def _budget_section(budget: BudgetView) -> Section:
+    """An agent execution's budget: spent against each limit, the policy, the pending
+    request and the ``extend-budget`` command that answers it (``docs/agent.md``,
+    "Budgets")."""
+    rows = [("when exhausted", budget.on_exhausted)]
+    for name, spent, allowed in budget.rows():
+        if allowed is not None or spent:
+            rows.append((name, f"spent {spent} of {'no limit' if allowed is None else allowed}"))
+    request = budget.request
+    if request is not None:
+        state = "pending" if budget.pending else ("extended" if request.get("decided") else "-")
+        text = (
+            f"{request.get('request_id')} ({state}): {request.get('limit')} spent "
+            f"{request.get('spent')} of {request.get('allowed')}"
+        )
+        rows.append(("budget request", text))
+    return Section(
+        "Budget",
+        rows=tuple(rows),
+        text=f"extend it on the command line:\n{budget.command}" if budget.command else None,
+    )
+
+
 class AgentPresenter:
     """The presenter of an agent's executions (``agent_session``) and of their tool
     calls (``tool_call``), from the agent's side of the operator's detail
@@ -277,7 +301,9 @@ class AgentPresenter:
     - An agent's execution: a **Conversation** section (this execution's messages:
       the input as the LLM got it, each answer with the tool calls it asked for, each
       tool result), an **Agent** section (agent id, input, outcome, answer or error,
-      LLM calls and token counts, links to its tool-call executions) and the context;
+      LLM calls and token counts, links to its tool-call executions), a **Budget**
+      section when it has one (spent against each limit, the pending request and its
+      ``extend-budget`` command) and the context;
       while it waits for approval, an :class:`ApprovalAction` with one approve/reject
       choice per tool call.
     - A tool call: a **Tool call** section (the tool, its arguments, its idempotency
@@ -332,7 +358,8 @@ class AgentPresenter:
             "Conversation", messages=tuple(_message_line(m) for m in agent.messages)
         )
         facts = Section("Agent", rows=tuple(rows), links=_tool_call_links(context, agent))
-        return (conversation, facts, *generic)
+        budget = () if agent.budget is None else (_budget_section(agent.budget),)
+        return (conversation, facts, *budget, *generic)
 
     def actions(self, view: ExecutionView) -> Sequence[Action]:
         """An agent's execution waiting for a decision on its approval request: one

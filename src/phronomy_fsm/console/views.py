@@ -127,7 +127,7 @@ def list_model(page: ExecutionPage, query: ListQuery) -> dict[str, Any]:
             "needs_operator": e.needs_operator,
             "waits_for": e.waits_for or "",
             "no_live_worker": e.is_held_by_no_live_worker
-            and e.waits_for in ("operator", "approval", "signal"),
+            and e.waits_for in ("operator", "approval", "budget", "signal"),
             "parked_children": [visible(c) for c in e.parked_children],
             "deadline": format_time(e.deadline_at) if e.deadline_at and e.active else "",
         }
@@ -340,6 +340,7 @@ def detail_model(detail: ExecutionDetail, table: MachineTable | None) -> dict[st
         "revision": r.revision,
         "is_active": r.is_active,
         "is_waiting": r.status is ExecutionStatus.WAITING,
+        "waits_for": detail.waits_for or "",
         "needs_operator": detail.needs_operator,
         "facts": [(label, visible(value)) for label, value in facts],
         "parent_href": execution_href(r.parent_execution_id) if r.parent_execution_id else None,

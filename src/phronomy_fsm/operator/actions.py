@@ -511,6 +511,56 @@ def approve_execution(
     return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
 
 
+def extend_budget_execution(
+    store: ExecutionStore,
+    execution_id: str,
+    *,
+    limits: Mapping[str, int | float],
+    request_id: str | None = None,
+    by: str | None = None,
+    expected_revision: int | None = None,
+    sender: str = DEFAULT_SENDER,
+    clock: Clock = SYSTEM_CLOCK,
+) -> InboxReceipt:
+    """Extend the budget of an agent execution waiting in ``budget_exhausted``: the
+    new limits are checked against the stored execution and written to its durable
+    inbox; the worker that runs the execution applies them
+    (:func:`phronomy_fsm.agent.approvals.send_budget_extension`; ``docs/agent.md``,
+    "Budgets").
+
+    Args:
+        limits: limit name (``max_tokens``, ``max_llm_calls``, ``max_tool_calls``,
+            ``max_cost_usd``) → new value; the others stay.
+        request_id: the pending budget request (``executions show``); None: the one
+            pending now.
+        by / sender / expected_revision: as for :func:`approve_execution`.
+
+    Returns:
+        An :class:`InboxReceipt`: the stored signal and the owner that applies it.
+
+    Raises:
+        BudgetError: not waiting for a budget, another request, limits that are not
+            limits, lowered, or still refusing the waiting call, a stale
+            ``expected_revision``, an extension already on its way. NotFoundError,
+            InvalidIdError, StorageError — nothing was written.
+
+    Durability: committed to the inbox before it returns.
+    """
+    from phronomy_fsm.agent import approvals  # the agent layer is heavy: only when used
+
+    operations.load_execution_record(store, execution_id)  # a clear error for a bad id
+    signal = approvals.send_budget_extension(
+        store,
+        execution_id,
+        limits=limits,
+        request_id=request_id,
+        by=by,
+        expected_revision=expected_revision,
+        sender=sender,
+    )
+    return InboxReceipt(signal, execution_owner(store, execution_id, clock=clock))
+
+
 def resolve_execution(
     store: ExecutionStore,
     execution_id: str,
@@ -637,6 +687,7 @@ __all__ = [
     "cancel_execution",
     "describe_execution",
     "execution_owner",
+    "extend_budget_execution",
     "list_executions",
     "recovery_request",
     "resolve_execution",

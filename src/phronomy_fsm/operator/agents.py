@@ -34,6 +34,7 @@ from phronomy_fsm.operator.views import (
     AgentView,
     ApprovalItemView,
     ApprovalView,
+    BudgetView,
     MessageView,
 )
 from phronomy_fsm.store.open import redact_dsn
@@ -51,6 +52,8 @@ TOOL_RESULT_PLACEHOLDER = "<the tool result as JSON>"
 _NOT_SIGNALLED = {
     agent_session.Event.APPROVAL_DECIDED.value: "send a decision with phronomy-fsm approve "
     "(it is checked against the pending request)",
+    agent_session.Event.BUDGET_EXTENDED.value: "extend a budget with phronomy-fsm "
+    "extend-budget (it is checked against the pending request)",
     agent_session.Event.TOOL_FINISHED.value: "a tool call's own execution sends it when it "
     "finishes; answer a tool call that waits for an operator with phronomy-fsm resolve",
     agent_session.Event.LLM_STREAM_CHUNK.value: "the provider's stream posts it in the "
@@ -110,6 +113,51 @@ def approval_commands(
     if app_spec is not None:
         words += ["--app", app_spec]
     return shlex.join(words), shlex.join([*words, "--reject"])
+
+
+def budget_commands(
+    execution_id: str, limit: str, *, db_path: str, app_spec: str | None = None
+) -> str:
+    """The ``phronomy-fsm extend-budget`` command that raises ``limit`` of a waiting
+    ``execution_id`` (shell-quoted, the new value a placeholder). Pure."""
+    words = ["phronomy-fsm", "extend-budget", execution_id, "--db", redact_dsn(db_path)]
+    if app_spec is not None:
+        words += ["--app", app_spec]
+    return shlex.join([*words, f"--{limit.replace('_', '-')}", "<new limit>"])
+
+
+def _budget_view(
+    record: ExecutionRecord, ctx: Mapping[str, Any], *, db_path: str, app_spec: str | None
+) -> BudgetView | None:
+    state = ctx.get("budget")
+    if not isinstance(state, Mapping):
+        return None
+    # the agent layer only for an execution with a budget (``executions list`` never)
+    from phronomy_fsm.agent.budget import spent_of
+
+    request = ctx.get("budget_request")
+    request = dict(request) if isinstance(request, Mapping) else None
+    pending = (
+        request is not None
+        and not request.get("decided")
+        and record.status is ExecutionStatus.WAITING
+        and agent_session.TABLE.migrated_state(
+            record.spec_version, record.spec_sha256, record.state
+        )
+        == agent_session.State.BUDGET_EXHAUSTED.value
+    )
+    return BudgetView(
+        limits=dict(state.get("limits") or {}),
+        spent=spent_of(ctx).to_dict(),
+        on_exhausted=str(state.get("on_exhausted") or "fail"),
+        request=request,
+        pending=pending,
+        command=budget_commands(
+            record.execution_id, str(request.get("limit")), db_path=db_path, app_spec=app_spec
+        )
+        if pending and request is not None
+        else None,
+    )
 
 
 def agent_view(
@@ -183,6 +231,7 @@ def agent_view(
         error=_error_text(record, ctx),
         approval=approval,
         tool_calls=tool_calls,
+        budget=_budget_view(record, ctx, db_path=db_path, app_spec=app_spec),
     )
 
 
@@ -270,6 +319,7 @@ __all__ = [
     "agent_recovery_terms",
     "agent_view",
     "approval_commands",
+    "budget_commands",
     "check_agent_signal",
     "compact_json",
     "describe_agent_subject",

@@ -39,6 +39,7 @@ TOOL_CALL_MACHINE = tool_call.MACHINE
 #: (an agent execution whose tool call is parked: answer the child).
 WAITS_FOR_OPERATOR = "operator"
 WAITS_FOR_APPROVAL = "approval"
+WAITS_FOR_BUDGET = "budget"
 WAITS_FOR_SIGNAL = "signal"
 WAITS_FOR_RECOVER = "recover"
 WAITS_FOR_CHILD = "child"
@@ -122,7 +123,8 @@ class ExecutionSummary:
     def waits_for(self) -> str | None:
         """Who must act before it moves: ``operator`` (``recovery_required``: answer
         with ``resolve``), ``approval`` (an agent execution waiting for a person's
-        decision: ``approve``), ``signal`` (a wait state of another machine: ``signal``
+        decision: ``approve``), ``budget`` (an agent execution waiting in
+        ``budget_exhausted``: ``extend-budget``), ``signal`` (a wait state of another machine: ``signal``
         one of the events it awaits, or its timer), ``child`` (running, but one of its
         children — :attr:`parked_children`, an agent's tool call — waits for an
         operator: ``resolve`` the child), ``recover`` (running, but no live worker runs
@@ -131,6 +133,8 @@ class ExecutionSummary:
         if self.status == ExecutionStatus.RECOVERY_REQUIRED.value:
             return WAITS_FOR_OPERATOR
         if self.status == ExecutionStatus.WAITING.value:
+            if self.is_agent and self.state == agent_session.State.BUDGET_EXHAUSTED.value:
+                return WAITS_FOR_BUDGET
             return WAITS_FOR_APPROVAL if self.is_agent else WAITS_FOR_SIGNAL
         if self.status == ExecutionStatus.RUNNING.value and self.parked_children:
             return WAITS_FOR_CHILD
@@ -396,6 +400,46 @@ class ApprovalView:
 
 
 @attrs.frozen
+class BudgetView:
+    """An agent execution's budget (``docs/agent.md``, "Budgets"): ``limits`` (limit
+    name → value or None), ``spent`` (``tokens``, ``llm_calls``, ``tool_calls``,
+    ``cost_usd``), ``on_exhausted`` (``fail`` or ``wait``), ``request`` (the pending or
+    last budget request: ``request_id``, ``limit``, ``spent``, ``allowed``, ``call``,
+    ``decided``), ``pending`` (it waits for an extension now) and, then, the
+    ``extend-budget`` command that answers it."""
+
+    limits: Mapping[str, Any]
+    spent: Mapping[str, Any]
+    on_exhausted: str
+    request: Mapping[str, Any] | None = None
+    pending: bool = False
+    command: str | None = None
+
+    def rows(self) -> list[tuple[str, Any, Any]]:
+        """``(limit, spent, allowed)`` for each limit, in a fixed order."""
+        spent_key = {
+            "max_tokens": "tokens",
+            "max_llm_calls": "llm_calls",
+            "max_tool_calls": "tool_calls",
+            "max_cost_usd": "cost_usd",
+        }
+        return [
+            (name, self.spent.get(key), self.limits.get(name)) for name, key in spent_key.items()
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "limits": dict(self.limits),
+            "spent": dict(self.spent),
+            "on_exhausted": self.on_exhausted,
+            "request": None if self.request is None else dict(self.request),
+            "pending": self.pending,
+            "command": self.command,
+        }
+
+
+@attrs.frozen
 class MessageView:
     """One message of an agent execution's conversation: ``role`` (``user``,
     ``assistant``, ``tool``), its text, the tool calls an assistant message asks for
@@ -424,7 +468,8 @@ class AgentView:
     Session: ``input`` as received, ``messages`` (this execution's conversation),
     ``output`` (the final answer), ``outcome`` (how it ended), ``error`` (``Type:
     message``), ``approval`` (the pending or last approval request) and ``tool_calls``
-    (the ids of its tool-call executions). Tool call: ``tool_name``, ``arguments``,
+    (the ids of its tool-call executions), ``budget`` (:class:`BudgetView`, when it
+    has one). Tool call: ``tool_name``, ``arguments``,
     ``result`` or ``error``, and ``parent_execution_id`` (the agent's execution).
     """
 
@@ -438,6 +483,7 @@ class AgentView:
     approval: ApprovalView | None = None
     tool_calls: tuple[str, ...] = ()
     tool_name: str | None = None
+    budget: BudgetView | None = None
     arguments: Any = None
     result: Any = None
     parent_execution_id: str | None = None
@@ -458,6 +504,7 @@ class AgentView:
             "arguments": self.arguments,
             "result": self.result,
             "parent_execution_id": self.parent_execution_id,
+            "budget": None if self.budget is None else self.budget.to_dict(),
         }
 
 
@@ -499,6 +546,11 @@ class ExecutionDetail:
         if self.needs_operator:
             return WAITS_FOR_OPERATOR
         if self.record.status is ExecutionStatus.WAITING:
+            if (
+                self.record.machine == AGENT_MACHINE
+                and self.record.state == agent_session.State.BUDGET_EXHAUSTED.value
+            ):
+                return WAITS_FOR_BUDGET
             return WAITS_FOR_APPROVAL if self.record.machine == AGENT_MACHINE else WAITS_FOR_SIGNAL
         return None
 
@@ -700,6 +752,7 @@ __all__ = [
     "AGENT_MACHINE",
     "TOOL_CALL_MACHINE",
     "WAITS_FOR_APPROVAL",
+    "WAITS_FOR_BUDGET",
     "WAITS_FOR_CHILD",
     "WAITS_FOR_OPERATOR",
     "WAITS_FOR_RECOVER",
@@ -707,6 +760,7 @@ __all__ = [
     "AgentView",
     "ApprovalItemView",
     "ApprovalView",
+    "BudgetView",
     "ExecutionDetail",
     "ExecutionPage",
     "ExecutionSummary",
