@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from phronomy_fsm.agent.events import AgentEvent
+from phronomy_fsm.agent.mcp import McpServer, mcp_tools
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
 from phronomy_fsm.agent.types import Message, ToolSpec
@@ -92,6 +93,7 @@ class AgentConfig:
         provider: Provider,
         *,
         tools: Sequence[Tool] = (),
+        mcp_servers: Sequence[McpServer] = (),
         handoffs: Mapping[str, str] | None = None,
         approval_policy: ApprovalPolicy | None = None,
         on_event: Listener | None = None,
@@ -111,6 +113,9 @@ class AgentConfig:
             provider: the LLM: anything with ``complete(request, *, on_token,
                 cancellation)`` (:class:`~phronomy_fsm.agent.providers.Provider`).
             tools: :class:`~phronomy_fsm.agent.tools.Tool` objects, unique by name.
+            mcp_servers: :class:`~phronomy_fsm.agent.mcp.McpServer` declarations:
+                each server's tools are listed now and join ``tools``
+                (``docs/agent.md``, "MCP tools").
             handoffs: handoff tool name → target agent id (names must not clash with
                 tools).
             approval_policy: ``policy(ToolCallView) -> Authorization | str | bool``,
@@ -135,6 +140,7 @@ class AgentConfig:
 
         Raises:
             ConfigurationError: the first bad option, saying what is expected.
+            McpError: an MCP server could not be listed.
         """
         try:
             policy = ListenerErrorPolicy(listener_error_policy)
@@ -168,6 +174,9 @@ class AgentConfig:
                 f"provider {provider!r} has no complete(request, *, on_token, cancellation) "
                 "method; pass a ScriptedProvider, an OpenAICompatibleProvider or your own Provider"
             )
+        if isinstance(mcp_servers, McpServer):
+            mcp_servers = [mcp_servers]
+        tools = [*tools, *mcp_tools(mcp_servers)]
         for item in tools:
             if not isinstance(item, Tool):
                 raise ConfigurationError(

@@ -18,6 +18,7 @@ sees as the tool result.
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +27,7 @@ import attrs
 import jsonschema_rs
 
 from phronomy_fsm.agent.types import ToolSpec
-from phronomy_fsm.durable.codec import ensure_json
+from phronomy_fsm.durable.codec import dumps, ensure_json
 from phronomy_fsm.durable.records import EffectKind
 from phronomy_fsm.errors import ConfigurationError, SerializationError
 from phronomy_fsm.runtime.cancellation import CancellationToken
@@ -201,6 +202,17 @@ def tool(
         )
 
     return make
+
+
+def arguments_sha256(arguments: Any) -> str:
+    """The sha256 (64 hex digits) of the canonical JSON of a tool call's parsed
+    ``arguments`` (sorted keys, compact: :func:`phronomy_fsm.durable.codec.dumps`), the
+    hash an approval is bound to (``docs/agent.md``, "Approval"). Pure.
+
+    Raises:
+        SerializationError: ``arguments`` is not JSON data.
+    """
+    return hashlib.sha256(dumps(arguments)).hexdigest()
 
 
 def normalize_authorization(value: Any) -> Authorization:
