@@ -5,8 +5,10 @@
 can do — a plain answer, tools without approval (``pure``, ``at_most_once`` and
 ``idempotent``), two tool rounds, a tool needing approval (approved, rejected, decided
 item by item), a tool that raises, a handoff to a second agent, LLM calls that may be
-re-sent (``llm_resend="resend"``), a cancel and an execution deadline — one agent per
-scenario, so the harness's runs do not meet.
+re-sent (``llm_resend="resend"``), a cancel, an execution deadline and the tools of an
+MCP server (:mod:`phronomy_fsm.testing.mcp_server`, started over stdio for each call:
+read-only, idempotent and neither) — one agent per scenario, so the harness's runs do
+not meet.
 
 The outside world keeps its own record beside the store (``<db stem>-effects/``), one
 fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`):
@@ -17,7 +19,8 @@ fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`)
 - ``tools.jsonl``: every tool call by its idempotency key (the tool invocation id, which
   is also its ``tool_call`` execution's id): ``at_most_once`` tools once per call,
   ``idempotent`` ones recognising a repeated key (``replayed``), ``pure`` ones too (a
-  read changes nothing), and a raising tool with its error.
+  read changes nothing), and a raising tool with its error; the MCP server writes its
+  own calls there too, by the ids the call sends in its ``_meta``.
 
 The operator (:func:`operator_answer`) answers truthfully from those records; a scenario's
 person approves, rejects or decides per item; the scenario's ``drive`` does what the
@@ -29,6 +32,11 @@ invariants the harness checks on top of the generic ones are in
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -51,6 +59,7 @@ from phronomy_fsm.agent import (
 from phronomy_fsm.agent.app import agent_app, start_execution
 from phronomy_fsm.agent.config import AgentConfig, LLMResend
 from phronomy_fsm.agent.ids import handoff_target_execution_id
+from phronomy_fsm.agent.mcp import McpServer, McpToolInfo
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks
 from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry, Scenario
 from phronomy_fsm.durable.codec import json_data
@@ -200,8 +209,36 @@ def _call_index(request: LLMRequest) -> int:
     return count
 
 
+def mcp_server(effects: Effects) -> McpServer:
+    """The MCP server of the ``mcp_tools`` scenario, recording into ``tools.jsonl``
+    (its tools get the prefix ``mcp_``)."""
+    command = [sys.executable, "-m", "phronomy_fsm.testing.mcp_server"]
+    args = [*command[1:], "--ledger", str(effects.tools.path)]
+    return McpServer.stdio(command[0], args, prefix="mcp_", timeout_seconds=60)
+
+
+def _mcp_listing(server: McpServer) -> list[McpToolInfo]:
+    """The test server's tools, listed once per version of its source and kept in the
+    temporary folder (every process of the matrix builds every agent: listing in each
+    would start the server once more per run)."""
+    from phronomy_fsm.testing import mcp_server as source
+
+    digest = hashlib.sha256(Path(str(source.__file__)).read_bytes()).hexdigest()[:16]
+    kept = Path(tempfile.gettempdir()) / f"phronomy-crash-mcp-listing-{digest}.json"
+    try:
+        return [McpToolInfo.from_json(i) for i in json.loads(kept.read_text())]
+    except (OSError, ValueError, PhronomyError):
+        pass
+    listing = list(server.list_tools())
+    partial = kept.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps([i.to_json() for i in listing]))
+    os.replace(partial, kept)  # whole or not at all, whoever writes it last
+    return listing
+
+
 def make_tools(effects: Effects) -> dict[str, Tool]:
-    """The tools the agents may use, each recording its calls in ``tools.jsonl``."""
+    """The tools the agents may use, each recording its calls in ``tools.jsonl``: the
+    application's own and the MCP server's (:func:`mcp_server`)."""
     ledger = effects.tools
     schema = {
         "type": "object",
@@ -261,9 +298,11 @@ def make_tools(effects: Effects) -> dict[str, Tool]:
         record(context, "flaky", "at_most_once", arguments=arguments, result=None, error=error)
         raise RuntimeError(f"the {arguments['item']} service is down")
 
+    server = mcp_server(effects)
     return {
         tool.name: tool
         for tool in (
+            *server.tools(_mcp_listing(server)),
             Tool("lookup", lookup, "Read an item's stock.", schema, effect="pure"),
             Tool("charge", once("charge", "at_most_once"), "Charge for an item.", schema),
             Tool("open_ticket", ticket, "Open a ticket (idempotent).", schema, effect="idempotent"),
@@ -358,6 +397,13 @@ AGENTS: dict[str, AgentDef] = {
         AgentDef("a-idempotent", (_calls(("open_ticket", "lamp")), Reply("Ticket opened."))),
         AgentDef("a-cancel", (_calls(("send_email", "never")), Reply("unreachable"))),
         AgentDef("a-deadline", (_calls(("send_email", "late")), Reply("unreachable"))),
+        AgentDef(
+            "a-mcp",
+            (
+                _calls(("mcp_stock", "desk"), ("mcp_open_ticket", "desk"), ("mcp_charge", "desk")),
+                Reply("The MCP tools ran."),
+            ),
+        ),
     )
 }
 
@@ -517,6 +563,7 @@ def scenarios() -> dict[str, Scenario]:
             starter("cancel", "a-cancel"), drive=cancel_when_waiting(execution_id_of("cancel"))
         ),
         "deadline": Scenario(starter("deadline", "a-deadline", timeout_seconds=DEADLINE_SECONDS)),
+        "mcp_tools": Scenario(starter("mcp_tools", "a-mcp")),
     }
 
 

@@ -316,7 +316,8 @@ class McpServer:
         """
 
         async def work(client: Client) -> Any:
-            return await client.call_tool(name, dict(arguments), meta=dict(meta or {}))
+            sent: Any = dict(meta or {})  # RequestParamsMeta: a TypedDict open to any key
+            return await client.call_tool(name, dict(arguments), meta=sent)
 
         result = self._run(f"calling tool {name!r}", work, name)
         if result.is_error:
@@ -442,7 +443,9 @@ def _reason(exc: BaseException) -> str:
 
 
 def _content_text(blocks: Sequence[Any]) -> str:
-    return "\n".join(str(getattr(b, "text", "")) for b in blocks if getattr(b, "type", "") == "text")
+    return "\n".join(
+        str(getattr(b, "text", "")) for b in blocks if getattr(b, "type", "") == "text"
+    )
 
 
 def _content_value(blocks: Sequence[Any]) -> Any:

@@ -92,7 +92,7 @@ class Ledger:
 
 def build_server(ledger: Ledger) -> MCPServer:
     """The server and its four tools (module docstring), recording into ``ledger``."""
-    server = MCPServer("phronomy-test-tools")
+    server = MCPServer("phronomy-test-tools", log_level="WARNING")
 
     def record(ctx: Context, tool: str, kind: str, item: str, **entry: Any) -> None:
         meta = dict(ctx.request_context.meta or {})
@@ -111,14 +111,14 @@ def build_server(ledger: Ledger) -> MCPServer:
             }
         )
 
-    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))
     def stock(item: str, ctx: Context) -> dict[str, Any]:
         """Read how many of an item are in stock."""
         result = {"item": item, "in_stock": 3}
         record(ctx, "stock", "pure", item, result=result)
         return result
 
-    @server.tool(annotations=ToolAnnotations(idempotentHint=True))
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
     def open_ticket(item: str, ctx: Context) -> dict[str, Any]:
         """Open a support ticket for an item (a repeated call returns the same ticket)."""
         key = str(dict(ctx.request_context.meta or {}).get(META_IDEMPOTENCY_KEY))
@@ -127,7 +127,9 @@ def build_server(ledger: Ledger) -> MCPServer:
             result = (
                 first["result"] if first is not None else {"ticket": f"TK-{key[-8:]}", "item": item}
             )
-            record(ctx, "open_ticket", "idempotent", item, result=result, replayed=first is not None)
+            record(
+                ctx, "open_ticket", "idempotent", item, result=result, replayed=first is not None
+            )
         return dict(result)
 
     @server.tool()
