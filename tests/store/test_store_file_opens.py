@@ -60,6 +60,7 @@ ALLOWED_OPENS = {
     ("testing/mcp_server.py", "Ledger.entries"): "the test MCP server's call ledger",
     ("testing/mcp_server.py", "Ledger.append"): "the test MCP server's call ledger",
     ("testing/mcp_server.py", "Ledger.locked"): "the test MCP server's ledger lock",
+    ("testing/mcp_server.py", "_hold"): "the test MCP server's hold marker",
 }
 
 #: Calls that open a file by path: any ``open`` (builtin, ``os.open``, ``io.open``,

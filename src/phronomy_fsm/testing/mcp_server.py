@@ -9,6 +9,10 @@ For the tests of :mod:`phronomy_fsm.agent.mcp` and the agent crash matrix
     python -m phronomy_fsm.testing.mcp_server --ledger calls.jsonl --http PORT
 
 ``--http`` serves streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (loopback only).
+With the environment variable ``PHRONOMY_MCP_TEST_HOLD`` naming a folder, a
+``charge`` or ``open_ticket`` call records its effect, writes ``held-<tool>`` (the
+server's pid) there and then never answers — a client killed now is killed *during*
+the call, after its effect (a test's SIGKILL).
 Its tools, each taking ``{"item": str}``:
 
 - ``stock`` (``readOnlyHint``): ``{"item", "in_stock": 3}``;
@@ -27,6 +31,7 @@ and the others) — the shape of the crash matrix's ``tools.jsonl``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import fcntl
 import json
 import os
@@ -45,6 +50,18 @@ from phronomy_fsm.agent.mcp import (
     META_IDEMPOTENCY_KEY,
     META_TOOL_INVOCATION_ID,
 )
+
+#: The environment variable naming the folder of the hold (module docstring).
+HOLD_ENV = "PHRONOMY_MCP_TEST_HOLD"
+
+
+async def _hold(tool: str) -> None:
+    """Never return while :data:`HOLD_ENV` is set (module docstring)."""
+    folder = os.environ.get(HOLD_ENV)
+    if not folder:
+        return
+    Path(folder, f"held-{tool}").write_text(str(os.getpid()))
+    await asyncio.Event().wait()  # until the connection (and so this request) goes
 
 
 class Ledger:
@@ -119,7 +136,7 @@ def build_server(ledger: Ledger) -> MCPServer:
         return result
 
     @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
-    def open_ticket(item: str, ctx: Context) -> dict[str, Any]:
+    async def open_ticket(item: str, ctx: Context) -> dict[str, Any]:
         """Open a support ticket for an item (a repeated call returns the same ticket)."""
         key = str(dict(ctx.request_context.meta or {}).get(META_IDEMPOTENCY_KEY))
         with ledger.locked():
@@ -130,13 +147,15 @@ def build_server(ledger: Ledger) -> MCPServer:
             record(
                 ctx, "open_ticket", "idempotent", item, result=result, replayed=first is not None
             )
+        await _hold("open_ticket")
         return dict(result)
 
     @server.tool()
-    def charge(item: str, ctx: Context) -> dict[str, Any]:
+    async def charge(item: str, ctx: Context) -> dict[str, Any]:
         """Charge the customer for an item (not safe to repeat)."""
         result = {"tool": "charge", "item": item, "done": True}
         record(ctx, "charge", "at_most_once", item, result=result)
+        await _hold("charge")
         return result
 
     @server.tool()
@@ -162,7 +181,7 @@ def main(argv: list[str] | None = None) -> None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
 
 
-__all__ = ["Ledger", "build_server", "main"]
+__all__ = ["HOLD_ENV", "Ledger", "build_server", "main"]
 
 if __name__ == "__main__":
     main()
