@@ -152,6 +152,14 @@ def test_an_agent_calls_stdio_mcp_tools_as_durable_tool_calls(
     # the LLM saw each result as a tool message
     tool_messages = [m for m in record.context["messages"] if m["role"] == "tool"]
     assert len(tool_messages) == 4
+    # and the journal keeps each call's result
+    journaled = {
+        e.data["tool_name"]: e.data
+        for e in store.journal_entries(result.execution_id)
+        if e.kind == "tool_result"
+    }
+    assert journaled["charge"]["result"] == calls["charge"]["result"]
+    assert journaled["fail"]["status"] == "failed"
 
 
 def test_an_agent_uses_an_http_mcp_server_with_approval_bound_to_the_arguments(
