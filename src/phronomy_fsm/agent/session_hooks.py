@@ -460,6 +460,7 @@ class AgentSessionHooks(agent_session.Hooks):
                     "items": items,
                     "arguments_sha256": hashes,
                 },
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 
@@ -525,6 +526,7 @@ class AgentSessionHooks(agent_session.Hooks):
                     },
                     "by": data.get("by"),
                 },
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 

@@ -80,6 +80,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "spec_commands",
         "Compile SPEC files into Python modules of transition tables (<out>/<machine>.py).",
     ),
+    "migrate": (
+        "migrate_commands",
+        "Check that new specs continue every execution in flight of --db; exit 1 if any is stranded.",
+    ),
     "recover": (
         "operator_commands",
         "Recover every active execution of a store that no live worker runs.",
@@ -95,7 +99,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "operator_commands",
         "Send EVENT (a signal the machine declares) to an execution's inbox.",
     ),
-    "store": ("store_commands", "Maintain a store file."),
+    "store": ("store_commands", "Maintain a store."),
     "validate": (
         "spec_commands",
         "Validate SPEC files: load each, check every rule, report every issue.",

@@ -21,7 +21,7 @@ from phronomy_fsm.errors import PhronomyError
 
 @click.group("store")
 def store_group() -> None:
-    """Maintain a store file."""
+    """Maintain a store."""
 
 
 @store_group.command("compact")
@@ -40,15 +40,29 @@ def store_group() -> None:
     default=None,
     help="Copy what is removed (executions, barrier log, journal, signals) to this SQLite file first.",
 )
+@click.option(
+    "--keep",
+    "keep",
+    multiple=True,
+    metavar="MACHINE=DAYS",
+    help="Keep the finished executions of MACHINE (with their journal) this many days "
+    "instead; repeatable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def compact_command(db: str, older_than_days: float, archive: str | None, as_json: bool) -> None:
+def compact_command(
+    db: str, older_than_days: float, archive: str | None, keep: tuple[str, ...], as_json: bool
+) -> None:
     """Remove (or archive, then remove) finished executions whose last commit is older
-    than --older-than-days, with their barrier log, journal entries and signals. Never
-    removed: active executions, finished ones whose parent is active or that have an
-    active child, and handoffs not started yet. Then the WAL is checkpointed
-    (TRUNCATE). See docs/store.md "Compaction"."""
-    with open_store(db, read_only=False, sqlite_only="store compact") as store:
-        report = store.compact(older_than_days=older_than_days, archive_path=archive)
+    than --older-than-days (or their machine's --keep), with their barrier log, journal
+    entries and signals, on SQLite or PostgreSQL. Never removed: active executions,
+    finished ones whose parent is active or that have an active child, and handoffs not
+    started yet. On SQLite the WAL is then checkpointed (TRUNCATE). See docs/store.md
+    "Compaction"."""
+    keep_days = parse_keep(keep)
+    with open_store(db, read_only=False) as store:
+        report = store.compact(
+            older_than_days=older_than_days, archive_path=archive, keep_days=keep_days
+        )
     if as_json:
         emit_json(report.to_dict())
         return
@@ -70,11 +84,32 @@ def compact_command(db: str, older_than_days: float, archive: str | None, as_jso
     for count, why in kept:
         if count:
             click.echo(f"kept {count} old finished execution(s) {why}")
-    click.echo(
-        "WAL truncated"
-        if report.wal_checkpoint[0] == 0
-        else "WAL not truncated (a reader holds an old snapshot; run compact again later)"
-    )
+    if report.wal_checkpoint is not None:
+        click.echo(
+            "WAL truncated"
+            if report.wal_checkpoint[0] == 0
+            else "WAL not truncated (a reader holds an old snapshot; run compact again later)"
+        )
+
+
+def parse_keep(values: tuple[str, ...]) -> dict[str, float]:
+    """``--keep MACHINE=DAYS`` options as a dict; a malformed one is a usage error
+    (exit 2) that names it."""
+    out: dict[str, float] = {}
+    for value in values:
+        machine, sep, days = value.partition("=")
+        try:
+            number = float(days)
+        except ValueError:
+            number = -1.0
+        if not sep or not machine.strip() or not number >= 0:
+            raise click.BadParameter(
+                f"{value!r}: expected MACHINE=DAYS with DAYS a number >= 0 (e.g. "
+                "agent_session=365)",
+                param_hint="--keep",
+            )
+        out[machine.strip()] = number
+    return out
 
 
 @store_group.command("migrate")

@@ -76,6 +76,30 @@ from phronomy_fsm.errors import PhronomyError
     "lease (off: the lease path, as a worker on another host sees it).",
 )
 @click.option(
+    "--compact-older-than-days",
+    "compact_older_than_days",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Also compact the store on a schedule: remove finished executions older than "
+    "this many days (docs/store.md, Compaction).",
+)
+@click.option(
+    "--compact-keep",
+    "compact_keep",
+    multiple=True,
+    metavar="MACHINE=DAYS",
+    help="With --compact-older-than-days: keep MACHINE's finished executions this many "
+    "days instead; repeatable.",
+)
+@click.option(
+    "--compact-every-seconds",
+    "compact_every_seconds",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3600.0,
+    show_default=True,
+    help="How often the worker compacts (the first time at start).",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="info",
@@ -91,11 +115,19 @@ def worker(
     notify: bool,
     name: str,
     probe_processes: bool,
+    compact_older_than_days: float | None,
+    compact_keep: tuple[str, ...],
+    compact_every_seconds: float,
     log_level: str,
 ) -> None:
     """Run executions of an application's machines started by any process, sharing
     the store with other workers (docs/scale-out.md). Stops on SIGTERM/SIGINT."""
+    from phronomy_fsm.cli.store_commands import parse_keep
     from phronomy_fsm.operator.worker import run_worker
+
+    keep_days = parse_keep(compact_keep)
+    if keep_days and compact_older_than_days is None:
+        raise click.UsageError("--compact-keep needs --compact-older-than-days")
 
     log_with_timestamps(log_level)
     stop = threading.Event()
@@ -120,6 +152,9 @@ def worker(
             name=name,
             probe_processes=probe_processes,
             stop=stop,
+            compact_older_than_days=compact_older_than_days,
+            compact_keep_days=keep_days,
+            compact_every_seconds=compact_every_seconds,
         )
     except (PhronomyError, OSError, ValueError) as exc:
         fail(str(exc))

@@ -11,7 +11,9 @@ dicts. The package holds :mod:`~phronomy_fsm.operator.views` (those values),
 execution, approvals, subjects in the agent's terms),
 :mod:`~phronomy_fsm.operator.recovery` (recovering a store until it rests),
 :mod:`~phronomy_fsm.operator.batch` (answering many parked executions at once),
-:mod:`~phronomy_fsm.operator.maintenance` (migrating a store) and
+:mod:`~phronomy_fsm.operator.maintenance` (migrating a store),
+:mod:`~phronomy_fsm.operator.spec_change` (checking a spec change against the
+executions in flight) and
 :mod:`~phronomy_fsm.operator.drawing` (an execution over its machine's diagram);
 import everything from here.
 
@@ -76,6 +78,12 @@ if TYPE_CHECKING:
         wait_until_rest,
         with_parents,
     )
+    from phronomy_fsm.operator.spec_change import (
+        ExecutionVerdict,
+        SpecChangeReport,
+        Verdict,
+        check_spec_change,
+    )
     from phronomy_fsm.operator.views import (
         AGENT_MACHINE,
         TOOL_CALL_MACHINE,
@@ -122,6 +130,7 @@ __all__ = [
     "ExecutionDrawing",
     "ExecutionPage",
     "ExecutionSummary",
+    "ExecutionVerdict",
     "InboxReceipt",
     "MessageView",
     "MigrationReport",
@@ -130,7 +139,9 @@ __all__ = [
     "ResolutionAnswer",
     "ResolutionAttempt",
     "ResultShape",
+    "SpecChangeReport",
     "StoreRecoveryReport",
+    "Verdict",
     "WaitEnding",
     "WorkerLease",
     "agent_view",
@@ -138,6 +149,7 @@ __all__ = [
     "approve_execution",
     "awaited_events",
     "cancel_execution",
+    "check_spec_change",
     "describe_execution",
     "execution_at_rest",
     "execution_diagram",
@@ -193,6 +205,12 @@ if not TYPE_CHECKING:
                 "parked_answers",
                 "read_answers",
                 "resolve_many",
+            ),
+            "phronomy_fsm.operator.spec_change": (
+                "ExecutionVerdict",
+                "SpecChangeReport",
+                "Verdict",
+                "check_spec_change",
             ),
             "phronomy_fsm.operator.drawing": (
                 "ExecutionDrawing",

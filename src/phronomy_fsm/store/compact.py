@@ -1,11 +1,13 @@
-"""Retention for the SQLite store: ``phronomy-fsm store compact`` (``docs/store.md``,
-"Compaction").
+"""Retention: ``phronomy-fsm store compact`` (``docs/store.md``, "Compaction") — the
+policy both stores follow, :class:`CompactReport`, the archive, and the SQLite store's
+compaction (the PostgreSQL store's is :mod:`phronomy_fsm.store.postgres.compact`).
 
-Owns the compaction policy and :class:`CompactReport`:
+The policy:
 
 - **Eligible**: finished executions (``completed``, ``failed``, ``cancelled``) whose
   last commit (``updated_epoch_ms``, the store's commit time) is older than
-  ``older_than_days`` days.
+  ``older_than_days`` days — or, for a machine named in ``keep_days``, older than its
+  own number of days (keep an agent's conversations a year, its tool calls a week).
 - **Never removed**, however old: an active execution (``running``, ``waiting``,
   ``recovery_required``); a finished execution whose **parent is active** (the parent
   may still read it: a tool call of a running agent session); a finished execution
@@ -28,7 +30,7 @@ Owns the compaction policy and :class:`CompactReport`:
   :func:`phronomy_fsm.durable.records.from_json`). The archive is committed before the
   store's delete, so a crash in between leaves the rows in both places, never in none.
   An archive is a plain SQLite file: opening it as a store is refused.
-- **WAL**: finally ``PRAGMA wal_checkpoint(TRUNCATE)``, so the WAL file shrinks to zero
+- **WAL** (SQLite): finally ``PRAGMA wal_checkpoint(TRUNCATE)``, so the WAL file shrinks to zero
   when no reader holds an old snapshot (the report says whether it was busy).
 """
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,8 +85,9 @@ ARCHIVE_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
     ),
 }
 
-#: Finished executions whose last commit is older than the cutoff (one ``?``).
-_OLD_AND_FINISHED = "e.active = 0 AND e.updated_epoch_ms < ?"
+#: Finished executions whose last commit is older than the cutoff (the cutoff's
+#: expression: :func:`cutoff_sql`).
+_OLD_AND_FINISHED = "e.active = 0 AND e.updated_epoch_ms < {cutoff}"
 #: ... whose parent is still active.
 _PARENT_ACTIVE = (
     "e.parent_execution_id IS NOT NULL AND EXISTS (SELECT 1 FROM executions p"
@@ -120,7 +124,8 @@ class CompactReport:
             their target execution does not exist yet.
         wal_checkpoint: ``(busy, wal_frames, checkpointed_frames)`` of the final
             ``wal_checkpoint(TRUNCATE)``; ``busy == 1`` means a reader prevented the
-            truncation (a later checkpoint truncates it).
+            truncation (a later checkpoint truncates it). ``None`` on PostgreSQL.
+        keep_days: the machines kept longer, and for how many days.
     """
 
     cutoff: datetime
@@ -133,17 +138,54 @@ class CompactReport:
     kept_parent_active: int
     kept_child_active: int
     kept_pending_handoffs: int
-    wal_checkpoint: tuple[int, int, int]
+    wal_checkpoint: tuple[int, int, int] | None
+    keep_days: dict[str, float] = attrs.field(factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (the cutoff as ISO 8601, the checkpoint as a list)."""
         data = attrs.asdict(self)
         data["cutoff"] = self.cutoff.isoformat()
-        data["wal_checkpoint"] = list(self.wal_checkpoint)
+        if self.wal_checkpoint is not None:
+            data["wal_checkpoint"] = list(self.wal_checkpoint)
         return data
 
 
-def _open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils.Database:
+def check_policy(older_than_days: float, keep_days: Mapping[str, float] | None) -> dict[str, float]:
+    """The policy's numbers checked; returns ``keep_days`` as a plain dict.
+
+    Raises:
+        ValueError: a negative number of days, or an empty machine name.
+    """
+    if older_than_days < 0:
+        raise ValueError("older_than_days must not be negative")
+    kept = dict(keep_days or {})
+    for machine, days in kept.items():
+        if not machine:
+            raise ValueError("keep_days names an empty machine")
+        if days < 0:
+            raise ValueError(f"keep_days[{machine!r}] must not be negative")
+    return kept
+
+
+def cutoff_sql(
+    now: datetime, older_than_days: float, keep_days: Mapping[str, float], mark: str
+) -> tuple[str, list[Any]]:
+    """The SQL expression of an execution's cutoff (epoch ms) under the policy, with
+    its parameters: ``CASE e.machine WHEN m THEN cutoff_m ... ELSE cutoff END``;
+    ``mark`` is the driver's placeholder (``?`` or ``%s``)."""
+    default = datetime_to_epoch_ms(now - timedelta(days=older_than_days))
+    if not keep_days:
+        return mark, [default]
+    params: list[Any] = []
+    cases = []
+    for machine, days in sorted(keep_days.items()):
+        cases.append(f"WHEN {mark} THEN {mark}")
+        params += [machine, datetime_to_epoch_ms(now - timedelta(days=days))]
+    params.append(default)
+    return f"(CASE e.machine {' '.join(cases)} ELSE {mark} END)", params
+
+
+def open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils.Database:
     """The archive database (created owner-only when missing) with its tables.
 
     Raises:
@@ -175,10 +217,9 @@ def _open_archive(path: str | os.PathLike[str], store_path: str) -> sqlite_utils
     return db
 
 
-def _count(conn: sqlite3.Connection, condition: str, cutoff_ms: int) -> int:
+def _count(conn: sqlite3.Connection, old: str, params: list[Any], condition: str) -> int:
     row = conn.execute(
-        f"SELECT count(*) FROM executions e WHERE {_OLD_AND_FINISHED} AND {condition}",
-        (cutoff_ms,),
+        f"SELECT count(*) FROM executions e WHERE {old} AND {condition}", params
     ).fetchone()
     return int(row[0])
 
@@ -189,6 +230,7 @@ def compact_store(
     older_than_days: float,
     archive_path: str | os.PathLike[str] | None,
     now: datetime,
+    keep_days: Mapping[str, float] | None = None,
 ) -> CompactReport:
     """Apply the module's policy to ``store``.
 
@@ -197,12 +239,14 @@ def compact_store(
         older_than_days: age threshold in days (≥ 0; fractions allowed).
         archive_path: copy what is removed to this SQLite file first, or ``None``.
         now: the current time (timezone-aware).
+        keep_days: machine name -> its own threshold in days (≥ 0), instead of
+            ``older_than_days``.
 
     Returns:
         A :class:`CompactReport`.
 
     Raises:
-        ValueError: ``older_than_days`` is negative.
+        ValueError: a threshold is negative.
         StorageError: a read, write, archive or checkpoint failed, the archive is the
             store itself or not a SQLite file, or the store is read-only; chunks
             committed before the failure stay committed (compaction is idempotent:
@@ -210,26 +254,26 @@ def compact_store(
 
     Durability: each chunk is one committed transaction (archive first).
     """
-    if older_than_days < 0:
-        raise ValueError("older_than_days must not be negative")
+    keep = check_policy(older_than_days, keep_days)
     if store.read_only:  # before anything is read or an archive created
         raise StorageError(f"the store {store.path} was opened read-only", path=store.path)
     cutoff = now - timedelta(days=older_than_days)
-    cutoff_ms = datetime_to_epoch_ms(cutoff)
+    expression, params = cutoff_sql(now, older_than_days, keep, "?")
+    old = _OLD_AND_FINISHED.format(cutoff=expression)
     kept = (_PARENT_ACTIVE, _CHILD_ACTIVE, _PENDING_HANDOFF)
     with store.snapshot("compact") as conn:
         candidates = conn.execute(
-            f"SELECT execution_id, revision FROM executions e WHERE {_OLD_AND_FINISHED}"
+            f"SELECT execution_id, revision FROM executions e WHERE {old}"
             + "".join(f" AND NOT ({condition})" for condition in kept)
             + " ORDER BY execution_id",
-            (cutoff_ms,),
+            params,
         ).fetchall()
-        kept_parent, kept_child, kept_handoffs = (_count(conn, c, cutoff_ms) for c in kept)
+        kept_parent, kept_child, kept_handoffs = (_count(conn, old, params, c) for c in kept)
     archive = None
     removed = barriers = journal = signals = archived = 0
     try:
         if archive_path is not None and candidates:
-            archive = _open_archive(archive_path, store.path)
+            archive = open_archive(archive_path, store.path)
         for start in range(0, len(candidates), CHUNK):
             chunk = candidates[start : start + CHUNK]
             if archive is not None:
@@ -270,6 +314,7 @@ def compact_store(
         kept_child_active=kept_child,
         kept_pending_handoffs=kept_handoffs,
         wal_checkpoint=checkpoint,
+        keep_days=keep,
     )
 
 
@@ -310,4 +355,12 @@ def _archive_chunk(
     return len(rows["executions"])
 
 
-__all__ = ["ARCHIVE_TABLES", "CHUNK", "CompactReport", "compact_store"]
+__all__ = [
+    "ARCHIVE_TABLES",
+    "CHUNK",
+    "CompactReport",
+    "check_policy",
+    "compact_store",
+    "cutoff_sql",
+    "open_archive",
+]

@@ -29,7 +29,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -769,9 +769,11 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         older_than_days: float,
         archive_path: str | os.PathLike[str] | None = None,
         now: datetime | None = None,
+        keep_days: Mapping[str, float] | None = None,
     ) -> CompactReport:
         """Remove (after copying them to ``archive_path`` when given) finished
-        executions whose last commit is older than ``older_than_days`` days, with
+        executions whose last commit is older than ``older_than_days`` days (or the
+        days ``keep_days`` gives their machine), with
         their barrier-log rows, journal entries and signals; then checkpoint the WAL
         (``TRUNCATE``). The policy — what is never removed — and the errors are those
         of :func:`phronomy_fsm.store.compact.compact_store` (``docs/store.md``,
@@ -784,7 +786,11 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites):
         from phronomy_fsm.store.compact import compact_store
 
         return compact_store(
-            self, older_than_days=older_than_days, archive_path=archive_path, now=now or self._now()
+            self,
+            older_than_days=older_than_days,
+            archive_path=archive_path,
+            now=now or self._now(),
+            keep_days=keep_days,
         )
 
     @contextmanager

@@ -72,6 +72,7 @@ from phronomy_fsm.store.postgres._commit import (
     signal_targets,
 )
 from phronomy_fsm.store.postgres._reads import PostgresReads
+from phronomy_fsm.store.postgres.compact import PostgresCompaction
 from phronomy_fsm.store.postgres.listen import Notifier
 
 log = logging.getLogger("phronomy_fsm.store.postgres")
@@ -119,7 +120,7 @@ def is_connection_error(exc: BaseException) -> bool:
     )
 
 
-class PostgresStore(PostgresReads):
+class PostgresStore(PostgresReads, PostgresCompaction):
     """The engine's store on a PostgreSQL database (module docstring).
 
     Args:
