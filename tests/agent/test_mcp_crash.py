@@ -26,7 +26,6 @@ from phronomy_fsm.agent import Agent, AgentRuntime, AgentStatus, Reply, Scripted
 from phronomy_fsm.agent.mcp import McpServer
 from phronomy_fsm.store import SqliteBarrierStore
 from phronomy_fsm.testing.deadlines import wait_until
-from phronomy_fsm.testing.mcp_server import HOLD_ENV
 
 from .conftest import Events
 
@@ -42,11 +41,10 @@ from phronomy_fsm.agent import Agent, AgentRuntime, Reply, ScriptedProvider
 from phronomy_fsm.agent.mcp import McpServer
 from phronomy_fsm.store import SqliteBarrierStore
 
-db, ledger, hold, tool, hold_env, execution_id = sys.argv[1:7]
+db, ledger, hold, tool, execution_id = sys.argv[1:6]
 server = McpServer.stdio(
     sys.executable,
-    ["-m", "phronomy_fsm.testing.mcp_server", "--ledger", ledger],
-    env={hold_env: hold},
+    ["-m", "phronomy_fsm.testing.mcp_server", "--ledger", ledger, "--hold", hold],
 )
 runtime = AgentRuntime(SqliteBarrierStore(db), own_store=True, lease_seconds=2.0)
 agent = Agent.create(
@@ -80,7 +78,7 @@ def _kill_during_the_call(tmp_path: Path, tool: str) -> tuple[Path, Path]:
     script = tmp_path / "app.py"
     script.write_text(APP)
     app = subprocess.Popen(
-        [sys.executable, str(script), str(db), str(ledger), str(hold), tool, HOLD_ENV, EXECUTION_ID]
+        [sys.executable, str(script), str(db), str(ledger), str(hold), tool, EXECUTION_ID]
     )
     marker = hold / f"held-{tool}"
     try:

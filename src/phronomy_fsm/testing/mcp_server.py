@@ -9,9 +9,8 @@ For the tests of :mod:`phronomy_fsm.agent.mcp` and the agent crash matrix
     python -m phronomy_fsm.testing.mcp_server --ledger calls.jsonl --http PORT
 
 ``--http`` serves streamable HTTP at ``http://127.0.0.1:PORT/mcp`` (loopback only).
-With the environment variable ``PHRONOMY_MCP_TEST_HOLD`` naming a folder, a
-``charge`` or ``open_ticket`` call records its effect, writes ``held-<tool>`` (the
-server's pid) there and then never answers — a client killed now is killed *during*
+With ``--hold DIR``, a ``charge`` or ``open_ticket`` call records its effect, writes
+``held-<tool>`` (the server's pid) in ``DIR`` and then never answers — a client killed now is killed *during*
 the call, after its effect (a test's SIGKILL).
 Its tools, each taking ``{"item": str}``:
 
@@ -51,14 +50,10 @@ from phronomy_fsm.agent.mcp import (
     META_TOOL_INVOCATION_ID,
 )
 
-#: The environment variable naming the folder of the hold (module docstring).
-HOLD_ENV = "PHRONOMY_MCP_TEST_HOLD"
 
-
-async def _hold(tool: str) -> None:
-    """Never return while :data:`HOLD_ENV` is set (module docstring)."""
-    folder = os.environ.get(HOLD_ENV)
-    if not folder:
+async def _hold(folder: Path | None, tool: str) -> None:
+    """Never return when ``folder`` is set (``--hold``, module docstring)."""
+    if folder is None:
         return
     Path(folder, f"held-{tool}").write_text(str(os.getpid()))
     await asyncio.Event().wait()  # until the connection (and so this request) goes
@@ -107,8 +102,9 @@ class Ledger:
         return handle
 
 
-def build_server(ledger: Ledger) -> MCPServer:
-    """The server and its four tools (module docstring), recording into ``ledger``."""
+def build_server(ledger: Ledger, hold: Path | None = None) -> MCPServer:
+    """The server and its four tools (module docstring), recording into ``ledger``;
+    ``hold``: the folder of ``--hold``."""
     server = MCPServer("phronomy-test-tools", log_level="WARNING")
 
     def record(ctx: Context, tool: str, kind: str, item: str, **entry: Any) -> None:
@@ -147,7 +143,7 @@ def build_server(ledger: Ledger) -> MCPServer:
             record(
                 ctx, "open_ticket", "idempotent", item, result=result, replayed=first is not None
             )
-        await _hold("open_ticket")
+        await _hold(hold, "open_ticket")
         return dict(result)
 
     @server.tool()
@@ -155,7 +151,7 @@ def build_server(ledger: Ledger) -> MCPServer:
         """Charge the customer for an item (not safe to repeat)."""
         result = {"tool": "charge", "item": item, "done": True}
         record(ctx, "charge", "at_most_once", item, result=result)
-        await _hold("charge")
+        await _hold(hold, "charge")
         return result
 
     @server.tool()
@@ -173,15 +169,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="A small MCP server for tests.")
     parser.add_argument("--ledger", type=Path, required=True, help="the JSON-lines call record")
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP here")
+    parser.add_argument(
+        "--hold", type=Path, metavar="DIR", help="hold charge and open_ticket calls (tests)"
+    )
     args = parser.parse_args(argv)
-    server = build_server(Ledger(args.ledger))
+    server = build_server(Ledger(args.ledger), args.hold)
     if args.http is None:
         server.run()
     else:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
 
 
-__all__ = ["HOLD_ENV", "Ledger", "build_server", "main"]
+__all__ = ["Ledger", "build_server", "main"]
 
 if __name__ == "__main__":
     main()
