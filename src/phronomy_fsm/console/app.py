@@ -164,6 +164,7 @@ def create_app(
     routes = [
         Route("/", bind(pages.list_page), methods=["GET"]),
         Route("/live", bind(pages.list_live), methods=["GET"]),
+        Route("/schedules", bind(pages.schedules_page), methods=["GET"]),
         Route("/execution", bind(pages.execution_page), methods=["GET"]),
         Route("/execution/live", bind(pages.execution_live), methods=["GET"]),
         Route("/execution/events", bind(events.execution_events), methods=["GET"]),

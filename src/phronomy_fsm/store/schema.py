@@ -8,7 +8,7 @@ written to a file: it must be a SQLite database, a phronomy store (or empty), an
 newer than this code. It must not hold connection policy or the commit logic
 (``sqlite.py``, ``_commit.py``).
 
-Tables at version 5 (all STRICT; bodies are canonical JSON of the records of
+Tables at version 6 (all STRICT; bodies are canonical JSON of the records of
 :mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
 - ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
@@ -32,6 +32,11 @@ Tables at version 5 (all STRICT; bodies are canonical JSON of the records of
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``: compiled tables
   registered by runtimes, for operator tools.
 - ``agents(agent_id PK, created_epoch_ms, body)``: the registered agent ids.
+- ``schedules(name PK, machine, cron, timezone, overlap, catchup_seconds, context,
+  paused, next_slot_epoch_ms, created_epoch_ms, updated_epoch_ms,
+  buffered_slot_epoch_ms, last_execution_id, started, skipped, missed, duplicates,
+  claim_owner, claim_expires_epoch_ms)``: the schedules (version 6;
+  :mod:`phronomy_fsm.store._schedules`, ``docs/operations.md``, "Schedules").
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
 
 Migrations: ``0001_initial`` and ``0002_agent_owners`` (versions 1-2: the agent
@@ -40,7 +45,8 @@ layer's tables), ``0003_barrier_log_in_commit_order`` (version 3),
 workers and machines), ``0005_agents_on_the_engine`` (version 5: the agent layer's
 executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
 into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
-dropped; ``docs/store.md``, "Upgrading to version 5").
+dropped; ``docs/store.md``, "Upgrading to version 5"), ``0006_schedules`` (version
+6: the ``schedules`` table, nothing else changes).
 """
 
 from __future__ import annotations
@@ -54,7 +60,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -387,6 +393,24 @@ def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
     db.execute("DROP TABLE agent_owners")
     # compaction removes an execution's signals, consumed or not (store/compact.py)
     db.execute("CREATE INDEX signals_by_execution ON signals(execution_id)")
+
+
+@MIGRATIONS(name="0006_schedules")
+def _m0006_schedules(db: sqlite_utils.Database) -> None:
+    # Why: schedules start executions durably (docs/operations.md, "Schedules"); a
+    # worker claims a row (claim_owner and its lease) while it starts the due slots.
+    db.execute(
+        "CREATE TABLE schedules (name TEXT PRIMARY KEY, machine TEXT NOT NULL,"
+        " cron TEXT NOT NULL, timezone TEXT NOT NULL, overlap TEXT NOT NULL,"
+        " catchup_seconds REAL, context TEXT NOT NULL, paused INTEGER NOT NULL DEFAULT 0,"
+        " next_slot_epoch_ms INTEGER NOT NULL, created_epoch_ms INTEGER NOT NULL,"
+        " updated_epoch_ms INTEGER NOT NULL, buffered_slot_epoch_ms INTEGER,"
+        " last_execution_id TEXT, started INTEGER NOT NULL DEFAULT 0,"
+        " skipped INTEGER NOT NULL DEFAULT 0, missed INTEGER NOT NULL DEFAULT 0,"
+        " duplicates INTEGER NOT NULL DEFAULT 0, claim_owner TEXT,"
+        " claim_expires_epoch_ms INTEGER NOT NULL DEFAULT 0) STRICT"
+    )
+    db.execute("CREATE INDEX schedules_by_machine ON schedules(machine)")
 
 
 #: Migration names this code knows, in order.

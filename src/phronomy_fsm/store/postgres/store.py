@@ -63,6 +63,7 @@ from phronomy_fsm.errors import (
     StorageError,
 )
 from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.store._schedules import ScheduleSql
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.postgres import schema
 from phronomy_fsm.store.postgres._commit import (
@@ -120,7 +121,7 @@ def is_connection_error(exc: BaseException) -> bool:
     )
 
 
-class PostgresStore(PostgresReads, PostgresCompaction):
+class PostgresStore(PostgresReads, PostgresCompaction, ScheduleSql):
     """The engine's store on a PostgreSQL database (module docstring).
 
     Args:
@@ -420,6 +421,22 @@ class PostgresStore(PostgresReads, PostgresCompaction):
         if self._schema_refusal is not None:  # newer code migrated it: never write again
             raise copy.copy(self._schema_refusal)
         return self._retrying(operation, fn, write=True, execution_id=execution_id)
+
+    def _schedule_sql(
+        self, operation: str, sql: str, params: tuple[Any, ...], *, write: bool
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement of :class:`~phronomy_fsm.store._schedules.ScheduleSql`:
+        ``?`` becomes ``%s`` and ``{now}`` the server's clock (leases are measured
+        on it)."""
+        text = sql.replace("?", "%s").replace("{now}", schema.NOW_MS)
+
+        def run(cur: Any) -> list[tuple[Any, ...]]:
+            cur.execute(text, params)
+            return list(cur.fetchall()) if cur.description is not None else []
+
+        if write:
+            return self._writing(operation, run)  # type: ignore[no-any-return]
+        return self._reading(operation, run)  # type: ignore[no-any-return]
 
     def _check_still_current(self, cur: Any) -> None:
         """After :data:`~phronomy_fsm.store.postgres.schema.WRITE_CHECK` ran in a write
