@@ -6,8 +6,10 @@ can do — a plain answer, tools without approval (``pure``, ``at_most_once`` an
 ``idempotent``), two tool rounds, a tool needing approval (approved, rejected, decided
 item by item), a tool that raises, a handoff to a second agent, LLM calls that may be
 re-sent (``llm_resend="resend"``), a cancel, an execution deadline, a structured
-answer re-asked once (``output_type``) and a budget that runs out, waits and is
-extended by a person — one agent per scenario, so the harness's runs do not meet.
+answer re-asked once (``output_type``), a budget that runs out, waits and is extended
+by a person, and the tools of an MCP server (:mod:`phronomy_fsm.testing.mcp_server`,
+started over stdio for each call: read-only, idempotent and neither) — one agent per
+scenario, so the harness's runs do not meet.
 
 The outside world keeps its own record beside the store (``<db stem>-effects/``), one
 fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`):
@@ -18,7 +20,8 @@ fsynced JSON line per effect (:class:`~docs.examples.durable_service.JsonLines`)
 - ``tools.jsonl``: every tool call by its idempotency key (the tool invocation id, which
   is also its ``tool_call`` execution's id): ``at_most_once`` tools once per call,
   ``idempotent`` ones recognising a repeated key (``replayed``), ``pure`` ones too (a
-  read changes nothing), and a raising tool with its error.
+  read changes nothing), and a raising tool with its error; the MCP server writes its
+  own calls there too, by the ids the call sends in its ``_meta``.
 
 The operator (:func:`operator_answer`) answers truthfully from those records; a scenario's
 person approves, rejects or decides per item; the scenario's ``drive`` does what the
@@ -30,6 +33,11 @@ invariants the harness checks on top of the generic ones are in
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -53,6 +61,7 @@ from phronomy_fsm.agent import (
 from phronomy_fsm.agent.app import agent_app, start_execution
 from phronomy_fsm.agent.config import AgentConfig, LLMResend
 from phronomy_fsm.agent.ids import handoff_target_execution_id
+from phronomy_fsm.agent.mcp import McpServer, McpToolInfo
 from phronomy_fsm.agent.providers import OUTPUT_RETRY_PREFIX
 from phronomy_fsm.agent.session_hooks import AgentSessionHooks
 from phronomy_fsm.durable.app import Answer, DurableApp, EffectEntry, Scenario
@@ -205,8 +214,36 @@ def _call_index(request: LLMRequest) -> int:
     return count
 
 
+def mcp_server(effects: Effects) -> McpServer:
+    """The MCP server of the ``mcp_tools`` scenario, recording into ``tools.jsonl``
+    (its tools get the prefix ``mcp_``)."""
+    command = [sys.executable, "-m", "phronomy_fsm.testing.mcp_server"]
+    args = [*command[1:], "--ledger", str(effects.tools.path)]
+    return McpServer.stdio(command[0], args, prefix="mcp_", timeout_seconds=60)
+
+
+def _mcp_listing(server: McpServer) -> list[McpToolInfo]:
+    """The test server's tools, listed once per version of its source and kept in the
+    temporary folder (every process of the matrix builds every agent: listing in each
+    would start the server once more per run)."""
+    from phronomy_fsm.testing import mcp_server as source
+
+    digest = hashlib.sha256(Path(str(source.__file__)).read_bytes()).hexdigest()[:16]
+    kept = Path(tempfile.gettempdir()) / f"phronomy-crash-mcp-listing-{digest}.json"
+    try:
+        return [McpToolInfo.from_json(i) for i in json.loads(kept.read_text())]
+    except (OSError, ValueError, PhronomyError):
+        pass
+    listing = list(server.list_tools())
+    partial = kept.with_suffix(f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps([i.to_json() for i in listing]))
+    os.replace(partial, kept)  # whole or not at all, whoever writes it last
+    return listing
+
+
 def make_tools(effects: Effects) -> dict[str, Tool]:
-    """The tools the agents may use, each recording its calls in ``tools.jsonl``."""
+    """The tools the agents may use, each recording its calls in ``tools.jsonl``: the
+    application's own and the MCP server's (:func:`mcp_server`)."""
     ledger = effects.tools
     schema = {
         "type": "object",
@@ -266,9 +303,11 @@ def make_tools(effects: Effects) -> dict[str, Tool]:
         record(context, "flaky", "at_most_once", arguments=arguments, result=None, error=error)
         raise RuntimeError(f"the {arguments['item']} service is down")
 
+    server = mcp_server(effects)
     return {
         tool.name: tool
         for tool in (
+            *server.tools(_mcp_listing(server)),
             Tool("lookup", lookup, "Read an item's stock.", schema, effect="pure"),
             Tool("charge", once("charge", "at_most_once"), "Charge for an item.", schema),
             Tool("open_ticket", ticket, "Open a ticket (idempotent).", schema, effect="idempotent"),
@@ -389,6 +428,13 @@ AGENTS: dict[str, AgentDef] = {
             "a-budget",
             (_calls(("lookup", "hat")), _calls(("charge", "hat")), Reply("Within budget.")),
             options={"budget": Budget(max_llm_calls=1), "on_budget_exhausted": "wait"},
+        ),
+        AgentDef(
+            "a-mcp",
+            (
+                _calls(("mcp_stock", "desk"), ("mcp_open_ticket", "desk"), ("mcp_charge", "desk")),
+                Reply("The MCP tools ran."),
+            ),
         ),
     )
 }
@@ -577,6 +623,7 @@ def scenarios() -> dict[str, Scenario]:
         "budget_wait": Scenario(
             starter("budget_wait", "a-budget"), budget_extension({"max_llm_calls": 3})
         ),
+        "mcp_tools": Scenario(starter("mcp_tools", "a-mcp")),
     }
 
 

@@ -489,6 +489,21 @@ class BudgetError(AgentError):
     "Budgets"). Nothing was sent; the execution is untouched."""
 
 
+class ApprovedArgumentsError(AgentError):
+    """A tool call a person approved was about to run with arguments other than the
+    ones approved: the sha256 of their canonical JSON differs from the hash the
+    decision approved. The call fails with this error as its result (the LLM sees it)
+    and the tool is not run; ask for a new approval (``docs/agent.md``, "Approval").
+    Attributes: ``tool_invocation_id``, ``approved_sha256``, ``actual_sha256``."""
+
+
+class McpError(AgentError):
+    """An MCP server could not be reached, did not speak MCP, listed or answered
+    something unusable, or its tool answered with an error (``docs/agent.md``, "MCP
+    tools"). Attributes: ``server`` (how it was declared) and, for a tool's error,
+    ``tool_name``. A tool call raising it fails; the LLM sees the message."""
+
+
 class ApprovalPolicyError(AgentError):
     """The agent's ``approval_policy`` raised — anything, ``Cancelled`` and
     ``SystemExit`` included — while deciding a tool call. The execution ends ``failed``
@@ -538,6 +553,7 @@ __all__ = [
     "AgentOwnedError",
     "ApprovalError",
     "ApprovalPolicyError",
+    "ApprovedArgumentsError",
     "BackpressureError",
     "BudgetError",
     "BudgetExhaustedError",
@@ -568,6 +584,7 @@ __all__ = [
     "LLMError",
     "LeaseLostError",
     "LockTimeoutError",
+    "McpError",
     "MissingDependencyError",
     "MissingHookError",
     "NotFoundError",

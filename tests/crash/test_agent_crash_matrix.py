@@ -1,8 +1,8 @@
 """The agent's crash-injection matrix (``python tools/crash_matrix.py``): its crash points
 come from the agent's two generated tables, and a few of its plans — a kill that parks an
 LLM call the operator retries, a kill in a wait, in a finishing commit before a handoff's
-target starts, in a cancel, after an LLM call an agent may re-send, and in the commit of
-a wait for a budget — run through
+target starts, in a cancel, after an LLM call an agent may re-send, in the commit of a
+wait for a budget and after an MCP server answered a tool call — run through
 the harness with every invariant, generic and the agent's, at 0; then the whole
 ``--quick`` matrix (every point killed once, about a minute on two cores) does. The full
 matrix is run by hand (``docs/operations.md``, "The crash-injection matrix")."""
@@ -23,6 +23,9 @@ PLANS = (
     "cancel:barrier:@cancel:after",
     "llm_resend:offload:call_llm:after",
     "budget_wait:barrier:@wait:during",
+    # killed after an MCP server answered, before the answer was applied: the pure and
+    # idempotent calls run again (same key), the at_most_once one waits for the operator
+    "mcp_tools:offload:execute_tool:after",
 )
 
 

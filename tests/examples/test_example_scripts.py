@@ -176,3 +176,21 @@ def test_an_order_killed_after_its_charge_is_finished_by_the_operator_once(tmp_p
     assert resumed.stdout.splitlines()[-1].startswith("order o-k: completed in delivered")
     counts = sorted(e.effect for e in effects.effects())
     assert counts == ["charge_card", "send_confirmation", "ship_order"], counts
+
+
+def test_the_mcp_agent_uses_the_notes_server_and_deletes_only_after_approval(
+    tmp_path: Path,
+) -> None:
+    """docs/examples/mcp_agent.py: offline (the stub LLM), its MCP server started over
+    stdio for each call; the delete waits for the approval it prints."""
+    proc = run("mcp_agent.py", str(tmp_path / "run"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[:3] == [
+        "tool notes_list_notes: effect pure",
+        "tool notes_save_note: effect idempotent",
+        "tool notes_delete_note: effect at_most_once",
+    ]
+    assert lines[3].startswith("approve notes_delete_note {'title': 'call'} (sha256 ")
+    assert lines[4] == "completed: Saved two notes and deleted the call note; one note is left."
+    assert lines[5] == 'notes left: {   "milk": "buy 2 litres" }'

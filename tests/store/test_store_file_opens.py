@@ -57,6 +57,10 @@ ALLOWED_OPENS = {
     ("checking/runner.py", "_takeover"): "a checker child's output file",
     ("console/security.py", "read_token_file"): "the console's token file",
     ("demo.py", "demo_tools.issue_refund"): "the demo's refunds ledger (JSON lines)",
+    ("testing/mcp_server.py", "Ledger.entries"): "the test MCP server's call ledger",
+    ("testing/mcp_server.py", "Ledger.append"): "the test MCP server's call ledger",
+    ("testing/mcp_server.py", "Ledger.locked"): "the test MCP server's ledger lock",
+    ("testing/mcp_server.py", "_hold"): "the test MCP server's hold marker",
 }
 
 #: Calls that open a file by path: any ``open`` (builtin, ``os.open``, ``io.open``,

@@ -1,8 +1,9 @@
 """The agent layer: LLM agents whose executions run on the durable engine.
 
 Start here: :class:`Agent` (create or load, invoke, stream, approve, resolve, cancel),
-:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply`, the
-OpenAI-compatible :class:`OpenAICompatibleProvider` and the Anthropic Messages
+:class:`Tool` / :func:`tool`, the tools of MCP servers (:class:`McpServer`),
+:class:`ScriptedProvider` / :class:`Reply`, the OpenAI-compatible
+:class:`OpenAICompatibleProvider` and the Anthropic Messages
 :class:`AnthropicProvider`. The events an agent delivers and
 its results are typed (:mod:`phronomy_fsm.agent.events`); :meth:`Agent.events` reads an
 execution's events back from the store, resumable by cursor
@@ -32,6 +33,7 @@ from phronomy_fsm.agent.events import (
     ToolCalled,
     ToolResulted,
 )
+from phronomy_fsm.agent.mcp import McpServer, McpToolInfo
 from phronomy_fsm.agent.openai import OpenAICompatibleProvider
 from phronomy_fsm.agent.providers import Provider, Reply, ScriptedProvider
 from phronomy_fsm.agent.runtime import AgentRuntime
@@ -64,6 +66,8 @@ __all__ = [
     "LLMResend",
     "LLMResponse",
     "ListenerErrorPolicy",
+    "McpServer",
+    "McpToolInfo",
     "Message",
     "ModelPrice",
     "OpenAICompatibleProvider",

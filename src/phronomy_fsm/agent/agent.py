@@ -364,6 +364,7 @@ class Agent:
         approval_request_id: str,
         approved: bool = True,
         decisions: Mapping[str, bool] | None = None,
+        arguments_sha256: Mapping[str, str] | None = None,
     ) -> Task[AgentResult]:
         """Decide an execution's pending approval request; the task then observes
         how the execution ends (like the invoke task).
@@ -377,10 +378,16 @@ class Agent:
                 or False (reject it: the LLM sees the rejection and the execution goes
                 on). A mapping that leaves an item out or names one not in the request
                 is refused.
+            arguments_sha256: optionally, per item, the
+                :attr:`~phronomy_fsm.agent.events.ApprovalItem.arguments_sha256` you
+                saw: refused when the stored request's differ. Either way the
+                decision approves the arguments of the stored request's hashes, and a
+                call whose arguments hash otherwise is refused when it would run
+                (``docs/agent.md``, "Approval").
 
         Raises:
             ApprovalError: the decision is refused (wrong request, already decided,
-                not waiting, partial decisions); nothing is sent.
+                not waiting, partial decisions, changed arguments); nothing is sent.
             AgentClosedError, NotFoundError, StorageError.
         """
         self._check_open()
@@ -394,6 +401,7 @@ class Agent:
                 approval_request_id=approval_request_id,
                 approved=approved,
                 decisions=decisions,
+                arguments_sha256=arguments_sha256,
                 by=f"agent:{self.agent_id}",
                 sender=f"worker:{self.runtime.durable.worker_id}",
             )
@@ -411,6 +419,7 @@ class Agent:
         approved: bool = True,
         decisions: Mapping[str, bool] | None = None,
         wait_seconds: float | None = None,
+        arguments_sha256: Mapping[str, str] | None = None,
     ) -> AgentResult:
         """:meth:`approve_async`, then wait for how the execution ends."""
         return self.approve_async(
@@ -418,6 +427,7 @@ class Agent:
             approval_request_id=approval_request_id,
             approved=approved,
             decisions=decisions,
+            arguments_sha256=arguments_sha256,
         ).result(wait_seconds)
 
     # --------------------------------------------------------------- budgets

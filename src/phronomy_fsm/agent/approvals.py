@@ -176,9 +176,14 @@ def send_approval(
     by: str | None = None,
     expected_revision: int | None = None,
     sender: str = "",
+    arguments_sha256: Mapping[str, str] | None = None,
 ) -> SignalRecord:
     """Check a decision against the stored execution, then write it to the
     execution's inbox (the owner applies it; any process may send it).
+
+    The decision carries, per item, the sha256 of the arguments it approves — the
+    ones the stored request recorded — and a call runs only with arguments of that
+    hash (``docs/agent.md``, "Approval").
 
     Args:
         execution_id / approval_request_id: from the ``approval_required`` event or
@@ -190,13 +195,18 @@ def send_approval(
         expected_revision: the revision the decider read (a console page's): refused
             unless the execution is still at it. ``None``: the revision read here.
         sender: who sent it (kept with the signal).
+        arguments_sha256: tool invocation id → the hash of the arguments the decider
+            saw (:attr:`~phronomy_fsm.agent.events.ApprovalItem.arguments_sha256`);
+            refused unless each names an item and equals the stored request's hash.
 
     Raises:
         ApprovalError: see :func:`check_decision_types` and :func:`check_approval`;
             also (``reason`` ``already_decided``) when a decision for this request is
             already on its way, or was sent by another process at the same moment, and
             (``reason`` ``stale_revision``) when ``expected_revision`` is not the
-            stored revision, or the execution moved on while the decision was written.
+            stored revision, or the execution moved on while the decision was written;
+            (``reason`` ``arguments_changed``) when ``arguments_sha256`` differs from
+            the hashes of the stored request.
         NotFoundError: no such execution. StorageError.
 
     Durability: the signal is committed before this returns. Its id is derived from
@@ -223,6 +233,23 @@ def send_approval(
         payload = pending.payload if isinstance(pending.payload, dict) else {}
         if pending.event == APPROVAL_EVENT and payload.get("request_id") == approval_request_id:
             raise already
+    ctx = json_data(record.context)
+    request = ((ctx.get("approval") if isinstance(ctx, dict) else None) or {}).get(
+        "arguments_sha256"
+    )
+    hashes: dict[str, str] = dict(request) if isinstance(request, dict) else {}
+    if arguments_sha256 is not None:
+        changed = sorted(
+            k for k, v in dict(arguments_sha256).items() if hashes.get(k) != v or not hashes
+        )
+        if changed:
+            raise ApprovalError(
+                f"the arguments of {', '.join(changed)} in approval request "
+                f"{approval_request_id} of execution {execution_id} are not the ones you "
+                "saw (their sha256 differs); read the request again; nothing was written",
+                execution_id=execution_id,
+                reason="arguments_changed",
+            )
     nonce = os.urandom(8).hex()
     try:
         signal = send_signal(
@@ -235,6 +262,8 @@ def send_approval(
                 "decisions": decisions,
                 "by": by,
                 "nonce": nonce,
+                # what is approved: these arguments, by hash (the tool call refuses others)
+                "arguments_sha256": hashes,
             },
             expected_revision=record.revision,
             # one decision per request and revision: of two sent at once, the store

@@ -20,6 +20,7 @@ import attrs
 
 from phronomy_fsm.agent.budget import Budget, BudgetPolicy
 from phronomy_fsm.agent.events import AgentEvent
+from phronomy_fsm.agent.mcp import McpServer, mcp_tools
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.tools import DEFAULT_MAX_TOOL_RESULT_BYTES, ApprovalPolicy, Tool
 from phronomy_fsm.agent.typed import TypeSchema
@@ -104,6 +105,7 @@ class AgentConfig:
         provider: Provider,
         *,
         tools: Sequence[Tool] = (),
+        mcp_servers: Sequence[McpServer] = (),
         handoffs: Mapping[str, str] | None = None,
         approval_policy: ApprovalPolicy | None = None,
         on_event: Listener | None = None,
@@ -127,6 +129,9 @@ class AgentConfig:
             provider: the LLM: anything with ``complete(request, *, on_token,
                 cancellation)`` (:class:`~phronomy_fsm.agent.providers.Provider`).
             tools: :class:`~phronomy_fsm.agent.tools.Tool` objects, unique by name.
+            mcp_servers: :class:`~phronomy_fsm.agent.mcp.McpServer` declarations:
+                each server's tools are listed now and join ``tools``
+                (``docs/agent.md``, "MCP tools").
             handoffs: handoff tool name → target agent id (names must not clash with
                 tools).
             approval_policy: ``policy(ToolCallView) -> Authorization | str | bool``,
@@ -166,6 +171,7 @@ class AgentConfig:
         Raises:
             TypeSchemaError: ``output_type`` has no JSON Schema (a ConfigurationError).
             ConfigurationError: the first bad option, saying what is expected.
+            McpError: an MCP server could not be listed.
         """
         try:
             policy = ListenerErrorPolicy(listener_error_policy)
@@ -211,6 +217,9 @@ class AgentConfig:
                 f"provider {provider!r} has no complete(request, *, on_token, cancellation) "
                 "method; pass a ScriptedProvider, an OpenAICompatibleProvider or your own Provider"
             )
+        if isinstance(mcp_servers, McpServer):
+            mcp_servers = [mcp_servers]
+        tools = [*tools, *mcp_tools(mcp_servers)]
         for item in tools:
             if not isinstance(item, Tool):
                 raise ConfigurationError(

@@ -74,6 +74,9 @@ class ToolCallState:
     child execution's id and the tool's idempotency key. ``arguments`` are the parsed
     arguments once validated; ``content`` is the text the LLM sees for its result;
     ``rejected_by`` is ``policy``, ``person`` (the whole request) or ``person_item``.
+    ``arguments_sha256`` is the sha256 of the canonical JSON of ``arguments`` once
+    authorized; ``approved_arguments_sha256`` the hash a person's decision approved
+    (``docs/agent.md``, "Approval"): the call runs only with arguments of that hash.
     """
 
     tool_invocation_id: str
@@ -89,16 +92,21 @@ class ToolCallState:
     error: str | None = None
     original_bytes: int | None = None
     rejected_by: str | None = None
+    arguments_sha256: str | None = None
+    approved_arguments_sha256: str | None = None
 
 
 @attrs.define
 class ApprovalRequestState:
-    """A pending approval request: its id and the calls a person must decide."""
+    """A pending approval request: its id, the calls a person must decide and, per
+    call, the sha256 of the canonical JSON of the arguments asked about
+    (``docs/agent.md``, "Approval")."""
 
     request_id: str
     items: list[str]  # tool_invocation_ids
     decided: bool = False
     decisions: dict[str, bool] | None = None
+    arguments_sha256: dict[str, str] = attrs.Factory(dict)
 
 
 @attrs.define
@@ -185,7 +193,9 @@ class ToolCallContext:
     ``agent_id`` finds the agent's tools; ``arguments`` were validated by the parent;
     ``result`` is the tool's JSON result (or the kept text when it was longer than the
     agent's ``max_tool_result_bytes``), ``content`` the text the LLM sees, ``error`` why
-    it failed."""
+    it failed. ``approved_arguments_sha256`` is the hash of the arguments a person
+    approved (None when no person had to): arguments of another hash are refused
+    (``docs/agent.md``, "Approval")."""
 
     agent_id: str
     parent_execution_id: str
@@ -199,6 +209,7 @@ class ToolCallContext:
     error: str | None = None
     error_type: str | None = None
     original_bytes: int | None = None
+    approved_arguments_sha256: str | None = None
 
 
 __all__ = [

@@ -310,6 +310,7 @@ class AgentDirectory:
             return
         approval = ctx.get("approval") or {}
         tools = {t["tool_invocation_id"]: t for t in ctx.get("tools", [])}
+        hashes = approval.get("arguments_sha256") or {}
         items = tuple(
             ApprovalItem(
                 item,
@@ -317,6 +318,7 @@ class AgentDirectory:
                 tools.get(item, {}).get("tool_name", ""),
                 tools.get(item, {}).get("arguments"),
                 tools.get(item, {}).get("reason") or "",
+                str(hashes.get(item) or ""),
             )
             for item in approval.get("items", ())
         )

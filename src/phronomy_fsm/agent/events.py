@@ -113,14 +113,17 @@ class ToolResulted(AgentEvent):
 
 @attrs.frozen
 class ApprovalItem:
-    """One tool call waiting for a person: its id, the tool, the parsed arguments and
-    why it needs approval."""
+    """One tool call waiting for a person: its id, the tool, the parsed arguments,
+    why it needs approval and ``arguments_sha256``, the sha256 of the arguments'
+    canonical JSON that an approval binds the call to (``docs/agent.md``,
+    "Approval")."""
 
     tool_invocation_id: str
     tool_call_id: str
     tool_name: str
     arguments: Any
     reason: str = ""
+    arguments_sha256: str = ""
 
 
 @attrs.frozen

@@ -38,7 +38,12 @@ from phronomy_fsm.agent.directory import AgentDirectory
 from phronomy_fsm.agent.events import Token, ToolCalled, ToolResulted
 from phronomy_fsm.agent.ids import handoff_target_execution_id, new_id, tool_invocation_id
 from phronomy_fsm.agent.providers import OUTPUT_RETRY_PREFIX, check_response
-from phronomy_fsm.agent.tools import Authorization, ToolCallView, normalize_authorization
+from phronomy_fsm.agent.tools import (
+    Authorization,
+    ToolCallView,
+    arguments_sha256,
+    normalize_authorization,
+)
 from phronomy_fsm.agent.typed import TypeSchema, describe
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, TokenChunk, Usage
 from phronomy_fsm.durable.records import EffectKind, ExecutionStatus
@@ -421,6 +426,8 @@ class AgentSessionHooks(agent_session.Hooks):
                 call.error = decision.error
                 continue
             call.arguments = decision.arguments
+            # what an approval is bound to: the canonical JSON of exactly these arguments
+            call.arguments_sha256 = arguments_sha256(decision.arguments)
             if decision.authorization is Authorization.ALLOW:
                 call.status = ToolCallStatus.AUTHORIZED
             elif decision.authorization is Authorization.REQUIRE_APPROVAL:
@@ -455,21 +462,32 @@ class AgentSessionHooks(agent_session.Hooks):
         current = ctx.approval
         if current is not None and not current.decided and current.items == items:
             return
-        ctx.approval = ApprovalRequestState(new_id(), items)
+        hashes = {
+            c.tool_invocation_id: c.arguments_sha256 or arguments_sha256(c.arguments)
+            for c in ctx.tools
+            if c.status is ToolCallStatus.AWAITING_APPROVAL
+        }
+        ctx.approval = ApprovalRequestState(new_id(), items, arguments_sha256=hashes)
         ctx.audit.append(
             {
                 "kind": "approval_required",
-                "data": {"approval_request_id": ctx.approval.request_id, "items": items},
+                "data": {
+                    "approval_request_id": ctx.approval.request_id,
+                    "items": items,
+                    "arguments_sha256": hashes,
+                },
                 "at": len(ctx.messages),  # where the transcript places it
             }
         )
 
     def apply_decision(self, ctx: SessionContext, payload: Any) -> None:
         """A person's decision (the ``approval_decided`` signal: ``{"request_id",
-        "approved", "decisions"}``, checked by whoever sent it): each awaiting call is
-        authorized or rejected — all of them by ``approved``, or one by one by
-        ``decisions``. A decision for another request changes nothing (the request
-        is asked again)."""
+        "approved", "decisions", "arguments_sha256"}``, checked by whoever sent it):
+        each awaiting call is authorized or rejected — all of them by ``approved``, or
+        one by one by ``decisions``. An authorized call is bound to the arguments hash
+        the decision approved (the request's when the decision names none); the
+        ``tool_call`` execution refuses other arguments. A decision for another
+        request changes nothing (the request is asked again)."""
         data = payload if isinstance(payload, dict) else {}
         request = ctx.approval
         if request is None or data.get("request_id") != request.request_id:
@@ -484,12 +502,22 @@ class AgentSessionHooks(agent_session.Hooks):
         decisions: dict[str, Any] = raw if isinstance(raw, dict) else {}
         whole = not isinstance(raw, dict)
         approved = bool(data.get("approved"))
+        raw_hashes = data.get("arguments_sha256")
+        decided_hashes: dict[str, Any] = raw_hashes if isinstance(raw_hashes, dict) else {}
         for call in ctx.tools:
             if call.status is not ToolCallStatus.AWAITING_APPROVAL:
                 continue
             ok = approved if whole else bool(decisions.get(call.tool_invocation_id, False))
             if ok:
                 call.status = ToolCallStatus.AUTHORIZED
+                approved_hash = decided_hashes.get(
+                    call.tool_invocation_id
+                ) or request.arguments_sha256.get(call.tool_invocation_id)
+                # never None for an approved call: a request without hashes (stored by
+                # an older version) binds to the arguments as they are now
+                call.approved_arguments_sha256 = str(
+                    approved_hash or call.arguments_sha256 or arguments_sha256(call.arguments)
+                )
             else:
                 call.status = ToolCallStatus.REJECTED
                 call.rejected_by = "person" if whole else "person_item"
@@ -506,6 +534,12 @@ class AgentSessionHooks(agent_session.Hooks):
                     "approval_request_id": request.request_id,
                     "approved": approved if whole else None,
                     "decisions": request.decisions,
+                    "arguments_sha256": {
+                        c.tool_invocation_id: c.approved_arguments_sha256
+                        for c in ctx.tools
+                        if c.tool_invocation_id in request.items
+                        and c.approved_arguments_sha256 is not None
+                    },
                     "by": data.get("by"),
                 },
                 "at": len(ctx.messages),  # where the transcript places it
@@ -534,6 +568,7 @@ class AgentSessionHooks(agent_session.Hooks):
                         tool_name=call.tool_name,
                         arguments=call.arguments,
                         llm_call_id=call.llm_call_id,
+                        approved_arguments_sha256=call.approved_arguments_sha256,
                     ),
                     execution_id=call.tool_invocation_id,
                     notify_event=agent_session.Event.TOOL_FINISHED.value,

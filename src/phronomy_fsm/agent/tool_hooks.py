@@ -18,13 +18,18 @@ from phronomy_fsm.agent.directory import AgentDirectory
 from phronomy_fsm.agent.tools import (
     ToolContext,
     ToolResult,
+    arguments_sha256,
     cap_text,
     capped_result,
     tool_result_text,
 )
 from phronomy_fsm.durable.codec import ensure_json
 from phronomy_fsm.durable.records import EffectKind
-from phronomy_fsm.errors import ConfigurationError, SerializationError
+from phronomy_fsm.errors import (
+    ApprovedArgumentsError,
+    ConfigurationError,
+    SerializationError,
+)
 from phronomy_fsm.generated import tool_call
 from phronomy_fsm.runtime.cancellation import CancellationToken
 from phronomy_fsm.runtime.session import OffloadContext
@@ -50,6 +55,9 @@ class ToolCallHooks(tool_call.Hooks):
         Raises:
             ConfigurationError: the agent no longer has this tool (the call fails; the
                 LLM sees why).
+            ApprovedArgumentsError: a person approved this call, and its arguments
+                are not the ones approved (their hash differs): the call fails, the
+                tool is not run (``docs/agent.md``, "Approval").
         """
         config = self.directory.config(ctx.agent_id)
         tool = config.tools.get(ctx.tool_name)
@@ -58,6 +66,21 @@ class ToolCallHooks(tool_call.Hooks):
                 f"agent {ctx.agent_id!r} has no tool {ctx.tool_name!r} any more"
             )
         fn, arguments, max_bytes = tool.fn, ctx.arguments, config.max_tool_result_bytes
+        approved = ctx.approved_arguments_sha256
+        if approved is not None:
+            actual = arguments_sha256(arguments)
+            if actual != approved:
+                # checked here, on the loop, before any work is handed out: arguments
+                # changed after a person approved them never reach the tool
+                raise ApprovedArgumentsError(
+                    f"tool call {ctx.tool_invocation_id} ({ctx.tool_name!r}) was approved "
+                    f"for arguments with sha256 {approved}, but its arguments hash to "
+                    f"{actual}; the call was refused and the tool did not run — ask for "
+                    "a new approval",
+                    tool_invocation_id=ctx.tool_invocation_id,
+                    approved_sha256=approved,
+                    actual_sha256=actual,
+                )
         name = tool.name
 
         def work(octx: OffloadContext) -> ToolResult:

@@ -24,6 +24,7 @@ validated JSON arguments are converted to the annotated types before the call
 from __future__ import annotations
 
 import enum
+import hashlib
 import inspect
 import json
 import re
@@ -37,7 +38,7 @@ import jsonschema_rs
 from phronomy_fsm.agent.typed import CONVERTER as _CONVERTER
 from phronomy_fsm.agent.typed import describe, parameters_schema, to_json
 from phronomy_fsm.agent.types import ToolSpec
-from phronomy_fsm.durable.codec import ensure_json
+from phronomy_fsm.durable.codec import dumps, ensure_json
 from phronomy_fsm.durable.records import EffectKind
 from phronomy_fsm.errors import (
     ConfigurationError,
@@ -463,6 +464,17 @@ def _typed_call(
     call.__doc__ = getattr(fn, "__doc__", None)
     call.__wrapped__ = fn  # type: ignore[attr-defined]
     return schema, call
+
+
+def arguments_sha256(arguments: Any) -> str:
+    """The sha256 (64 hex digits) of the canonical JSON of a tool call's parsed
+    ``arguments`` (sorted keys, compact: :func:`phronomy_fsm.durable.codec.dumps`), the
+    hash an approval is bound to (``docs/agent.md``, "Approval"). Pure.
+
+    Raises:
+        SerializationError: ``arguments`` is not JSON data.
+    """
+    return hashlib.sha256(dumps(arguments)).hexdigest()
 
 
 def normalize_authorization(value: Any) -> Authorization:

@@ -6,6 +6,10 @@
   :class:`~phronomy_fsm.agent.AnthropicProvider` (and so an agent) against real HTTP
   without a real LLM; also runnable as ``python -m phronomy_fsm.testing.stub_llm``
   (``docs/getting-started.md``, "A local stub of the API").
+- :mod:`phronomy_fsm.testing.mcp_server`: a small MCP server (the extra ``mcp``) with
+  tools annotated read-only, idempotent and neither, recording every call in a JSON-lines
+  ledger; ``python -m phronomy_fsm.testing.mcp_server --ledger FILE [--http PORT]``
+  (``docs/agent.md``, "MCP tools").
 
 Nothing in the library imports this package; importing it starts nothing.
 """
