@@ -27,7 +27,17 @@ def check_generic(
     only: tuple[str, ...] = (),
     seed: int = 1,
 ) -> CheckReport:
-    """Check ``spec`` run by the generic application with ``defect`` seeded."""
+    """Check ``spec`` run by the generic application with ``defect`` seeded.
+
+    The checker builds the application in this process too, and a seeded defect patches
+    the engine's classes (``generic_app.seed_engine_defect``): the patched methods are
+    put back when the test ends, or every later test of this process would run on a
+    broken engine (seen: effects no longer announced in the examples' tests)."""
+    from phronomy_fsm.durable.effects import Effects
+    from phronomy_fsm.durable.runtime import DurableRuntime
+
+    monkeypatch.setattr(Effects, "announce", Effects.announce)
+    monkeypatch.setattr(DurableRuntime, "lease_error", DurableRuntime.lease_error)
     monkeypatch.setenv(SPEC_VARIABLE, str(spec))
     if defect is None:
         monkeypatch.delenv(DEFECT_VARIABLE, raising=False)

@@ -164,8 +164,9 @@ def test_a_commit_the_store_did_not_keep_cannot_be_forked(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("store_kind", ["postgres"])
 def test_the_plan_refuses_an_at_most_once_effect_on_postgresql(
-    tmp_path: Path, pg_dsn: str, store_kind: str
+    tmp_path: Path, pg_dsn: str, store_kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # the example keeps its ledgers beside the store's name
     _run_approved(pg_dsn, "o3")
     with open_store(pg_dsn) as store:
         waited = _revision(store, "o3", DurablePoint.WAIT)

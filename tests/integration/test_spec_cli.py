@@ -87,7 +87,7 @@ def test_validate_real_specs_text_and_json(monkeypatch: pytest.MonkeyPatch) -> N
     text = RUNNER.invoke(main, ["validate", *paths, "--strict"])
     assert text.exit_code == 0, text.stderr
     assert text.stderr == ""
-    assert "fsm_specs/agent_session.yaml: valid (agent_session: 20 states" in text.stdout
+    assert "fsm_specs/agent_session.yaml: valid (agent_session: 21 states" in text.stdout
     assert "fsm_specs/tool_call.yaml: valid (tool_call: 3 states" in text.stdout
     result = RUNNER.invoke(main, ["validate", *paths, "--format", "json"])
     assert result.exit_code == 0
@@ -95,7 +95,7 @@ def test_validate_real_specs_text_and_json(monkeypatch: pytest.MonkeyPatch) -> N
     assert document["ok"] is True and document["strict"] is False
     assert [f["file"] for f in document["files"]] == paths
     assert all(f["ok"] and f["errors"] == 0 and f["issues"] == [] for f in document["files"])
-    assert sum(f["transitions"] for f in document["files"]) == 42 + 2  # agent_session, tool_call
+    assert sum(f["transitions"] for f in document["files"]) == 48 + 2  # agent_session, tool_call
 
 
 def test_validate_mixed_files_reports_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
