@@ -66,6 +66,7 @@ from phronomy_fsm.store._reads import SqliteReads
 from phronomy_fsm.store._sqlerrors import nothing_written, storage_error
 from phronomy_fsm.store._writes import SqliteWrites
 from phronomy_fsm.store.group import CommitFuture, GroupCommitWriter
+from phronomy_fsm.store.limits import SqliteLimits
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.compact import CompactReport
@@ -162,7 +163,7 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     return True
 
 
-class SqliteBarrierStore(SqliteReads, SqliteWrites):
+class SqliteBarrierStore(SqliteReads, SqliteWrites, SqliteLimits):
     """The engine's :class:`~phronomy_fsm.durable.ports.ExecutionStore` on one SQLite file.
 
     Args:
@@ -1026,7 +1027,9 @@ def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) 
 
 
 if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
+    from phronomy_fsm.durable.limits import LimitStore
     from phronomy_fsm.durable.ports import AgentRegistry, ExecutionStore
 
     _CHECKED_PORT: type[ExecutionStore] = SqliteBarrierStore
     _CHECKED_AGENT_PORT: type[AgentRegistry] = SqliteBarrierStore
+    _CHECKED_LIMIT_PORT: type[LimitStore] = SqliteBarrierStore

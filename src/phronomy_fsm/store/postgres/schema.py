@@ -30,6 +30,9 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
 - ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``;
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``;
 - ``agents(agent_id PK, created_epoch_ms, body)`` (version 2): the agents created;
+- ``limit_slots``, ``limit_starts`` and ``limit_pauses`` (version 4, migration
+  ``0004_effect_limits``): the state of the effects' rate and concurrency limits, as on
+  SQLite (``docs/semantics.md``, "Limits");
 - ``phronomy_meta(key PK, value)`` and ``phronomy_migrations(name PK, applied_at)``.
 
 Every time in a ``*_epoch_ms`` column that a lease depends on is the **server's**
@@ -44,7 +47,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -161,11 +164,40 @@ CREATE INDEX signals_unconsumed_by_xact ON signals (xact_id) WHERE consumed_revi
 DROP INDEX signals_unconsumed;
 """
 
+# The state of the effects' limits (docs/semantics.md, "Limits"): slots held, starts
+# within a rate window, pauses. Self-contained: no other table changes.
+_0004 = """
+CREATE TABLE limit_slots (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    effect_key text NOT NULL,
+    execution_id text NOT NULL,
+    worker_id text NOT NULL,
+    acquired_epoch_ms bigint NOT NULL,
+    PRIMARY KEY (limit_name, limit_key, effect_key)
+);
+CREATE INDEX limit_slots_by_execution ON limit_slots (execution_id);
+CREATE TABLE limit_starts (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    started_epoch_ms bigint NOT NULL
+);
+CREATE INDEX limit_starts_by_key ON limit_starts (limit_name, limit_key, started_epoch_ms);
+CREATE TABLE limit_pauses (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    paused_until_epoch_ms bigint NOT NULL,
+    reason text NOT NULL,
+    PRIMARY KEY (limit_name, limit_key)
+);
+"""
+
 #: The named migrations, in order: ``(name, SQL)``.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_engine_port", _0001),
     ("0002_agents", _0002),
     ("0003_signal_xact_id", _0003),
+    ("0004_effect_limits", _0004),
 )
 
 #: Migration names this code knows, in order.
