@@ -14,6 +14,7 @@ tenant), whose calls record their start and end to a ledger file.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from collections.abc import Iterator
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from phronomy_fsm.cli import main
 from phronomy_fsm.durable.submit import submit_execution
 from phronomy_fsm.store.open import open_store
 from phronomy_fsm.testing.deadlines import scaled_seconds, wait_until
@@ -167,6 +170,15 @@ def test_slots_of_a_killed_worker_are_freed_after_takeover(fleet: Fleet) -> None
         ("api_slots", "held1", worker_a),
         ("api_slots", "held2", worker_a),
     }
+    # what an operator sees (docs/operations.md, "Rate limits and concurrency")
+    listed = CliRunner().invoke(main, ["store", "limits", "--db", fleet.db, "--json"])
+    assert listed.exit_code == 0, listed.output
+    assert sorted(
+        (s["execution_id"], s["worker_id"]) for s in json.loads(listed.output)["slots"]
+    ) == [
+        ("held1", worker_a),
+        ("held2", worker_a),
+    ]
     a.send_signal(signal.SIGKILL)
     a.wait(10)
     fleet.start("b", lease_seconds=1.0)
