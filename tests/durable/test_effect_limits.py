@@ -189,3 +189,27 @@ def test_slots_of_a_killed_worker_are_freed_after_takeover(fleet: Fleet) -> None
     assert fleet.store.limit_holds()[0] == []
     nexts = [e for e in _calls(fleet.folder, "start") if e["call"] == "next"]
     assert len(nexts) == 1 and nexts[0]["pid"] != a.pid
+
+
+def test_a_rate_limited_effect_no_limit_covers_waits_alone_and_runs_once(
+    open_runtime: Any, tmp_path: Path
+) -> None:
+    from limited_flow import TABLE
+
+    from phronomy_fsm.durable import ExecutionStatus, Machine
+    from tests.durable.limits_app import CallHooks
+
+    pause = scaled_seconds(0.5)
+    (tmp_path / "rate_limit_once").write_text(str(pause))
+    machine = Machine(TABLE._replace(limits=()), CallHooks(tmp_path), context_type=Call)
+    runtime, recorder = open_runtime([machine])
+    runtime.start("limited_flow", Call("solo", "t1"), execution_id="solo")
+    result = runtime.wait("solo", scaled_seconds(30))
+    assert result.status is ExecutionStatus.COMPLETED  # not failed by the 429
+    (limited,) = _calls(tmp_path, "rate_limited")
+    (start,) = _calls(tmp_path, "start")
+    assert (start["key"], start["attempt"]) == (limited["key"], 1)
+    assert start["at"] >= limited["at"] + pause - 0.01
+    # one start, one finish: the deferral is not an attempt that ended
+    assert recorder.kinds("solo").count("effect_finished") == 1
+    assert runtime.store.limit_holds() == ([], [])  # nothing is asked of the store

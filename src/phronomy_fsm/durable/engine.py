@@ -105,27 +105,28 @@ class _Driver:
         live.limiter = None
         decision = self.engine.effects.offload(live, session, spec, payload)
         if isinstance(decision, EffectStart):
+            # its work starts only with a slot of each of its limits, and a RateLimited
+            # it raises defers it, limits or not (docs/semantics.md, "Limits")
             limits = live.reg.machine.table.limits
             claims = (
                 limit_claims(limits, spec.name, session.ctx, live.record.labels) if limits else ()
             )
-            if claims:  # its work starts only with a slot of each (docs/semantics.md, "Limits")
-                host = self.engine.host
-                store = host.store
-                if not isinstance(store, LimitStore):
-                    raise TypeError(
-                        f"machine {live.reg.machine.name} declares limits on effect "
-                        f"{spec.name}, but the store {type(store).__name__} cannot hold "
-                        "them (use a SQLite or PostgreSQL store)"
-                    )
-                live.limiter = EffectLimiter(
-                    claims,
-                    store,
-                    live.execution_id,
-                    decision.key,
-                    host.worker_id,
-                    host.note_write_error,
+            host = self.engine.host
+            store = host.store
+            if claims and not isinstance(store, LimitStore):
+                raise TypeError(
+                    f"machine {live.reg.machine.name} declares limits on effect "
+                    f"{spec.name}, but the store {type(store).__name__} cannot hold them "
+                    "(use a SQLite or PostgreSQL store)"
                 )
+            live.limiter = EffectLimiter(
+                claims,
+                store,  # type: ignore[arg-type]  # a LimitStore whenever it has claims
+                live.execution_id,
+                decision.key,
+                host.worker_id,
+                host.note_write_error,
+            )
         return decision
 
     def step(self, session: Session, source: str, target: str) -> None:

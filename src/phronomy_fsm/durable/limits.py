@@ -162,7 +162,8 @@ def limit_claims(
 
 
 class EffectLimiter:
-    """The limits of one effect about to start (module docstring): its ``claims``, the
+    """The limits of one effect about to start (module docstring): its ``claims`` (empty
+    for an effect no limit covers: then only a RateLimited it raises is acted on), the
     ``store`` their state lives in, the ``execution_id``, the effect's idempotency
     ``effect_key``, this ``worker_id``, and ``note_write_error`` (the runtime's: a
     SchemaVersionError stops every write).
@@ -192,7 +193,10 @@ class EffectLimiter:
         """Take the effect's slots: ``None`` when held (the work may start), a
         :class:`~phronomy_fsm.runtime.offload.Defer` when a limit is full, out of its
         rate window or paused (asked again then), or a SchemaVersionError (never
-        start). A store that cannot answer defers too (logged)."""
+        start). A store that cannot answer defers too (logged). Without claims: ``None``
+        at once (nothing is asked of the store)."""
+        if not self.claims:
+            return None
         try:
             decision = self.store.acquire_limits(
                 self.claims, self.execution_id, self.effect_key, self.worker_id
@@ -219,6 +223,8 @@ class EffectLimiter:
         """Free the effect's slots (the work returned). A store error is logged: the
         slot is freed anyway when the execution starts its next effect, finishes, or
         another worker takes it over."""
+        if not self.claims:
+            return
         try:
             self.store.release_limits(self.execution_id, self.effect_key)
         except PhronomyError as exc:
@@ -233,7 +239,10 @@ class EffectLimiter:
 
     def pause(self, error: RateLimited) -> None:
         """Pause the effect's limits for ``error.retry_after_seconds`` (store clock).
-        A store error is logged; the work is deferred all the same."""
+        A store error is logged; the work is deferred all the same. Without claims
+        only this effect waits."""
+        if not self.claims:
+            return
         try:
             self.store.pause_limits(self.claims, float(error.retry_after_seconds), str(error)[:500])
         except PhronomyError as exc:
