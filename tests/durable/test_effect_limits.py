@@ -142,7 +142,8 @@ def test_a_rate_limited_call_pauses_the_key_for_every_worker(fleet: Fleet) -> No
     fleet.wait_registered("a", "b")
     fleet.submit(["first"])
     limited = wait_until(lambda: _calls(fleet.folder, "rate_limited"), 60, "the 429")[0]
-    _holds, pauses = fleet.store.limit_holds()
+    # stored just after the call raised (the ledger line comes first)
+    pauses = wait_until(lambda: fleet.store.limit_holds()[1], 30, "the pause to be stored")
     assert {(p.limit, p.key) for p in pauses} == {("api_rate", "t1"), ("api_slots", "t1")}
     later = ["second", "third", "fourth", "fifth"]
     fleet.submit(later)

@@ -161,8 +161,9 @@ class SqliteLimits:
     ) -> LimitDecision:
         """See :meth:`phronomy_fsm.durable.limits.LimitStore.acquire_limits`. Raises
         StorageError, SchemaVersionError."""
-        now_ms, _ = self._commit_time()
         with self.maintenance_transaction("acquire_limits") as cur:
+            # read once the write lock is held: a wait for it must not date the start back
+            now_ms, _ = self._commit_time()
 
             def run(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
                 return list(cur.execute(sql, params).fetchall())
@@ -181,8 +182,8 @@ class SqliteLimits:
         self, claims: tuple[LimitClaim, ...], retry_after_seconds: float, reason: str
     ) -> None:
         """See :meth:`phronomy_fsm.durable.limits.LimitStore.pause_limits`."""
-        now_ms, _ = self._commit_time()
         with self.maintenance_transaction("pause_limits") as cur:
+            now_ms, _ = self._commit_time()
 
             def run(sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
                 return list(cur.execute(sql, params).fetchall())
