@@ -59,6 +59,7 @@ from durable_service import PERSON_CHOICES, JsonLines, printing_listener, serve,
 from machines import review_agent, review_tool
 
 from phronomy_fsm.agent import (
+    AnthropicProvider,
     LLMRequest,
     Message,
     OpenAICompatibleProvider,
@@ -576,10 +577,14 @@ def scripted_provider() -> ScriptedProvider:
 
 
 def provider_from_env(environ: Mapping[str, str] | None = None) -> Provider:
-    """The LLM of the example: an OpenAI-compatible provider when ``PHRONOMY_LLM_MODEL``
-    (or ``OPENAI_MODEL``) is set in ``environ`` (default ``os.environ``), configured
-    from ``PHRONOMY_LLM_BASE_URL`` and ``PHRONOMY_LLM_API_KEY`` (or their ``OPENAI_``
-    forms) there too; else :func:`scripted_provider`.
+    """The LLM of the example: an Anthropic Messages provider when
+    ``PHRONOMY_ANTHROPIC_MODEL`` (or ``ANTHROPIC_MODEL``) is set in ``environ`` (default
+    ``os.environ``), configured from ``PHRONOMY_ANTHROPIC_BASE_URL`` and
+    ``PHRONOMY_ANTHROPIC_API_KEY`` (or ``ANTHROPIC_API_KEY``) there too; else an
+    OpenAI-compatible provider when ``PHRONOMY_LLM_MODEL`` (or ``OPENAI_MODEL``) is set,
+    configured from ``PHRONOMY_LLM_BASE_URL`` and ``PHRONOMY_LLM_API_KEY`` (or their
+    ``OPENAI_`` forms); else :func:`scripted_provider` (``docs/agent.md``, "The
+    Anthropic provider").
 
     Raises:
         ConfigurationError: the configuration is incomplete (e.g. no API key for a
@@ -590,6 +595,13 @@ def provider_from_env(environ: Mapping[str, str] | None = None) -> Provider:
     def first(*names: str) -> str | None:
         return next((env[n].strip() for n in names if env.get(n, "").strip()), None)
 
+    anthropic_model = first("PHRONOMY_ANTHROPIC_MODEL", "ANTHROPIC_MODEL")
+    if anthropic_model is not None:
+        return AnthropicProvider(
+            base_url=first("PHRONOMY_ANTHROPIC_BASE_URL"),
+            api_key=first("PHRONOMY_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
+            model=anthropic_model,
+        )
     model = first("PHRONOMY_LLM_MODEL", "OPENAI_MODEL")
     if model is None:
         return scripted_provider()

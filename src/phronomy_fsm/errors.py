@@ -415,6 +415,13 @@ class ReplayDivergedError(DurableError):
     not deterministic. The execution is parked in ``recovery_required``."""
 
 
+class ScheduleError(DurableError):
+    """A schedule was refused before anything was stored: a bad name, cron expression,
+    time zone, overlap policy, catch-up window or context (``schedule``; ``problems``
+    lists every one), or an operation named a schedule that does not exist
+    (docs/operations.md, "Schedules")."""
+
+
 # --- agent layer ------------------------------------------------------------------
 
 
@@ -546,6 +553,7 @@ __all__ = [
     "ResolutionError",
     "RuntimeClosedError",
     "RuntimeFault",
+    "ScheduleError",
     "SchemaVersionError",
     "SerializationError",
     "SessionFaultError",

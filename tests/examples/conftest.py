@@ -27,7 +27,7 @@ for folder in (EXAMPLES, TOOLS):
 #: Variables that would point the examples at a real LLM; never in tests.
 LLM_VARIABLES = tuple(
     f"{prefix}_{name}"
-    for prefix in ("PHRONOMY_LLM", "OPENAI")
+    for prefix in ("PHRONOMY_LLM", "OPENAI", "PHRONOMY_ANTHROPIC", "ANTHROPIC")
     for name in ("BASE_URL", "API_KEY", "MODEL")
 )
 

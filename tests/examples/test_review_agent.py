@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import review_agent as ra
 
-from phronomy_fsm.agent import OpenAICompatibleProvider
+from phronomy_fsm.agent import AnthropicProvider, OpenAICompatibleProvider
 from phronomy_fsm.durable import DurableEventKind, DurableRuntime, ExecutionStatus
 from phronomy_fsm.errors import ConfigurationError
 from phronomy_fsm.store import SqliteBarrierStore
@@ -160,6 +160,31 @@ def test_the_openai_compatible_provider_drives_the_same_flow(
     assert [r.headers["idempotency-key"] for r in requests] == keys
 
 
+def test_the_anthropic_provider_drives_the_same_flow(tmp_path: Path, events: Events) -> None:
+    script = [
+        {"tool_calls": [{"name": "lookup_order", "arguments": {"order_id": "B7"}}]},
+        {"content": "Your toaster is in transit."},
+    ]
+    with StubLLMServer(script=script) as server:
+        provider = AnthropicProvider(base_url=server.base_url, model="claude-stub")
+        result, _effects, _ = _run(
+            tmp_path, events, "Where is order B7?", {"event": "approve", "by": "ana"}, provider
+        )
+        requests = list(server.requests)
+    assert (result.state, result.context.draft) == ("delivered", "Your toaster is in transit.")
+    planner, reviewer = (r.body for r in requests)
+    assert {r.path for r in requests} == {"/v1/messages"}
+    assert [t["name"] for t in planner["tools"]] == ["lookup_order", "open_ticket"]
+    assert reviewer["system"] and [m["role"] for m in reviewer["messages"]] == [
+        "user",
+        "assistant",
+        "user",
+    ]
+    [result_block] = reviewer["messages"][2]["content"]
+    assert result_block["type"] == "tool_result"
+    assert json.loads(result_block["content"])["status"] == "in transit"
+
+
 def test_the_provider_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("PHRONOMY_LLM_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
@@ -168,6 +193,14 @@ def test_the_provider_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
         {"PHRONOMY_LLM_MODEL": "m", "PHRONOMY_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
     )
     assert isinstance(configured, OpenAICompatibleProvider)
+    picked = ra.provider_from_env(
+        {
+            "PHRONOMY_ANTHROPIC_MODEL": "claude-x",
+            "PHRONOMY_ANTHROPIC_BASE_URL": "http://127.0.0.1:9/v1",
+            "PHRONOMY_LLM_MODEL": "m",
+        }
+    )
+    assert isinstance(picked, AnthropicProvider) and picked.model == "claude-x"
     with pytest.raises(ConfigurationError):
         ra.provider_from_env(
             {"OPENAI_MODEL": "m", "PHRONOMY_LLM_BASE_URL": "https://llm.invalid/v1"}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from phronomy_fsm.agent import LLMRequest, Message, OpenAICompatibleProvider
+from phronomy_fsm.agent import AnthropicProvider, LLMRequest, Message, OpenAICompatibleProvider
 
 MODULE = [sys.executable, "-m", "phronomy_fsm.testing.stub_llm"]
 
@@ -65,6 +65,20 @@ def test_the_provider_completes_against_the_stub_process(
     assert tokens == ["Streamed ", "in ", "pieces."]
     proc.kill()
     assert proc.wait(10) == -signal.SIGKILL
+
+
+def test_the_anthropic_provider_completes_against_the_stub_process(
+    stub_process: tuple[subprocess.Popen[str], str],
+) -> None:
+    """The same script, served as Anthropic Messages on ``/v1/messages``."""
+    _proc, url = stub_process
+    tokens: list[str] = []
+    with AnthropicProvider(base_url=url, model="m", timeout_seconds=10.0) as provider:
+        plain = provider.complete(_request("llm-1", stream=False))
+        streamed = provider.complete(_request("llm-2", stream=True), on_token=tokens.append)
+    assert (plain.content, plain.model, plain.finish_reason) == ("Plain answer.", "m", "end_turn")
+    assert (plain.usage.prompt_tokens, plain.usage.completion_tokens) == (7, 2)
+    assert (streamed.content, tokens) == ("Streamed in pieces.", ["Streamed ", "in ", "pieces."])
 
 
 def test_sigterm_ends_the_stub_with_status_0(

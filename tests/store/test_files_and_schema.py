@@ -50,6 +50,7 @@ def test_new_file_is_owner_only_with_wal_and_schema(tmp_path):
         "execution_journal",
         "workers",
         "machines",
+        "schedules",
         "meta",
         "limit_slots",
         "limit_starts",

@@ -24,8 +24,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "phronomy_fsm"
 
 #: Modules of ``src/`` that may read the environment, and why. Nothing else may.
 ENVIRONMENT_READERS = {
-    # the provider's documented configuration (base URL, API key, model), not test machinery
-    "agent/openai.py",
+    # the providers' documented configuration (base URL, API key, model), read where the
+    # HTTP providers share it, not test machinery
+    "agent/http_provider.py",
     # the throwaway test server's "use this server instead" DSN (test support shipped
     # in the package; it starts nothing in production code paths)
     "store/postgres/server.py",

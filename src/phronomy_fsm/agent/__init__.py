@@ -1,13 +1,17 @@
 """The agent layer: LLM agents whose executions run on the durable engine.
 
 Start here: :class:`Agent` (create or load, invoke, stream, approve, resolve, cancel),
-:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply` and the
-OpenAI-compatible :class:`OpenAICompatibleProvider`. The events an agent delivers and
-its results are typed (:mod:`phronomy_fsm.agent.events`). ``docs/agent.md`` describes
+:class:`Tool` / :func:`tool`, :class:`ScriptedProvider` / :class:`Reply`, the
+OpenAI-compatible :class:`OpenAICompatibleProvider` and the Anthropic Messages
+:class:`AnthropicProvider`. The events an agent delivers and
+its results are typed (:mod:`phronomy_fsm.agent.events`); :meth:`Agent.events` reads an
+execution's events back from the store, resumable by cursor
+(:mod:`phronomy_fsm.agent.streams`). ``docs/agent.md`` describes
 the behaviour; ``docs/semantics.md`` the durability rules underneath.
 """
 
 from phronomy_fsm.agent.agent import Agent, EventStream
+from phronomy_fsm.agent.anthropic import AnthropicProvider
 from phronomy_fsm.agent.config import AgentConfig, ListenerErrorPolicy, LLMResend
 from phronomy_fsm.agent.events import (
     AgentEvent,
@@ -29,6 +33,7 @@ from phronomy_fsm.agent.events import (
 from phronomy_fsm.agent.openai import OpenAICompatibleProvider
 from phronomy_fsm.agent.providers import Provider, Reply, ScriptedProvider
 from phronomy_fsm.agent.runtime import AgentRuntime
+from phronomy_fsm.agent.streams import ExecutionEvents, StoredEvent
 from phronomy_fsm.agent.tools import Authorization, Tool, ToolCallView, ToolContext, tool
 from phronomy_fsm.agent.types import LLMRequest, LLMResponse, Message, ToolCall, Usage
 
@@ -39,6 +44,7 @@ __all__ = [
     "AgentResult",
     "AgentRuntime",
     "AgentStatus",
+    "AnthropicProvider",
     "ApprovalItem",
     "ApprovalRequired",
     "Authorization",
@@ -46,6 +52,7 @@ __all__ = [
     "Done",
     "EventStream",
     "EventType",
+    "ExecutionEvents",
     "Failed",
     "HandedOff",
     "LLMRequest",
@@ -58,6 +65,7 @@ __all__ = [
     "RecoveryRequired",
     "Reply",
     "ScriptedProvider",
+    "StoredEvent",
     "TimedOut",
     "Token",
     "Tool",

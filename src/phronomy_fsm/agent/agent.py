@@ -31,6 +31,7 @@ from phronomy_fsm.agent.events import AgentEvent, AgentResult
 from phronomy_fsm.agent.ids import check_agent_id, check_execution_id
 from phronomy_fsm.agent.providers import Provider
 from phronomy_fsm.agent.runtime import AgentRuntime
+from phronomy_fsm.agent.streams import DEFAULT_POLL_SECONDS, ExecutionEvents
 from phronomy_fsm.agent.types import Message
 from phronomy_fsm.durable.records import ExecutionRecord
 from phronomy_fsm.errors import (
@@ -535,6 +536,51 @@ class Agent:
         return self.wait_async(execution_id).result(wait_seconds)
 
     # --------------------------------------------------------------- views
+
+    def events(
+        self,
+        execution_id: str,
+        *,
+        after: int = 0,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        wait_seconds: float | None = None,
+    ) -> ExecutionEvents:
+        """The events of ``execution_id`` (an execution of this agent) after the cursor
+        ``after``: those already durable, then the new ones as they are committed —
+        by this process or any other on the same store — ending after its terminal
+        ``execution_<outcome>`` event. Iterate the result with ``for`` or ``async
+        for``; each :class:`~phronomy_fsm.agent.streams.StoredEvent` carries its
+        ``cursor``: reconnecting with ``after=<last cursor>`` misses nothing and
+        repeats nothing (``docs/agent.md``, "Event streams").
+
+        Args:
+            execution_id: an execution of this agent (running or finished).
+            after: the last cursor already seen; 0 (default) for all events.
+            poll_seconds: seconds between store reads while nothing new arrives.
+            wait_seconds: the longest the iteration waits for a next event before it
+                raises TimeoutError (``None``: no limit).
+
+        Raises:
+            NotFoundError: no such execution of this agent.
+            InvalidInputError: a bad ``after`` or ``poll_seconds``.
+            StorageError: the store failed.
+
+        Works on a closed agent too (it only reads).
+        """
+        events = ExecutionEvents(
+            self.store,
+            execution_id,
+            after=after,
+            poll_seconds=poll_seconds,
+            wait_seconds=wait_seconds,
+        )
+        agent_id, session_id = approvals.agent_of(self.store, execution_id)
+        if agent_id != self.agent_id or session_id != execution_id:
+            raise NotFoundError(
+                f"execution {execution_id} is not an execution of agent {self.agent_id!r}",
+                execution_id=execution_id,
+            )
+        return events
 
     def active_execution(self) -> ExecutionRecord | None:
         """The agent's active execution as stored, or None (a store read)."""

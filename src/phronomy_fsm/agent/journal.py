@@ -22,6 +22,9 @@ final_output          ``{"text"}``
 execution_<outcome>   ``{"status", "error"}``
 ====================  =====================================================================
 
+Approval entries come where they happened (after the assistant message whose tool calls
+they are about): :func:`transcript` builds the list, and reading the same list from a
+running execution's context gives a prefix of it (``docs/agent.md``, "Event streams").
 ``message`` is an OpenAI chat message; ``context`` is true when the message joins the
 agent's **history** — the conversation later executions of the agent continue — which
 holds the messages of executions that ended ``completed`` or ``handed_off`` (the handoff
@@ -30,6 +33,9 @@ the store (``docs/agent.md``, "Conversation history").
 """
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 from phronomy_fsm.agent.context import Outcome, SessionContext
 from phronomy_fsm.agent.types import Message
@@ -44,20 +50,42 @@ MESSAGE_KINDS = ("user_message", "assistant_message", "tool_message")
 IN_HISTORY = frozenset({Outcome.COMPLETED, Outcome.HANDED_OFF})
 
 
-def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierRecords | None:
-    """The ``records`` hook of the ``agent_session`` machine: the transcript of a
-    finished execution (module docstring), added to its ``@final``, ``@cancel`` or
-    finishing ``@resolution`` commit (an operator ended it); nothing for ``@wait``.
-    Loop thread; pure."""
-    if commit not in ("@final", "@cancel", "@resolution"):
-        return None
-    outcome = ctx.outcome if commit == "@final" else None
-    joins = outcome in IN_HISTORY
-    entries: list[JournalEntry] = [JournalEntry("input_received", {"input": ctx.input})]
-    responses = iter(ctx.llm_responses)
-    results = {r.get("tool_call_id"): r for r in ctx.tool_log}
-    last = len(ctx.messages) - 1
-    for index, message in enumerate(ctx.messages):
+def transcript(
+    input: Any,
+    messages: list[dict[str, Any]],
+    llm_responses: list[dict[str, Any]],
+    tool_log: list[dict[str, Any]],
+    audit: list[dict[str, Any]],
+    *,
+    joins: bool,
+    handed_off: bool,
+) -> list[JournalEntry]:
+    """The transcript part of an execution's journal (module docstring), from the
+    context's lists (a :class:`SessionContext`'s, or their JSON in a stored record):
+    ``input_received``, then each message in conversation order — an assistant message
+    after its ``llm_call_recorded``, a tool message after its ``tool_result`` — with the
+    approval entries of ``audit`` placed where they happened (an audit item's ``at``:
+    how many messages there were; an item without one goes last, as journals written
+    before it existed have them). ``joins``: the messages join the history; with
+    ``handed_off`` the last (handoff) call does not.
+
+    Each list only grows while the execution runs, and each message is recorded with
+    its facts in one action, so the transcript of an earlier revision is a prefix of a
+    later one's, up to the ``context`` flags (what ``docs/agent.md``, "Event streams",
+    relies on). Pure."""
+    entries: list[JournalEntry] = [JournalEntry("input_received", {"input": input})]
+    responses = iter(llm_responses)
+    results = {r.get("tool_call_id"): r for r in tool_log}
+    pending_audit = list(audit)
+    last = len(messages) - 1
+
+    def flush_audit(upto: float) -> None:
+        while pending_audit and _audit_position(pending_audit[0]) <= upto:
+            item = pending_audit.pop(0)
+            entries.append(JournalEntry(str(item["kind"]), item.get("data")))
+
+    for index, message in enumerate(messages):
+        flush_audit(index)
         role = message.get("role")
         if role == "user":
             entries.append(JournalEntry("user_message", {"message": message, "context": joins}))
@@ -66,7 +94,7 @@ def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierReco
             llm_call_id = fact.get("llm_call_id") if fact is not None else None
             if fact is not None:
                 entries.append(JournalEntry("llm_call_recorded", fact))
-            handoff_call = outcome is Outcome.HANDED_OFF and index == last
+            handoff_call = handed_off and index == last
             entries.append(
                 JournalEntry(
                     "assistant_message",
@@ -91,7 +119,33 @@ def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierReco
                     },
                 )
             )
-    entries.extend(JournalEntry(str(item["kind"]), item.get("data")) for item in ctx.audit)
+    flush_audit(math.inf)
+    return entries
+
+
+def _audit_position(item: dict[str, Any]) -> float:
+    """Where an audit item goes: before the message with this index (``at``)."""
+    at = item.get("at")
+    return at if isinstance(at, int) and not isinstance(at, bool) else math.inf
+
+
+def session_records(ctx: SessionContext, commit: str, state: str) -> BarrierRecords | None:
+    """The ``records`` hook of the ``agent_session`` machine: the transcript of a
+    finished execution (module docstring), added to its ``@final``, ``@cancel`` or
+    finishing ``@resolution`` commit (an operator ended it); nothing for ``@wait``.
+    Loop thread; pure."""
+    if commit not in ("@final", "@cancel", "@resolution"):
+        return None
+    outcome = ctx.outcome if commit == "@final" else None
+    entries = transcript(
+        ctx.input,
+        ctx.messages,
+        ctx.llm_responses,
+        ctx.tool_log,
+        ctx.audit,
+        joins=outcome in IN_HISTORY,
+        handed_off=outcome is Outcome.HANDED_OFF,
+    )
     if outcome is Outcome.COMPLETED:
         entries.append(JournalEntry("final_output", {"text": ctx.output}))
     status = (
@@ -126,4 +180,11 @@ def history(store: ExecutionStore, agent_id: str) -> list[Message]:
     return history_messages(entries)
 
 
-__all__ = ["IN_HISTORY", "MESSAGE_KINDS", "history", "history_messages", "session_records"]
+__all__ = [
+    "IN_HISTORY",
+    "MESSAGE_KINDS",
+    "history",
+    "history_messages",
+    "session_records",
+    "transcript",
+]

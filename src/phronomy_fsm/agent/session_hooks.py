@@ -444,6 +444,7 @@ class AgentSessionHooks(agent_session.Hooks):
             {
                 "kind": "approval_required",
                 "data": {"approval_request_id": ctx.approval.request_id, "items": items},
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 
@@ -491,6 +492,7 @@ class AgentSessionHooks(agent_session.Hooks):
                     "decisions": request.decisions,
                     "by": data.get("by"),
                 },
+                "at": len(ctx.messages),  # where the transcript places it
             }
         )
 

@@ -95,6 +95,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
             "(recover and executions show print the exact commands)."
         ),
     ),
+    "schedules": (
+        "schedule_commands",
+        (
+            "Start executions on a cron schedule, once per slot across every worker: list, "
+            "add, pause, resume, remove."
+        ),
+    ),
     "signal": (
         "operator_commands",
         "Send EVENT (a signal the machine declares) to an execution's inbox.",

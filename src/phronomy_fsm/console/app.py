@@ -7,6 +7,8 @@ they never block or disturb the workers that run executions; its four actions
 (``POST /execution/signal``, ``/execution/approve``, ``/execution/resolve``,
 ``/execution/cancel``, :mod:`~phronomy_fsm.console.actions`) write through a second,
 read-write connection opened on the first write — never in ``--read-only`` mode.
+``GET /execution/events`` streams an agent execution's events as Server-Sent Events
+(:mod:`~phronomy_fsm.console.events`).
 
 The security model (loopback by default, a token to write, CSRF-checked forms, a Host
 check against DNS rebinding, strict response headers) is in
@@ -38,7 +40,7 @@ from phronomy_fsm.errors import StorageError
 from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.store.open import open_store
 
-from . import actions, pages, views
+from . import actions, events, pages, views
 from .actions import SENDER
 from .presenters import Presenter, default_presenters
 from .security import SESSION_COOKIE, ConsoleSecurity
@@ -56,9 +58,9 @@ SECURITY_HEADERS = {
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
 }
-#: The endpoints a page polls to follow the store (``console.js``): a request to them
-#: does not count as activity that keeps a signed-in session from going idle.
-POLL_PATHS = frozenset({"/live", "/execution/live"})
+#: The endpoints a page polls to follow the store (``console.js``), and the event
+#: stream a client holds open (``/execution/events``): a request to them does not count as activity that keeps a signed-in session from going idle.
+POLL_PATHS = frozenset({"/live", "/execution/live", "/execution/events"})
 
 
 class ConsoleStores:
@@ -162,8 +164,10 @@ def create_app(
     routes = [
         Route("/", bind(pages.list_page), methods=["GET"]),
         Route("/live", bind(pages.list_live), methods=["GET"]),
+        Route("/schedules", bind(pages.schedules_page), methods=["GET"]),
         Route("/execution", bind(pages.execution_page), methods=["GET"]),
         Route("/execution/live", bind(pages.execution_live), methods=["GET"]),
+        Route("/execution/events", bind(events.execution_events), methods=["GET"]),
         Route("/execution/signal", bind(actions.signal_action), methods=["POST"]),
         Route("/execution/approve", bind(actions.approve_action), methods=["POST"]),
         Route("/execution/resolve", bind(actions.resolve_action), methods=["POST"]),

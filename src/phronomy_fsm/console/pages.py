@@ -133,6 +133,17 @@ async def list_page(console: Console, request: Request) -> Response:
     )
 
 
+async def schedules_page(console: Console, request: Request) -> Response:
+    """``GET /schedules``: every schedule of the store — cron and zone, overlap
+    policy, catch-up window, next slot, counts, newest execution
+    (``docs/operations.md``, "Schedules"; changed with ``phronomy-fsm schedules``)."""
+    try:
+        records = await run_in_threadpool(operator.list_schedules, console.stores.reader)
+    except PhronomyError as exc:
+        return error_page(console, request, status_for(exc), str(exc))
+    return render(console, request, "schedules.html", rows=views.schedule_rows(records))
+
+
 async def list_live(console: Console, request: Request) -> Response:
     """``GET /live``: the list's fingerprint as JSON (the page reloads when it
     changes)."""

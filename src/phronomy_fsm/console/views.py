@@ -446,6 +446,37 @@ class DiagramCache:
         return markup
 
 
+def schedule_rows(records: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rows of the schedules page from
+    :class:`~phronomy_fsm.durable.schedules.ScheduleRecord` values: every field as
+    text (times in UTC; the catch-up window in words, ``docs/operations.md``,
+    "Schedules")."""
+    rows = []
+    for r in records:
+        window = "newest missed slot" if r.catchup_seconds is None else f"{r.catchup_seconds:g} s"
+        rows.append(
+            {
+                "name": visible(r.name),
+                "machine": visible(r.machine),
+                "cron": visible(r.cron),
+                "timezone": visible(r.timezone),
+                "overlap": r.overlap.value,
+                "catchup": window,
+                "paused": r.paused,
+                "next_slot": "-" if r.paused else format_time(r.next_slot_at),
+                "buffered": format_time(r.buffered_slot_at) if r.buffered_slot_at else "",
+                "last": visible(r.last_execution_id) if r.last_execution_id else "",
+                "last_href": execution_href(r.last_execution_id) if r.last_execution_id else "",
+                "started": r.started,
+                "skipped": r.skipped,
+                "missed": r.missed,
+                "duplicates": r.duplicates,
+                "claimed_by": visible(r.claim_owner) if r.claim_owner else "",
+            }
+        )
+    return rows
+
+
 __all__ = [
     "INLINE_JSON_CHARS",
     "RESULT_EXAMPLES",
@@ -464,6 +495,7 @@ __all__ = [
     "owner_text",
     "pending_effect_rows",
     "result_example",
+    "schedule_rows",
     "signal_outcome",
     "signal_subject",
     "subject_value",

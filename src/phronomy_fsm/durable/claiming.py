@@ -80,7 +80,11 @@ class Claims:
         ``(execution_id, status found)``. Raises StorageError."""
         record = self.runtime.store.load_record(execution_id)
         signals = self.runtime.store.pending_signals(execution_id)
-        self.install(record, Fence(self.runtime.worker_id, token), signals)
+        # token 1 on revision 0: the store held it unowned with token 0 (submitted by
+        # any process, or a fork), so nobody ever ran it: its first effect is not one a
+        # dead owner may have started (docs/semantics.md, "Recovery")
+        never_run = token == 1 and record.revision == 0
+        self.install(record, Fence(self.runtime.worker_id, token), signals, never_run=never_run)
         return execution_id, record.status.value
 
     def adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
@@ -179,7 +183,14 @@ class Claims:
                 retired.append(worker.worker_id)
         return retired
 
-    def install(self, record: ExecutionRecord, fence: Fence, signals: list[SignalRecord]) -> None:
+    def install(
+        self,
+        record: ExecutionRecord,
+        fence: Fence,
+        signals: list[SignalRecord],
+        *,
+        never_run: bool = False,
+    ) -> None:
         reg = self.runtime.registration(record.machine)
         live = LiveExecution(reg, record, fence)
 
@@ -188,7 +199,7 @@ class Claims:
             if old is not None:
                 live.waiters.extend(old.waiters)
                 old.waiters.clear()
-            self.runtime.engine.recovery.install(live, record, signals)
+            self.runtime.engine.recovery.install(live, record, signals, never_run=never_run)
             self.runtime.io.refresh_signals(live)
 
         self.runtime.dispatcher.call_soon(install)

@@ -140,10 +140,13 @@ class Recovery:
         signals: list[SignalRecord],
         *,
         fresh_resolution: bool = False,
+        never_run: bool = False,
     ) -> None:
         """Make ``record`` (just read from the store, or just committed with a
         resolution: ``fresh_resolution``) the live execution and resume it per
-        ``docs/semantics.md`` "Recovery" (loop thread)."""
+        ``docs/semantics.md`` "Recovery" (loop thread). ``never_run``: no process ever
+        ran it (its first claim): it runs as new, not as a replay whose first
+        at_most_once effect a dead owner may have started."""
         self.engine.live[live.execution_id] = live
         facts = live.reg.facts
         renames = facts.rename_for(record.spec_version, record.spec_sha256)
@@ -198,7 +201,7 @@ class Recovery:
         if record.status is ExecutionStatus.RECOVERY_REQUIRED:
             self.engine.delivery.react(live)
             return
-        live.replay = Replay(record.resolution, fresh=fresh_resolution)
+        live.replay = None if never_run else Replay(record.resolution, fresh=fresh_resolution)
         if record.point is DurablePoint.START:
             self.engine.start_session(live)
         elif record.point is DurablePoint.BARRIER and record.resume_event is not None:

@@ -158,6 +158,7 @@ class DurableRuntime:
         self.poll_seconds = float(poll_seconds)
         self.name = name
         self._own_store = own_store
+        self._schedule_runners: list[Any] = []
         self.registrations: dict[str, Registration] = {}
         self.pool = OffloadPool(max_workers, queue_size, clock=clock, name=f"{name}-offload")
         self.dispatcher = Dispatcher(
@@ -830,6 +831,32 @@ class DurableRuntime:
                 return False
             time.sleep(0.01)
 
+    def run_schedules(self, poll_seconds: float = 1.0) -> Any:
+        """Start the due slots of the schedules of this runtime's machines, on a
+        thread of its own, until the runtime closes: each slot's execution starts
+        and runs here (``docs/operations.md``, "Schedules"). A ``phronomy-fsm
+        worker`` does this in its claim loop without being asked. Returns the
+        :class:`~phronomy_fsm.durable.schedules.ScheduleRunner` (its counts).
+
+        Raises RuntimeClosedError."""
+        from phronomy_fsm.durable.schedules import ScheduleRunner
+
+        self._check_open()
+
+        def start(machine: Machine, context: Any, eid: str, labels: dict[str, Any]) -> bool:
+            return self.start(machine.name, context, execution_id=eid, labels=labels).created
+
+        runner = ScheduleRunner(
+            self.store,
+            lambda: {name: self.registration(name).machine for name in self.machines},
+            self.worker_id,
+            claim_seconds=self.lease_seconds,
+            clock=self.clock,
+            starter=start,
+        )
+        self._schedule_runners.append(runner.start(poll_seconds))
+        return runner
+
     def close(self, *, timeout_seconds: float = 10.0) -> None:
         """Let running executions reach a resting point (waiting, parked, finished)
         for up to ``timeout_seconds``, then stop. Executions that have not finished
@@ -839,6 +866,8 @@ class DurableRuntime:
             return
         self.closed = True
         deadline = time.monotonic() + timeout_seconds
+        for runner in self._schedule_runners:  # first: it would start more
+            runner.close(timeout_seconds)
         self.wait_at_rest(timeout_seconds)
         self.stopping.set()  # the watcher first: it asks the loop things
         self.watcher.wake.set()

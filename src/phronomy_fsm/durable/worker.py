@@ -38,6 +38,7 @@ from phronomy_fsm.durable.app import DurableApp, attach_app
 from phronomy_fsm.durable.claims import describe_left
 from phronomy_fsm.durable.ports import ExecutionStore, NotifyingStore
 from phronomy_fsm.durable.runtime import DEFAULT_LEASE_SECONDS, DurableRuntime
+from phronomy_fsm.durable.schedules import ScheduleRunner
 from phronomy_fsm.durable.types import DurableEvent, DurableEventKind
 from phronomy_fsm.errors import PhronomyError, SchemaVersionError
 
@@ -126,6 +127,16 @@ class Worker:
             else (lambda: None)
         )
         self._thread: threading.Thread | None = None
+        machines = {m.name: m for m in app.machines}
+        #: starts the due slots of the schedules of its machines at each pass
+        #: (``docs/operations.md``, "Schedules")
+        self.schedules = ScheduleRunner(
+            store,
+            lambda: machines,
+            self.worker_id,
+            claim_seconds=lease_seconds,
+            clock=self.runtime.clock,
+        )
 
     # ------------------------------------------------------------------ events
 
@@ -175,10 +186,17 @@ class Worker:
     # ------------------------------------------------------------------ the loop
 
     def scan(self) -> list[tuple[str, str]]:
-        """One pass of the claim loop: retire dead workers on this host, resume the
+        """One pass of the claim loop: start the due slots of its machines' schedules
+        (``docs/operations.md``, "Schedules"), retire dead workers on this host, resume the
         executions it owns but does not run (a claim whose answer was lost:
         :meth:`DurableRuntime.resume_stranded`), then claim up to the free capacity.
         Returns ``[(execution_id, status)]`` claimed or resumed. Raises StorageError."""
+        try:  # first: what it starts is claimed below at once
+            self.schedules.tick()
+        except SchemaVersionError:
+            raise
+        except PhronomyError as exc:  # claiming must not wait for the schedules
+            log.warning("worker %s: schedules not run this pass: %s", self.worker_id, exc)
         if self.probe_processes:
             self.runtime.retire_dead_workers()
         claimed = self.runtime.resume_stranded(min_age_seconds=max(1.0, self.scan_seconds))
@@ -249,7 +267,11 @@ class Worker:
                     claimed = []
                 if claimed and self.running < self.concurrency:
                     continue  # there may be more: look again at once
-                self._wake.wait(self.scan_seconds)
+                try:  # no later than the next slot of a schedule
+                    wait = self.schedules.seconds_until_due(self.scan_seconds)
+                except PhronomyError:
+                    wait = self.scan_seconds
+                self._wake.wait(max(0.01, wait))
                 self._wake.clear()
         finally:
             self.close()

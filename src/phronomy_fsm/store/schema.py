@@ -8,7 +8,7 @@ written to a file: it must be a SQLite database, a phronomy store (or empty), an
 newer than this code. It must not hold connection policy or the commit logic
 (``sqlite.py``, ``_commit.py``).
 
-Tables at version 6 (all STRICT; bodies are canonical JSON of the records of
+Tables at version 7 (all STRICT; bodies are canonical JSON of the records of
 :mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
 - ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
@@ -32,6 +32,11 @@ Tables at version 6 (all STRICT; bodies are canonical JSON of the records of
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``: compiled tables
   registered by runtimes, for operator tools.
 - ``agents(agent_id PK, created_epoch_ms, body)``: the registered agent ids.
+- ``schedules(name PK, machine, cron, timezone, overlap, catchup_seconds, context,
+  paused, next_slot_epoch_ms, created_epoch_ms, updated_epoch_ms,
+  buffered_slot_epoch_ms, last_execution_id, started, skipped, missed, duplicates,
+  claim_owner, claim_expires_epoch_ms)``: the schedules (version 6;
+  :mod:`phronomy_fsm.store._schedules`, ``docs/operations.md``, "Schedules").
 - ``meta(key PK, value)``: ``schema_version`` and ``application = phronomy_fsm``.
 
 Migrations: ``0001_initial`` and ``0002_agent_owners`` (versions 1-2: the agent
@@ -40,8 +45,9 @@ layer's tables), ``0003_barrier_log_in_commit_order`` (version 3),
 workers and machines), ``0005_agents_on_the_engine`` (version 5: the agent layer's
 executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
 into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
-dropped; ``docs/store.md``, "Upgrading to version 5"), ``0006_effect_limits`` (version
-6: ``limit_slots(limit_name, limit_key, effect_key, execution_id, worker_id,
+dropped; ``docs/store.md``, "Upgrading to version 5"), ``0006_schedules`` (version
+6: the ``schedules`` table, nothing else changes), ``0007_effect_limits`` (version
+7: ``limit_slots(limit_name, limit_key, effect_key, execution_id, worker_id,
 acquired_epoch_ms)``, ``limit_starts(limit_name, limit_key, started_epoch_ms)`` and
 ``limit_pauses(limit_name, limit_key, paused_until_epoch_ms, reason)``, the state of the
 effects' limits: ``docs/semantics.md``, "Limits").
@@ -58,7 +64,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -393,6 +399,24 @@ def _m0005_agents_on_the_engine(db: sqlite_utils.Database) -> None:
     db.execute("CREATE INDEX signals_by_execution ON signals(execution_id)")
 
 
+@MIGRATIONS(name="0006_schedules")
+def _m0006_schedules(db: sqlite_utils.Database) -> None:
+    # Why: schedules start executions durably (docs/operations.md, "Schedules"); a
+    # worker claims a row (claim_owner and its lease) while it starts the due slots.
+    db.execute(
+        "CREATE TABLE schedules (name TEXT PRIMARY KEY, machine TEXT NOT NULL,"
+        " cron TEXT NOT NULL, timezone TEXT NOT NULL, overlap TEXT NOT NULL,"
+        " catchup_seconds REAL, context TEXT NOT NULL, paused INTEGER NOT NULL DEFAULT 0,"
+        " next_slot_epoch_ms INTEGER NOT NULL, created_epoch_ms INTEGER NOT NULL,"
+        " updated_epoch_ms INTEGER NOT NULL, buffered_slot_epoch_ms INTEGER,"
+        " last_execution_id TEXT, started INTEGER NOT NULL DEFAULT 0,"
+        " skipped INTEGER NOT NULL DEFAULT 0, missed INTEGER NOT NULL DEFAULT 0,"
+        " duplicates INTEGER NOT NULL DEFAULT 0, claim_owner TEXT,"
+        " claim_expires_epoch_ms INTEGER NOT NULL DEFAULT 0) STRICT"
+    )
+    db.execute("CREATE INDEX schedules_by_machine ON schedules(machine)")
+
+
 #: The tables of the effects' limits (``docs/semantics.md``, "Limits"): the slots held
 #: (by which execution, effect and worker), the starts within a rate window, and the
 #: pauses an outside service asked for. Self-contained: it reads and changes no other
@@ -418,8 +442,8 @@ EFFECT_LIMITS_SQL = (
 )
 
 
-@MIGRATIONS(name="0006_effect_limits")
-def _m0006_effect_limits(db: sqlite_utils.Database) -> None:
+@MIGRATIONS(name="0007_effect_limits")
+def _m0007_effect_limits(db: sqlite_utils.Database) -> None:
     # Why: rate and concurrency limits on effects hold across every worker of a
     # store, so their state lives in it (docs/semantics.md, "Limits").
     for statement in EFFECT_LIMITS_SQL:

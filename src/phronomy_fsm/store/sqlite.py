@@ -63,6 +63,7 @@ from phronomy_fsm.store._files import (
     read_mark,
 )
 from phronomy_fsm.store._reads import SqliteReads
+from phronomy_fsm.store._schedules import ScheduleSql
 from phronomy_fsm.store._sqlerrors import nothing_written, storage_error
 from phronomy_fsm.store._writes import SqliteWrites
 from phronomy_fsm.store.group import CommitFuture, GroupCommitWriter
@@ -163,7 +164,7 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     return True
 
 
-class SqliteBarrierStore(SqliteReads, SqliteWrites, SqliteLimits):
+class SqliteBarrierStore(SqliteReads, SqliteWrites, ScheduleSql, SqliteLimits):
     """The engine's :class:`~phronomy_fsm.durable.ports.ExecutionStore` on one SQLite file.
 
     Args:
@@ -811,6 +812,18 @@ class SqliteBarrierStore(SqliteReads, SqliteWrites, SqliteLimits):
                 self._rollback_quietly()
                 raise self._failure(exc, operation)
             self._advance_mark(cur)
+
+    def _schedule_sql(
+        self, operation: str, sql: str, params: tuple[Any, ...], *, write: bool
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement of :class:`~phronomy_fsm.store._schedules.ScheduleSql`:
+        ``{now}`` is this host's clock (the one every process on the file shares)."""
+        text = sql.replace("{now}", str(self._commit_time()[0]))
+        if write:
+            with self.maintenance_transaction(operation) as cur:
+                return list(cur.execute(text, params).fetchall())
+        with self._reading(operation) as conn:
+            return list(conn.execute(text, params).fetchall())
 
     @contextmanager
     def snapshot(self, operation: str) -> Iterator[sqlite3.Connection]:

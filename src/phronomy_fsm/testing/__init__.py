@@ -1,9 +1,10 @@
 """Test support shipped with the package, for testing applications built on phronomy_fsm.
 
-- :class:`StubLLMServer` (:mod:`phronomy_fsm.testing.stub_llm`): a scripted
-  OpenAI-compatible chat-completions server on a loopback address, to run
-  :class:`~phronomy_fsm.agent.OpenAICompatibleProvider` (and so an agent) against real
-  HTTP without a real LLM; also runnable as ``python -m phronomy_fsm.testing.stub_llm``
+- :class:`StubLLMServer` (:mod:`phronomy_fsm.testing.stub_llm`): a scripted LLM
+  server on a loopback address, speaking OpenAI chat completions and Anthropic
+  Messages, to run :class:`~phronomy_fsm.agent.OpenAICompatibleProvider` or
+  :class:`~phronomy_fsm.agent.AnthropicProvider` (and so an agent) against real HTTP
+  without a real LLM; also runnable as ``python -m phronomy_fsm.testing.stub_llm``
   (``docs/getting-started.md``, "A local stub of the API").
 
 Nothing in the library imports this package; importing it starts nothing.

@@ -1,4 +1,5 @@
-"""A scripted OpenAI-compatible chat-completions server on a loopback address.
+"""A scripted LLM server on a loopback address, speaking OpenAI chat completions and
+Anthropic Messages.
 
 For tests and demos of :class:`phronomy_fsm.agent.openai.OpenAICompatibleProvider` —
 the library's own tests and those of applications built on it (``docs/getting-started.md``,
@@ -8,8 +9,11 @@ double, not a server to expose). It answers ``POST .../chat/completions`` (any p
 *step* of a script, as one JSON body or — when the request says ``"stream": true`` — as
 server-sent events shaped like OpenAI's (content split into several deltas, each tool
 call's arguments split across chunks, a finish chunk, a usage chunk when
-``stream_options.include_usage`` is set, then ``data: [DONE]``). ``GET .../models``
-lists the stub's model.
+``stream_options.include_usage`` is set, then ``data: [DONE]``). It answers
+``POST .../messages`` with the same steps in the Anthropic Messages shape, JSON or
+streamed (:mod:`phronomy_fsm.testing._stub_anthropic` says how each key reads there), for
+:class:`phronomy_fsm.agent.anthropic.AnthropicProvider`. ``GET .../models`` lists the
+stub's model.
 
 A step is a dict; every key is optional:
 
@@ -78,6 +82,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Self
 
+from phronomy_fsm.testing import _stub_anthropic as _anthropic
+from phronomy_fsm.testing._stub_text import split_fixed, split_words
+
 Step = dict[str, Any]
 StepSource = Callable[[dict[str, Any], int], Step]
 Script = Sequence["Step | StepSource"] | StepSource
@@ -88,7 +95,7 @@ class ReceivedRequest:
     """One request the stub received.
 
     Attributes:
-        index: 0-based arrival order among chat-completions requests.
+        index: 0-based arrival order among LLM requests (both dialects: one script).
         path: the request path, e.g. ``/v1/chat/completions``.
         headers: header names in lower case → value.
         body: the decoded JSON body (``None`` if it was not JSON).
@@ -117,32 +124,12 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
-class _ClientGone(Exception):
+class ClientGone(Exception):
     """Writing to the client failed."""
 
 
-class _Stopped(Exception):
+class Stopped(Exception):
     """The server was closed while a step waited."""
-
-
-def _split_words(text: str) -> list[str]:
-    """Pieces of ``text`` ending after each space (at least two when possible)."""
-    pieces, current = [], ""
-    for ch in text:
-        current += ch
-        if ch == " ":
-            pieces.append(current)
-            current = ""
-    if current:
-        pieces.append(current)
-    if len(pieces) == 1 and len(text) > 1:
-        half = len(text) // 2
-        pieces = [text[:half], text[half:]]
-    return pieces
-
-
-def _split_fixed(text: str, size: int = 7) -> list[str]:
-    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -168,19 +155,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         if self.path.rstrip("/").endswith("/models"):
-            self._send_json(
+            self.send_json(
                 200, {"object": "list", "data": [{"id": self.server.model, "object": "model"}]}
             )
         else:
-            self._send_json(
+            self.send_json(
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            self._send_json(
+        path = self.path.split("?", 1)[0].rstrip("/")
+        anthropic = path.endswith("/messages")
+        if not anthropic and not path.endswith("/chat/completions"):
+            self.send_json(
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
             return
@@ -193,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         )
         try:
             if not isinstance(body, dict):
-                self._send_json(
+                self.send_json(
                     400,
                     {
                         "error": {
@@ -202,14 +191,16 @@ class _Handler(BaseHTTPRequestHandler):
                         }
                     },
                 )
+            elif anthropic:
+                _anthropic.answer(self, record, body)
             else:
                 self._answer(record, body)
             if record.outcome == "pending":
                 record.outcome = "answered"
-        except _ClientGone:
+        except ClientGone:
             record.outcome = "client_disconnected"
             self.close_connection = True
-        except _Stopped:
+        except Stopped:
             record.outcome = "stopped"
             self.close_connection = True
         finally:
@@ -219,7 +210,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, record: ReceivedRequest, body: dict[str, Any]) -> None:
         step = self.server.stub.step_for(body, record.index)
-        self._wait(step.get("delay_seconds", 0))
+        self.wait(step.get("delay_seconds", 0))
         if "status" in step or "body" in step:
             status = int(step.get("status", 200))
             raw = step.get("body")
@@ -234,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
                 raw = json.dumps(
                     {"error": {"message": f"stub error {status}", "type": kind, "code": None}}
                 )
-            self._send_raw(status, raw.encode(), step.get("content_type", "application/json"))
+            self.send_raw(status, raw.encode(), step.get("content_type", "application/json"))
             return
         model = step.get("model") or body.get("model") or self.server.model
         if body.get("stream"):
@@ -261,7 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return calls
 
-    def _usage(self, step: Step) -> dict[str, int] | None:
+    def usage(self, step: Step) -> dict[str, int] | None:
         if "usage" in step:
             return step["usage"]
         return {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
@@ -269,9 +260,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_completion(self, record: ReceivedRequest, step: Step, model: str) -> None:
         malformed = step.get("malformed")
         if malformed == "not_json":
-            self._send_raw(
-                200, b"<html><body>502 Bad Gateway (not JSON)</body></html>", "text/html"
-            )
+            self.send_raw(200, b"<html><body>502 Bad Gateway (not JSON)</body></html>", "text/html")
             return
         content = step.get("content")
         if content is None and "tool_calls" not in step and "content" not in step:
@@ -291,10 +280,10 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if malformed == "no_choices":
             del data["choices"]
-        usage = self._usage(step)
+        usage = self.usage(step)
         if usage is not None:
             data["usage"] = usage
-        self._send_json(200, data)
+        self.send_json(200, data)
 
     def _stream(
         self, record: ReceivedRequest, body: dict[str, Any], step: Step, model: str
@@ -317,7 +306,7 @@ class _Handler(BaseHTTPRequestHandler):
         if content is None and "tool_calls" not in step and "content" not in step:
             content = self.server.stub.echo(record)
         events = [chunk({"role": "assistant", "content": ""})]
-        for piece in _split_words(content or ""):
+        for piece in split_words(content or ""):
             events.append(chunk({"content": piece}))
         if malformed == "not_json":
             events.insert(2, "{not json")
@@ -329,9 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
             first_fn["arguments"] = ""
             own = [{"index": i, "id": call["id"], "type": "function", "function": first_fn}]
             if isinstance(args, str):
-                own += [
-                    {"index": i, "function": {"arguments": part}} for part in _split_fixed(args)
-                ]
+                own += [{"index": i, "function": {"arguments": part}} for part in split_fixed(args)]
             else:
                 own.append({"index": i, "function": {"arguments": args}})
             fragments.append(own)
@@ -342,7 +329,7 @@ class _Handler(BaseHTTPRequestHandler):
             ordered = [d for f in fragments for d in f]
         events += [chunk({"tool_calls": [d]}) for d in ordered]
         events.append(chunk({}, "tool_calls" if calls else "stop"))
-        usage = self._usage(step)
+        usage = self.usage(step)
         if usage is not None and (body.get("stream_options") or {}).get("include_usage"):
             events.append(json.dumps({**base, "choices": [], "usage": usage}))
         events.append("[DONE]")
@@ -358,8 +345,8 @@ class _Handler(BaseHTTPRequestHandler):
         delay = step.get("chunk_delay_seconds", 0)
         for n, data in enumerate(events):
             if n and delay:
-                self._wait(delay)
-            self._write_chunk(f"data: {data}\n\n".encode())
+                self.wait(delay)
+            self.write_chunk(f"data: {data}\n\n".encode())
         if breaking == "abort":
             record.outcome = "aborted"
             self.close_connection = True
@@ -369,36 +356,36 @@ class _Handler(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
-        self._write(b"0\r\n\r\n")
+        self.write(b"0\r\n\r\n")
 
     # ------------------------------------------------------------------- I/O
 
-    def _wait(self, seconds: float) -> None:
+    def wait(self, seconds: float) -> None:
         if seconds and self.server.stub.stopping.wait(seconds):
-            raise _Stopped()
+            raise Stopped()
 
-    def _write(self, data: bytes) -> None:
+    def write(self, data: bytes) -> None:
         try:
             self.wfile.write(data)
             self.wfile.flush()
         except OSError as exc:
-            raise _ClientGone() from exc
+            raise ClientGone() from exc
 
-    def _write_chunk(self, data: bytes) -> None:
-        self._write(b"%x\r\n%s\r\n" % (len(data), data))
+    def write_chunk(self, data: bytes) -> None:
+        self.write(b"%x\r\n%s\r\n" % (len(data), data))
 
-    def _send_raw(self, status: int, raw: bytes, content_type: str) -> None:
+    def send_raw(self, status: int, raw: bytes, content_type: str) -> None:
         try:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(raw)))
             self.end_headers()
         except OSError as exc:
-            raise _ClientGone() from exc
-        self._write(raw)
+            raise ClientGone() from exc
+        self.write(raw)
 
-    def _send_json(self, status: int, data: Any) -> None:
-        self._send_raw(status, json.dumps(data).encode(), "application/json")
+    def send_json(self, status: int, data: Any) -> None:
+        self.send_raw(status, json.dumps(data).encode(), "application/json")
 
 
 class _Server(ThreadingHTTPServer):
@@ -417,7 +404,8 @@ class _Server6(_Server):
 
 
 class StubLLMServer:
-    """A scripted chat-completions server on ``host:port`` (see the module docstring).
+    """A scripted LLM server on ``host:port``, answering chat completions and Anthropic
+    Messages (see the module docstring).
 
     Args:
         script: a list of steps (dicts or callables ``(body, n) -> dict``), or one
@@ -556,8 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(
         prog="python -m phronomy_fsm.testing.stub_llm",
-        description="A scripted OpenAI-compatible chat-completions server on a loopback "
-        "address, for tests. Prints its base URL on stdout when ready.",
+        description="A scripted LLM server (OpenAI chat completions and Anthropic "
+        "Messages) on a loopback address, for tests. Prints its base URL on stdout when "
+        "ready.",
     )
     parser.add_argument(
         "--host",

@@ -30,8 +30,12 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
 - ``workers(worker_id PK, body, heartbeat_epoch_ms, lease_expires_epoch_ms)``;
 - ``machines(machine, spec_sha256, body, registered_epoch_ms)``;
 - ``agents(agent_id PK, created_epoch_ms, body)`` (version 2): the agents created;
-- ``limit_slots``, ``limit_starts`` and ``limit_pauses`` (version 4, migration
-  ``0004_effect_limits``): the state of the effects' rate and concurrency limits, as on
+- ``schedules(name PK, machine, cron, timezone, overlap, catchup_seconds, context,
+  paused, next_slot_epoch_ms, ..., claim_owner, claim_expires_epoch_ms)`` (version 4):
+  the schedules (:mod:`phronomy_fsm.store._schedules`; ``docs/operations.md``,
+  "Schedules");
+- ``limit_slots``, ``limit_starts`` and ``limit_pauses`` (version 5, migration
+  ``0005_effect_limits``): the state of the effects' rate and concurrency limits, as on
   SQLite (``docs/semantics.md``, "Limits");
 - ``phronomy_meta(key PK, value)`` and ``phronomy_migrations(name PK, applied_at)``.
 
@@ -47,7 +51,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -164,9 +168,36 @@ CREATE INDEX signals_unconsumed_by_xact ON signals (xact_id) WHERE consumed_revi
 DROP INDEX signals_unconsumed;
 """
 
+# Schedules (docs/operations.md, "Schedules"): one row per schedule; a worker claims
+# a row (claim_owner, a lease on the server's clock) while it starts its due slots.
+_0004 = """
+CREATE TABLE schedules (
+    name text PRIMARY KEY,
+    machine text NOT NULL,
+    cron text NOT NULL,
+    timezone text NOT NULL,
+    overlap text NOT NULL,
+    catchup_seconds double precision,
+    context text NOT NULL,
+    paused boolean NOT NULL DEFAULT false,
+    next_slot_epoch_ms bigint NOT NULL,
+    created_epoch_ms bigint NOT NULL,
+    updated_epoch_ms bigint NOT NULL,
+    buffered_slot_epoch_ms bigint,
+    last_execution_id text,
+    started bigint NOT NULL DEFAULT 0,
+    skipped bigint NOT NULL DEFAULT 0,
+    missed bigint NOT NULL DEFAULT 0,
+    duplicates bigint NOT NULL DEFAULT 0,
+    claim_owner text,
+    claim_expires_epoch_ms bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX schedules_by_machine ON schedules (machine);
+"""
+
 # The state of the effects' limits (docs/semantics.md, "Limits"): slots held, starts
 # within a rate window, pauses. Self-contained: no other table changes.
-_0004 = """
+_0005 = """
 CREATE TABLE limit_slots (
     limit_name text NOT NULL,
     limit_key text NOT NULL,
@@ -197,7 +228,8 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_engine_port", _0001),
     ("0002_agents", _0002),
     ("0003_signal_xact_id", _0003),
-    ("0004_effect_limits", _0004),
+    ("0004_schedules", _0004),
+    ("0005_effect_limits", _0005),
 )
 
 #: Migration names this code knows, in order.

@@ -40,13 +40,11 @@ from __future__ import annotations
 
 import copy
 import logging
-import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
@@ -54,7 +52,6 @@ import psycopg
 from psycopg import errors as pgerrors
 from psycopg_pool import ConnectionPool
 
-from phronomy_fsm.durable.codec import epoch_ms_to_datetime
 from phronomy_fsm.durable.records import DurableCommit
 from phronomy_fsm.errors import (
     LockTimeoutError,
@@ -66,6 +63,7 @@ from phronomy_fsm.errors import (
     StorageError,
 )
 from phronomy_fsm.runtime.faults import FaultPlan
+from phronomy_fsm.store._schedules import ScheduleSql
 from phronomy_fsm.store.group import GroupCommitWriter
 from phronomy_fsm.store.limits import PostgresLimits
 from phronomy_fsm.store.postgres import schema
@@ -76,10 +74,8 @@ from phronomy_fsm.store.postgres._commit import (
     signal_targets,
 )
 from phronomy_fsm.store.postgres._reads import PostgresReads
+from phronomy_fsm.store.postgres.compact import PostgresCompaction
 from phronomy_fsm.store.postgres.listen import Notifier
-
-if TYPE_CHECKING:
-    from phronomy_fsm.store.compact import CompactReport
 
 log = logging.getLogger("phronomy_fsm.store.postgres")
 
@@ -126,7 +122,7 @@ def is_connection_error(exc: BaseException) -> bool:
     )
 
 
-class PostgresStore(PostgresReads, PostgresLimits):
+class PostgresStore(PostgresReads, PostgresCompaction, ScheduleSql, PostgresLimits):
     """The engine's store on a PostgreSQL database (module docstring).
 
     Args:
@@ -427,6 +423,22 @@ class PostgresStore(PostgresReads, PostgresLimits):
             raise copy.copy(self._schema_refusal)
         return self._retrying(operation, fn, write=True, execution_id=execution_id)
 
+    def _schedule_sql(
+        self, operation: str, sql: str, params: tuple[Any, ...], *, write: bool
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement of :class:`~phronomy_fsm.store._schedules.ScheduleSql`:
+        ``?`` becomes ``%s`` and ``{now}`` the server's clock (leases are measured
+        on it)."""
+        text = sql.replace("?", "%s").replace("{now}", schema.NOW_MS)
+
+        def run(cur: Any) -> list[tuple[Any, ...]]:
+            cur.execute(text, params)
+            return list(cur.fetchall()) if cur.description is not None else []
+
+        if write:
+            return self._writing(operation, run)  # type: ignore[no-any-return]
+        return self._reading(operation, run)  # type: ignore[no-any-return]
+
     def _check_still_current(self, cur: Any) -> None:
         """After :data:`~phronomy_fsm.store.postgres.schema.WRITE_CHECK` ran in a write
         transaction: refuse it when newer code migrated the database, and remember
@@ -628,34 +640,6 @@ class PostgresStore(PostgresReads, PostgresLimits):
         return results
 
     # ------------------------------------------------------------------ notifications
-
-    def compact(
-        self,
-        *,
-        older_than_days: float,
-        archive_path: str | os.PathLike[str] | None = None,
-        now: datetime | None = None,
-        keep_days: Mapping[str, float] | None = None,
-    ) -> CompactReport:
-        """Remove (after copying them to ``archive_path`` when given) finished
-        executions whose last commit is older than ``older_than_days`` days (or the
-        days ``keep_days`` gives their machine), with their barrier log, journal
-        entries and signals. The policy and errors: :func:`phronomy_fsm.store.
-        postgres.compact.compact_postgres` (``docs/store.md``, "Compaction").
-
-        Concurrency: any thread and any number of processes; commits of running
-        executions go on meanwhile.
-        """
-        from phronomy_fsm.store.postgres.compact import compact_postgres
-
-        return compact_postgres(
-            self,
-            older_than_days=older_than_days,
-            archive_path=archive_path,
-            # commit times are the server's clock: so is the cutoff
-            now=now or epoch_ms_to_datetime(self.server_time_ms()),
-            keep_days=keep_days,
-        )
 
     def add_listener(self, callback: Callable[[str, str], None]) -> Callable[[], None]:
         """Call ``callback(channel, payload)`` for every notification of this
