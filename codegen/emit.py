@@ -225,7 +225,7 @@ class _PayloadClass:
 
 #: ``MachineTable`` fields added after tables were first generated, written only when a
 #: spec sets them, so that the tables of specs that do not stay byte for byte the same.
-_LEFT_OUT_AT_DEFAULT = frozenset({"final_commit"})
+_LEFT_OUT_AT_DEFAULT = frozenset({"final_commit", "limits"})
 
 
 def build_view_model(

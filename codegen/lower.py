@@ -14,12 +14,13 @@ Only the standard library, the spec layer and :mod:`phronomy_fsm.table` are impo
 
 from __future__ import annotations
 
-from phronomy_fsm.spec.model import BarrierSpec, MachineSpec, OffloadSpec
+from phronomy_fsm.spec.model import BarrierSpec, LimitSpec, MachineSpec, OffloadSpec, parse_rate
 from phronomy_fsm.spec.resolve import resolve_spec
 from phronomy_fsm.table import (
     BarrierRow,
     CompoundRow,
     EventRow,
+    LimitRow,
     MachineTable,
     MigrationRow,
     OffloadRow,
@@ -116,4 +117,20 @@ def lower(spec: MachineSpec) -> MachineTable:
             for c in resolved.compounds
         ),
         final_commit=spec.final_commit,
+        limits=tuple(_limit_row(limit) for limit in spec.limits),
+    )
+
+
+def _limit_row(limit: LimitSpec) -> LimitRow:
+    """The table row of a (validated) limit: its key split, its rate parsed."""
+    source, name = limit.key_parts or (None, None)
+    rate = None if limit.rate is None else parse_rate(limit.rate)
+    return LimitRow(
+        limit.name,
+        tuple(limit.effects),
+        source,
+        name,
+        limit.concurrency,
+        None if rate is None else rate[0],
+        None if rate is None else rate[1],
     )

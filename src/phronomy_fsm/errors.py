@@ -390,6 +390,32 @@ class ForkRefusedError(DurableError):
     :class:`~phronomy_fsm.operator.fork.ForkPlan` when one could be made."""
 
 
+class RateLimited(DurableError):
+    """Raised by an effect's work when the outside service answered "too many
+    requests" **and the call was not performed**: the engine pauses the effect's limits
+    for ``retry_after_seconds`` (durably, for every worker sharing the store) and
+    starts the same effect again after the pause — same idempotency key, same
+    attempt, the execution not failed (``docs/semantics.md``, "Limits").
+
+    Args:
+        retry_after_seconds: how long to wait before trying again (> 0; a service's
+            ``Retry-After``), capped at one day.
+        message: what the service said (logged).
+    """
+
+    def __init__(self, retry_after_seconds: float, message: str = "", **details: Any) -> None:
+        seconds = float(retry_after_seconds)
+        if not seconds > 0:
+            raise ValueError(f"retry_after_seconds must be > 0, got {retry_after_seconds!r}")
+        super().__init__(
+            message or f"too many requests: retry after {seconds:g} s",
+            retry_after_seconds=min(seconds, 86400.0),
+            **details,
+        )
+
+    retry_after_seconds: float
+
+
 class ReplayDivergedError(DurableError):
     """Recovery replayed from the last barrier and did not reach the effect it
     expected (``expected``, ``reached``): the code between a barrier and its effect is
@@ -593,6 +619,7 @@ __all__ = [
     "PhronomyError",
     "PoolShutdownError",
     "ProjectConfigError",
+    "RateLimited",
     "RenderError",
     "ReplayDivergedError",
     "ResolutionError",

@@ -202,6 +202,23 @@ class MigrationRow(NamedTuple):
         return self.from_version == spec_version and self.from_sha256 in (None, spec_sha256)
 
 
+class LimitRow(NamedTuple):
+    """A rate or concurrency limit on effects, shared by every worker of a store
+    (``docs/spec-format.md``, "Limits"): the offload hooks it covers (``effects``), where
+    its key comes from (``key_source``: ``"label"`` — a label of the execution —,
+    ``"context"`` — a field of the context — or ``None``: one key for all, and
+    ``key_name``), at most ``concurrency`` effects at once per key (``None``: no bound)
+    and at most ``rate`` starts per ``per_seconds`` per key (``None``: no rate)."""
+
+    name: str
+    effects: tuple[str, ...]
+    key_source: str | None = None
+    key_name: str | None = None
+    concurrency: int | None = None
+    rate: int | None = None
+    per_seconds: float | None = None
+
+
 class MachineTable(NamedTuple):
     """A compiled machine: everything the dispatcher needs, in deterministic order.
 
@@ -211,7 +228,8 @@ class MachineTable(NamedTuple):
     spec declares none). ``compounds`` are the spec's compound states, parents before
     their children (empty for a flat machine). ``final_commit`` is the name diagrams
     give the engine's ``@final`` commit (``None`` when the spec declares none); the
-    runtime does not read it.
+    runtime does not read it. ``limits`` are the spec's limits on effects (empty when
+    it declares none).
     """
 
     machine: str
@@ -229,6 +247,7 @@ class MachineTable(NamedTuple):
     fail_closed: str | None = None
     compounds: tuple[CompoundRow, ...] = ()
     final_commit: str | None = None
+    limits: tuple[LimitRow, ...] = ()
 
     def state(self, name: str) -> StateRow:
         """Return the row of state ``name``; ``KeyError`` if there is none."""

@@ -243,3 +243,54 @@ def test_cancelled_is_not_an_ordinary_exception_and_errors_pickle() -> None:
     error = BackpressureError("full", pool="p", max_workers=3, queue_size=4)
     clone = pickle.loads(pickle.dumps(error))
     assert (type(clone), str(clone), clone.max_workers) == (BackpressureError, "full", 3)
+
+
+def test_a_deferred_operation_holds_no_thread_and_runs_when_its_gate_lets_it() -> None:
+    from phronomy_fsm.runtime.offload import Defer, DeferWork
+
+    pool = OffloadPool(max_workers=1, queue_size=4)
+    asked: list[int] = []
+
+    def gate() -> Defer | None:
+        asked.append(1)
+        return Defer(0.05) if len(asked) < 3 else None  # "not yet" twice
+
+    runs: list[int] = []
+
+    def deferred_once() -> str:
+        runs.append(1)
+        if len(runs) == 1:
+            raise DeferWork(0.05)  # not performed: run it again later
+        return "done"
+
+    first = pool.submit(deferred_once, gate=gate)
+    # the one worker thread is free while the first waits: other work runs meanwhile
+    other = pool.submit(lambda: "other")
+    task_done = threading.Event()
+    other.add_settled_callback(lambda op: task_done.set())
+    assert task_done.wait(5) and other.value == "other"
+    done = threading.Event()
+    first.add_settled_callback(lambda op: done.set())
+    assert done.wait(5)
+    assert first.value == "done" and len(runs) == 2 and len(asked) == 4
+    pool.shutdown()
+
+
+def test_cancelling_a_deferred_operation_settles_it_at_once_unrun() -> None:
+    from phronomy_fsm.runtime.offload import Defer
+
+    pool = OffloadPool(max_workers=1, queue_size=4)
+    asked = threading.Event()
+
+    def gate() -> Defer:
+        asked.set()
+        return Defer(3600.0)
+
+    op = pool.submit(lambda: "never", gate=gate)
+    assert asked.wait(5)
+    physical = threading.Event()
+    op.add_physical_callback(lambda op: physical.set())
+    op.cancel("the session left its state")
+    assert physical.wait(5)  # brought back and dropped: not an hour later
+    assert op.status == "cancelled" and op.returned is None
+    pool.shutdown()

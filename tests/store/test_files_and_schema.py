@@ -52,6 +52,9 @@ def test_new_file_is_owner_only_with_wal_and_schema(tmp_path):
         "machines",
         "schedules",
         "meta",
+        "limit_slots",
+        "limit_starts",
+        "limit_pauses",
         "_sqlite_migrations",
     }
     assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"

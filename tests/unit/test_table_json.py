@@ -19,6 +19,7 @@ SPECS = sorted(
         *(REPO / "fsm_specs").glob("*.yaml"),
         *(REPO / "docs" / "examples").glob("*.yaml"),
         REPO / "tests" / "fixtures" / "specs" / "agent_session_v1.yaml",
+        REPO / "tests" / "durable" / "specs" / "limited_flow.yaml",  # its limits too
     ]
 )
 

@@ -257,6 +257,52 @@ CASES: list[tuple[str, str | bytes, str, str]] = [
         "19:5",
         "$.migrations[1]",
     ),
+    # limits (docs/spec-format.md, "Limits"): reported at the limit
+    (
+        "LIMIT_UNKNOWN_EFFECT",
+        door(
+            {11: OFFLOAD % ", effect: idempotent"},
+            append="limits:\n  fans: {effects: [ventilat], concurrency: 1}\n",
+        ),
+        "18:3",
+        "$.limits.fans.effects",
+    ),
+    (
+        "LIMIT_PURE_EFFECT",
+        door(
+            {11: OFFLOAD % ", effect: pure"},
+            append="limits:\n  fans: {effects: [ventilate], concurrency: 1}\n",
+        ),
+        "18:3",
+        "$.limits.fans.effects",
+    ),
+    (
+        "LIMIT_BAD_KEY",
+        door(
+            {11: OFFLOAD % ", effect: idempotent"},
+            append="limits:\n  fans: {effects: [ventilate], key: agent_id, concurrency: 1}\n",
+        ),
+        "18:3",
+        "$.limits.fans.key",
+    ),
+    (
+        "LIMIT_BAD_NUMBER",
+        door(
+            {11: OFFLOAD % ", effect: idempotent"},
+            append="limits:\n  fans: {effects: [ventilate], rate: 10 per day}\n",
+        ),
+        "18:3",
+        "$.limits.fans.rate",
+    ),
+    (
+        "LIMIT_BAD_NUMBER",
+        door(
+            {11: OFFLOAD % ", effect: idempotent"},
+            append="limits:\n  fans: {effects: [ventilate], concurrency: 0}\n",
+        ),
+        "18:3",
+        "$.limits.fans.concurrency",
+    ),
     (
         "UNUSED_EVENT",
         door(insert={9: "  knock: {description: Nobody answers.}"}),

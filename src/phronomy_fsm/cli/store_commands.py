@@ -236,3 +236,49 @@ def check_command(db: str, accept_rollback: bool, as_json: bool) -> None:
 def register(main: click.Group) -> None:
     """Add the ``store`` group to the CLI's ``main`` group."""
     main.add_command(store_group)
+
+
+@store_group.command("limits")
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print the slots and pauses as JSON.")
+def limits_command(db: str, as_json: bool) -> None:
+    """List the state of the effects' limits in a store (SQLite or PostgreSQL): every
+    slot held — limit, key, execution, effect key, worker, since when — and every pause
+    an outside service asked for that has not ended. Writes nothing. See
+    docs/operations.md "Rate limits and concurrency"."""
+    with open_store(db, read_only=True) as store:
+        holds, pauses = store.limit_holds()
+    if as_json:
+        emit_json(
+            {
+                "slots": [
+                    {
+                        "limit": h.limit,
+                        "key": h.key,
+                        "execution_id": h.execution_id,
+                        "effect_key": h.effect_key,
+                        "worker_id": h.worker_id,
+                        "acquired_at": h.acquired_at.isoformat(),
+                    }
+                    for h in holds
+                ],
+                "pauses": [
+                    {
+                        "limit": p.limit,
+                        "key": p.key,
+                        "paused_until": p.paused_until.isoformat(),
+                        "reason": p.reason,
+                    }
+                    for p in pauses
+                ],
+            }
+        )
+        return
+    click.echo(f"{len(holds)} slot(s) held, {len(pauses)} pause(s)")
+    for h in holds:
+        click.echo(
+            f"slot  {h.limit}[{h.key}]  {h.execution_id}  {h.effect_key}  worker {h.worker_id}"
+            f"  since {h.acquired_at.isoformat()}"
+        )
+    for p in pauses:
+        click.echo(f"pause {p.limit}[{p.key}]  until {p.paused_until.isoformat()}  ({p.reason})")

@@ -7,7 +7,10 @@ effect (an offload that is not ``pure``) starts only after a commit announced it
 a crash :meth:`~DurableRuntime.recover` resumes each execution from its last commit —
 replaying from a barrier, waiting again, or parking it in ``recovery_required`` for an
 operator. Signals, operator resolutions and cancels reach an execution through its
-durable inbox, from any process (:mod:`phronomy_fsm.durable.operations`).
+durable inbox, from any process (:mod:`phronomy_fsm.durable.operations`). An effect
+whose outside service said "too many requests" without performing the call raises
+:class:`RateLimited`: its limits pause and it starts again after
+(``docs/semantics.md``, "Limits").
 
 An application for the workers and operator tools is a :class:`DurableApp` made by a
 factory ``factory(db)`` — ``db`` the ``--db`` value, a SQLite path or a
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
         Machine,
         RecoveryReport,
     )
+    from phronomy_fsm.errors import RateLimited
     from phronomy_fsm.runtime.plain_hooks import EffectContext
 
 __all__ = [
@@ -84,6 +88,7 @@ __all__ = [
     "JournalEntry",
     "Machine",
     "OtherSpecExecution",
+    "RateLimited",
     "RecoveryInfo",
     "RecoveryReport",
     "ResolutionInfo",
@@ -134,6 +139,7 @@ if not TYPE_CHECKING:
                 "ExecutionHandle",
             ),
             "phronomy_fsm.runtime.plain_hooks": ("EffectContext",),
+            "phronomy_fsm.errors": ("RateLimited",),
             "phronomy_fsm.durable.types": (
                 "BarrierRecords",
                 "ChildStart",

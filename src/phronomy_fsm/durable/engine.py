@@ -51,6 +51,7 @@ from phronomy_fsm.durable.effects import ANNOUNCEMENT_WAIT_SECONDS, Effects
 from phronomy_fsm.durable.host import EngineHost
 from phronomy_fsm.durable.keys import child_execution_id
 from phronomy_fsm.durable.lifecycle import Halt, LiveExecution, Registration, Replay
+from phronomy_fsm.durable.limits import EffectLimiter, LimitStore, limit_claims
 from phronomy_fsm.durable.parking import Parking
 from phronomy_fsm.durable.points import JOURNALED, EngineBarrier
 from phronomy_fsm.durable.records import (
@@ -80,6 +81,7 @@ from phronomy_fsm.errors import (
     SchemaVersionError,
 )
 from phronomy_fsm.runtime.binding import AUTO, FINAL, WAIT
+from phronomy_fsm.runtime.offload import Defer
 from phronomy_fsm.runtime.session import EffectStart, Session, SessionResult
 from phronomy_fsm.table import COMMITTED, BarrierOutcome, PendingBarrier
 
@@ -99,20 +101,49 @@ class _Driver:
         return self.engine.barrier(self.live, session, spec, payload)
 
     def offload(self, session: Session, spec: Any, payload: Any) -> Any:
-        return self.engine.effects.offload(self.live, session, spec, payload)
+        live = self.live
+        live.limiter = None
+        decision = self.engine.effects.offload(live, session, spec, payload)
+        if isinstance(decision, EffectStart):
+            # its work starts only with a slot of each of its limits, and a RateLimited
+            # it raises defers it, limits or not (docs/semantics.md, "Limits")
+            limits = live.reg.machine.table.limits
+            claims = (
+                limit_claims(limits, spec.name, session.ctx, live.record.labels) if limits else ()
+            )
+            host = self.engine.host
+            store = host.store
+            if claims and not isinstance(store, LimitStore):
+                raise TypeError(
+                    f"machine {live.reg.machine.name} declares limits on effect "
+                    f"{spec.name}, but the store {type(store).__name__} cannot hold them "
+                    "(use a SQLite or PostgreSQL store)"
+                )
+            live.limiter = EffectLimiter(
+                claims,
+                store,  # type: ignore[arg-type]  # a LimitStore whenever it has claims
+                live.execution_id,
+                decision.key,
+                host.worker_id,
+                host.note_write_error,
+            )
+        return decision
 
     def step(self, session: Session, source: str, target: str) -> None:
         self.engine.step(self.live, session, source, target)
 
     @property
-    def may_start_effect(self) -> Callable[[], BaseException | None]:
+    def may_start_effect(self) -> Callable[[], BaseException | Defer | None]:
         """The gate of the effect being started now (read by the dispatcher right after
         :meth:`offload`): on the pool thread, it waits for that effect's ``@effect``
-        commit, when it has one, then checks the lease."""
+        commit, when it has one, then checks the lease, then takes a slot of each of the
+        effect's limits — or says "not yet" (a
+        :class:`~phronomy_fsm.runtime.offload.Defer`: ``docs/semantics.md``, "Limits")."""
         announcement = self.live.announcement
+        limiter = self.live.limiter
         host, execution_id = self.engine.host, self.live.execution_id
 
-        def gate() -> BaseException | None:
+        def gate() -> BaseException | Defer | None:
             if announcement is not None:
                 try:
                     error = announcement.result(timeout=ANNOUNCEMENT_WAIT_SECONDS)
@@ -123,9 +154,20 @@ class _Driver:
                     )
                 if error is not None:
                     return error
-            return host.lease_error(execution_id)
+            refused = host.lease_error(execution_id)
+            if refused is not None or limiter is None:
+                return refused
+            return limiter.admit()  # a slot of each of its limits, or "not yet"
 
         return gate
+
+    def effect_work(self, work: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """The work of the effect being started now (read by the dispatcher right after
+        :attr:`may_start_effect`): with limits, it frees its slots when it returns and
+        turns :class:`~phronomy_fsm.errors.RateLimited` into a pause
+        (``docs/semantics.md``, "Limits")."""
+        limiter = self.live.limiter
+        return work if limiter is None else limiter.wrap(work)
 
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:
         live = self.live

@@ -72,6 +72,8 @@ class EngineHost(Protocol):
     listeners: list[Callable[[DurableEvent], None]]
     #: the store I/O the engine asks for, run off the loop
     io: EngineStoreIO
+    #: this runtime's worker id (its leases, and the slots of limits it holds)
+    worker_id: str
 
     def registration(self, name: str) -> Registration:
         """The registration of machine ``name``. Raises UnknownMachineError."""

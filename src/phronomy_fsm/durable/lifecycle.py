@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import enum
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from phronomy_fsm.durable.context import ContextCodec
 from phronomy_fsm.durable.machines import MachineFacts
@@ -47,6 +47,9 @@ from phronomy_fsm.durable.records import (
 from phronomy_fsm.durable.types import ExecutionResult, Machine
 from phronomy_fsm.runtime.binding import MachineBinding, is_protocol_stub
 from phronomy_fsm.runtime.tasks import Task
+
+if TYPE_CHECKING:
+    from phronomy_fsm.durable.limits import EffectLimiter
 
 
 class Phase(enum.Enum):
@@ -163,6 +166,7 @@ class LiveExecution:
         "expiry",
         "fence",
         "halt",
+        "limiter",
         "moved",
         "parked",
         "pending",
@@ -200,6 +204,8 @@ class LiveExecution:
         self.effect_in_flight: EffectRef | None = None
         self.effect_outcome: str | None = None
         self.announcement: Future[BaseException | None] | None = None
+        #: the limits of the effect being started now (``docs/semantics.md``, "Limits")
+        self.limiter: EffectLimiter | None = None
         self.committing = False
 
     def __repr__(self) -> str:

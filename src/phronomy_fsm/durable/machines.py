@@ -25,6 +25,7 @@ from phronomy_fsm.table import (
     BarrierRow,
     CompoundRow,
     EventRow,
+    LimitRow,
     MachineTable,
     MigrationRow,
     OffloadRow,
@@ -257,6 +258,9 @@ def table_from_json(data: Mapping[str, Any]) -> MachineTable:
         for m in _iter_rows(data.get("migrations"))
     )
     compounds = tuple(_build(CompoundRow, c) for c in _iter_rows(data.get("compounds")))
+    limits = tuple(
+        _build(LimitRow, lim, effects=_strings) for lim in _iter_rows(data.get("limits"))
+    )
     return _build(
         MachineTable,
         data,
@@ -265,6 +269,7 @@ def table_from_json(data: Mapping[str, Any]) -> MachineTable:
         events=lambda _: events,
         transitions=lambda _: transitions,
         migrations=lambda _: migrations,
+        limits=lambda _: limits,
         guards=_strings,
         actions=_strings,
         offload_hooks=_strings,

@@ -851,6 +851,7 @@ class Dispatcher(EventLoop):
             token = s.token = CancellationToken()
             if effect is not None:  # not pure: it starts only while the worker may run it
                 gate = s.driver.may_start_effect
+                work = s.driver.effect_work(work)
         try:
             op = self.pool.submit(
                 work,

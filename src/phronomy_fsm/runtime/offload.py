@@ -12,6 +12,13 @@ interrupted, its late result is discarded, and *physical completion* (the work r
 returned) is tracked separately, so callers can wait for quiescence before committing
 a terminal outcome. Physical completion callbacks run before logical ones on a normal
 return.
+
+Work may also be **deferred** without holding a thread: a gate that returns
+:class:`Defer`, or work that raises :class:`DeferWork`, sends the operation back to
+the queue after a delay (a durable effect whose rate or concurrency limit is full, or
+that an outside service answered "too many requests": ``docs/semantics.md``, "Limits").
+A deferred operation stays queued (it counts against the pool's capacity); cancelling
+it brings it back at once, to settle unrun.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from phronomy_fsm.errors import BackpressureError, Cancelled, PoolShutdownError
 from phronomy_fsm.runtime.cancellation import CancellationToken
@@ -29,6 +36,26 @@ from phronomy_fsm.runtime.clock import SYSTEM_CLOCK, Clock
 from phronomy_fsm.runtime.timers import TimerHandle, TimerService
 
 log = logging.getLogger("phronomy_fsm.runtime")
+
+
+class Defer(NamedTuple):
+    """Returned by a gate (:meth:`OffloadPool.submit`) that says "not yet": the
+    operation goes back to the queue after ``delay_seconds`` (≥ 0) and its gate is
+    asked again then. No thread waits meanwhile."""
+
+    delay_seconds: float
+
+
+class DeferWork(Exception):
+    """Raised by work that did not perform what it was asked (an outside service said
+    "too many requests"): the operation goes back to the queue after
+    ``delay_seconds`` and its gate and work run again then; its outcome is not settled
+    meanwhile."""
+
+    def __init__(self, delay_seconds: float) -> None:
+        super().__init__(f"deferred for {delay_seconds:g} s")
+        self.delay_seconds = max(0.0, float(delay_seconds))
+
 
 QUEUED = "queued"
 RUNNING = "running"
@@ -181,7 +208,7 @@ class OffloadPool:
                 Operation,
                 Callable[..., Any],
                 tuple[Any, ...],
-                Callable[[], BaseException | None] | None,
+                Callable[[], BaseException | Defer | None] | None,
             ]
             | None
         ] = queue.SimpleQueue()
@@ -201,6 +228,7 @@ class OffloadPool:
         self._running: set[Operation] = set()
         self._wait_total = 0.0
         self._started_total = 0
+        self._deferred: dict[Operation, Callable[[], None]] = {}  # op -> bring it back now
 
     # --- submission -------------------------------------------------------------
 
@@ -213,7 +241,7 @@ class OffloadPool:
         full_timeout_seconds: float | None = None,
         timeout_seconds: float | None = None,
         cancellation_token: CancellationToken | None = None,
-        gate: Callable[[], BaseException | None] | None = None,
+        gate: Callable[[], BaseException | Defer | None] | None = None,
     ) -> Operation:
         """Queue ``fn(*args)`` to run on a worker; return its :class:`Operation`.
 
@@ -226,7 +254,9 @@ class OffloadPool:
                 runs; running: its late result is discarded).
             gate: called on the worker thread just before the work would start; an
                 error it returns fails the operation with that error without running
-                the work (a durable effect whose worker may have lost its lease).
+                the work (a durable effect whose worker may have lost its lease); a
+                :class:`Defer` sends it back to the queue for that long (module
+                docstring).
 
         Raises:
             BackpressureError: no capacity (see ``on_full``).
@@ -294,6 +324,9 @@ class OffloadPool:
                 return
             op, fn, args, gate = item
             refused = gate() if gate is not None and not op.settled else None
+            if isinstance(refused, Defer):  # not yet: back to the queue, no thread waits
+                self._defer(item, refused.delay_seconds)
+                continue
             if refused is not None:  # the gate says it must not start: it fails unrun
                 op.returned = (None, refused)
                 with self._lock:
@@ -320,6 +353,16 @@ class OffloadPool:
                 continue
             try:
                 value, error = fn(*args), None
+            except DeferWork as exc:  # not performed: run it again later, unsettled
+                with op._lock:
+                    if op.status == RUNNING:
+                        op.status = QUEUED
+                with self._lock:
+                    self._active -= 1
+                    self._running.discard(op)
+                    self._queued += 1
+                self._defer(item, exc.delay_seconds)
+                continue
             except BaseException as exc:  # noqa: BLE001 - the outcome of the work, whatever it is
                 value, error = None, exc
             op.returned = (value, error)
@@ -337,6 +380,40 @@ class OffloadPool:
                 # failure: re-raising would end a worker the pool still counts, and
                 # everything queued behind it would wait forever.
                 op._settle(FAILED, None, error)
+
+    def _defer(self, item: Any, delay_seconds: float) -> None:
+        """Put ``item`` back on the queue after ``delay_seconds`` — at once when its
+        operation settles first (a cancel) or the pool shuts down (module docstring)."""
+        op = item[0]
+        with self._lock:
+            closed = self._closed
+            if not closed and self._timers is None:
+                self._timers = TimerService(self._clock, name=f"{self._name}-timers")
+        if closed:  # nobody takes it from the queue any more: it fails unrun
+            error = PoolShutdownError(f"offload pool {self._name} is shut down", pool=self._name)
+            with self._lock:
+                self._queued -= 1
+                self._release_slot()
+            op._mark_physical()
+            op._settle(FAILED, None, error)
+            return
+        back = threading.Lock()
+        handle: list[TimerHandle] = []
+
+        def bring_back(*_: Any) -> None:
+            if not back.acquire(blocking=False):
+                return  # already back
+            with self._lock:
+                self._deferred.pop(op, None)
+            if handle:
+                handle[0].cancel()
+            self._queue.put(item)
+
+        with self._lock:
+            self._deferred[op] = bring_back
+        assert self._timers is not None
+        handle.append(self._timers.schedule(max(0.0, delay_seconds), bring_back))
+        op.add_settled_callback(bring_back)
 
     def _release_slot(self) -> None:
         """One operation left the pool (called with ``_lock`` held)."""
@@ -365,6 +442,7 @@ class OffloadPool:
         """Refuse new work; let workers finish what is queued, then exit.
 
         ``wait`` joins the worker threads (up to ``timeout_seconds`` each)."""
+        deferred: list[Callable[[], None]] = []
         with self._lock:
             if self._closed:
                 threads = []
@@ -372,6 +450,11 @@ class OffloadPool:
                 self._closed = True
                 self._room.notify_all()
                 threads = list(self._threads)
+                deferred = list(self._deferred.values())
+        for bring_back in deferred:  # before the sentinels: their workers see them
+            bring_back()
+        with self._lock:
+            if threads:
                 for _ in threads:
                     self._queue.put(None)
         if self._timers is not None:

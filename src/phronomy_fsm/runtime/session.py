@@ -17,6 +17,7 @@ from phronomy_fsm.runtime.cancellation import CancellationToken
 
 if TYPE_CHECKING:
     from phronomy_fsm.runtime.dispatcher import Dispatcher
+    from phronomy_fsm.runtime.offload import Defer
 
 
 class Authority(NamedTuple):
@@ -125,10 +126,17 @@ class SessionDriver(Protocol):
         """Called after every transition the session takes."""
         ...
 
-    def may_start_effect(self) -> BaseException | None:
+    def may_start_effect(self) -> BaseException | Defer | None:
         """Called on a pool thread just before a non-pure effect's work starts:
-        ``None`` to let it start, or the error to fail it with, unrun (the worker may
-        have lost its lease while the work waited in the queue)."""
+        ``None`` to let it start, the error to fail it with, unrun (the worker may
+        have lost its lease while the work waited in the queue), or a
+        :class:`~phronomy_fsm.runtime.offload.Defer` (not yet: a limit is full)."""
+        ...
+
+    def effect_work(self, work: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """The work of a non-pure effect about to be submitted, wrapped as the driver
+        needs (its limits' slots freed when it returns; ``docs/semantics.md``,
+        "Limits")."""
         ...
 
     def effect_done(self, name: str, effect: EffectStart, value: Any, error: Any) -> None:

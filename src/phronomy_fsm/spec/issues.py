@@ -142,6 +142,26 @@ CODES: dict[str, tuple[Severity, str]] = {
         Severity.ERROR,
         "two migrations apply to the same spec version and sha256",
     ),
+    # limits
+    "LIMIT_UNKNOWN_EFFECT": (
+        Severity.ERROR,
+        "a limit names no effect, or an effect no state or transition offloads",
+    ),
+    "LIMIT_PURE_EFFECT": (
+        Severity.ERROR,
+        "a limit names a pure effect, which starts without the engine's gate",
+    ),
+    "LIMIT_BAD_KEY": (
+        Severity.ERROR,
+        "a limit's key is neither label.<name> nor context.<field>",
+    ),
+    "LIMIT_BAD_NUMBER": (
+        Severity.ERROR,
+        (
+            "a limit sets neither concurrency nor rate, one below 1, or a rate not "
+            "'<N> per second|minute|hour'"
+        ),
+    ),
     # durability
     "EFFECT_WITHOUT_BARRIER": (
         Severity.WARNING,

@@ -362,6 +362,57 @@ class MigrationSpec:
     loc: SourceLoc = UNKNOWN_LOC
 
 
+#: Seconds in each period a limit's ``rate`` may be written per.
+RATE_PERIODS: dict[str, float] = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+
+#: Where a limit's key may come from: a label of the execution or a context field.
+LIMIT_KEY_SOURCES: tuple[str, ...] = ("label", "context")
+
+
+def parse_rate(text: str) -> tuple[int, float] | None:
+    """``"600 per minute"`` → ``(600, 60.0)``: starts and the period in seconds
+    (``second``, ``minute`` or ``hour``, plural accepted; ``/`` for ``per``). ``None``
+    when ``text`` is not of that form; the count is not checked here (the validator
+    reports a count below 1: ``docs/spec-format.md``, "Limits")."""
+    import re
+
+    match = re.fullmatch(r"\s*(-?\d+)\s*(?:per|/)\s*(second|minute|hour)s?\s*", text)
+    if match is None:
+        return None
+    return int(match.group(1)), RATE_PERIODS[match.group(2)]
+
+
+@attrs.frozen
+class LimitSpec:
+    """A rate or concurrency limit on effects, held across every worker of a store
+    (``docs/spec-format.md``, "Limits").
+
+    ``name`` identifies the limit in the store (machines that declare the same name
+    share it); ``effects`` are the offload hooks it covers; ``key`` is where a key comes
+    from — ``label.<name>`` (a label of the execution) or ``context.<field>`` — or
+    ``None`` (one key for all); ``concurrency`` is the most effects running at once per
+    key; ``rate`` the most starts per period per key, as written (``"600 per
+    minute"``; :func:`parse_rate`).
+    """
+
+    name: str
+    effects: tuple[str, ...] = ()
+    key: str | None = None
+    concurrency: int | None = None
+    rate: str | None = None
+    description: str = ""
+    loc: SourceLoc = UNKNOWN_LOC
+
+    @property
+    def key_parts(self) -> tuple[str, str] | None:
+        """``(source, name)`` of a well-formed :attr:`key` (``("label", "agent_id")``),
+        else ``None``."""
+        if self.key is None or "." not in self.key:
+            return None
+        source, _, name = self.key.partition(".")
+        return (source, name) if source in LIMIT_KEY_SOURCES and name else None
+
+
 #: Descriptions of derived barrier outcome events, by outcome.
 _DERIVED_EVENT_TEXT = {
     "committed": "Barrier {barrier} committed.",
@@ -389,7 +440,8 @@ class MachineSpec:
     to (``None``: not declared); ``fail_closed_loc`` is where it was written.
     ``final_commit`` is the name diagrams give the engine's ``@final`` commit (``None``:
     not declared; ``docs/spec-format.md`` "Top-level keys"); ``final_commit_loc`` is where it
-    was written.
+    was written. ``limits`` are its limits on effects (``docs/spec-format.md``,
+    "Limits").
     """
 
     machine: str
@@ -407,6 +459,7 @@ class MachineSpec:
     fail_closed_loc: SourceLoc = UNKNOWN_LOC
     final_commit: str | None = None
     final_commit_loc: SourceLoc = UNKNOWN_LOC
+    limits: tuple[LimitSpec, ...] = ()
 
     @functools.cached_property
     def _state_index(self) -> dict[str, StateSpec]:

@@ -2,7 +2,7 @@
 type of each value.
 
 :data:`SHAPES` maps each node label (``machine``, ``state``, ``event``, ``transition``,
-``offload``, ``barrier``, ``effect``, ``target``, ``timeout``, ``migration``) to a :class:`NodeShape`:
+``offload``, ``barrier``, ``effect``, ``target``, ``timeout``, ``migration``, ``limit``) to a :class:`NodeShape`:
 the model class it becomes and its :class:`Key` rows (the YAML key, the model attribute
 it fills, whether it is required, and its :class:`Value` type). A value type knows both
 how to read a plain YAML value (``read``, raising :class:`ShapeError`) and its JSON
@@ -34,6 +34,7 @@ from phronomy_fsm.spec.model import (
     EffectSpec,
     EventSpec,
     GuardRef,
+    LimitSpec,
     MachineSpec,
     MigrationSpec,
     OffloadSpec,
@@ -49,6 +50,10 @@ from phronomy_fsm.spec.model import (
 NAME_PATTERN = "^[A-Za-z][A-Za-z0-9_]*$"
 #: A guard reference: a name, optionally preceded by ``not``.
 GUARD_PATTERN = r"^\s*(not\s+)?[A-Za-z][A-Za-z0-9_]*\s*$"
+#: A limit's key: where it comes from and its name.
+LIMIT_KEY_PATTERN = "^(label|context)\\.[A-Za-z][A-Za-z0-9_]*$"
+#: A limit's rate: starts per period.
+RATE_PATTERN = "^\\s*[0-9]+\\s*(per|/)\\s*(second|minute|hour)s?\\s*$"
 #: A payload type name: a dotted identifier with optional ``[...]`` parameters.
 PAYLOAD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\[[A-Za-z0-9_., \[\]|]*\])?$"
 
@@ -303,6 +308,19 @@ _EVENTS_MAP = Value(
     },
     node="event",
 )
+_LIMITS_MAP = Value(
+    {
+        "oneOf": [
+            {
+                "type": "object",
+                "propertyNames": {"$ref": "#/$defs/name"},
+                "additionalProperties": {"$ref": "#/$defs/limit"},
+            },
+            {"type": "null"},
+        ]
+    },
+    node="limit",
+)
 _STATES_MAP = Value(
     {
         "oneOf": [
@@ -374,6 +392,12 @@ SHAPES: dict[str, NodeShape] = {
                     node="migration",
                 ),
                 doc="How executions pinned to older spec versions are recovered.",
+            ),
+            Key(
+                "limits",
+                _LIMITS_MAP,
+                doc="Rate and concurrency limits on effects, by name, held across every "
+                "worker of a store.",
             ),
         ),
     ),
@@ -585,6 +609,31 @@ SHAPES: dict[str, NodeShape] = {
             ),
             Key("event", NAME, required=True),
         ),
+    ),
+    "limit": NodeShape(
+        "limit",
+        LimitSpec,
+        (
+            Key("description", TEXT),
+            Key("effects", NAMES, required=True, doc="The offload hooks (effects) it covers."),
+            Key(
+                "key",
+                _optional(Value({"type": "string", "pattern": LIMIT_KEY_PATTERN}, _text)),
+                doc="label.<name> (a label of the execution) or context.<field>; "
+                "omitted: one key for all.",
+            ),
+            Key(
+                "concurrency",
+                Value({"type": "integer", "minimum": 1}, _integer),
+                doc="At most this many effects running at once per key.",
+            ),
+            Key(
+                "rate",
+                Value({"type": "string", "pattern": RATE_PATTERN}, _text),
+                doc="At most this many starts per period per key: '<N> per second|minute|hour'.",
+            ),
+        ),
+        extra_schema={"anyOf": [{"required": ["concurrency"]}, {"required": ["rate"]}]},
     ),
     "migration": NodeShape(
         "migration",

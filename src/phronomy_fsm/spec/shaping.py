@@ -24,6 +24,7 @@ import attrs
 from phronomy_fsm.spec.issues import SpecIssue
 from phronomy_fsm.spec.model import (
     EventSpec,
+    LimitSpec,
     MachineSpec,
     MigrationSpec,
     OutcomeTargetSpec,
@@ -363,6 +364,15 @@ def shape_document(data: Any, located: Located, source_name: str, sha: str) -> S
         if migration is not None:
             migrations.append(migration)
 
+    limits: list[LimitSpec] = []
+    for name, body in shaper.section_map(data, "limits", ()).items():
+        key = shaper.name_key(("limits",), name)
+        if key is None:
+            continue
+        limit = shaper.node("limit", {} if body is None else body, ("limits", name), name=key)
+        if limit is not None:
+            limits.append(limit)
+
     spec = MachineSpec(
         machine=machine,
         version=version,
@@ -377,6 +387,7 @@ def shape_document(data: Any, located: Located, source_name: str, sha: str) -> S
         source_sha256=sha,
         loc=located.at(()),
         fail_closed_loc=located.at(("fail_closed",)) if "fail_closed" in data else located.at(()),
+        limits=tuple(limits),
         final_commit=final_commit,
         final_commit_loc=(
             located.at(("final_commit",)) if "final_commit" in data else located.at(())

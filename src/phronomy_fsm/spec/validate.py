@@ -37,11 +37,13 @@ from phronomy_fsm.spec.loader import DEFAULT_MAX_BYTES, load_spec
 from phronomy_fsm.spec.model import (
     BARRIER_OUTCOMES,
     OFFLOAD_OUTCOMES,
+    EffectKind,
     MachineSpec,
     OutcomeTargetSpec,
     SourceLoc,
     StateKind,
     TransitionSpec,
+    parse_rate,
 )
 from phronomy_fsm.spec.resolve import resolve_spec
 from phronomy_fsm.spec.suggest import did_you_mean, nearest
@@ -167,6 +169,7 @@ class _Validator:
         check_rows.run(ctx)
         check_durability.run(ctx)
         _check_migrations(ctx)
+        _check_limits(ctx)
         _check_usage(ctx, suggested=set(self.event_fixes.values()) - {None})
         return self.first_issues + ctx.issues
 
@@ -589,6 +592,87 @@ def _check_initial_and_final(ctx: CheckContext) -> None:
                 ctx.state_path(state.name),
                 state.loc,
             )
+
+
+# limits -----------------------------------------------------------------------
+
+
+def _check_limits(ctx: CheckContext) -> None:
+    """Every limit names declared, non-pure effects, a key of a known form, and a
+    concurrency or rate of at least 1 (``docs/spec-format.md``, "Limits")."""
+    spec = ctx.spec
+    kinds: dict[str, EffectKind] = {}
+    for state in spec.states:
+        if state.offload is not None:
+            kinds.setdefault(state.offload.hook, state.offload.effect)
+    for row in spec.transitions:
+        if row.offload is not None:
+            kinds.setdefault(row.offload.hook, row.offload.effect)
+    for limit in spec.limits:
+        base = f"$.limits.{limit.name}"
+        problem = name_problem(limit.name, "limit")
+        if problem is not None:
+            ctx.report(problem[0], problem[1], base, limit.loc)
+        if not limit.effects:
+            ctx.report(
+                "LIMIT_UNKNOWN_EFFECT",
+                f"limit {limit.name!r} covers no effect: list the offload hooks it limits "
+                "under effects",
+                f"{base}.effects",
+                limit.loc,
+            )
+        for effect in limit.effects:
+            kind = kinds.get(effect)
+            if kind is None:
+                ctx.report(
+                    "LIMIT_UNKNOWN_EFFECT",
+                    f"limit {limit.name!r} names effect {effect!r}, which no state or "
+                    "transition of this spec offloads" + did_you_mean(effect, sorted(kinds)),
+                    f"{base}.effects",
+                    limit.loc,
+                )
+            elif kind is EffectKind.PURE:
+                ctx.report(
+                    "LIMIT_PURE_EFFECT",
+                    f"limit {limit.name!r} names the pure effect {effect!r}; a pure effect "
+                    "starts without the engine's gate, so no limit applies to it: declare "
+                    "it idempotent or at_most_once, or drop it from the limit",
+                    f"{base}.effects",
+                    limit.loc,
+                )
+        if limit.key is not None and limit.key_parts is None:
+            ctx.report(
+                "LIMIT_BAD_KEY",
+                f"limit {limit.name!r} has key {limit.key!r}: write label.<name> (a label "
+                "of the execution) or context.<field> (a field of its context), or leave "
+                "key out for one key for all",
+                f"{base}.key",
+                limit.loc,
+            )
+        if limit.concurrency is None and limit.rate is None:
+            ctx.report(
+                "LIMIT_BAD_NUMBER",
+                f"limit {limit.name!r} sets neither concurrency nor rate: give at least one",
+                base,
+                limit.loc,
+            )
+        if limit.concurrency is not None and limit.concurrency < 1:
+            ctx.report(
+                "LIMIT_BAD_NUMBER",
+                f"limit {limit.name!r}: concurrency must be at least 1, got {limit.concurrency}",
+                f"{base}.concurrency",
+                limit.loc,
+            )
+        if limit.rate is not None:
+            rate = parse_rate(limit.rate)
+            if rate is None or rate[0] < 1:
+                ctx.report(
+                    "LIMIT_BAD_NUMBER",
+                    f"limit {limit.name!r}: rate {limit.rate!r} is not '<N> per "
+                    "second|minute|hour' with N at least 1 (e.g. '600 per minute')",
+                    f"{base}.rate",
+                    limit.loc,
+                )
 
 
 # migrations and usage ----------------------------------------------------------

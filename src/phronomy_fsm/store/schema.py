@@ -8,7 +8,7 @@ written to a file: it must be a SQLite database, a phronomy store (or empty), an
 newer than this code. It must not hold connection policy or the commit logic
 (``sqlite.py``, ``_commit.py``).
 
-Tables at version 7 (all STRICT; bodies are canonical JSON of the records of
+Tables at version 8 (all STRICT; bodies are canonical JSON of the records of
 :mod:`phronomy_fsm.durable.records`; times are integer milliseconds since the epoch):
 
 - ``executions(execution_id PK, machine, exclusive_key, parent_execution_id, revision,
@@ -48,7 +48,11 @@ executions converted by :mod:`phronomy_fsm.store.legacy`, its ``journal`` folded
 into ``execution_journal``, ``agents`` reduced to the registry, ``agent_owners``
 dropped; ``docs/store.md``, "Upgrading to version 5"), ``0006_schedules`` (version
 6: the ``schedules`` table, nothing else changes), ``0007_kept_commits`` (version 7:
-``barriers.body`` and the ``keep_commit_bodies`` setting).
+``barriers.body`` and the ``keep_commit_bodies`` setting), ``0008_effect_limits``
+(version 8: ``limit_slots(limit_name, limit_key, effect_key, execution_id, worker_id,
+acquired_epoch_ms)``, ``limit_starts(limit_name, limit_key, started_epoch_ms)`` and
+``limit_pauses(limit_name, limit_key, paused_until_epoch_ms, reason)``, the state of the
+effects' limits: ``docs/semantics.md``, "Limits").
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ from sqlite_utils.migrations import Migrations
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 #: Marker stored in ``meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -450,6 +454,39 @@ def _m0007_kept_commits(db: sqlite_utils.Database) -> None:
         f"INSERT INTO meta(key, value) VALUES ('{KEEP_COMMITS}', 'on') ON CONFLICT(key) DO NOTHING"
     )
     _log_triggers(db)
+
+
+#: The tables of the effects' limits (``docs/semantics.md``, "Limits"): the slots held
+#: (by which execution, effect and worker), the starts within a rate window, and the
+#: pauses an outside service asked for. Self-contained: it reads and changes no other
+#: table.
+EFFECT_LIMITS_SQL = (
+    (
+        "CREATE TABLE limit_slots (limit_name TEXT NOT NULL, limit_key TEXT NOT NULL,"
+        " effect_key TEXT NOT NULL, execution_id TEXT NOT NULL, worker_id TEXT NOT NULL,"
+        " acquired_epoch_ms INTEGER NOT NULL,"
+        " PRIMARY KEY (limit_name, limit_key, effect_key)) STRICT"
+    ),
+    "CREATE INDEX limit_slots_by_execution ON limit_slots(execution_id)",
+    (
+        "CREATE TABLE limit_starts (limit_name TEXT NOT NULL, limit_key TEXT NOT NULL,"
+        " started_epoch_ms INTEGER NOT NULL) STRICT"
+    ),
+    "CREATE INDEX limit_starts_by_key ON limit_starts(limit_name, limit_key, started_epoch_ms)",
+    (
+        "CREATE TABLE limit_pauses (limit_name TEXT NOT NULL, limit_key TEXT NOT NULL,"
+        " paused_until_epoch_ms INTEGER NOT NULL, reason TEXT NOT NULL,"
+        " PRIMARY KEY (limit_name, limit_key)) STRICT"
+    ),
+)
+
+
+@MIGRATIONS(name="0008_effect_limits")
+def _m0008_effect_limits(db: sqlite_utils.Database) -> None:
+    # Why: rate and concurrency limits on effects hold across every worker of a
+    # store, so their state lives in it (docs/semantics.md, "Limits").
+    for statement in EFFECT_LIMITS_SQL:
+        db.execute(statement)
 
 
 #: Migration names this code knows, in order.

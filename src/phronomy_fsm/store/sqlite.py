@@ -67,6 +67,7 @@ from phronomy_fsm.store._schedules import ScheduleSql
 from phronomy_fsm.store._sqlerrors import nothing_written, storage_error
 from phronomy_fsm.store._writes import SqliteWrites
 from phronomy_fsm.store.group import CommitFuture, GroupCommitWriter
+from phronomy_fsm.store.limits import SqliteLimits
 
 if TYPE_CHECKING:
     from phronomy_fsm.store.compact import CompactReport
@@ -163,7 +164,7 @@ def prewarm_wal(conn: sqlite3.Connection, wal_path: str, frames: int) -> bool:
     return True
 
 
-class SqliteBarrierStore(SqliteReads, SqliteWrites, ScheduleSql):
+class SqliteBarrierStore(SqliteReads, SqliteWrites, ScheduleSql, SqliteLimits):
     """The engine's :class:`~phronomy_fsm.durable.ports.ExecutionStore` on one SQLite file.
 
     Args:
@@ -1039,7 +1040,9 @@ def check_store(path: str | os.PathLike[str], *, accept_rollback: bool = False) 
 
 
 if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
+    from phronomy_fsm.durable.limits import LimitStore
     from phronomy_fsm.durable.ports import AgentRegistry, ExecutionStore
 
     _CHECKED_PORT: type[ExecutionStore] = SqliteBarrierStore
     _CHECKED_AGENT_PORT: type[AgentRegistry] = SqliteBarrierStore
+    _CHECKED_LIMIT_PORT: type[LimitStore] = SqliteBarrierStore

@@ -35,6 +35,9 @@ byte-identical to what SQLite keeps, so a read-back compares bytes):
   paused, next_slot_epoch_ms, ..., claim_owner, claim_expires_epoch_ms)`` (version 4):
   the schedules (:mod:`phronomy_fsm.store._schedules`; ``docs/operations.md``,
   "Schedules");
+- ``limit_slots``, ``limit_starts`` and ``limit_pauses`` (version 6, migration
+  ``0006_effect_limits``): the state of the effects' rate and concurrency limits, as on
+  SQLite (``docs/semantics.md``, "Limits");
 - ``phronomy_meta(key PK, value)`` and ``phronomy_migrations(name PK, applied_at)``.
 
 Every time in a ``*_epoch_ms`` column that a lease depends on is the **server's**
@@ -49,7 +52,7 @@ from typing import Any
 from phronomy_fsm.errors import SchemaVersionError
 
 #: The schema version this code writes and understands.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 #: Marker stored in ``phronomy_meta.application``.
 APPLICATION = "phronomy_fsm"
@@ -202,6 +205,34 @@ INSERT INTO phronomy_meta(key, value) VALUES ('keep_commit_bodies', 'on')
     ON CONFLICT (key) DO NOTHING;
 """
 
+# The state of the effects' limits (docs/semantics.md, "Limits"): slots held, starts
+# within a rate window, pauses. Self-contained: no other table changes.
+_0006 = """
+CREATE TABLE limit_slots (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    effect_key text NOT NULL,
+    execution_id text NOT NULL,
+    worker_id text NOT NULL,
+    acquired_epoch_ms bigint NOT NULL,
+    PRIMARY KEY (limit_name, limit_key, effect_key)
+);
+CREATE INDEX limit_slots_by_execution ON limit_slots (execution_id);
+CREATE TABLE limit_starts (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    started_epoch_ms bigint NOT NULL
+);
+CREATE INDEX limit_starts_by_key ON limit_starts (limit_name, limit_key, started_epoch_ms);
+CREATE TABLE limit_pauses (
+    limit_name text NOT NULL,
+    limit_key text NOT NULL,
+    paused_until_epoch_ms bigint NOT NULL,
+    reason text NOT NULL,
+    PRIMARY KEY (limit_name, limit_key)
+);
+"""
+
 #: The named migrations, in order: ``(name, SQL)``.
 MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0001_engine_port", _0001),
@@ -209,6 +240,7 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0003_signal_xact_id", _0003),
     ("0004_schedules", _0004),
     ("0005_kept_commits", _0005),
+    ("0006_effect_limits", _0006),
 )
 
 #: Migration names this code knows, in order.

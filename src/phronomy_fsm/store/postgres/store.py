@@ -65,6 +65,7 @@ from phronomy_fsm.errors import (
 from phronomy_fsm.runtime.faults import FaultPlan
 from phronomy_fsm.store._schedules import ScheduleSql
 from phronomy_fsm.store.group import GroupCommitWriter
+from phronomy_fsm.store.limits import PostgresLimits
 from phronomy_fsm.store.postgres import schema
 from phronomy_fsm.store.postgres._commit import (
     PreparedCommit,
@@ -121,7 +122,7 @@ def is_connection_error(exc: BaseException) -> bool:
     )
 
 
-class PostgresStore(PostgresReads, PostgresCompaction, ScheduleSql):
+class PostgresStore(PostgresReads, PostgresCompaction, ScheduleSql, PostgresLimits):
     """The engine's store on a PostgreSQL database (module docstring).
 
     Args:
@@ -690,7 +691,9 @@ __all__ = ["MAX_GROUP_BATCH", "PostgresStore", "describe_dsn", "is_connection_er
 
 
 if TYPE_CHECKING:  # the port is a type every store is checked against (mypy)
+    from phronomy_fsm.durable.limits import LimitStore
     from phronomy_fsm.durable.ports import AgentRegistry, ExecutionStore
 
     _CHECKED_PORT: type[ExecutionStore] = PostgresStore
     _CHECKED_AGENT_PORT: type[AgentRegistry] = PostgresStore
+    _CHECKED_LIMIT_PORT: type[LimitStore] = PostgresStore
