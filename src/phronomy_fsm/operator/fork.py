@@ -176,6 +176,16 @@ def _history(
     return ran, missing
 
 
+def key_origin(base: ExecutionRecord, source: str, revision: int) -> KeyOrigin:
+    """Where a fork of ``source`` at ``revision`` (whose record there is ``base``) takes
+    its idempotency keys from: the original's, followed back through ``base``'s own
+    origin when ``source`` is itself a fork."""
+    origin = base.key_origin
+    if origin is None:
+        return KeyOrigin(source, revision)
+    return KeyOrigin(origin.execution_id, origin.revision + revision)
+
+
 def plan_fork(
     store: Any,
     source: str,
@@ -226,12 +236,7 @@ def plan_fork(
             plan=None,
         )
     allowed = set(allow_effects)
-    origin = base.key_origin
-    root = (
-        KeyOrigin(source, revision)
-        if origin is None
-        else KeyOrigin(origin.execution_id, origin.revision + revision)
-    )
+    root = key_origin(base, source, revision)
     ran, missing = _history(kept, revision)
     refusals: list[str] = []
     if missing:
@@ -383,7 +388,6 @@ def fork_execution(
             plan=plan,
         )
     base = store.kept_records(source)[revision]
-    origin = base.key_origin
     now = clock.now()
     record = attrs.evolve(
         base,
@@ -399,13 +403,7 @@ def fork_execution(
         resolution=None,
         error=None,
         labels={**base.labels, "forked_from": f"{source}@{revision}"},
-        key_origin=None
-        if new_keys
-        else (
-            KeyOrigin(source, revision)
-            if origin is None
-            else KeyOrigin(origin.execution_id, origin.revision + revision)
-        ),
+        key_origin=None if new_keys else key_origin(base, source, revision),
     )
     if not commit_start(store, DurableCommit(EngineBarrier.FORK.value, record, None, None)):
         raise ExecutionExistsError(
@@ -419,6 +417,7 @@ __all__ = [
     "ForkPlan",
     "PlannedEffect",
     "fork_execution",
+    "key_origin",
     "plan_fork",
     "reachable_effects",
 ]
