@@ -237,8 +237,10 @@ class _Bench:
         from phronomy_fsm.durable import DurableRuntime
         from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
-        app = create_app(str(self.folder / "scale.db"))
-        store = SqliteBarrierStore(self.folder / "scale.db")
+        self.n += 1  # a new file each round: the same ids in a used one are finished
+        path = self.folder / f"scale-{self.n}.db"
+        app = create_app(str(path))
+        store = SqliteBarrierStore(path)
         runtime = DurableRuntime(
             store, machines=app.machines, own_store=True, max_workers=self.args.concurrency
         )
