@@ -88,7 +88,7 @@ class Claims:
         return execution_id, record.status.value
 
     def adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
-        live = set(self.runtime.dispatcher.call(lambda: list(self.runtime.engine.live)).result(10))
+        live = set(self.runtime.dispatcher.call(self.runtime.engine.held_ids).result(10))
         claimed: list[tuple[str, str]] = []
         for execution_id in wanted:
             if execution_id in live:
@@ -133,9 +133,7 @@ class Claims:
             self.stranded = {}
             return []
         try:
-            live = set(
-                self.runtime.dispatcher.call(lambda: list(self.runtime.engine.live)).result(10)
-            )
+            live = set(self.runtime.dispatcher.call(self.runtime.engine.held_ids).result(10))
         except (PhronomyError, TimeoutError):  # closing, or the loop busy for seconds
             return []
         now = time.monotonic()

@@ -175,11 +175,12 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """How many executions this worker holds now (live in its engine; counted on
-        the loop thread, after every install queued so far)."""
+        """How many executions this worker holds now (live in its engine, or resting
+        there until their signal or timer; counted on the loop thread, after every
+        install queued so far)."""
         runtime = self.runtime
         try:
-            return int(runtime.dispatcher.call(lambda: len(runtime.engine.live)).result(10))
+            return int(runtime.dispatcher.call(lambda: len(runtime.engine.held_ids())).result(10))
         except (PhronomyError, TimeoutError):
             return 0
 
