@@ -39,7 +39,7 @@ def main() -> int:
     """Run the peer and print its JSON result."""
     path, executions, signals = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     import sqlalchemy as sa
-    from dbos import DBOS, DBOSConfig
+    from dbos import DBOS, DBOSConfig, SetWorkflowID
 
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -68,12 +68,12 @@ def main() -> int:
     idle = rss_mb()
     ids = [f"dbos-w-{i}" for i in range(executions)]
     for i, wid in enumerate(ids):
-        with DBOS.SetWorkflowID(wid):
+        with SetWorkflowID(wid):
             DBOS.start_workflow(waiting_run, "answer" if i % 2 else "timer")
     # every one blocked in recv: its status row written and its thread waiting
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        blocked = sum(1 for t in threading.enumerate() if t.name.startswith("ThreadPool"))
+        blocked = sum(1 for t in threading.enumerate() if t.name.startswith("dbos-executor-"))
         if blocked >= executions:
             break
         time.sleep(0.5)

@@ -650,7 +650,11 @@ class DurableRuntime:
         )
 
     def claim(
-        self, limit: int | None = None, *, accept: Accept | None = None
+        self,
+        limit: int | None = None,
+        *,
+        accept: Accept | None = None,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str]]:
         """Claim up to ``limit`` (default: :data:`CLAIM_BATCH`) active execution of the registered
         machines that no live worker owns, whose spec they run (:attr:`runnable_specs`)
@@ -658,6 +662,11 @@ class DurableRuntime:
         does; returns ``[(execution_id, status)]`` of those claimed, oldest first. A
         worker calls it periodically with its free capacity (``docs/scale-out.md``).
         Executions of other specs are left (:meth:`left_for_others` lists them).
+        Claims alternate between new work first and the backlog first, and take
+        executions that were running before those that wait; ``waiting_only`` claims
+        only executions that wait (without ``accept``: they use none of a worker's
+        capacity, so a worker takes them in large batches: ``docs/scale-out.md``,
+        "Running workers").
 
         Raises: RuntimeClosedError, SchemaVersionError, StorageError (some may have
         been claimed and resumed already)."""
@@ -666,7 +675,7 @@ class DurableRuntime:
         if wanted <= 0:
             return []
         with self._watching_schema(), self._claiming:
-            return self.claims.claim(wanted, accept)
+            return self.claims.claim(wanted, accept, waiting_only=waiting_only)
 
     def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
         """Claim and resume the given executions, as :meth:`claim` does for every
