@@ -56,6 +56,7 @@ def _check_holding(store, tmp_path: Path) -> None:
         wait_until(lambda: sum(_counts(runtime)[:2]) == HELD + 1, 30, "every one installed")
         live, resting, timers = _counts(runtime)
         assert live == 0  # no LiveExecution (record, context, session) per waiting one
+        assert resting == HELD + 1  # a resting entry each
         assert timers <= 2  # one timer for the earliest deadline, not one per execution
         assert runtime.is_live("w-7") and runtime.is_live("t-soon")
 

@@ -72,7 +72,6 @@ def _cpu_seconds(pid: int) -> float:
 def _backlog(store: Any, args: Any) -> tuple[list[str], str]:
     """Write the backlog owned by a dead worker; (running ids, dead worker id)."""
     from benchmarks._waiting_app.app import running_record, seed, waiting_record
-
     from phronomy_fsm.durable.records import WorkerRecord
 
     now = datetime.now(UTC) - timedelta(minutes=5)
@@ -106,8 +105,8 @@ def _backlog(store: Any, args: Any) -> tuple[list[str], str]:
 def measure(store: Any, db: str, folder: Path, tag: str, args: Any) -> dict[str, Any]:
     """Start one worker on the backlog in ``store`` (``db`` as the worker opens it)."""
     import scale_harness
-    from benchmarks._waiting_app.app import machine
 
+    from benchmarks._waiting_app.app import machine
     from phronomy_fsm.durable.submit import submit_execution
 
     started_seed = time.monotonic()

@@ -94,8 +94,8 @@ def measure(store: Any, db: str, folder: Path, tag: str, args: Any) -> dict[str,
     """Hold ``--executions`` waiting executions in one worker on ``store`` (``db`` as
     the worker opens it); the figures of the module docstring."""
     import scale_harness
-    from benchmarks._waiting_app.app import seed, waiting_record
 
+    from benchmarks._waiting_app.app import seed, waiting_record
     from phronomy_fsm.durable.operations import send_signal
 
     n = args.executions
@@ -108,7 +108,10 @@ def measure(store: Any, db: str, folder: Path, tag: str, args: Any) -> dict[str,
         ids = [f"{tag}-{i:06d}" for i in range(n)]
         started = time.monotonic()
         cpu_before = cpu_seconds(worker.pid)
-        seed(store, (waiting_record(eid, "answer" if i % 2 else "timer", now) for i, eid in enumerate(ids)))
+        seed(
+            store,
+            (waiting_record(eid, "answer" if i % 2 else "timer", now) for i, eid in enumerate(ids)),
+        )
         seeded = time.monotonic() - started
         while len(store.owned_executions(worker_id, (MACHINE,))) < n:
             if worker.poll() is not None:
@@ -228,11 +231,17 @@ def run(args: Any) -> dict[str, Any]:
         if not args.skip_postgres:
             sides["postgres"] = postgres_side(folder, args)
         dbos = None if args.skip_dbos else dbos_side(folder, args)
-    keys = ("rss_growth_mb_per_100k_waiting", "signal_apply_p50_seconds", "signal_apply_p99_seconds")
+    keys = (
+        "rss_growth_mb_per_100k_waiting",
+        "signal_apply_p50_seconds",
+        "signal_apply_p99_seconds",
+    )
     report: dict[str, Any] = {
         "executions": {side: got["executions"] for side, got in sides.items()},
         **{key: {side: got[key] for side, got in sides.items()} for key in keys},
-        "details": {side: {k: v for k, v in got.items() if k != "samples"} for side, got in sides.items()},
+        "details": {
+            side: {k: v for k, v in got.items() if k != "samples"} for side, got in sides.items()
+        },
         "samples": {side: got["samples"] for side, got in sides.items()},
         "targets": TARGETS,
         "machine_note": "2 shared cores, loaded by other sessions; RSS is per process",
