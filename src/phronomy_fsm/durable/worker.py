@@ -219,9 +219,10 @@ class Worker:
         if free > 0:
             working = self.runtime.claim(free, accept=self.app.accept)
             claimed += working
-        if self.app.accept is None and (len(working) < free or free <= 0):
-            # waiting ones use no capacity: a batch of them, once the capacity is
-            # used or nothing else is claimable (a backlog of running ones first)
+        reached_waiting = len(working) < free or any(s == "waiting" for _e, s in working)
+        if self.app.accept is None and (free <= 0 or reached_waiting):
+            # waiting ones use no capacity: a batch of them, once the capacity is used
+            # or the claim reached them (claims take running ones first)
             claimed += self.runtime.claim(WAITING_BATCH, waiting_only=True)
         self._report_left()
         if claimed:
