@@ -47,7 +47,7 @@ from phronomy_fsm.store.refusals import reused_signal_id_refusal
 WAITING_ONLY = " AND status = 'waiting'"
 CLAIM_ORDER = {
     False: "CASE WHEN status = 'waiting' THEN 1 ELSE 0 END",
-    True: "CASE WHEN fence = 0 THEN 0 WHEN status = 'waiting' THEN 2 ELSE 1 END",
+    True: "CASE WHEN status = 'waiting' THEN 2 WHEN fence = 0 THEN 0 ELSE 1 END",
 }
 
 

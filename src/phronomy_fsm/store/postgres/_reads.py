@@ -64,7 +64,7 @@ _LIVE_OWNER = (
 _WAITING_ONLY = " AND e.status = 'waiting'"
 _CLAIM_ORDER = {
     False: "CASE WHEN e.status = 'waiting' THEN 1 ELSE 0 END",
-    True: "CASE WHEN e.fence = 0 THEN 0 WHEN e.status = 'waiting' THEN 2 ELSE 1 END",
+    True: "CASE WHEN e.status = 'waiting' THEN 2 WHEN e.fence = 0 THEN 0 ELSE 1 END",
 }
 _MY_LEASE = (
     "EXISTS (SELECT 1 FROM workers me WHERE me.worker_id = %(worker)s"
