@@ -6,8 +6,9 @@ process of its own: ``DBOS()`` is a process-wide singleton); prints one JSON obj
 its last line: ``idle_rss_mb`` (after ``DBOS.launch()``, before any workflow),
 ``held_rss_mb`` (once ``EXECUTIONS`` workflows are blocked in ``recv`` — half with
 a day-long timeout standing for the timer waits, half with the same), ``executions``,
-``threads`` (a blocked DBOS workflow holds an executor thread: its executor is sized
-to ``EXECUTIONS``), and ``signal_seconds``: for ``SIGNALS`` workflows picked at random,
+``blocked`` (how many of them hold a thread of DBOS's executor — a blocked
+workflow does; its executor is sized to ``EXECUTIONS`` — when the memory was read: the
+count stops growing short of ``EXECUTIONS`` on a loaded machine) and ``threads``, and ``signal_seconds``: for ``SIGNALS`` workflows picked at random,
 the time from ``DBOS.send`` (from another thread of this process, through the system
 database) until the workflow's ``SUCCESS`` status is visible in it.
 
@@ -72,13 +73,17 @@ def main() -> int:
             DBOS.start_workflow(waiting_run, "answer" if i % 2 else "timer")
     # every one blocked in recv: its status row written and its thread waiting
     deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        blocked = sum(1 for t in threading.enumerate() if t.name.startswith("dbos-executor-"))
+    blocked, grew_at = 0, time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - grew_at < 20:
+        now = sum(1 for t in threading.enumerate() if t.name.startswith("dbos-executor-"))
+        if now > blocked:
+            blocked, grew_at = now, time.monotonic()
         if blocked >= executions:
             break
         time.sleep(0.5)
     time.sleep(2.0)
     held = rss_mb()
+    blocked = sum(1 for t in threading.enumerate() if t.name.startswith("dbos-executor-"))
     threads = threading.active_count()
 
     samples: list[float] = []
@@ -97,6 +102,7 @@ def main() -> int:
                 "idle_rss_mb": idle,
                 "held_rss_mb": held,
                 "executions": executions,
+                "blocked": blocked,
                 "threads": threads,
                 "signal_seconds": samples,
             }

@@ -20,7 +20,8 @@ On SQLite (``synchronous=FULL``) and on PostgreSQL (a server it starts itself, a
 ``tools/bench.py scale`` does, or ``PHRONOMY_TEST_POSTGRES_DSN``); and DBOS Transact
 under ``dbos_sqlite``: ``--dbos-executions`` workflows (default 2,000: each blocked
 workflow holds a thread of DBOS's executor) blocked in ``DBOS.recv`` in a process of
-their own (``_waiting_dbos.py``), scaled to 100,000 the same way.
+their own (``_waiting_dbos.py``), scaled to 100,000 the same way (by the number
+blocked when its memory was read).
 
 Files go to a hidden folder of ``PHRONOMY_BENCH_DIR`` or of the current directory,
 removed at the end. Nothing is asserted: targets are in ``docs/performance.md``.
@@ -208,13 +209,15 @@ def dbos_side(folder: Path, args: Any) -> dict[str, Any]:
     )
     got = json.loads(out.stdout.strip().splitlines()[-1])
     latencies = got["signal_seconds"]
+    blocked = got.get("blocked") or n  # the workflows holding a thread when measured
     return {
         "executions": n,
+        "blocked_when_measured": blocked,
         "idle_rss_mb": round(got["idle_rss_mb"], 1),
         "held_rss_mb": round(got["held_rss_mb"], 1),
         "threads": got["threads"],
         "rss_growth_mb_per_100k_waiting": round(
-            (got["held_rss_mb"] - got["idle_rss_mb"]) * 100_000 / n, 1
+            (got["held_rss_mb"] - got["idle_rss_mb"]) * 100_000 / blocked, 1
         ),
         "signal_apply_p50_seconds": round(statistics.median(latencies), 4),
         "signal_apply_p99_seconds": round(quantile(latencies, 0.99), 4),
