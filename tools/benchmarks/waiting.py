@@ -55,6 +55,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--executions", type=int, default=100_000, help="waiting executions")
     parser.add_argument("--signals", type=int, default=200, help="signals timed per store")
     parser.add_argument("--dbos-executions", type=int, default=2000)
+    parser.add_argument("--dbos-signals", type=int, default=50, help="signals timed on DBOS")
     parser.add_argument("--hold-seconds", type=float, default=5.0)
     parser.add_argument("--skip-postgres", action="store_true")
     parser.add_argument("--skip-dbos", action="store_true")
@@ -200,7 +201,7 @@ def dbos_side(folder: Path, args: Any) -> dict[str, Any]:
             str(Path(__file__).with_name("_waiting_dbos.py")),
             str(folder / "dbos.sqlite"),
             str(n),
-            str(args.signals),
+            str(args.dbos_signals),
         ],
         capture_output=True,
         text=True,
