@@ -517,9 +517,7 @@ def test_claims_take_running_before_waiting_and_new_work_first_when_asked(store)
     commit(store, create("c-new"))  # new work: nobody ever claimed it
     store.retire_worker("dead")
     store.register_worker(worker("w1"), 60)
-    assert store.claim_executions(("m",), "w1", limit=1, waiting_only=True) == [
-        ("a1-wait", "m", 1)
-    ]
+    assert store.claim_executions(("m",), "w1", limit=1, waiting_only=True) == [("a1-wait", "m", 1)]
     assert store.claim_executions(("m",), "w1", limit=1, new_first=True) == [("c-new", "m", 1)]
     assert store.claim_executions(("m",), "w1", limit=1) == [("b-run", "m", 2)]
     assert store.claim_executions(("m",), "w1", limit=5) == [("a2-wait", "m", 1)]
