@@ -219,10 +219,11 @@ class Worker:
         if free > 0:
             working = self.runtime.claim(free, accept=self.app.accept)
             claimed += working
-        reached_waiting = len(working) < free or any(s == "waiting" for _e, s in working)
+        reached_waiting = any(status == "waiting" for _e, status in working)
         if self.app.accept is None and (free <= 0 or reached_waiting):
             # waiting ones use no capacity: a batch of them, once the capacity is used
-            # or the claim reached them (claims take running ones first)
+            # or the claim reached them (claims take running ones first, so a claim
+            # that found none found nothing claimable at all)
             claimed += self.runtime.claim(WAITING_BATCH, waiting_only=True)
         self._report_left()
         if claimed:
