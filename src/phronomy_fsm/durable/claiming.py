@@ -72,13 +72,13 @@ class Claims:
                 if len(chosen) >= wanted:
                     break
             return self.runtime.adopt(chosen)
-        # alternate: new work first, then the backlog first — new work is claimed at
-        # once and a flood of it never starves recovery (docs/scale-out.md)
         if not self.runtime.store.claimable_executions(specs, limit=1):
             # Why a read first: a claim is a write transaction that reads every active
             # execution; on SQLite it would hold the one write lock, and so delay the
             # commits of executions running here, each time a worker looks in vain
             return []
+        # alternate: new work first, then the backlog first — new work is claimed at
+        # once and a flood of it never starves recovery (docs/scale-out.md)
         if not waiting_only:
             self.new_first = not self.new_first
         tokens = [
