@@ -20,7 +20,20 @@ run of this command on a PostgreSQL server it starts itself (or
   ``takeover_lease_multiple`` is it divided by ``lease_seconds``; the same-host figure
   (the probe notices the dead process at once) is reported beside it;
 - ``zombie_commits_accepted``: a worker paused with SIGSTOP for twice its lease while
-  another takes its executions over, then resumed: commits accepted from it afterwards.
+  another takes its executions over, then resumed: commits accepted from it afterwards;
+- ``cpu_seconds_per_step``: for each PostgreSQL throughput configuration, the CPU time
+  (user + system, from ``/proc``) of the ``worker`` processes and of the ``server``
+  (the postmaster and every process under it: backends, WAL writer, checkpointer)
+  spent during the run, divided by its durable steps (barrier commits of the run's
+  executions, read from the ``barriers`` table) — only when this command started the
+  server, so that its processes are known;
+- ``notify_commits_per_second``: two threads committing the store's commit-shaped
+  transaction (an insert and an update) as fast as they can, ``with_notify`` (one
+  ``pg_notify`` in each transaction, as a commit that sends a signal does) and
+  ``without_notify``: PostgreSQL serialises the commits of transactions that notify.
+
+With ``--rounds N`` the throughput configurations run N times, interleaved; each
+figure is the median and ``samples`` holds every round's.
 
 Its files (the SQLite database, the workers' logs and the data directory of the server
 it starts) are in a hidden folder of ``PHRONOMY_BENCH_DIR`` or of the current directory,
@@ -59,11 +72,77 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--kill-runs", type=int, default=200)
     parser.add_argument("--takeover-trials", type=int, default=5)
     parser.add_argument("--skip-dbos", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved throughput rounds")
+    parser.add_argument("--notify-seconds", type=float, default=3.0)
+
+
+#: What the issue asks of PostgreSQL scale-out (docs/performance.md).
+TARGETS = {"postgres_2_vs_1_workers": 1.6}
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _server_pids(data_dir: Path) -> list[int]:
+    """The postmaster of ``data_dir`` and every process under it."""
+    try:
+        root = int((data_dir / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents[int(entry.name)] = ppid
+    found, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found:
+                found.add(pid)
+                frontier.append(pid)
+    return sorted(found)
+
+
+class _ServerCpu:
+    """CPU seconds of a server's processes between ``start()`` and ``stop()``
+    (a process that ended in between is missed: backends of the run's workers live
+    as long as the workers)."""
+
+    def __init__(self, data_dir: Path | None) -> None:
+        self.data_dir = data_dir
+        self.before: dict[int, float] = {}
+
+    def start(self) -> None:
+        if self.data_dir is not None:
+            self.before = {p: _proc_cpu_seconds(p) for p in _server_pids(self.data_dir)}
+
+    def stop(self) -> float | None:
+        if self.data_dir is None:
+            return None
+        after = {p: _proc_cpu_seconds(p) for p in _server_pids(self.data_dir)}
+        return sum(max(0.0, cpu - self.before.get(p, 0.0)) for p, cpu in after.items())
 
 
 class _Bench:
-    def __init__(self, args: Any, admin_dsn: str, folder: Path) -> None:
+    def __init__(
+        self, args: Any, admin_dsn: str, folder: Path, data_dir: Path | None = None
+    ) -> None:
         self.args = args
+        self.data_dir = data_dir
+        #: per PostgreSQL configuration: (worker CPU s, server CPU s or None, steps)
+        self.cpu: dict[str, list[tuple[float, float | None, int]]] = {}
         self.admin_dsn = admin_dsn
         self.folder = folder
         self.n = 0
@@ -132,17 +211,25 @@ class _Bench:
         from phronomy_fsm.store.postgres import PostgresStore
 
         dsn = self.database(f"w{count}")
+        server = _ServerCpu(self.data_dir)
         with PostgresStore(dsn) as store:
             procs = self.workers(dsn, count, f"tp{count}")
             try:
                 self.wait_workers(store, count)
                 app = create_app(dsn)
+                worker_cpu = sum(_proc_cpu_seconds(p.pid) for p in procs)
+                server.start()
                 started = time.monotonic()
                 ids = self.submit(store, app, "run", self.args.runs)
                 ended = self.wait_done(store, ids, 600)
+                server_cpu = server.stop()
+                worker_cpu = sum(_proc_cpu_seconds(p.pid) for p in procs) - worker_cpu
             finally:
                 for p in procs:
                     scale_harness.stop_worker(p)
+            steps = _barrier_commits(dsn)
+        key = f"postgres_{count}_worker" + ("s" if count > 1 else "")
+        self.cpu.setdefault(key, []).append((worker_cpu, server_cpu, steps))
         return self.args.runs / (ended - started)
 
     def sqlite_runs(self) -> float:
@@ -150,8 +237,10 @@ class _Bench:
         from phronomy_fsm.durable import DurableRuntime
         from phronomy_fsm.store.sqlite import SqliteBarrierStore
 
-        app = create_app(str(self.folder / "scale.db"))
-        store = SqliteBarrierStore(self.folder / "scale.db")
+        self.n += 1  # a new file each round: the same ids in a used one are finished
+        path = self.folder / f"scale-{self.n}.db"
+        app = create_app(str(path))
+        store = SqliteBarrierStore(path)
         runtime = DurableRuntime(
             store, machines=app.machines, own_store=True, max_workers=self.args.concurrency
         )
@@ -344,6 +433,85 @@ class _Bench:
                     scale_harness.stop_worker(p)
 
 
+def _barrier_commits(dsn: str) -> int:
+    """The durable steps of a run: rows of its database's ``barriers`` table."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM barriers").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _cpu_per_step(cpu: dict[str, list[tuple[float, float | None, int]]]) -> dict[str, Any]:
+    """``{"worker": s, "server": s | None, "by_configuration": {...}}`` per durable step:
+    medians over rounds; the headline is the 2-worker configuration."""
+    by: dict[str, dict[str, Any]] = {}
+    for key, rounds in cpu.items():
+        worker = [w / n for w, _s, n in rounds if n]
+        server = [s / n for _w, s, n in rounds if n and s is not None]
+        by[key] = {
+            "worker": round(statistics.median(worker), 7) if worker else None,
+            "server": round(statistics.median(server), 7) if server else None,
+            "steps": rounds[0][2],
+        }
+    head = by.get("postgres_2_workers", {})
+    return {
+        "worker": head.get("worker"),
+        "server": head.get("server"),
+        "by_configuration": by,
+        "what": "CPU seconds (user+system) per barrier commit, median over rounds; "
+        "worker = the worker processes, server = the postmaster and its children",
+    }
+
+
+def _notify_commits(dsn: str, seconds: float) -> dict[str, Any]:
+    """Commits/s of two threads committing a commit-shaped transaction, with one
+    ``pg_notify`` in each and without (alternating, ``seconds`` each, twice)."""
+    import threading
+
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_notify")
+        conn.execute("CREATE TABLE bench_notify (id bigserial PRIMARY KEY, n int, body text)")
+        conn.execute(
+            "INSERT INTO bench_notify (n, body) SELECT g, 'x' FROM generate_series(1, 64) g"
+        )
+
+    def committer(notify: bool, until: float, counts: list[int], i: int) -> None:
+        with psycopg.connect(dsn) as c:
+            cur = c.cursor()
+            while time.monotonic() < until:
+                cur.execute("INSERT INTO bench_notify (n, body) VALUES (%s, %s)", (i, "y" * 200))
+                cur.execute("UPDATE bench_notify SET n = n + 1 WHERE id = %s", (i + 1,))
+                if notify:
+                    cur.execute("SELECT pg_notify('bench_notify', %s)", (str(i),))
+                c.commit()
+                counts[i] += 1
+
+    samples: dict[str, list[float]] = {"with_notify": [], "without_notify": []}
+    for _ in range(2):
+        for notify in (True, False):
+            counts = [0, 0]
+            until = time.monotonic() + seconds
+            threads = [
+                threading.Thread(target=committer, args=(notify, until, counts, i))
+                for i in range(2)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            key = "with_notify" if notify else "without_notify"
+            samples[key].append(round(sum(counts) / seconds, 1))
+    return {
+        "with_notify": statistics.median(samples["with_notify"]),
+        "without_notify": statistics.median(samples["without_notify"]),
+        "samples": samples,
+        "committers": 2,
+    }
+
+
 def run(args: Any) -> dict[str, Any]:
     """Run every part (module docstring); returns the JSON report."""
     with bench_folder(".bench-scale-") as directory:
@@ -363,13 +531,18 @@ def _run_in(args: Any, folder: Path) -> dict[str, Any]:
         server = LocalPostgres(settings={"max_connections": "300"}, base_dir=folder).start()
         admin = server.dsn
     try:
-        bench = _Bench(args, admin, folder)
-        rps = {
-            "postgres_1_worker": bench.postgres_runs(1),
-            "postgres_2_workers": bench.postgres_runs(2),
-            "postgres_4_workers": bench.postgres_runs(4),
-            "sqlite_1_process": bench.sqlite_runs(),
-        }
+        bench = _Bench(args, admin, folder, server.data_dir if server is not None else None)
+        samples: dict[str, list[float]] = {}
+        for _ in range(max(1, args.rounds)):  # interleaved, so load drifts hit each alike
+            for key, measure in (
+                ("postgres_1_worker", lambda: bench.postgres_runs(1)),
+                ("postgres_2_workers", lambda: bench.postgres_runs(2)),
+                ("postgres_4_workers", lambda: bench.postgres_runs(4)),
+                ("sqlite_1_process", bench.sqlite_runs),
+            ):
+                samples.setdefault(key, []).append(round(measure(), 1))
+        rps = {k: statistics.median(v) for k, v in samples.items()}
+        notify = _notify_commits(admin, args.notify_seconds)
         dbos = {} if args.skip_dbos else bench.dbos_runs()
         if dbos:
             rps["dbos_postgres"] = max(dbos.values())
@@ -379,7 +552,14 @@ def _run_in(args: Any, folder: Path) -> dict[str, Any]:
         zombie = bench.zombie()
         median = statistics.median(lease_path)
         best_pg = max(rps[k] for k in rps if k.startswith("postgres"))
+        two_vs_one = rps["postgres_2_workers"] / rps["postgres_1_worker"]
         return {
+            "targets": TARGETS,
+            "ratios": {"postgres_2_vs_1_workers": round(two_vs_one, 2)},
+            "samples": samples,
+            "rounds": max(1, args.rounds),
+            "cpu_seconds_per_step": _cpu_per_step(bench.cpu),
+            "notify_commits_per_second": notify,
             "runs": args.runs,
             "concurrency_per_worker": args.concurrency,
             "llm_ms": args.llm_ms,
