@@ -270,7 +270,8 @@ def test_a_runtime_running_an_app_runs_the_due_schedules_itself(tmp_path: Path) 
         owners = store.execution_fences(started)
         # each runs in this runtime (its owner), waiting for approval
         assert {owner for owner, _f, _a in owners.values()} == {runtime.worker_id}
-        assert runner.started_total >= 2
+        # counted once start() returned, a moment after the store shows the execution
+        wait_until(lambda: runner.started_total >= 2, 10, "two starts counted")
     finally:
         runtime.close(timeout_seconds=5)
         store.close()

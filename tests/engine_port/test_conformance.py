@@ -507,6 +507,22 @@ def test_claiming_an_execution(store):
     assert store.claimable_executions(("m",)) == []
 
 
+def test_claims_take_running_before_waiting_and_new_work_first_when_asked(store):
+    """Issue 26 (``docs/scale-out.md``, "Running workers"): a restarted worker resumes
+    what was running before what only waits, and claims new work at once."""
+    store.register_worker(worker("dead"), 60)
+    commit(store, create("a1-wait", status=ExecutionStatus.WAITING))
+    commit(store, create("a2-wait", status=ExecutionStatus.WAITING))
+    commit(store, create("b-run", fence=Fence("dead", 1)))  # left running mid-way
+    commit(store, create("c-new"))  # new work: nobody ever claimed it
+    store.retire_worker("dead")
+    store.register_worker(worker("w1"), 60)
+    assert store.claim_executions(("m",), "w1", limit=1, waiting_only=True) == [("a1-wait", "m", 1)]
+    assert store.claim_executions(("m",), "w1", limit=1, new_first=True) == [("c-new", "m", 1)]
+    assert store.claim_executions(("m",), "w1", limit=1) == [("b-run", "m", 2)]
+    assert store.claim_executions(("m",), "w1", limit=5) == [("a2-wait", "m", 1)]
+
+
 def test_claiming_executions_in_bulk_racing_workers_take_disjoint_sets(store):
     for i in range(40):
         commit(store, create(f"e{i:02d}"))

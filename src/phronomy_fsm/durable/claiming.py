@@ -38,12 +38,15 @@ class Claims:
         runtime: the runtime that owns this part.
 
     Attributes: ``stranded`` (executions owned here in the store but not live:
-    id → (fencing token, first seen, ``time.monotonic``)).
+    id → (fencing token, first seen, ``time.monotonic``)); ``new_first`` (whether the
+    last claim put new work first: claims alternate).
     """
 
     def __init__(self, runtime: DurableRuntime) -> None:
         self.runtime = runtime
         self.stranded: dict[str, tuple[int, float]] = {}
+        #: whether the last claim put new work first (claims alternate)
+        self.new_first = False
 
     def accepts(self, accept: Accept, execution_id: str) -> bool:
         try:
@@ -51,7 +54,9 @@ class Claims:
         except NotFoundError:
             return False
 
-    def claim(self, wanted: int, accept: Accept | None) -> list[tuple[str, str]]:
+    def claim(
+        self, wanted: int, accept: Accept | None, *, waiting_only: bool = False
+    ) -> list[tuple[str, str]]:
         specs = self.runtime.runnable_specs
         if accept is not None:  # read, filter, then claim one by one
             chosen = []
@@ -67,10 +72,23 @@ class Claims:
                 if len(chosen) >= wanted:
                     break
             return self.runtime.adopt(chosen)
+        if not self.runtime.store.claimable_executions(specs, limit=1):
+            # Why a read first: a claim is a write transaction that reads every active
+            # execution; on SQLite it would hold the one write lock, and so delay the
+            # commits of executions running here, each time a worker looks in vain
+            return []
+        # alternate: new work first, then the backlog first — new work is claimed at
+        # once and a flood of it never starves recovery (docs/scale-out.md)
+        if not waiting_only:
+            self.new_first = not self.new_first
         tokens = [
             (eid, token)
             for eid, _m, token in self.runtime.store.claim_executions(
-                specs, self.runtime.worker_id, limit=wanted
+                specs,
+                self.runtime.worker_id,
+                limit=wanted,
+                new_first=self.new_first and not waiting_only,
+                waiting_only=waiting_only,
             )
         ]
         return [self.install_claimed(execution_id, token) for execution_id, token in tokens]
@@ -88,7 +106,7 @@ class Claims:
         return execution_id, record.status.value
 
     def adopt(self, wanted: list[str]) -> list[tuple[str, str]]:
-        live = set(self.runtime.dispatcher.call(lambda: list(self.runtime.engine.live)).result(10))
+        live = set(self.runtime.dispatcher.call(self.runtime.engine.held_ids).result(10))
         claimed: list[tuple[str, str]] = []
         for execution_id in wanted:
             if execution_id in live:
@@ -133,9 +151,7 @@ class Claims:
             self.stranded = {}
             return []
         try:
-            live = set(
-                self.runtime.dispatcher.call(lambda: list(self.runtime.engine.live)).result(10)
-            )
+            live = set(self.runtime.dispatcher.call(self.runtime.engine.held_ids).result(10))
         except (PhronomyError, TimeoutError):  # closing, or the loop busy for seconds
             return []
         now = time.monotonic()

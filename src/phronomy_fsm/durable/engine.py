@@ -66,6 +66,7 @@ from phronomy_fsm.durable.records import (
     SignalRecord,
 )
 from phronomy_fsm.durable.recovery import Recovery
+from phronomy_fsm.durable.resting import Resting
 from phronomy_fsm.durable.types import (
     BarrierRecords,
     DurableEvent,
@@ -207,8 +208,9 @@ class Engine:
 
     Attributes: ``live`` (execution id → its live copy); ``commits_in_flight``;
     ``closing`` (set once the runtime closes or stops writing: nothing more is
-    delivered); its parts ``effects``, ``delivery``, ``parking``, ``cancels`` and
-    ``recovery``.
+    delivered); its parts ``effects``, ``delivery``, ``parking``, ``cancels``,
+    ``recovery`` and ``resting`` (the waiting executions it holds without a live copy:
+    :mod:`~phronomy_fsm.durable.resting`).
     """
 
     def __init__(self, host: EngineHost) -> None:
@@ -221,6 +223,8 @@ class Engine:
         self.parking = Parking(self)
         self.cancels = Cancellation(self)
         self.recovery = Recovery(self)
+        #: waiting executions held as an index entry, not a live copy
+        self.resting = Resting(self)
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
         """Queue ``fn(*args)`` on the loop thread from a store or helper thread (a
@@ -627,6 +631,8 @@ class Engine:
 
         def committed() -> None:
             self.emit(DurableEventKind.WAITING, live, record, state=state)
+            if not live.pending and self.resting.rest(live):
+                return  # held as an index entry until its signal or timer comes
             self.delivery.arm_timer(live)
             self.delivery.react(live)
 
@@ -684,7 +690,9 @@ class Engine:
             self.settle(live, record)
             for i, signal in enumerate(send):  # a parent live here hears at once
                 parent = self.live.get(signal.execution_id)
-                if parent is None:
+                if parent is None:  # a parent resting here is loaded with it
+                    known = [attrs.evolve(signal, seq=seqs[i])] if seqs and seqs[i] > 0 else []
+                    self.resting.load(signal.execution_id, known)
                     continue
                 if seqs and seqs[i] > 0:  # the signal as the store wrote it: no read
                     self.delivery.add_signals(parent, [attrs.evolve(signal, seq=seqs[i])])
@@ -734,6 +742,11 @@ class Engine:
         live.waiters.clear()
         # the finishing commit closed every signal still pending in the store
         live.pending.clear()
+
+    def held_ids(self) -> list[str]:
+        """The ids of every execution held here: live, or resting
+        (:mod:`~phronomy_fsm.durable.resting`). Loop thread."""
+        return [*self.live, *self.resting.index]
 
     def running_count(self) -> int:
         """How many live executions are running here (:meth:`moving`). One that waits

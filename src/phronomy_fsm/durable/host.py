@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Protocol
 
 from phronomy_fsm.durable.ports import ExecutionStore
-from phronomy_fsm.durable.records import SignalRecord
+from phronomy_fsm.durable.records import ExecutionRecord, SignalRecord
 from phronomy_fsm.durable.types import DurableEvent
 from phronomy_fsm.runtime import Dispatcher
 from phronomy_fsm.runtime.clock import Clock
@@ -49,6 +49,18 @@ class EngineStoreIO(Protocol):
     ) -> Future[bool]:
         """Write a cancel request to every active child of the parent that is not in
         ``skip``, off the loop; the future is set once they are written."""
+        ...
+
+    def load_resting(
+        self,
+        execution_id: str,
+        on_read: Callable[
+            [tuple[ExecutionRecord, tuple[str | None, int], list[SignalRecord]] | None], None
+        ],
+    ) -> None:
+        """Read a resting execution's record, owner and fencing token, and pending
+        signals off the loop, then hand them to ``on_read`` on the loop (``None`` when
+        the read failed)."""
         ...
 
     def readback(self, live: LiveExecution, why: str) -> None:

@@ -223,12 +223,21 @@ class ExecutionStore(Protocol):
         ...
 
     def claim_executions(
-        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
+        self,
+        machines: tuple[Claimable, ...],
+        worker_id: str,
+        *,
+        limit: int,
+        new_first: bool = False,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Claim up to ``limit`` active executions with no live owner that
         ``machines`` run (as :meth:`claimable_executions`) for ``worker_id`` at once
         (workers racing for them take disjoint sets);
-        ``[(execution_id, machine, new fencing token)]``, oldest first; empty when
+        ``[(execution_id, machine, new fencing token)]``: those that were running
+        before those that wait, and with ``new_first`` those nobody ever claimed (new
+        work) before both; oldest first within each (``docs/scale-out.md``, "Running
+        workers"). ``waiting_only``: only executions that wait. Empty when
         ``worker_id``'s own lease is not valid."""
         ...
 

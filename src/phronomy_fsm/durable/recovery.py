@@ -147,6 +147,7 @@ class Recovery:
         ``docs/semantics.md`` "Recovery" (loop thread). ``never_run``: no process ever
         ran it (its first claim): it runs as new, not as a replay whose first
         at_most_once effect a dead owner may have started."""
+        self.engine.resting.discard(live.execution_id)  # this copy is the one now
         self.engine.live[live.execution_id] = live
         facts = live.reg.facts
         renames = facts.rename_for(record.spec_version, record.spec_sha256)
@@ -188,6 +189,12 @@ class Recovery:
         for signal in signals:
             if signal.consumed_revision is None:
                 live.pending.append(signal)
+        if (
+            record.status is ExecutionStatus.WAITING
+            and not live.pending
+            and self.engine.resting.rest(live)
+        ):
+            return  # nothing to apply: held as an index entry until its signal or timer
         self.engine.delivery.arm_expiry(live)
         if any(s.kind is SignalKind.CANCEL for s in live.pending):
             # a cancel recorded before this point (while a resolution was committed, a
@@ -259,6 +266,7 @@ class Recovery:
         (loop thread). The executions live on in the store at their last commit; a
         worker that can write resumes them by the rules of recovery."""
         self.engine.closing = True
+        self.engine.resting.clear(error)
         for live in list(self.engine.live.values()):
             if live.session_id is not None:
                 self.engine.halt(live, Halt.SUPERSEDED)
@@ -284,6 +292,13 @@ class Recovery:
             if live.expiry is not None:
                 live.expiry.cancel()
         self.engine.live.clear()
+        self.engine.resting.clear(
+            RuntimeClosedError(
+                "the runtime closed before the execution finished; it lives on in the store "
+                "(waiting); start a runtime with its machine and call recover() (or "
+                "phronomy-fsm recover) to continue it"
+            )
+        )
 
 
 __all__ = ["Recovery"]

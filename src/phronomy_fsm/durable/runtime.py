@@ -100,6 +100,9 @@ Accept = Callable[[ExecutionRecord], bool]
 DEFAULT_LEASE_SECONDS = 10.0
 #: Default interval of the inbox poll, in seconds.
 DEFAULT_POLL_SECONDS = 0.05
+#: Most executions one claim takes (``claim`` without a limit; ``recover`` claims
+#: batch after batch of it until none is left).
+CLAIM_BATCH = 1000
 
 
 class DurableRuntime:
@@ -409,8 +412,8 @@ class DurableRuntime:
 
     def _waiter(self, execution_id: str) -> Task[ExecutionResult] | None:
         live = self.engine.live.get(execution_id)
-        if live is None:
-            return None
+        if live is None:  # resting here: loaded, with the task (else not here)
+            return self.engine.resting.wait_for(execution_id)
         task: Task[ExecutionResult] = Task(f"execution {execution_id}")
         live.waiters.append(task)
         return task
@@ -526,6 +529,8 @@ class DurableRuntime:
             live = self.engine.live.get(execution_id)
             if live is not None:
                 self.io.refresh_signals(live)
+            else:  # resting here: its load reads the inbox
+                self.engine.resting.load(execution_id)
 
         self.dispatcher.call_soon(check)
 
@@ -556,6 +561,8 @@ class DurableRuntime:
                 self.engine.delivery.add_signals(live, items)
             elif execution_id in self.arriving:  # its start is not installed yet
                 self.arriving[execution_id].extend(items)
+            else:  # resting here: load it with them (else not this runtime's)
+                self.engine.resting.load(execution_id, items)
 
     # ------------------------------------------------------------------ recovery
 
@@ -588,7 +595,12 @@ class DurableRuntime:
         self._check_open()
         with self._watching_schema():
             self.retire_dead_workers()
-            claimed = self.claim(accept=accept)
+            claimed: list[tuple[str, str]] = []
+            while True:  # a claim takes at most CLAIM_BATCH: every one, batch by batch
+                batch = self.claim(CLAIM_BATCH, accept=accept)
+                claimed += batch
+                if len(batch) < CLAIM_BATCH:
+                    break
             left = [
                 e
                 for e in self.left_for_others()
@@ -638,23 +650,32 @@ class DurableRuntime:
         )
 
     def claim(
-        self, limit: int | None = None, *, accept: Accept | None = None
+        self,
+        limit: int | None = None,
+        *,
+        accept: Accept | None = None,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str]]:
-        """Claim up to ``limit`` (default: every) active execution of the registered
+        """Claim up to ``limit`` (default: :data:`CLAIM_BATCH`) active execution of the registered
         machines that no live worker owns, whose spec they run (:attr:`runnable_specs`)
         and that ``accept``, when given, accepts; resume each as :meth:`recover`
         does; returns ``[(execution_id, status)]`` of those claimed, oldest first. A
         worker calls it periodically with its free capacity (``docs/scale-out.md``).
         Executions of other specs are left (:meth:`left_for_others` lists them).
+        Claims alternate between new work first and the backlog first, and take
+        executions that were running before those that wait; ``waiting_only`` claims
+        only executions that wait (without ``accept``: they use none of a worker's
+        capacity, so a worker takes them in large batches: ``docs/scale-out.md``,
+        "Running workers").
 
         Raises: RuntimeClosedError, SchemaVersionError, StorageError (some may have
         been claimed and resumed already)."""
         self._check_open()
-        wanted = 1000 if limit is None else int(limit)
+        wanted = CLAIM_BATCH if limit is None else int(limit)
         if wanted <= 0:
             return []
         with self._watching_schema(), self._claiming:
-            return self.claims.claim(wanted, accept)
+            return self.claims.claim(wanted, accept, waiting_only=waiting_only)
 
     def adopt(self, execution_ids: Iterable[str]) -> list[tuple[str, str]]:
         """Claim and resume the given executions, as :meth:`claim` does for every
@@ -701,8 +722,15 @@ class DurableRuntime:
             return self.claims.resume_stranded(min_age_seconds)
 
     def is_live(self, execution_id: str) -> bool:
-        """True when this runtime runs ``execution_id`` now (any thread but the loop)."""
-        return bool(self.dispatcher.call(lambda: execution_id in self.engine.live).result(10))
+        """True when this runtime runs ``execution_id`` now — live, or resting here
+        until its signal or timer (``docs/runtime.md``, "How a waiting execution is
+        held") — (any thread but the loop)."""
+        engine = self.engine
+        return bool(
+            self.dispatcher.call(
+                lambda: execution_id in engine.live or execution_id in engine.resting
+            ).result(10)
+        )
 
     def retire_dead_workers(self) -> list[str]:
         """End the lease of every worker whose process is provably gone on this host

@@ -115,6 +115,37 @@ class StoreIO:
 
         self.submit(read)  # refused once closed: nothing here takes signals any more
 
+    def load_resting(
+        self,
+        execution_id: str,
+        on_read: Callable[
+            [tuple[ExecutionRecord, tuple[str | None, int], list[SignalRecord]] | None], None
+        ],
+    ) -> None:
+        """Read a resting execution (``docs/runtime.md``, "How a waiting execution is
+        held") — its record, its owner and fencing token, its pending signals — off
+        the loop, then hand ``(record, (owner, token), signals)`` to ``on_read`` on the
+        loop thread (``None`` when the read failed); one gone from the store is
+        forgotten."""
+
+        def read() -> None:
+            try:
+                record = self.runtime.store.load_record(execution_id)
+                owner, token, _ = self.runtime.store.execution_owner(execution_id)
+                signals = self.runtime.store.pending_signals(execution_id)
+            except NotFoundError:  # deleted (an operator's purge): nothing to load
+                self.runtime.engine.post(self.runtime.engine.resting.gone, execution_id)
+                return
+            except PhronomyError as exc:
+                log.warning("execution %s: could not load it: %r", execution_id, exc)
+                if not self.runtime.closed:
+                    self.runtime.engine.post(on_read, None)
+                return
+            if not self.runtime.closed:
+                self.runtime.engine.post(on_read, (record, (owner, token), signals))
+
+        self.submit(read)  # refused once closed: it rests in the store
+
     def drop_signals(self, live: LiveExecution, seqs: list[int], outcome: str) -> None:
         """Mark signals of ``live`` consumed without applying them (``outcome`` says
         why), off the loop, under its fence. The store refuses the write

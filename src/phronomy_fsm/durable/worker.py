@@ -46,6 +46,9 @@ log = logging.getLogger("phronomy_fsm.worker")
 
 #: Default number of executions one worker holds at once.
 DEFAULT_CONCURRENCY = 16
+#: Most waiting executions one pass of the claim loop takes besides its capacity (they
+#: rest as an index entry until their signal or timer: ``docs/runtime.md``).
+WAITING_BATCH = 500
 
 
 class Worker:
@@ -106,6 +109,8 @@ class Worker:
         #: executions left for another spec at the last look, and when to look next
         self._left: frozenset[str] = frozenset()
         self._next_left_check = 0.0
+        #: when (time.monotonic) the next pass looks for stranded claims
+        self._next_stranded_check = 0.0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.runtime = DurableRuntime(
@@ -175,11 +180,12 @@ class Worker:
 
     @property
     def held(self) -> int:
-        """How many executions this worker holds now (live in its engine; counted on
-        the loop thread, after every install queued so far)."""
+        """How many executions this worker holds now (live in its engine, or resting
+        there until their signal or timer; counted on the loop thread, after every
+        install queued so far)."""
         runtime = self.runtime
         try:
-            return int(runtime.dispatcher.call(lambda: len(runtime.engine.live)).result(10))
+            return int(runtime.dispatcher.call(lambda: len(runtime.engine.held_ids())).result(10))
         except (PhronomyError, TimeoutError):
             return 0
 
@@ -199,10 +205,26 @@ class Worker:
             log.warning("worker %s: schedules not run this pass: %s", self.worker_id, exc)
         if self.probe_processes:
             self.runtime.retire_dead_workers()
-        claimed = self.runtime.resume_stranded(min_age_seconds=max(1.0, self.scan_seconds))
+        claimed: list[tuple[str, str]] = []
+        now = time.monotonic()
+        if now >= self._next_stranded_check:
+            # Why not every pass: it reads every execution owned here (a hundred
+            # thousand waiting ones, during a restart's backlog); a stranded claim is
+            # resumed once seen twice, min_age apart, so twice per min_age is enough
+            min_age = max(1.0, self.scan_seconds)
+            self._next_stranded_check = now + min_age / 2
+            claimed += self.runtime.resume_stranded(min_age_seconds=min_age)
         free = self.concurrency - self.running
+        working: list[tuple[str, str]] = []
         if free > 0:
-            claimed += self.runtime.claim(free, accept=self.app.accept)
+            working = self.runtime.claim(free, accept=self.app.accept)
+            claimed += working
+        reached_waiting = any(status == "waiting" for _e, status in working)
+        if self.app.accept is None and (free <= 0 or reached_waiting):
+            # waiting ones use no capacity: a batch of them, once the capacity is used
+            # or the claim reached them (claims take running ones first, so a claim
+            # that found none found nothing claimable at all)
+            claimed += self.runtime.claim(WAITING_BATCH, waiting_only=True)
         self._report_left()
         if claimed:
             self.claimed_total += len(claimed)
@@ -321,4 +343,4 @@ class Worker:
         return True
 
 
-__all__ = ["DEFAULT_CONCURRENCY", "Worker"]
+__all__ = ["DEFAULT_CONCURRENCY", "WAITING_BATCH", "Worker"]

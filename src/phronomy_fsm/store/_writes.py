@@ -38,6 +38,18 @@ from phronomy_fsm.store._reads import (
 )
 from phronomy_fsm.store.refusals import reused_signal_id_refusal
 
+#: The rank of an execution in a claim (lower first), without and with ``new_first``:
+#: one that was running (its worker died mid-way) before one that waits (it only needs
+#: holding), and with ``new_first`` one nobody ever claimed (new work) before both. A
+#: worker alternates the two, so new work is claimed at once and never starves the
+#: recovery of a backlog (``docs/scale-out.md``, "Running workers").
+#: What ``waiting_only`` adds to a claim's condition.
+WAITING_ONLY = " AND status = 'waiting'"
+CLAIM_ORDER = {
+    False: "CASE WHEN status = 'waiting' THEN 1 ELSE 0 END",
+    True: "CASE WHEN status = 'waiting' THEN 2 WHEN fence = 0 THEN 0 ELSE 1 END",
+}
+
 
 class SqliteWrites:
     """The non-commit writes of the SQLite store (module docstring)."""
@@ -227,14 +239,24 @@ class SqliteWrites:
         return None if row is None else int(row[0])
 
     def claim_executions(
-        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
+        self,
+        machines: tuple[Claimable, ...],
+        worker_id: str,
+        *,
+        limit: int,
+        new_first: bool = False,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Claim up to ``limit`` active executions with no live owner that ``machines``
         run (a name: every spec of it; a
         :class:`~phronomy_fsm.durable.claims.RunnableSpecs`: the specs it runs) for
         ``worker_id`` in one write transaction (writers are serialised, so racing
         workers take disjoint sets); ``[(execution_id, machine, new fencing token)]``,
-        oldest first; empty when ``worker_id``'s own lease is not valid."""
+        in claim order (:data:`CLAIM_ORDER`: those that were running before those
+        that wait; with ``new_first``, executions nobody ever claimed before both);
+        ``waiting_only``: only executions that wait (a worker takes those in large
+        batches: they use none of its capacity). Empty when ``worker_id``'s own lease
+        is not valid."""
         if not machines or limit <= 0:
             return []
         keys = spec_keys(machines)
@@ -246,7 +268,8 @@ class SqliteWrites:
             rows = cur.execute(
                 f"SELECT execution_id, machine FROM executions WHERE active=1 AND {among}"
                 f" AND {NO_LIVE_OWNER} AND {runs} AND {LEASE_OK}"
-                " ORDER BY created_epoch_ms, execution_id LIMIT ?",
+                f"{WAITING_ONLY if waiting_only else ''}"
+                f" ORDER BY {CLAIM_ORDER[new_first]}, created_epoch_ms, execution_id LIMIT ?",
                 (*names, now_ms, *params, worker_id, now_ms, int(limit)),
             ).fetchall()
             for eid, machine in rows:

@@ -385,10 +385,18 @@ class FaultInjectingStore:
         return self.inner.claimable_executions(machines, limit=limit)  # type: ignore[no-any-return]
 
     def claim_executions(
-        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
+        self,
+        machines: tuple[Claimable, ...],
+        worker_id: str,
+        *,
+        limit: int,
+        new_first: bool = False,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Delegated unchanged."""
-        return self.inner.claim_executions(machines, worker_id, limit=limit)  # type: ignore[no-any-return]
+        return self.inner.claim_executions(  # type: ignore[no-any-return]
+            machines, worker_id, limit=limit, new_first=new_first, waiting_only=waiting_only
+        )
 
     def other_spec_executions(
         self, specs: tuple[RunnableSpecs, ...], *, limit: int = 1000

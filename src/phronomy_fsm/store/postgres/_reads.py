@@ -59,6 +59,13 @@ _LIVE_OWNER = (
     "EXISTS (SELECT 1 FROM workers w WHERE w.worker_id = e.owner_id"
     f" AND w.lease_expires_epoch_ms >= {NOW_MS})"
 )
+#: The rank of an execution in a claim (lower first), without and with ``new_first``
+#: (as the SQLite store's ``CLAIM_ORDER``; ``docs/scale-out.md``, "Running workers").
+_WAITING_ONLY = " AND e.status = 'waiting'"
+_CLAIM_ORDER = {
+    False: "CASE WHEN e.status = 'waiting' THEN 1 ELSE 0 END",
+    True: "CASE WHEN e.status = 'waiting' THEN 2 WHEN e.fence = 0 THEN 0 ELSE 1 END",
+}
 _MY_LEASE = (
     "EXISTS (SELECT 1 FROM workers me WHERE me.worker_id = %(worker)s"
     f" AND me.lease_expires_epoch_ms >= {NOW_MS})"
@@ -677,14 +684,23 @@ class PostgresReads:
         )
 
     def claim_executions(
-        self, machines: tuple[Claimable, ...], worker_id: str, *, limit: int
+        self,
+        machines: tuple[Claimable, ...],
+        worker_id: str,
+        *,
+        limit: int,
+        new_first: bool = False,
+        waiting_only: bool = False,
     ) -> list[tuple[str, str, int]]:
         """Claim up to ``limit`` runnable executions (active, with no live owner) that
         ``machines`` run — a name: every spec of it; a
         :class:`~phronomy_fsm.durable.claims.RunnableSpecs`: the specs it runs — for
         ``worker_id`` in one statement (``FOR UPDATE SKIP LOCKED``: racing workers
         take disjoint sets and never wait on each other; rows of specs it does not
-        run are never locked), oldest first. Returns ``[(execution_id, machine, new
+        run are never locked), in claim order (the SQLite store's ``CLAIM_ORDER``:
+        those that were running before those that wait; with ``new_first``,
+        executions nobody ever claimed before both), oldest first within;
+        ``waiting_only``: only executions that wait. Returns ``[(execution_id, machine, new
         fencing token)]``; empty when ``worker_id``'s own lease is not valid."""
         if not machines or limit <= 0:
             return []
@@ -694,7 +710,8 @@ class PostgresReads:
             cur.execute(
                 "WITH c AS (SELECT execution_id FROM executions e WHERE active"
                 f" AND machine = ANY(%(machines)s) AND (owner_id IS NULL OR NOT {_LIVE_OWNER})"
-                f" AND {_RUNS} ORDER BY created_epoch_ms, execution_id LIMIT %(limit)s"
+                f" AND {_RUNS}{_WAITING_ONLY if waiting_only else ''} ORDER BY {_CLAIM_ORDER[new_first]}, created_epoch_ms, execution_id"
+                " LIMIT %(limit)s"
                 " FOR UPDATE SKIP LOCKED)"
                 " UPDATE executions x SET owner_id = %(worker)s, fence = x.fence + 1 FROM c"
                 f" WHERE x.execution_id = c.execution_id AND {_MY_LEASE}"
