@@ -29,6 +29,7 @@ from phronomy_fsm.errors import (
     WrongThreadError,
 )
 from phronomy_fsm.store import SqliteBarrierStore
+from phronomy_fsm.testing.deadlines import wait_until
 
 from .conftest import Events, LostResponses, make_tool
 
@@ -393,6 +394,9 @@ def test_closing_the_runtime_while_an_execution_waits_for_an_operator_says_how_t
     try:
         reloaded = Agent.load("a", provider=ScriptedProvider(script), runtime=again, tools=tools)
         if parks == "llm_call":  # an LLM call not performed fails the execution
+            # the same error whether the wait sees it end or reads it ended from the
+            # store (under load the execution may finish before the wait begins)
+            wait_until(lambda: not store.load_record(session_id).is_active, 10, "the failed end")
             with pytest.raises(EffectNotPerformedError):
                 reloaded.wait(session_id, wait_seconds=10)
         else:  # a tool call not performed is the error the LLM sees

@@ -51,6 +51,7 @@ from phronomy_fsm.errors import (
     AgentNotLoadedError,
     BudgetExhaustedError,
     ContentBlockedError,
+    EffectNotPerformedError,
     ExecutionDetachedError,
     ExecutionFailedError,
     ExecutionTimeoutError,
@@ -529,6 +530,10 @@ def finished_outcome(
             attempts=int(ctx.get("output_retries") or 0) + 1,
             reason=str(message),
         )
+    if error_type == "EffectNotPerformedError" and live_error is None:
+        # an operator's not_performed answer: the same error a live wait gets, also
+        # when the wait reads the end from the store (it ended before the wait began)
+        live_error = EffectNotPerformedError(str(message), execution_id=execution_id)
     if error_type == "BudgetExhaustedError":
         refused = ctx.get("budget_request") or {}
         error = BudgetExhaustedError(
