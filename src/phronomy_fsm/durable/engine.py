@@ -34,6 +34,7 @@ layers.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -271,7 +272,14 @@ class Engine:
     def context(self, live: LiveExecution) -> Any:
         """The decoded context (decoded from the record on first use)."""
         if live.ctx is None:
-            live.ctx = live.reg.codec.decode(json_data(live.record.context))
+            data = live.record.context
+            if type(data) is not EncodedJSON:
+                # parsed data the record holds (read from the store): a decode may keep
+                # its objects (a dict context, an Any field), and the session must not
+                # change the committed context in place — a later commit that keeps
+                # the last committed context (@cancel) would store its changes
+                data = copy.deepcopy(data)
+            live.ctx = live.reg.codec.decode(json_data(data))
         return live.ctx
 
     def start_session(
