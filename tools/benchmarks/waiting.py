@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import bench_folder
+from benchmarks import bench_folder, on_postgres, on_sqlite
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -162,34 +162,12 @@ def measure(store: Any, db: str, folder: Path, tag: str, args: Any) -> dict[str,
 
 def sqlite_side(folder: Path, args: Any) -> dict[str, Any]:
     """The worker on a SQLite file (``synchronous=FULL``)."""
-    from phronomy_fsm.store import SqliteBarrierStore
-
-    path = folder / "waiting.db"
-    with SqliteBarrierStore(path) as store:
-        return measure(store, str(path), folder, "sqlite", args)
+    return on_sqlite(folder, "waiting", measure, args)
 
 
 def postgres_side(folder: Path, args: Any) -> dict[str, Any]:
     """The worker on PostgreSQL (``synchronous_commit=on``)."""
-    from phronomy_fsm.store.postgres import PostgresStore
-    from phronomy_fsm.store.postgres.server import (
-        LocalPostgres,
-        create_database,
-        server_from_environment,
-    )
-
-    admin = server_from_environment()
-    server = None
-    if admin is None:
-        server = LocalPostgres(base_dir=folder).start()
-        admin = server.dsn
-    try:
-        dsn = create_database(admin, f"waiting_{os.getpid()}")
-        with PostgresStore(dsn) as store:
-            return measure(store, dsn, folder, "postgres", args)
-    finally:
-        if server is not None:
-            server.stop()
+    return on_postgres(folder, "waiting", measure, args)
 
 
 def dbos_side(folder: Path, args: Any) -> dict[str, Any]:
